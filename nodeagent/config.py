@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import difflib
 import math
+import re
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.errors import ConfigInvalid
+from nodeagent.selectors import parse_selector
 from nodeagent.units import parse_size
 
 DEFAULT_CONFIG_PATH = Path("/etc/nodeagent/config.toml")
@@ -33,6 +35,7 @@ DROPIN_DIR_NAME = "config.d"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _UNIX = "unix://"
 _GIB = 1024**3
+_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,39 @@ class BundleSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """Cluster mode (``[cluster]``): PinnedImageSets from the Kubernetes API, status back to it."""
+
+    enabled: bool = False
+    """Read sets from the API server and report to it. Default false: a node without a cluster
+    (or before it joins one) works from local spec files alone."""
+    kubeconfig: Path = Path("/var/lib/kubelet/kubeconfig")
+    """Credentials: the node's own identity (default: the kubelet's kubeconfig, whose client
+    certificate is ``system:node:<name>``). The RBAC and admission policy in ``deploy/`` let that
+    identity write only its own status object."""
+    node_name: str = ""
+    """This node's name in the cluster. ``""`` (default): the host name, as the kubelet does."""
+    set_selector: str = ""
+    """Without MachineConfigPools: the label selector (``kubectl -l`` syntax) a PinnedImageSet
+    must match to apply to this node. ``""`` (default): every set. With pools, OpenShift's
+    association decides and this is ignored."""
+    status_interval_s: float = 5.0
+    """At most one status write per this many seconds while busy (default 5)."""
+    heartbeat_s: float = 60.0
+    """While pulls run, the status is written at least this often, so a slow pull shows as
+    alive (default 60)."""
+    events: bool = True
+    """Post Kubernetes Events on the Node when a set is pinned or fails (default true)."""
+    event_namespace: str = "default"
+    """Namespace of those Events (Node events live in ``default``, as the kubelet's do)."""
+    machine_config_node: bool = False
+    """Also mirror per-set generations and the ``PinnedImageSets*`` conditions into the node's
+    OpenShift MachineConfigNode status (default false: the machine-config-daemon owns it)."""
+    request_timeout_s: float = 30.0
+    """Timeout of one API request (watches excepted)."""
+
+
+@dataclass(frozen=True, slots=True)
 class LogSettings:
     """Logging (``[log]``)."""
 
@@ -192,6 +228,8 @@ class Config:
     """``[state]``: nodeagent's persistent state."""
     bundles: BundleSettings = field(default_factory=BundleSettings)
     """``[bundles]``: upgrade bundles on removable media."""
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    """``[cluster]``: PinnedImageSets from the Kubernetes API and per-node status."""
     log: LogSettings = field(default_factory=LogSettings)
     """``[log]``: logging."""
     source: Path = DEFAULT_CONFIG_PATH
@@ -216,9 +254,18 @@ class Config:
         """The spec directories whose sets are gone after a reboot (the rest)."""
         return self.specs.dirs[1:]
 
+    @property
+    def cluster_specs_dir(self) -> Path:
+        """Where the sets the cluster assigns to this node are kept (persistent: they are the
+        last known specs while the API server is unreachable, and after a reboot)."""
+        return self.state.dir / "cluster" / "pinnedimagesets.d"
+
     def spec_dirs(self) -> tuple[tuple[Path, bool], ...]:
         """``(directory, is_persistent)`` pairs in priority order, for ``load_spec_dirs``."""
-        return tuple((path, index == 0) for index, path in enumerate(self.specs.dirs))
+        dirs = tuple((path, index == 0) for index, path in enumerate(self.specs.dirs))
+        if self.cluster.enabled:
+            dirs += ((self.cluster_specs_dir, True),)
+        return dirs
 
 
 def load_config(path: Path, *, root: Path | None = None) -> Config:
@@ -443,6 +490,18 @@ def _is_positive(value: float, _: Config) -> bool:
     return value > 0
 
 
+def _is_node_name(name: str, _: Config) -> bool:
+    return name == "" or (len(name) <= 253 and _DNS_SUBDOMAIN_RE.fullmatch(name) is not None)
+
+
+def _is_selector(text: str, _: Config) -> bool:
+    try:
+        parse_selector(text)
+    except ConfigInvalid:
+        return False
+    return True
+
+
 def _is_at_least_initial(value: float, config: Config) -> bool:
     return value >= config.pull.backoff_initial_s
 
@@ -468,6 +527,16 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
     ("disk.reserve_percent", "between 0 and 90", lambda v, _: 0 <= v <= 90),
     ("bundles.mirror_dropin_name", "a plain file name without '/'", _is_file_name),
     ("bundles.label_pattern", "a non-empty glob", lambda v, _: bool(v)),
+    ("cluster.node_name", 'a DNS subdomain (lowercase) or ""', _is_node_name),
+    (
+        "cluster.set_selector",
+        "a label selector as kubectl -l takes it, e.g. 'env=edge,zone in (a,b)'",
+        _is_selector,
+    ),
+    ("cluster.status_interval_s", "greater than 0", _is_positive),
+    ("cluster.heartbeat_s", "greater than 0", _is_positive),
+    ("cluster.request_timeout_s", "greater than 0", _is_positive),
+    ("cluster.event_namespace", "a namespace name", lambda v, c: _is_node_name(v, c) and v),
     ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
 )
 # A rule that compares two keys blames the other key's file when its own key kept the default.

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -33,6 +35,7 @@ from nodeagent.adapters.inotify import DirectoryWatcher
 from nodeagent.adapters.registry import ManifestCache, RegistryClient
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
 from nodeagent.bundles import BundleBoard, MediaImports, build_importer, media_loop
+from nodeagent.cluster_status import PullProgress
 from nodeagent.config import Config
 from nodeagent.errors import NodeAgentError, TransientError
 from nodeagent.pins import PinService
@@ -40,6 +43,9 @@ from nodeagent.prepull import PrePuller, PullPolicy
 from nodeagent.specs import load_spec_dirs
 from nodeagent.status import NodeStatus, conditions_for, status_line
 from nodeagent.sync import DiskPolicy, Reconciler
+
+if TYPE_CHECKING:
+    from nodeagent.cluster import StatusReporter
 
 log = structlog.get_logger(__name__)
 
@@ -50,20 +56,39 @@ RETRY_MAX_S = 60.0
 
 @dataclass
 class Progress:
-    """Live pull counters for STATUS= and ``nodeagent status`` while a sync runs."""
+    """Live pull progress for STATUS=, ``nodeagent status`` and the cluster status object."""
 
-    pulling: int = 0
-    pulled: int = 0
+    pulling: set[str] = field(default_factory=set)
+    pulled: set[str] = field(default_factory=set)
     failed: int = 0
+    is_syncing: bool = False
     last: NodeStatus | None = None
+    on_change: Callable[[], None] = lambda: None
+
+    def start_sync(self) -> None:
+        self.pulling.clear()
+        self.pulled.clear()
+        self.failed = 0
+        self.is_syncing = True
+
+    def end_sync(self) -> None:
+        self.is_syncing = False
+        self.pulling.clear()
+
+    def snapshot(self) -> PullProgress:
+        return PullProgress(
+            tuple(sorted(self.pulling)), frozenset(self.pulled), self.failed, self.is_syncing
+        )
 
     def on_event(self, event: str, ref: str, fields: dict[str, object]) -> None:
         if event == "pull_started":
-            self.pulling += 1
+            self.pulling.add(ref)
         elif event in ("image_pulled", "pull_failed", "pull_retrying"):
-            self.pulling = max(self.pulling - 1, 0)
-            self.pulled += event == "image_pulled"
+            self.pulling.discard(ref)
+            if event == "image_pulled":
+                self.pulled.add(ref)
             self.failed += event == "pull_failed"
+        self.on_change()
         level = "info" if event in ("image_pulled", "pull_retrying") else "debug"
         if event == "pull_failed":
             level = "error"
@@ -82,6 +107,7 @@ class Wiring:
     kick: asyncio.Event = field(default_factory=asyncio.Event)
     board: BundleBoard = field(default_factory=BundleBoard)
     media: MediaImports | None = None
+    reporter: StatusReporter | None = None
 
 
 def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
@@ -132,6 +158,8 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         on_image_fs=lambda mountpoint: image_dirs.append(Path(mountpoint)),
     )
     wiring = Wiring(config, cri, reconciler, dropins, state, notifier or Notifier(), progress)
+    reconciler.on_progress = lambda status: publish(wiring, status, is_final=False)
+    progress.on_change = lambda: progress_changed(wiring)
     wiring.board.on_change = lambda: save_status(wiring)
     importer = build_importer(config, cri, reloader, on_report=wiring.board.update)
     wiring.media = MediaImports(config, importer, on_imported=wiring.kick.set)
@@ -148,11 +176,25 @@ def save_status(wiring: Wiring) -> None:
     wiring.state.save("status", doc)
 
 
-def publish(wiring: Wiring, status: NodeStatus) -> None:
+def publish(wiring: Wiring, status: NodeStatus, *, is_final: bool = True) -> None:
+    """A sync's status (``is_final``) or the interim one while its pulls run."""
     wiring.progress.last = status
-    wiring.board.mark_pinned({s.name for s in status.sets if s.state == "Pinned"})
+    if is_final:
+        wiring.board.mark_pinned({s.name for s in status.sets if s.state == "Pinned"})
     save_status(wiring)
     wiring.notifier.status(status_line(status))
+    if wiring.reporter is not None:
+        wiring.reporter.update(status, is_final=is_final)
+
+
+def progress_changed(wiring: Wiring) -> None:
+    """A pull started or ended: STATUS= and the cluster status follow."""
+    last = wiring.progress.last
+    if last is not None:
+        live = dataclasses.replace(last, pulling=len(wiring.progress.pulling))
+        wiring.notifier.status(status_line(live))
+    if wiring.reporter is not None:
+        wiring.reporter.poke()
 
 
 def publish_unreachable(wiring: Wiring, error: NodeAgentError) -> None:
@@ -173,22 +215,26 @@ async def sync_loop(wiring: Wiring) -> None:
     while True:
         wiring.kick.clear()
         started = time.monotonic()
+        wiring.progress.start_sync()
         try:
             status = await wiring.reconciler.sync()
         except TransientError as exc:
             log.warning(
                 "sync_postponed", reason=exc.reason, error=exc.message, retry_in_s=round(delay_s)
             )
+            wiring.progress.end_sync()
             publish_unreachable(wiring, exc)
             await _wait_kick(wiring, delay_s)
             delay_s = min(delay_s * 2, RETRY_MAX_S)
             continue
         except NodeAgentError as exc:
             log.error("sync_failed", reason=exc.reason, error=exc.message)
+            wiring.progress.end_sync()
             publish_unreachable(wiring, exc)
             await _wait_kick(wiring, RETRY_MAX_S)
             continue
         delay_s = 1.0
+        wiring.progress.end_sync()
         publish(wiring, status)
         log.info(
             "sync_finished",
@@ -234,7 +280,8 @@ async def guard(name: str, work: Callable[[], Awaitable[None]]) -> None:
 
 def watched_dirs(config: Config) -> list[Path]:
     rt = config.runtime
-    return [*config.specs.dirs, rt.config_dir, rt.config_file.parent]
+    specs = [path for path, _ in config.spec_dirs()]
+    return [*specs, rt.config_dir, rt.config_file.parent]
 
 
 async def run(config: Config) -> int:
@@ -261,7 +308,7 @@ async def run(config: Config) -> int:
 
 
 async def _serve(wiring: Wiring, watcher: DirectoryWatcher, stop: asyncio.Event) -> None:
-    tasks = {
+    tasks: dict[str, Callable[[], Awaitable[None]]] = {
         "sync": lambda: sync_loop(wiring),
         "watch": lambda: watch_loop(wiring, watcher),
         "watchdog": lambda: watchdog_loop(wiring.notifier),
@@ -269,6 +316,44 @@ async def _serve(wiring: Wiring, watcher: DirectoryWatcher, stop: asyncio.Event)
     if wiring.config.bundles.watch_media and wiring.media is not None:
         media = wiring.media
         tasks["media"] = lambda: media_loop(media)
+    async with contextlib.AsyncExitStack() as stack:
+        if wiring.config.cluster.enabled:
+            tasks |= await _cluster_tasks(wiring, stack)
+        await _run_tasks(tasks, stop)
+
+
+async def _cluster_tasks(
+    wiring: Wiring, stack: contextlib.AsyncExitStack
+) -> dict[str, Callable[[], Awaitable[None]]]:
+    """Cluster mode's tasks; imported here so a node without a cluster never loads the client."""
+    from nodeagent.adapters.kube import KubeApi  # noqa: PLC0415
+    from nodeagent.cluster import ClusterSpecs, Connection, StatusReporter  # noqa: PLC0415
+    from nodeagent.cluster_status import FIELD_MANAGER  # noqa: PLC0415
+
+    config = wiring.config
+    api = KubeApi(
+        config.cluster.kubeconfig,
+        timeout_s=config.cluster.request_timeout_s,
+        field_manager=FIELD_MANAGER,
+    )
+    stack.push_async_callback(api.close)
+    connection = Connection(api.server)
+    reporter = StatusReporter(config, api, connection, progress=wiring.progress.snapshot)
+    wiring.reporter = reporter
+    if wiring.progress.last is not None:
+        reporter.update(wiring.progress.last, is_final=True)
+    specs = ClusterSpecs(
+        config,
+        api,
+        connection,
+        on_node=reporter.set_node,
+        on_placement=reporter.set_placement,
+    )
+    log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
+    return {"cluster-specs": specs.run, "cluster-status": reporter.run}
+
+
+async def _run_tasks(tasks: dict[str, Callable[[], Awaitable[None]]], stop: asyncio.Event) -> None:
     async with asyncio.TaskGroup() as group:
         running = [group.create_task(guard(name, work), name=name) for name, work in tasks.items()]
         await stop.wait()

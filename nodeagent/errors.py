@@ -13,7 +13,8 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   ├── PullStalled                 PullStalled
     │   ├── RuntimeReloadFailed         RuntimeReloadFailed
     │   ├── MediaUnmountFailed          MediaUnmountFailed
-    │   └── MediaWatchFailed            MediaWatchFailed
+    │   ├── MediaWatchFailed            MediaWatchFailed
+    │   └── ApiUnreachable              ApiUnreachable
     └── PermanentError                  (retrying the same thing will not help)
         ├── ImageNotFound               ImageNotFound
         ├── RegistryAuthFailed          RegistryAuthFailed
@@ -34,6 +35,9 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── KeyMalformed                SigningKeyMalformed
         ├── SecretKeyLocked             SigningKeyLocked
         ├── MediaMountFailed            MediaMountFailed
+        ├── KubeconfigInvalid           KubeconfigInvalid
+        ├── ApiAccessDenied             ApiAccessDenied
+        ├── ApiRequestRejected          ApiRequestRejected
         └── BundleError                 (a bundle nodeagent refuses)
             ├── BundleFormatUnsupported BundleFormatUnsupported
             ├── BundleManifestInvalid   BundleManifestInvalid
@@ -289,30 +293,21 @@ class BundleDigestMismatch(BundleError):
 
 
 class MediaMountFailed(PermanentError):
-    """Bundle media could not be mounted read-only; the message says why and what to do.
-
-    TODO(move): belongs in ``nodeagent/errors.py`` (reason ``MediaMountFailed``).
-    """
+    """Bundle media could not be mounted read-only; the message says why and what to do."""
 
     reason = "MediaMountFailed"
     exit_code = 74  # EX_IOERR
 
 
 class MediaUnmountFailed(TransientError):
-    """Bundle media could not be unmounted (usually: files on it are still open).
-
-    TODO(move): belongs in ``nodeagent/errors.py`` (reason ``MediaUnmountFailed``).
-    """
+    """Bundle media could not be unmounted (usually: files on it are still open)."""
 
     reason = "MediaUnmountFailed"
     default_retry_after_s = 2.0
 
 
 class MediaWatchFailed(TransientError):
-    """The udev monitor could not be opened or failed while reading events.
-
-    TODO(move): belongs in ``nodeagent/errors.py`` (reason ``MediaWatchFailed``).
-    """
+    """The udev monitor could not be opened or failed while reading events."""
 
     reason = "MediaWatchFailed"
     default_retry_after_s = 5.0
@@ -323,3 +318,31 @@ class BundleMediaRemoved(NodeAgentError):
 
     reason = "BundleMediaRemoved"
     exit_code = 75  # EX_TEMPFAIL
+
+
+class ApiUnreachable(TransientError):
+    """The Kubernetes API server does not answer; the node keeps working from its last specs."""
+
+    reason = "ApiUnreachable"
+    exit_code = 69  # EX_UNAVAILABLE
+    default_retry_after_s = 2.0
+
+
+class KubeconfigInvalid(PermanentError):
+    """The kubeconfig for cluster mode is missing, unreadable or incomplete."""
+
+    reason = "KubeconfigInvalid"
+    exit_code = 78  # EX_CONFIG
+
+
+class ApiAccessDenied(PermanentError):
+    """The API server refused the node's identity (401/403): RBAC or admission policy missing."""
+
+    reason = "ApiAccessDenied"
+    exit_code = 77  # EX_NOPERM
+
+
+class ApiRequestRejected(PermanentError):
+    """The API server rejected a request as invalid (4xx other than 401/403/404/409)."""
+
+    reason = "ApiRequestRejected"

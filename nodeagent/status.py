@@ -43,6 +43,12 @@ class SetStatus:
     images_pinned: int
     failures: tuple[ImageFailure, ...] = ()
     reason: str | None = None
+    bytes_present: int = 0
+    """Size in the runtime's store of the set's images that are present (CRI ``size``)."""
+    bytes_to_pull: int = 0
+    """Compressed bytes still to download for the set (registry manifests; 0 when unknown)."""
+    pending: tuple[str, ...] = field(default=(), compare=False)
+    """Images not present when the sync started: live progress counts them as they arrive."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -57,6 +63,7 @@ class SetStatus:
                 "pinned": self.images_pinned,
                 "failed": len(self.failures),
             },
+            "bytes": {"present": self.bytes_present, "toPull": self.bytes_to_pull},
         }
         optional = {
             "currentGeneration": self.current_generation,

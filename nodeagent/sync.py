@@ -92,6 +92,10 @@ class _Pass:
     disk: DiskStatus | None = None
     pin_error: NodeAgentError | None = None
     check: PinCheck | None = None
+    pending: dict[str, list[str]] = field(default_factory=dict)
+    """Per set, the images missing when the sync started."""
+    to_pull: dict[str, int] = field(default_factory=dict)
+    """Per set, compressed bytes still to download (from the manifests)."""
 
     def is_present(self, ref: str) -> bool:
         return ref.lower() in self.stored
@@ -114,6 +118,7 @@ class Reconciler:
         boot_id: str,
         disk: DiskPolicy,
         on_status: Callable[[NodeStatus], None] = lambda _s: None,
+        on_progress: Callable[[NodeStatus], None] = lambda _s: None,
         on_image_fs: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.load_specs = load_specs
@@ -127,6 +132,7 @@ class Reconciler:
         self.boot_id = boot_id
         self.disk = disk
         self.on_status = on_status
+        self.on_progress = on_progress
         self.on_image_fs = on_image_fs
         self._image_fs: str | None = None
 
@@ -196,11 +202,13 @@ class Reconciler:
             s.name: [r for r in set_refs(s) if not run.is_present(r)] for s in run.specs.sets
         }
         missing = {name: refs for name, refs in missing.items() if refs}
+        run.pending = missing
         if not missing:
             return
         admitted = await self._admit(run, missing)
         todo = sorted({ref for name in admitted for ref in missing[name]})
         log.info("pulls_started", images=len(todo), sets=len(admitted))
+        self.on_progress(self._interim(run))
         results = await self.puller.pull_all(todo)
         self._record_pulls(run, results.values())
 
@@ -223,6 +231,9 @@ class Reconciler:
         reserve = reserve_for(space.total_bytes, self.disk.reserve_bytes, self.disk.reserve_percent)
         by_set = {name: [layers[r] for r in refs if r in layers] for name, refs in missing.items()}
         stored = present_digests(have.values())
+        run.to_pull = {
+            name: unique_missing_bytes(images, stored) for name, images in by_set.items()
+        }
         verdict = admit_sets(by_set, stored, space, reserve, self.disk.expansion_factor)
         self._record_admission(run, verdict, space, reserve, by_set, stored=stored)
         return list(verdict.admitted)
@@ -300,6 +311,50 @@ class Reconciler:
             log.info("image_unpinned", image=ref)
 
     # ---------------------------------------------------------------- status
+    def _interim(self, run: _Pass) -> NodeStatus:
+        """The status while pulls run: per set what is present, pending and refused."""
+        sets = []
+        for s in run.specs.sets:
+            refs = set_refs(s)
+            generation = run.generations[s.name]
+            item = ledger_mod.entry(run.ledger, s.name)
+            pending = run.pending.get(s.name, [])
+            state: Any = "Progressing"
+            if s.name in run.refused:
+                state = "Refused"
+            elif not pending and item.get("currentGeneration") == generation:
+                state = "Pinned"
+            sets.append(
+                SetStatus(
+                    name=s.name,
+                    source=s.source,
+                    is_persistent=s.is_persistent,
+                    state=state,
+                    desired_generation=generation,
+                    current_generation=item.get("currentGeneration"),
+                    last_failed_generation=item.get("lastFailedGeneration"),
+                    last_failed_error=item.get("lastFailedError"),
+                    images_total=len(refs),
+                    images_present=len(refs) - len(pending),
+                    images_pinned=len(refs) - len(pending) if state == "Pinned" else 0,
+                    reason="InsufficientDiskSpace" if state == "Refused" else None,
+                    bytes_present=self._bytes_present(run, refs),
+                    bytes_to_pull=run.to_pull.get(s.name, 0),
+                    pending=tuple(pending),
+                )
+            )
+        return NodeStatus(
+            sets=tuple(sets),
+            conditions=conditions_for(sets, len(run.specs.problems), None),
+            runtime=run.runtime,
+            disk=run.disk,
+            updated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        )
+
+    @staticmethod
+    def _bytes_present(run: _Pass, refs: Iterable[str]) -> int:
+        return sum(run.stored[r.lower()].size_bytes for r in refs if run.is_present(r))
+
     def _finish(self, run: _Pass) -> NodeStatus:
         sets = tuple(self._set_status(run, s) for s in run.specs.sets)
         self.store.save("ledger", run.ledger)
@@ -347,6 +402,8 @@ class Reconciler:
             images_pinned=len(pinned),
             failures=failures,
             reason=reason,
+            bytes_present=self._bytes_present(run, refs),
+            bytes_to_pull=0 if len(present) == len(refs) else run.to_pull.get(s.name, 0),
         )
 
     def _set_state(

@@ -162,6 +162,23 @@ def remove_file(path: Path) -> bool:
     return True
 
 
+def mirror_directory(directory: Path, files: dict[str, bytes], *, suffix: str) -> list[str]:
+    """Make the ``*<suffix>`` files of ``directory`` exactly ``files`` (name -> bytes).
+
+    Each file is written atomically and only when its bytes differ; files with the suffix
+    that are not in ``files`` are removed; other names are left alone. Returns the names
+    written or removed, sorted.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    changed = [name for name, data in sorted(files.items()) if write_atomic(directory / name, data)]
+    for entry in sorted(directory.iterdir()):
+        name = entry.name
+        if name.endswith(suffix) and not name.startswith(".") and name not in files:
+            remove_file(entry)
+            changed.append(name)
+    return sorted(changed)
+
+
 def read_text_or_none(path: Path) -> str | None:
     """The UTF-8 text of ``path``, or None if it (or a symlink's target) does not exist."""
     try:

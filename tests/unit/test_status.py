@@ -63,6 +63,7 @@ def test_set_status_json_minimal_shape_omits_unset_optional_fields() -> None:
         "state": "Pinned",
         "desiredGeneration": 3,
         "images": {"total": 2, "present": 2, "pinned": 2, "failed": 0},
+        "bytes": {"present": 0, "toPull": 0},
     }
 
 

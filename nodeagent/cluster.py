@@ -1,0 +1,357 @@
+"""Cluster mode, wired: sets from the API server in, the node's status out.
+
+Part of the composition root (the daemon imports this module only when
+``[cluster] enabled``). Two long-lived tasks:
+
+* ``ClusterSpecs.run`` follows the Node, the MachineConfigPools (when the cluster has them)
+  and the PinnedImageSets with list-then-watch informers, decides which sets apply to this
+  node (``placement``) and keeps them as spec files in ``Config.cluster_specs_dir``. The
+  daemon's inotify watch on that directory starts a sync, so the rest of nodeagent does not
+  know whether a set came from a file or the cluster. The files are left alone until every
+  informer has listed once: an unreachable API server never empties the node's specs.
+* ``StatusReporter.run`` applies the node's status object (server-side apply, field manager
+  ``nodeagent``) at most once per ``status_interval_s``, with a heartbeat while pulls run;
+  while the API is unreachable the latest status waits (later ones replace it) and the
+  Events wait in a bounded queue; both are written when it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import datetime as dt
+import random
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+import yaml
+
+from nodeagent import __version__, kinds
+from nodeagent.adapters.files import mirror_directory
+from nodeagent.adapters.kube import KubeApi, Obj
+from nodeagent.cluster_status import (
+    NodeEvent,
+    NodeIdentity,
+    PullProgress,
+    WritePacer,
+    event_object,
+    machine_config_node_status,
+    owner_object,
+    status_object,
+    transitions,
+)
+from nodeagent.config import Config
+from nodeagent.errors import ApiUnreachable, NodeAgentError
+from nodeagent.placement import CACHE_HEADER, Placement, cache_file_name, place, set_document
+from nodeagent.selectors import parse_selector
+from nodeagent.status import NodeStatus
+
+log = structlog.get_logger(__name__)
+
+BACKOFF_INITIAL_S = 1.0
+BACKOFF_MAX_S = 30.0
+MAX_QUEUED_EVENTS = 50
+
+
+def node_name(config: Config) -> str:
+    return config.cluster.node_name or socket.gethostname().split(".")[0].lower()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Backoff:
+    delay_s: float = BACKOFF_INITIAL_S
+
+    def next(self) -> float:
+        delay = self.delay_s * random.uniform(0.8, 1.2)  # noqa: S311  jitter, not crypto
+        self.delay_s = min(self.delay_s * 2, BACKOFF_MAX_S)
+        return delay
+
+    def reset(self) -> None:
+        self.delay_s = BACKOFF_INITIAL_S
+
+
+@dataclass
+class Connection:
+    """Whether the API server answers; logs each change once (MESSAGE_ID api_unreachable)."""
+
+    server: str
+    is_up: bool = True
+
+    def down(self, error: NodeAgentError) -> None:
+        if self.is_up:
+            log.warning(
+                "api_unreachable",
+                server=self.server,
+                reason=error.reason,
+                error=error.message,
+                action="working from the last known PinnedImageSets; status is queued",
+            )
+        self.is_up = False
+
+    def up(self) -> None:
+        if not self.is_up:
+            log.info("api_reachable", server=self.server)
+        self.is_up = True
+
+
+# ---------------------------------------------------------------- specs in
+
+
+@dataclass
+class _View:
+    node: Obj | None = None
+    pools: dict[str, Obj] | None = None
+    sets: dict[str, Obj] | None = None
+    has_pools: bool | None = None
+    listed: set[str] = field(default_factory=set)
+
+
+class ClusterSpecs:
+    """Keeps ``cluster_specs_dir`` equal to the sets the cluster assigns to this node."""
+
+    def __init__(
+        self,
+        config: Config,
+        api: KubeApi,
+        connection: Connection,
+        *,
+        on_node: Callable[[Obj], None],
+        on_placement: Callable[[Placement], None],
+    ) -> None:
+        self.config = config
+        self.api = api
+        self.connection = connection
+        self.node = node_name(config)
+        self.selector = parse_selector(config.cluster.set_selector)
+        self.on_node = on_node
+        self.on_placement = on_placement
+        self.view = _View()
+        self.changed = asyncio.Event()
+        self.placement: Placement | None = None
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._follow("node", kinds.NODE, f"metadata.name={self.node}"))
+            group.create_task(self._follow("sets", kinds.PINNED_IMAGE_SET, None))
+            group.create_task(self._follow("pools", kinds.MACHINE_CONFIG_POOL, None))
+            group.create_task(self._place_loop())
+
+    async def _follow(self, key: str, kind: kinds.ResourceKind, fields: str | None) -> None:
+        backoff = Backoff()
+        while True:
+            try:
+                if key == "pools" and not await self._pools_served():
+                    return
+                async for snapshot in self.api.informer(kind, field_selector=fields):
+                    backoff.reset()
+                    self.connection.up()
+                    self._store(key, snapshot)
+            except NodeAgentError as exc:
+                if isinstance(exc, ApiUnreachable):
+                    self.connection.down(exc)
+                else:
+                    log.error(
+                        "api_watch_failed", kind=str(kind), reason=exc.reason, error=exc.message
+                    )
+            await asyncio.sleep(backoff.next())
+
+    async def _pools_served(self) -> bool:
+        has_pools = await self.api.is_served(kinds.MACHINE_CONFIG_POOL)
+        if has_pools != self.view.has_pools:
+            log.info(
+                "placement_mode",
+                mode="pools" if has_pools else "selector",
+                selector=str(self.selector),
+            )
+        self.view.has_pools = has_pools
+        if not has_pools:
+            self.view.listed.add("pools")
+            self.changed.set()
+        return has_pools
+
+    def _store(self, key: str, snapshot: dict[str, Obj]) -> None:
+        if key == "node":
+            self.view.node = snapshot.get(self.node)
+            if self.view.node is not None:
+                self.on_node(self.view.node)
+        elif key == "pools":
+            self.view.pools = snapshot
+        else:
+            self.view.sets = snapshot
+        self.view.listed.add(key)
+        self.changed.set()
+
+    async def _place_loop(self) -> None:
+        while True:
+            await self.changed.wait()
+            self.changed.clear()
+            if self.view.listed >= {"node", "sets", "pools"}:
+                await asyncio.to_thread(self._place)
+
+    def _place(self) -> None:
+        view = self.view
+        if view.node is None:
+            log.warning(
+                "node_not_found",
+                node=self.node,
+                action="keeping the last known PinnedImageSets; set [cluster] node_name",
+            )
+            return
+        labels = (view.node.get("metadata") or {}).get("labels") or {}
+        pools = list((view.pools or {}).values()) if view.has_pools else None
+        placement = place(labels, pools, view.sets or {}, self.selector)
+        files = {
+            cache_file_name(name): _spec_file(name, (view.sets or {})[name])
+            for name in placement.sets
+        }
+        changed = mirror_directory(self.config.cluster_specs_dir, files, suffix=".yaml")
+        if placement != self.placement or changed:
+            log.info(
+                "cluster_sets_changed",
+                placement=placement.describe(),
+                sets=list(placement.sets),
+                missing=list(placement.missing),
+                files_changed=changed,
+            )
+        self.placement = placement
+        self.on_placement(placement)
+
+
+def _spec_file(name: str, obj: Mapping[str, Any]) -> bytes:
+    text = yaml.safe_dump(set_document(obj), sort_keys=True, default_flow_style=False)
+    return (CACHE_HEADER.format(name=name) + text).encode()
+
+
+# ---------------------------------------------------------------- status out
+
+
+class StatusReporter:
+    """Writes the node's status object, coalesced; Events on set transitions."""
+
+    def __init__(
+        self,
+        config: Config,
+        api: KubeApi,
+        connection: Connection,
+        *,
+        progress: Callable[[], PullProgress],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.api = api
+        self.connection = connection
+        self.progress = progress
+        self.clock = clock
+        self.identity = NodeIdentity(node_name(config), "")
+        self.pacer = WritePacer(config.cluster.status_interval_s, config.cluster.heartbeat_s)
+        self.status: NodeStatus | None = None
+        self.final: NodeStatus | None = None
+        self.placement: Placement | None = None
+        self.events: collections.deque[NodeEvent] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
+        self.dirty = asyncio.Event()
+        self.conditions: list[Mapping[str, Any]] = []
+        self.mcn_conditions: list[Mapping[str, Any]] = []
+        self._has_object = False
+        self.writes = 0
+
+    # called by the daemon ------------------------------------------------
+    def update(self, status: NodeStatus, *, is_final: bool) -> None:
+        self.status = status
+        if is_final:
+            if self.config.cluster.events:
+                self.events.extend(transitions(self.final, status))
+            self.final = status
+        self.dirty.set()
+
+    def poke(self) -> None:
+        self.dirty.set()
+
+    def set_node(self, node: Obj) -> None:
+        uid = str((node.get("metadata") or {}).get("uid", ""))
+        if uid and uid != self.identity.uid:
+            self.identity = NodeIdentity(self.identity.name, uid)
+            self._has_object = False
+            self.dirty.set()
+
+    def set_placement(self, placement: Placement) -> None:
+        if placement != self.placement:
+            self.placement = placement
+            self.dirty.set()
+
+    # the task -------------------------------------------------------------
+    async def run(self) -> None:
+        backoff = Backoff()
+        while True:
+            body = self._body()
+            delay = None
+            if body is not None:
+                delay = self.pacer.delay(
+                    self.clock(),
+                    is_changed=self.pacer.is_changed(body),
+                    is_busy=self.progress().is_busy,
+                )
+            if body is None or delay is None or delay > 0:
+                self.dirty.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.dirty.wait(), delay)
+                continue
+            try:
+                await self._write(body)
+            except NodeAgentError as exc:
+                if isinstance(exc, ApiUnreachable):
+                    self.connection.down(exc)
+                else:
+                    log.error("status_write_failed", reason=exc.reason, error=exc.message)
+                await asyncio.sleep(backoff.next())
+                continue
+            backoff.reset()
+            self.connection.up()
+
+    def _body(self) -> dict[str, Any] | None:
+        if self.status is None:
+            return None
+        return status_object(
+            self.identity,
+            self.status,
+            self.progress(),
+            placement=self.placement,
+            previous_conditions=self.conditions,
+            now=_now(),
+            agent_version=__version__,
+        )
+
+    async def _write(self, body: dict[str, Any]) -> None:
+        kind = kinds.NODE_IMAGE_STATUS
+        if not self._has_object:
+            await self.api.apply(kind, owner_object(self.identity))
+            self._has_object = True
+        written = await self.api.apply(kind, body, subresource="status")
+        self.writes += 1
+        self.pacer.written(self.clock(), body)
+        self.conditions = list((written.get("status") or {}).get("conditions") or [])
+        await self._flush_events()
+        if self.config.cluster.machine_config_node and self.final is not None:
+            await self._mirror_mcn(self.final)
+
+    async def _flush_events(self) -> None:
+        while self.events:
+            event = self.events[0]
+            body = event_object(
+                self.identity, event, namespace=self.config.cluster.event_namespace, now=_now()
+            )
+            await self.api.create(kinds.EVENT, body)
+            self.events.popleft()
+
+    async def _mirror_mcn(self, status: NodeStatus) -> None:
+        body = machine_config_node_status(self.identity, status, self.mcn_conditions, _now())
+        written = await self.api.apply(kinds.MACHINE_CONFIG_NODE, body, subresource="status")
+        self.mcn_conditions = list((written.get("status") or {}).get("conditions") or [])
