@@ -56,6 +56,8 @@ log = structlog.get_logger(__name__)
 BACKOFF_INITIAL_S = 1.0
 BACKOFF_MAX_S = 30.0
 MAX_QUEUED_EVENTS = 50
+POOLS_RECHECK_S = 300.0
+"""Without the MachineConfigPool API, look again this often whether it appeared."""
 
 
 def node_name(config: Config) -> str:
@@ -150,7 +152,8 @@ class ClusterSpecs:
         while True:
             try:
                 if key == "pools" and not await self._pools_served():
-                    return
+                    await asyncio.sleep(POOLS_RECHECK_S)
+                    continue
                 async for snapshot in self.api.informer(kind, field_selector=fields):
                     backoff.reset()
                     self.connection.up()
