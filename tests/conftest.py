@@ -24,6 +24,7 @@ from tests.testenv.images import (
     make_image_set,
     push,
 )
+from tests.testenv.kube import KubeCluster
 from tests.testenv.packages import ensure_packages
 from tests.testenv.registry import Registry
 
@@ -119,3 +120,10 @@ async def hup_child(tmp_path: Path) -> AsyncIterator[HupChild]:
     """A real process that records a SIGHUP; its PID is in ``pid_file``."""
     async with hup_child_process(tmp_path) as child:
         yield child
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A running etcd + kube-apiserver (client certificates, Node,RBAC, NodeRestriction)."""
+    with KubeCluster(tmp_path_factory.mktemp("kube")) as cluster:
+        yield cluster

@@ -1,4 +1,4 @@
-"""``python -m tests.testenv prepare``: install Debian packages and build CRI-O (both cached)."""
+"""``python -m tests.testenv prepare``: Debian packages, CRI-O, kube-apiserver, kubectl (cached)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 import time
 
 from tests.testenv.crio_build import CRIO, ensure_crio
+from tests.testenv.kube_build import KUBE, ensure_kube
 from tests.testenv.packages import ensure_packages
 from tests.testenv.udev import MEDIA_PACKAGES
 
@@ -20,6 +21,11 @@ def prepare() -> None:
     binary = ensure_crio()
     state = "cached" if cached else f"built in {time.monotonic() - started:.0f}s"
     print(f"testenv: CRI-O {CRIO.version} {state}: {binary}")
+    started = time.monotonic()
+    cached = KUBE.built
+    bin_dir = ensure_kube()
+    state = "cached" if cached else f"built in {time.monotonic() - started:.0f}s"
+    print(f"testenv: kube-apiserver and kubectl {KUBE.version} {state}: {bin_dir}")
 
 
 def main(argv: list[str] | None = None) -> int:
