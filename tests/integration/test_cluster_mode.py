@@ -254,7 +254,13 @@ def test_a_node_cannot_write_another_nodes_status(cluster: KubeCluster) -> None:
     assert result.returncode == 0, result.stderr
     forged = {**own, "spec": {"nodeName": "node-b"}}
     result = kube.kubectl(
-        "apply", "--server-side", "-f", "-", kubeconfig=as_a, input=json.dumps(forged)
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "-",
+        kubeconfig=as_a,
+        input=json.dumps(forged),
     )
     assert result.returncode != 0
     assert "spec.nodeName must be the object's own name" in result.stderr

@@ -444,6 +444,16 @@ class KubeCluster:
         self._apiserver.stop()
 
     @property
+    def apiserver_pid(self) -> int:
+        assert self._apiserver.popen is not None, "kube-apiserver is not running"
+        return self._apiserver.popen.pid
+
+    @property
+    def etcd_pid(self) -> int:
+        assert self._etcd.popen is not None, "etcd is not running"
+        return self._etcd.popen.pid
+
+    @property
     def apiserver_running(self) -> bool:
         return self._apiserver.running
 

@@ -51,7 +51,7 @@ def apply(kube: KubeCluster, obj: dict[str, Any], *, kubeconfig: Path | None = N
 
 def get(kube: KubeCluster, resource: str, name: str, namespace: str = "") -> dict[str, Any] | None:
     ns = ["-n", namespace] if namespace else []
-    result = kube.kubectl("get", resource, name, "-o", "json", *ns)
+    result = kube.kubectl("get", resource, name, "-o", "json", "--show-managed-fields", *ns)
     if result.returncode != 0:
         if "NotFound" in result.stderr:
             return None
