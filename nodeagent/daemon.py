@@ -38,7 +38,7 @@ from nodeagent.errors import NodeAgentError, TransientError
 from nodeagent.pins import PinService
 from nodeagent.prepull import PrePuller, PullPolicy
 from nodeagent.specs import load_spec_dirs
-from nodeagent.status import NodeStatus, conditions_for, status_line
+from nodeagent.status import NodeStatus, conditions_for, progress_line, status_line
 from nodeagent.sync import DiskPolicy, Reconciler
 
 log = structlog.get_logger(__name__)
@@ -50,12 +50,25 @@ RETRY_MAX_S = 60.0
 
 @dataclass
 class Progress:
-    """Live pull counters for STATUS= and ``nodeagent status`` while a sync runs."""
+    """Live pull counters while a sync runs; each change goes to systemd's STATUS= line."""
 
     pulling: int = 0
     pulled: int = 0
     failed: int = 0
+    total: int = 0
+    """Images of every set in the running sync (from ``Reconciler.on_pulls``)."""
     last: NodeStatus | None = None
+    notify: Callable[[str], object] = lambda _line: None
+
+    def plan(self, total: int) -> None:
+        """Pulls are about to start for ``total`` images of all sets."""
+        self.total, self.pulling, self.pulled, self.failed = total, 0, 0, 0
+        self.notify(self.line())
+
+    def line(self) -> str:
+        """'pinned 0/190 images, pulling 4': pins change only after the pulls."""
+        pinned = self.last.image_totals()["pinned"] if self.last else 0
+        return progress_line(pinned, self.total, self.pulling, self.failed)
 
     def on_event(self, event: str, ref: str, fields: dict[str, object]) -> None:
         if event == "pull_started":
@@ -68,6 +81,7 @@ class Progress:
         if event == "pull_failed":
             level = "error"
         getattr(log, level)(event, image=ref, **fields)
+        self.notify(self.line())
 
 
 @dataclass
@@ -130,8 +144,10 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         boot_id=read_boot_id(),
         disk=disk,
         on_image_fs=lambda mountpoint: image_dirs.append(Path(mountpoint)),
+        on_pulls=progress.plan,
     )
     wiring = Wiring(config, cri, reconciler, dropins, state, notifier or Notifier(), progress)
+    progress.notify = wiring.notifier.status
     wiring.board.on_change = lambda: save_status(wiring)
     importer = build_importer(config, cri, reloader, on_report=wiring.board.update)
     wiring.media = MediaImports(config, importer, on_imported=wiring.kick.set)

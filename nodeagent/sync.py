@@ -115,6 +115,7 @@ class Reconciler:
         disk: DiskPolicy,
         on_status: Callable[[NodeStatus], None] = lambda _s: None,
         on_image_fs: Callable[[str], None] = lambda _m: None,
+        on_pulls: Callable[[int], None] = lambda _n: None,
     ) -> None:
         self.load_specs = load_specs
         self.runtime = runtime
@@ -128,6 +129,8 @@ class Reconciler:
         self.disk = disk
         self.on_status = on_status
         self.on_image_fs = on_image_fs
+        self.on_pulls = on_pulls
+        """Told the images of every set (as the status counts them) before pulls start."""
         self._image_fs: str | None = None
 
     def _ledger(self) -> ledger_mod.Ledger:
@@ -198,6 +201,7 @@ class Reconciler:
         admitted = await self._admit(run, missing)
         todo = sorted({ref for name in admitted for ref in missing[name]})
         log.info("pulls_started", images=len(todo), sets=len(admitted))
+        self.on_pulls(sum(len(set_refs(s)) for s in run.specs.sets))
         results = await self.puller.pull_all(todo)
         self._record_pulls(run, results.values())
 
