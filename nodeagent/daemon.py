@@ -46,6 +46,10 @@ log = structlog.get_logger(__name__)
 RESYNC_INTERVAL_S = 600.0
 """Full re-check even without changes: CRI-O may have wiped its store after a crash."""
 RETRY_MAX_S = 60.0
+BOOT_GRACE_S = 60.0
+"""At boot CRI-O starts after nodeagent (``Before=crio.service``): until the runtime first
+answered, an unreachable runtime in this window is expected and logged at info, not as the
+catalog's "runtime does not answer" warning a technician would chase."""
 
 
 @dataclass
@@ -183,18 +187,28 @@ def publish_unreachable(wiring: Wiring, error: NodeAgentError) -> None:
     publish(wiring, status)
 
 
+def _log_postponed(exc: TransientError, delay_s: float, *, is_booting: bool) -> None:
+    """A sync that must wait: a warning, except for the runtime not up yet at boot."""
+    if is_booting and exc.reason == "RuntimeUnreachable":
+        log.info("runtime_awaited", reason=exc.reason, retry_in_s=round(delay_s))
+        return
+    log.warning("sync_postponed", reason=exc.reason, error=exc.message, retry_in_s=round(delay_s))
+
+
 async def sync_loop(wiring: Wiring) -> None:
     """Sync on every kick; after a failure retry with backoff; re-check periodically."""
     delay_s = 1.0
+    booted_at = time.monotonic()
     while True:
         wiring.kick.clear()
         started = time.monotonic()
         try:
             status = await wiring.reconciler.sync()
         except TransientError as exc:
-            log.warning(
-                "sync_postponed", reason=exc.reason, error=exc.message, retry_in_s=round(delay_s)
+            is_booting = (
+                started - booted_at < BOOT_GRACE_S and not wiring.reconciler.has_reached_runtime
             )
+            _log_postponed(exc, delay_s, is_booting=is_booting)
             publish_unreachable(wiring, exc)
             await _wait_kick(wiring, delay_s)
             delay_s = min(delay_s * 2, RETRY_MAX_S)

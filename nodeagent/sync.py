@@ -132,6 +132,8 @@ class Reconciler:
         self.on_pulls = on_pulls
         """Told the images of every set (as the status counts them) before pulls start."""
         self._image_fs: str | None = None
+        self.has_reached_runtime = False
+        """The runtime answered at least once since this daemon started."""
 
     def _ledger(self) -> ledger_mod.Ledger:
         return ledger_mod.for_boot(self.store.load("ledger"), self.boot_id)
@@ -159,6 +161,7 @@ class Reconciler:
     async def sync(self) -> NodeStatus:
         run = self._start()
         version = await self.runtime.version()
+        self.has_reached_runtime = True
         run.runtime = f"{version.runtime_name} {version.runtime_version}"
         run.stored = index_names(await self.runtime.list_images())
         await self._pull_missing(run)
