@@ -49,16 +49,8 @@ def event_messages(node: Node, event: str, *matches: str) -> list[str]:
 
 def test_nodeagent_is_ready_before_crio_starts(node: Node) -> None:
     agent = node.show(
-        "nodeagent.service",
-        "Type",
-        "ActiveState",
-        "SubState",
-        "NRestarts",
-        "WatchdogUSec",
-        "ActiveEnterTimestampMonotonic",
-        "ExecMainStartTimestampMonotonic",
+        "nodeagent.service", "Type", "ActiveState", "SubState", "NRestarts", "WatchdogUSec"
     )
-    crio = node.show("crio.service", "ActiveState", "ExecMainStartTimestampMonotonic")
     assert (agent["Type"], agent["ActiveState"], agent["SubState"]) == (
         "notify",
         "active",
@@ -66,11 +58,14 @@ def test_nodeagent_is_ready_before_crio_starts(node: Node) -> None:
     )
     assert agent["NRestarts"] == "0"
     assert agent["WatchdogUSec"] == "2min"
-    # Type=notify: "active" is entered on READY=1. Before=crio.service: CRI-O's process
-    # starts only after that, so it reads the pins nodeagent rendered.
-    ready = int(agent["ActiveEnterTimestampMonotonic"])
-    assert int(agent["ExecMainStartTimestampMonotonic"]) < ready
-    assert ready <= int(crio["ExecMainStartTimestampMonotonic"])
+    # Type=notify: systemd says "Started" on READY=1. Before=crio.service: CRI-O is started
+    # only after that, so it reads the pins nodeagent rendered (this boot, first time each).
+    manager = node.journal("-b", "_PID=1", "-o", "cat").splitlines()
+    ready = next(i for i, line in enumerate(manager) if line.startswith("Started nodeagent"))
+    crio = next(i for i, line in enumerate(manager) if line.startswith("Starting crio.service"))
+    assert ready < crio
+    # CRI-O not answering yet is expected at boot: no warning for a technician to chase.
+    assert node.journal("-b", "-u", "nodeagent", "-p", "warning", "-o", "cat") == ""
     lines = node.journal("-b", "-u", "nodeagent", "-o", "cat").splitlines()
     rendered = next(i for i, line in enumerate(lines) if "99-nodeagent-pinned-images" in line)
     started = next(i for i, line in enumerate(lines) if line.startswith("daemon_started"))
