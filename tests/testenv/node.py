@@ -240,20 +240,19 @@ class Node:
                 ),
             )
 
-    def wait_event(self, event: str, *, timeout_s: float = 120) -> dict[str, Any]:
-        """The first journal entry of ``event`` logged by the unit's current invocation."""
+    def wait_event(self, *events: str, timeout_s: float = 120) -> dict[str, Any]:
+        """The first journal entry of any of ``events`` from the unit's current invocation."""
         invocation = self.show("nodeagent.service", "InvocationID")["InvocationID"]
+        matches = [f"NODEAGENT_EVENT={event}" for event in events]  # journalctl ORs them
 
         def logged() -> dict[str, Any] | None:
-            entries = self.journal_entries(
-                f"_SYSTEMD_INVOCATION_ID={invocation}", f"NODEAGENT_EVENT={event}"
-            )
+            entries = self.journal_entries(f"_SYSTEMD_INVOCATION_ID={invocation}", *matches)
             return entries[0] if entries else None
 
         return wait_for(
             logged,
             timeout_s=timeout_s,
             interval_s=0.2,
-            what=f"{event} from nodeagent (invocation {invocation})",
+            what=f"{' or '.join(events)} from nodeagent (invocation {invocation})",
             detail=lambda: self.journal("-u", "nodeagent", "-n", "40"),
         )
