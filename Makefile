@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo deps testenv lint types contracts unit integration proto clean
+.PHONY: test demo deps testenv lint types contracts unit integration e2e rpm proto clean
 
 ## test: install everything, then lint, types, import contracts and all tests
 test: deps lint types contracts
@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --editable '.[dev]'
 	touch $@
 
-## testenv: Debian packages and the CRI-O build the tests use (both cached)
+## testenv: Debian packages, the CRI-O build and the nspawn root the tests use (all cached)
 testenv: $(VENV)/.installed
 	$(BIN)/python -m tests.testenv prepare
 
@@ -44,6 +44,14 @@ unit: $(VENV)/.installed
 
 integration: deps
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+## e2e: the RPM installed in a Debian root booted under systemd-nspawn (tests/e2e)
+e2e: deps
+	$(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
+
+## rpm: build nodeagent's RPMs with rpmbuild into build/rpm (%check runs the unit tests)
+rpm: deps
+	$(BIN)/python tools/build_rpm.py --output build/rpm
 
 ## proto: regenerate the CRI message modules from nodeagent/adapters/cri_api/runtime_v1.proto
 proto: $(VENV)/.installed

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -41,7 +40,7 @@ from nodeagent.errors import NodeAgentError, TransientError
 from nodeagent.pins import PinService
 from nodeagent.prepull import PrePuller, PullPolicy
 from nodeagent.specs import load_spec_dirs
-from nodeagent.status import NodeStatus, conditions_for, status_line
+from nodeagent.status import NodeStatus, conditions_for, progress_line, status_line
 from nodeagent.sync import DiskPolicy, Reconciler
 
 if TYPE_CHECKING:
@@ -52,6 +51,10 @@ log = structlog.get_logger(__name__)
 RESYNC_INTERVAL_S = 600.0
 """Full re-check even without changes: CRI-O may have wiped its store after a crash."""
 RETRY_MAX_S = 60.0
+BOOT_GRACE_S = 60.0
+"""At boot CRI-O starts after nodeagent (``Before=crio.service``): until the runtime first
+answered, an unreachable runtime in this window is expected and logged at info, not as the
+catalog's "runtime does not answer" warning a technician would chase."""
 
 
 @dataclass
@@ -80,6 +83,14 @@ class Progress:
             tuple(sorted(self.pulling)), frozenset(self.pulled), self.failed, self.is_syncing
         )
 
+    def line(self) -> str | None:
+        """'pinned 0/190 images, pulling 4, 1 failed' while pulls run (None before any status)."""
+        if self.last is None:
+            return None
+        totals = self.last.image_totals()
+        failed = totals["failed"] + self.failed
+        return progress_line(totals["pinned"], totals["total"], len(self.pulling), failed)
+
     def on_event(self, event: str, ref: str, fields: dict[str, object]) -> None:
         if event == "pull_started":
             self.pulling.add(ref)
@@ -88,11 +99,11 @@ class Progress:
             if event == "image_pulled":
                 self.pulled.add(ref)
             self.failed += event == "pull_failed"
-        self.on_change()
         level = "info" if event in ("image_pulled", "pull_retrying") else "debug"
         if event == "pull_failed":
             level = "error"
         getattr(log, level)(event, image=ref, **fields)
+        self.on_change()
 
 
 @dataclass
@@ -189,10 +200,9 @@ def publish(wiring: Wiring, status: NodeStatus, *, is_final: bool = True) -> Non
 
 def progress_changed(wiring: Wiring) -> None:
     """A pull started or ended: STATUS= and the cluster status follow."""
-    last = wiring.progress.last
-    if last is not None:
-        live = dataclasses.replace(last, pulling=len(wiring.progress.pulling))
-        wiring.notifier.status(status_line(live))
+    line = wiring.progress.line()
+    if line is not None:
+        wiring.notifier.status(line)
     if wiring.reporter is not None:
         wiring.reporter.poke()
 
@@ -209,9 +219,18 @@ def publish_unreachable(wiring: Wiring, error: NodeAgentError) -> None:
     publish(wiring, status)
 
 
+def _log_postponed(exc: TransientError, delay_s: float, *, is_booting: bool) -> None:
+    """A sync that must wait: a warning, except for the runtime not up yet at boot."""
+    if is_booting and exc.reason == "RuntimeUnreachable":
+        log.info("runtime_awaited", reason=exc.reason, retry_in_s=round(delay_s))
+        return
+    log.warning("sync_postponed", reason=exc.reason, error=exc.message, retry_in_s=round(delay_s))
+
+
 async def sync_loop(wiring: Wiring) -> None:
     """Sync on every kick; after a failure retry with backoff; re-check periodically."""
     delay_s = 1.0
+    booted_at = time.monotonic()
     while True:
         wiring.kick.clear()
         started = time.monotonic()
@@ -219,10 +238,11 @@ async def sync_loop(wiring: Wiring) -> None:
         try:
             status = await wiring.reconciler.sync()
         except TransientError as exc:
-            log.warning(
-                "sync_postponed", reason=exc.reason, error=exc.message, retry_in_s=round(delay_s)
+            is_booting = (
+                started - booted_at < BOOT_GRACE_S and not wiring.reconciler.has_reached_runtime
             )
             wiring.progress.end_sync()
+            _log_postponed(exc, delay_s, is_booting=is_booting)
             publish_unreachable(wiring, exc)
             await _wait_kick(wiring, delay_s)
             delay_s = min(delay_s * 2, RETRY_MAX_S)

@@ -36,13 +36,19 @@ def _value(value: object) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def render_line(event_dict: MutableMapping[str, Any], *, with_priority: bool) -> str:
-    """``[<N>]event: key=value ...`` with values quoted only when they need it."""
+def render_line(
+    event_dict: MutableMapping[str, Any], *, with_priority: bool, with_level: bool = True
+) -> str:
+    """``[<N>]event: key=value ...`` with values quoted only when they need it.
+
+    Without a priority prefix, warnings and errors start with their level (``WARNING``),
+    unless ``with_level`` is False: a journal entry carries it as PRIORITY.
+    """
     level = str(event_dict.pop("level", "info"))
     event = str(event_dict.pop("event", ""))
     fields = " ".join(f"{key}={_value(val)}" for key, val in event_dict.items())
     prefix = f"<{_SYSLOG_PRIORITY.get(level, 6)}>" if with_priority else ""
-    if level in ("warning", "error", "critical") and not with_priority:
+    if level in ("warning", "error", "critical") and not with_priority and with_level:
         prefix = f"{level.upper()} "
     return f"{prefix}{event}: {fields}" if fields else f"{prefix}{event}"
 
@@ -78,7 +84,7 @@ def configure(
         if journal is not None:
             fields = dict(event_dict)
             event, level_name = str(fields.get("event", "")), str(fields.get("level", "info"))
-            text = render_line(dict(event_dict), with_priority=False)
+            text = render_line(dict(event_dict), with_priority=False, with_level=False)
             if journal(serialize(entry_fields(event, level_name, text, fields))):
                 return ""
         return render_line(event_dict, with_priority=with_priority)

@@ -63,6 +63,9 @@ FS_MOUNT_OPTIONS: Mapping[str, tuple[str, ...]] = {
 }
 """Filesystem-specific extras that keep a read-only mount from writing to the medium."""
 
+RULE_MARK = "NODEAGENT_MEDIA"
+"""The udev property ``systemd/90-nodeagent.rules`` sets on media whose label it matches."""
+
 _BLOCK_DEVTYPES = frozenset({"disk", "partition"})
 _ARRIVAL_ACTIONS = frozenset({"add", "change"})
 _ESCAPE = re.compile(rb"\\x([0-9a-fA-F]{2})")
@@ -94,6 +97,9 @@ class MediaEvent:
     """The udev action that told us: ``add``, ``change`` or ``remove``."""
     seqnum: int | None = None
     """The kernel's event sequence number, for the journal; None for enumerated devices."""
+    is_rule_marked: bool = False
+    """udev's rule ``90-nodeagent.rules`` marked the device (``NODEAGENT_MEDIA=1``): logged, so
+    an operator sees whether the package's rule, which also starts the unit, saw the medium."""
 
     @property
     def identity(self) -> tuple[str, str, str]:
@@ -145,6 +151,7 @@ def _event(kind: MediaKind, props: Mapping[str, str], action: str) -> MediaEvent
         uuid=props.get("ID_FS_UUID", "") if kind is MediaKind.ARRIVED else "",
         action=action,
         seqnum=_seqnum(props),
+        is_rule_marked=props.get(RULE_MARK) == "1",
     )
 
 

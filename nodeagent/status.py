@@ -194,14 +194,20 @@ def conditions_for(
     return (ready, busy, degraded)
 
 
+def progress_line(pinned: int, total: int, pulling: int = 0, failed: int = 0) -> str:
+    """'pinned 183/190 images, pulling 4, 1 failed': the counts part of systemd's STATUS=."""
+    line = f"pinned {pinned}/{total} images"
+    if pulling:
+        line += f", pulling {pulling}"
+    if failed:
+        line += f", {failed} failed"
+    return line
+
+
 def status_line(status: NodeStatus) -> str:
     """The one line for systemd's STATUS=: 'pinned 183/190 images, pulling 4'."""
     totals = status.image_totals()
-    line = f"pinned {totals['pinned']}/{totals['total']} images"
-    if totals["pulling"]:
-        line += f", pulling {totals['pulling']}"
-    if totals["failed"]:
-        line += f", {totals['failed']} failed"
+    line = progress_line(totals["pinned"], totals["total"], totals["pulling"], totals["failed"])
     degraded = next((c for c in status.conditions if c.type == "Degraded" and c.is_true), None)
     if degraded is not None:
         line += f" ({degraded.reason})"

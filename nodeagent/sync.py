@@ -135,6 +135,8 @@ class Reconciler:
         self.on_progress = on_progress
         self.on_image_fs = on_image_fs
         self._image_fs: str | None = None
+        self.has_reached_runtime = False
+        """The runtime answered at least once since this daemon started."""
 
     def _ledger(self) -> ledger_mod.Ledger:
         return ledger_mod.for_boot(self.store.load("ledger"), self.boot_id)
@@ -144,27 +146,25 @@ class Reconciler:
         return ledger_mod.pinned_images(self._ledger())
 
     async def boot(self) -> None:
-        """Re-render the pins remembered from before, ahead of anything else."""
+        """Re-render the pins remembered from before, ahead of anything else.
+
+        Only the file is written; the reload it owes (a previous run may have died
+        between writing and reloading) is left to the first sync. Before READY=1 a
+        reload cannot finish: systemd orders crio.service's reload job after
+        nodeagent.service's start job (``Before=crio.service``), which waits for
+        nodeagent, so asking now would hang until ``reload_timeout_s``. A runtime
+        that is not running yet reads the file when it starts.
+        """
         wanted = self.remembered_pins()
-        try:
-            await self.runtime.version()
-            is_running = True
-        except NodeAgentError:
-            is_running = False  # not started yet: it reads the file when it starts
         self.pins.owe_reload()
-        is_changed, path, _ = await self.pins.write(wanted, is_runtime_running=is_running)
-        log.info(
-            "pins_restored",
-            images=len(wanted),
-            is_changed=is_changed,
-            reload=path,
-            runtime_running=is_running,
-        )
+        is_changed, _, _ = await self.pins.write(wanted, is_runtime_running=False)
+        log.info("pins_restored", images=len(wanted), is_changed=is_changed, reload="first sync")
 
     # ---------------------------------------------------------------- sync
     async def sync(self) -> NodeStatus:
         run = self._start()
         version = await self.runtime.version()
+        self.has_reached_runtime = True
         run.runtime = f"{version.runtime_name} {version.runtime_version}"
         run.stored = index_names(await self.runtime.list_images())
         await self._pull_missing(run)

@@ -227,6 +227,7 @@ class MediaWatcher:
                 uuid=event.uuid,
                 udev_action=event.action,
                 seqnum=event.seqnum,
+                udev_rule=event.is_rule_marked,
             )
             self._queue.put_nowait(event)
 

@@ -3,7 +3,8 @@
 Only what ``RuntimeReloader`` uses: ``Subscribe`` and ``ReloadUnit`` (which
 returns a job path and later emits ``JobRemoved(id, job, unit, result)``).
 It exists so the D-Bus job-waiting logic can be tested fast on a private bus;
-the same reload runs against a real systemd (in nspawn) in a later test.
+tests/service/systemd_jobs_contract.py holds the assertions, which
+tests/e2e/test_systemd_jobs.py runs against the real systemd of a booted node.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ JobRemovedBody = Annotated[tuple[int, str, str, str], DBusSignature("uoss")]
 class FakeBehaviour:
     """How the fake answers ``ReloadUnit``."""
 
-    units: frozenset[str] = frozenset({"crio.service"})
-    """Units that exist; others get ``NoSuchUnit``."""
-    result: str = "done"
-    """The job result ``JobRemoved`` reports ("done", "failed", "canceled", ...)."""
-    delay_s: float | None = 0.05
-    """When the job ends after the reply; None: never (a hung job)."""
+    units: dict[str, str | None] = field(default_factory=lambda: {"crio.service": "done"})
+    """Units that exist, each with the result its reload job's ``JobRemoved`` reports ("done",
+    "failed", "invalid", ...); None: the job never ends. Other units get ``NoSuchUnit``."""
+    delay_s: float = 0.05
+    """When a job ends after the reply."""
     emit_before_reply: bool = False
     """End the job before replying, the race a late subscription would lose."""
     decoy_first: bool = True
@@ -59,21 +59,24 @@ class FakeSystemdManager(ServiceInterface):
     def ReloadUnit(self, name: DBusStr, mode: DBusStr) -> DBusObjectPath:
         self.behaviour.calls.append(f"ReloadUnit {name} {mode}")
         if name not in self.behaviour.units:
-            raise DBusError("org.freedesktop.systemd1.NoSuchUnit", f"Unit {name} not loaded.")
+            raise DBusError("org.freedesktop.systemd1.NoSuchUnit", f"Unit {name} not found.")
+        result = self.behaviour.units[name]
         self._next_job += 1
         job_id, job = self._next_job, f"{OBJECT_PATH}/job/{self._next_job}"
+        if result is None:
+            return job  # a job that never ends
         if self.behaviour.emit_before_reply:
-            self._finish(job_id, job, name)
-        elif self.behaviour.delay_s is not None:
+            self._finish(job_id, job, name, result)
+        else:
             loop = asyncio.get_running_loop()
-            loop.call_later(self.behaviour.delay_s, self._finish, job_id, job, name)
+            loop.call_later(self.behaviour.delay_s, self._finish, job_id, job, name, result)
         return job
 
-    def _finish(self, job_id: int, job: str, unit: str) -> None:
+    def _finish(self, job_id: int, job: str, unit: str, result: str) -> None:
         if self.behaviour.decoy_first:
-            decoy = "failed" if self.behaviour.result == "done" else "done"
+            decoy = "failed" if result == "done" else "done"
             self.JobRemoved(job_id + 1000, f"{OBJECT_PATH}/job/{job_id + 1000}", unit, decoy)
-        self.JobRemoved(job_id, job, unit, self.behaviour.result)
+        self.JobRemoved(job_id, job, unit, result)
 
     @dbus_signal()
     def JobRemoved(self, job_id: int, job: str, unit: str, result: str) -> JobRemovedBody:

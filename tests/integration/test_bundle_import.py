@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,72 +16,10 @@ import pytest
 
 from nodeagent import minisign
 from nodeagent.adapters.cri import CriClient
-from tests.testenv.agent import Agent, pinned_image_set_yaml, set_state
+from tests.testenv.agent import Agent, set_state
+from tests.testenv.bundles import Factory, build_factory, ext4_media
 from tests.testenv.crio import Crio
-from tests.testenv.images import make_image_set, push
-from tests.testenv.registry import Registry
 from tests.testenv.udev import LoopMedia, Udevd, settle
-
-LABEL = "NODEAGENT1"
-
-
-@dataclass(frozen=True)
-class Factory:
-    """A bundle made from a registry that no longer runs, and the key that signed it."""
-
-    bundle: Path
-    public_key: str
-    refs: list[str]
-    set_name: str
-
-
-def make_bundle(
-    workdir: Path, registry: Registry, refs: list[str], public: str, secret: str
-) -> Path:
-    key = workdir / "factory.key"
-    key.write_text(secret)
-    (workdir / "factory.pub").write_text(public)
-    spec = workdir / "line-3.yaml"
-    spec.write_text(pinned_image_set_yaml("line-3", refs))
-    out = workdir / "bundle"
-    cmd = [
-        sys.executable,
-        "-m",
-        "nodeagent",
-        "--config",
-        str(workdir / "none.toml"),
-        "bundle",
-        "create",
-        "--image",
-        *refs,
-        "--pinned-image-set",
-        str(spec),
-        "--key",
-        str(key),
-        "--output",
-        str(out),
-        "--insecure-registry",
-        registry.host,
-        "--id",
-        "line-3-test",
-    ]
-    made = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert made.returncode == 0, made.stderr
-    return out
-
-
-def build_factory(workdir: Path, *, count: int, layer_bytes: int, seed: int) -> Factory:
-    """Images pushed to a registry that is stopped once the signed bundle of them is made."""
-    public, secret = minisign.generate_keypair(comment=f"factory {seed}")
-    with Registry(workdir / "registry") as registry:
-        images = make_image_set(
-            count, layer_size_bytes=layer_bytes, shared_base_size_bytes=2 << 20, seed=seed
-        )
-        refs = [
-            push(registry.url, i.repository, i.build()).reference(registry.host) for i in images
-        ]
-        bundle = make_bundle(workdir, registry, refs, public, secret)
-    return Factory(bundle, public, refs, "line-3")
 
 
 @pytest.fixture(scope="module")
@@ -95,21 +31,6 @@ def factory(tmp_path_factory: pytest.TempPathFactory) -> Factory:
 def udevd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Udevd]:
     with Udevd(tmp_path_factory.mktemp("udevd")) as daemon:
         yield daemon
-
-
-def ext4_media(tmp_path: Path, bundle: Path, label: str = LABEL) -> LoopMedia:
-    image = tmp_path / "stick.img"
-    size_bytes = sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
-    with image.open("wb") as sparse:
-        sparse.truncate(max(64 << 20, size_bytes * 2))
-    made = subprocess.run(
-        ["mkfs.ext4", "-q", "-F", "-L", label, "-d", str(bundle), str(image)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr
-    return LoopMedia(image)
 
 
 @pytest.fixture

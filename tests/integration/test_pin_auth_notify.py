@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.conftest import Pushed
 from tests.testenv.agent import Agent, set_state, set_status
 from tests.testenv.crio import Crio
+from tests.testenv.images import LayerSpec, TestImage, push
 from tests.testenv.registry import Registry
 from tests.testenv.waiting import wait_for
 
@@ -47,7 +48,7 @@ async def test_private_registry_credentials_from_auth_file(
 
 
 async def test_sd_notify_ready_status_and_clean_stop(
-    crio: Crio, pushed: Pushed, tmp_path: Path
+    crio: Crio, registry: Registry, pushed: Pushed, tmp_path: Path
 ) -> None:
     sock_path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -65,12 +66,19 @@ async def test_sd_notify_ready_status_and_clean_stop(
 
     agent = Agent(tmp_path / "agent", crio)
     agent.write_config()
-    agent.write_set("notify", [pushed.ref(pushed.base_a)])
+    # An image of its own: the session's runtime has never stored it, so it is pulled.
+    image = TestImage("nodeagent-test/notify", [LayerSpec(64 * 1024, seed=8101)]).build()
+    agent.write_set("notify", [push(registry.url, image.repository, image).reference(pushed.host)])
     agent.extra_env = {"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "2000000"}
     agent.start()
     try:
         wait_for(lambda: received("READY=1"), timeout_s=60, what="READY=1")
         wait_for(lambda: received("STATUS=pinned 1/1 images"), timeout_s=60, what="STATUS line")
+        # While the sync pulled, the line said so (then the pins, written last, followed).
+        progress = [m for m in messages if "pulling 1" in m]
+        assert progress, messages
+        assert set(progress) == {"STATUS=pinned 0/1 images, pulling 1"}, messages
+        assert messages.index(progress[0]) < messages.index("STATUS=pinned 1/1 images")
         wait_for(lambda: received("WATCHDOG=1"), timeout_s=10, what="watchdog ping")
         code = agent.stop()
         assert code == 0

@@ -75,6 +75,12 @@ def udevd_answers(timeout_s: int = 1) -> bool:
     return result.returncode == 0
 
 
+def free_loop_device() -> str:
+    """``losetup --find``: the first unused loop device (created if needed), not attached yet."""
+    result = subprocess.run(["losetup", "--find"], capture_output=True, text=True, check=True)
+    return result.stdout.strip()
+
+
 def settle(timeout_s: int = SETTLE_TIMEOUT_S) -> None:
     """Wait until udevd has processed every event queued so far."""
     subprocess.run(["udevadm", "settle", f"--timeout={timeout_s}"], check=True)
@@ -152,6 +158,17 @@ class Udevd:
 
     def log_tail(self) -> str:
         return log_tail(self.log_path) if self.is_owned else "(udevd not started by the tests)"
+
+    def add_rules(self, rules: Path) -> Path:
+        """Copy a rules file into ``/run/udev/rules.d`` (on this daemon's tmpfs: gone with it)
+        and make the daemon re-read its rules. Only a daemon the tests started takes rules."""
+        if not self.is_owned:
+            raise UdevdStartError("the running udevd was not started by the tests: no rules added")
+        target = RUN_UDEV / "rules.d" / rules.name
+        target.parent.mkdir(exist_ok=True)
+        shutil.copyfile(rules, target)
+        subprocess.run(["udevadm", "control", "--reload"], check=True)
+        return target
 
     def __enter__(self) -> Self:
         self.start()
@@ -246,15 +263,16 @@ class LoopMedia:
         make_image(image, fs_type, label=label, files=files or {}, size_mib=size)
         return cls(image)
 
-    def attach(self) -> str:
-        """``losetup --find --show``: the device node the image is now on."""
+    def attach(self, devnode: str | None = None) -> str:
+        """``losetup --find --show`` (or onto ``devnode``): the device node the image is now on."""
+        where = [devnode] if devnode is not None else ["--find", "--show"]
         result = subprocess.run(
-            ["losetup", "--find", "--show", str(self.image)],
+            ["losetup", *where, str(self.image)],
             capture_output=True,
             text=True,
             check=True,
         )
-        self.devnode = result.stdout.strip()
+        self.devnode = devnode or result.stdout.strip()
         return self.devnode
 
     def detach(self) -> None:

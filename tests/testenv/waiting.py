@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -45,3 +46,21 @@ def log_tail(path: Path, *, max_bytes: int = 6000) -> str:
     except FileNotFoundError:
         return f"(no log at {path})"
     return f"--- last lines of {path} ---\n" + data[-max_bytes:].decode(errors="replace")
+
+
+async def wait_for_async(
+    condition: Callable[[], Awaitable[T | None]],
+    *,
+    timeout_s: float,
+    interval_s: float = 0.1,
+    what: str,
+) -> T:
+    """``wait_for`` for a coroutine condition (a CRI call, say), without blocking the loop."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        await asyncio.sleep(interval_s)

@@ -63,3 +63,14 @@ def test_events_go_to_the_journal_when_it_takes_them_else_to_the_stream() -> Non
     finally:
         structlog.reset_defaults()
     assert refused.getvalue() == "<6>set_pinned: set=apps\n"
+
+
+def test_journal_message_leaves_the_level_to_priority() -> None:
+    sent: list[bytes] = []
+    logs.configure("info", io.StringIO(), journal=lambda payload: sent.append(payload) or True)
+    try:
+        structlog.get_logger("t").warning("sync_postponed", reason="RuntimeUnreachable")
+    finally:
+        structlog.reset_defaults()
+    assert b"MESSAGE=sync_postponed: reason=RuntimeUnreachable\n" in sent[0]
+    assert b"PRIORITY=4\n" in sent[0]

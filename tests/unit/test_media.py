@@ -313,3 +313,15 @@ def arrival(label: str, uuid: str = "", devnode: str = "/dev/sdb1") -> MediaEven
 def test_mount_dir_name(event: MediaEvent, name: str) -> None:
     assert mount_dir_name(event) == name
     assert "/" not in name and not name.startswith(".")
+
+
+@pytest.mark.parametrize(
+    ("extra", "is_marked"),
+    [({"NODEAGENT_MEDIA": "1"}, True), ({}, False), ({"NODEAGENT_MEDIA": "0"}, False)],
+)
+def test_arrival_says_whether_the_packages_udev_rule_marked_it(
+    extra: dict[str, str], is_marked: bool
+) -> None:
+    media = classify(props(**fs(**extra)), label_pattern=PATTERN)
+    assert media is not None
+    assert media.is_rule_marked is is_marked

@@ -376,6 +376,17 @@ async def test_owed_reload_happens_once_even_when_the_bytes_are_unchanged() -> N
     assert (third.reload_path, rig.reloader.calls) == (None, 2)
 
 
+async def test_owed_reload_is_kept_for_the_first_write_that_may_reload() -> None:
+    """At start (before READY=1) the daemon writes without reloading; the first sync reloads."""
+    rig = Rig()
+    rig.runtime.store(A)
+    rig.service.owe_reload()
+    await rig.service.write([A], is_runtime_running=False)
+    assert rig.reloader.calls == 0
+    first = await rig.service.apply([A])
+    assert (first.is_changed, first.reload_path is not None, rig.reloader.calls) == (False, True, 1)
+
+
 async def test_reload_when_the_wanted_pins_change() -> None:
     rig = Rig()
     rig.runtime.store(A)

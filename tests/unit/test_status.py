@@ -16,6 +16,7 @@ from nodeagent.status import (
     SetState,
     SetStatus,
     conditions_for,
+    progress_line,
     status_line,
     truncate_error,
 )
@@ -298,3 +299,40 @@ def test_status_line(
         sets=tuple(sets), conditions=conditions_for(sets, 0, runtime_error), pulling=pulling
     )
     assert status_line(status) == line
+
+
+@pytest.mark.parametrize(
+    ("counts", "line"),
+    [
+        ((0, 190, 4, 0), "pinned 0/190 images, pulling 4"),
+        ((183, 190, 4, 1), "pinned 183/190 images, pulling 4, 1 failed"),
+        ((2, 2, 0, 0), "pinned 2/2 images"),
+    ],
+)
+def test_progress_line(counts: tuple[int, int, int, int], line: str) -> None:
+    assert progress_line(*counts) == line
+
+
+def test_progress_line_counts_live_pulls_and_failures_on_the_interim_status() -> None:
+    from nodeagent.daemon import Progress
+
+    sent: list[str | None] = []
+    progress = Progress()
+    progress.on_change = lambda: sent.append(progress.line())
+    progress.on_event("pull_started", "a", {})
+    assert sent == [None]  # no status yet: nothing to count against
+    progress.start_sync()
+    progress.last = NodeStatus(
+        sets=(set_status("s", "Progressing", total=3, present=0, pinned=0),), conditions=()
+    )
+    progress.on_event("pull_started", "a", {})
+    progress.on_event("pull_started", "b", {})
+    progress.on_event("image_pulled", "a", {})
+    progress.on_event("pull_failed", "b", {"reason": "ImageNotFound"})
+    assert sent[1:] == [
+        "pinned 0/3 images, pulling 1",
+        "pinned 0/3 images, pulling 2",
+        "pinned 0/3 images, pulling 1",
+        "pinned 0/3 images, 1 failed",
+    ]
+    assert progress.snapshot().pulled == frozenset({"a"})
