@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import math
 import tomllib
 import typing
@@ -303,6 +302,8 @@ def _convert(dotted: str, value: object, schema: Mapping[str, _Converter], file:
 
 
 def _unknown_key_message(dotted: str, known: list[str], file: Path) -> str:
+    import difflib  # noqa: PLC0415  only a broken config needs it
+
     close = difflib.get_close_matches(dotted, known, n=1)
     hint = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
     return f"unknown key {dotted} in {file}; {hint}"

@@ -133,9 +133,11 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     )
     wiring = Wiring(config, cri, reconciler, dropins, state, notifier or Notifier(), progress)
     wiring.board.on_change = lambda: save_status(wiring)
-    importer = build_importer(config, cri, reloader, on_report=wiring.board.update)
-    wiring.media = MediaImports(config, importer, on_imported=wiring.kick.set)
-    importer.ports.is_present_on_media = wiring.media.is_present
+    wiring.media = MediaImports(
+        config,
+        lambda: build_importer(config, cri, reloader, on_report=wiring.board.update),
+        on_imported=wiring.kick.set,
+    )
     return wiring
 
 
