@@ -26,6 +26,11 @@ from nodeagent.sync import DiskPolicy
 
 log = structlog.get_logger("nodeagent.bundles")
 
+BUNDLE_PULLS_AT_ONCE = 4
+"""At most this many of ``pull.concurrency``: a bundle is served on loopback, so its pulls
+wait on CPU and disk, never on a network; more in flight only add I/O-wait stalls
+(docs/performance.md, bundle import)."""
+
 
 class ServedBundle:
     """``importer.BundleServerPort`` over the loopback ``BundleServer``."""
@@ -69,7 +74,7 @@ def build_importer(
 ) -> Importer:
     pull = config.pull
     policy = PullPolicy(
-        concurrency=pull.concurrency,
+        concurrency=min(pull.concurrency, BUNDLE_PULLS_AT_ONCE),
         attempts=pull.attempts,
         backoff_initial_s=pull.backoff_initial_s,
         backoff_max_s=pull.backoff_max_s,

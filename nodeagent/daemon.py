@@ -102,6 +102,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         backoff_initial_s=pull.backoff_initial_s,
         backoff_max_s=pull.backoff_max_s,
         stall_timeout_s=pull.stall_timeout_s,
+        shared_layer_min_bytes=pull.shared_layer_min_bytes,
     )
     puller = PrePuller(
         cri,
