@@ -20,6 +20,7 @@ PACKAGES: dict[str, str] = {
     "apache2-utils": "/usr/bin/htpasswd",  # bcrypt htpasswd files for registry basic auth
     "openssl": "/usr/bin/openssl",  # self-signed certificates: registry TLS, token signing
     "dbus": "/usr/bin/dbus-daemon",  # a private bus for the systemd adapter's tests
+    "iproute2": "/usr/sbin/ip",  # network namespaces and TUN links with latency (link.py)
 }
 
 
