@@ -486,6 +486,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--agent-python", help="interpreter for the daemon (default: a runtime venv)")
     p.add_argument("--workdir", type=Path, help="parent of the temp dir (default: $TMPDIR)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--json-out", type=Path, help="also write the JSON report to this file")
     opts = p.parse_args(argv)
     if opts.quick:
         opts.images = 10
@@ -631,14 +632,14 @@ def main(argv: list[str] | None = None) -> int:
         report = bench(base, opts)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    if opts.json:
-        runs = {
-            p: {s: [asdict(r) for r in rs] for s, rs in by_strategy.items()}
-            for p, by_strategy in report["runs"].items()
-        }
-        print(json.dumps(dict(report, runs=runs), indent=2))
-    else:
-        print(render_table(report))
+    runs = {
+        p: {s: [asdict(r) for r in rs] for s, rs in by_strategy.items()}
+        for p, by_strategy in report["runs"].items()
+    }
+    text = json.dumps(dict(report, runs=runs), indent=2)
+    if opts.json_out is not None:
+        opts.json_out.write_text(text + "\n")
+    print(text if opts.json else render_table(report))
     return 0
 
 
