@@ -101,7 +101,7 @@ class PullSettings:
     """Registry credentials (docker config JSON). Default: the kubelet's pull secret, so
     nodeagent pulls exactly what the node's pods can."""
     concurrency: int = 6
-    """Pulls in flight at once, at least 1. Default 6: a pull through CRI-O waits on about 25
+    """Pulls in flight at once, at least 1. Default 6: a pull through CRI-O waits about 23
     round trips to the registry, so over a 50 ms link throughput grows with the pulls in
     flight (4: 22 s, 6: 17 s, 8: 16 s for 50 images), while on a fast link, where CRI-O's
     CPU is the limit, 8 were 6 % slower than 4 (docs/performance.md). MCD uses 5 workers.
