@@ -2,62 +2,36 @@
 
 Kept apart from ``daemon.py`` (which runs the pin/pre-load loop) so each stays short; both are
 part of the composition root: they build adapters and hand them to domain services.
+
+The daemon imports this module at start, so it stays light: the importer and its
+adapters (``bundles_build``) load when the first medium arrives, the udev watcher when
+the media loop starts (``bundles.watch_media``), the mount code with the first mount.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
-from nodeagent.adapters.bundle_import import SpecDirs, check_for_import
-from nodeagent.adapters.bundle_server import BundleServer
-from nodeagent.adapters.cri import CriClient
-from nodeagent.adapters.files import JsonStateStore
-from nodeagent.adapters.host import StatvfsSpace
-from nodeagent.adapters.mirror_config import MirrorDropin
-from nodeagent.adapters.mount import Mount, mount_readonly
-from nodeagent.adapters.udev import MediaWatcher
-from nodeagent.bundle import BundleError, ExpectedFile
 from nodeagent.config import Config
-from nodeagent.importer import BundleMediaRemoved, BundleReport, Importer, ImporterPorts
 from nodeagent.media import MediaEvent, MediaKind, mount_dir_name
-from nodeagent.pins import Reloader
-from nodeagent.prepull import PrePuller, PullPolicy
-from nodeagent.sync import DiskPolicy
+
+if TYPE_CHECKING:
+    from nodeagent.adapters.cri import CriClient
+    from nodeagent.adapters.mount import Mount
+    from nodeagent.importer import BundleReport, Importer
+    from nodeagent.pins import Reloader
 
 log = structlog.get_logger(__name__)
 
 MAX_REPORTS = 10
 """Bundles kept in the status (the most recent)."""
-
-
-class ServedBundle:
-    """``importer.BundleServerPort`` over the loopback ``BundleServer``."""
-
-    def __init__(self, root: Path, blobs: Mapping[str, ExpectedFile]) -> None:
-        self._server = BundleServer(root, blobs)
-
-    @property
-    def mirror_host(self) -> str:
-        return self._server.mirror_host
-
-    @property
-    def rejections(self) -> tuple[BundleError, ...]:
-        return self._server.rejections
-
-    def bytes_served(self) -> int:
-        return self._server.counters.bytes_served
-
-    async def start(self) -> None:
-        await self._server.start()
-
-    async def close(self) -> None:
-        await self._server.close()
 
 
 @dataclass
@@ -84,14 +58,6 @@ class BundleBoard:
         return [report.to_json() for report in self.reports.values()]
 
 
-def _log_pull(event: str, ref: str, fields: dict[str, object]) -> None:
-    """Each image's outcome in the journal, as the pre-puller's events say it."""
-    if event == "image_pulled":
-        log.info(event, image=ref, source="bundle", **fields)
-    elif event in ("pull_failed", "pull_retrying"):
-        log.warning(event, image=ref, source="bundle", **fields)
-
-
 def build_importer(
     config: Config,
     cri: CriClient,
@@ -100,33 +66,12 @@ def build_importer(
     on_report: Callable[[BundleReport], None],
     is_present: Callable[[Path], bool] = lambda root: root.exists(),
 ) -> Importer:
-    pull = config.pull
-    policy = PullPolicy(
-        concurrency=pull.concurrency,
-        attempts=pull.attempts,
-        backoff_initial_s=pull.backoff_initial_s,
-        backoff_max_s=pull.backoff_max_s,
-        stall_timeout_s=pull.stall_timeout_s,
+    """The importer with its adapters; their modules load on the first call."""
+    from nodeagent import bundles_build  # noqa: PLC0415  (see the module docstring)
+
+    return bundles_build.build_importer(
+        config, cri, reloader, on_report=on_report, is_present=is_present
     )
-    transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
-    ports = ImporterPorts(
-        verify=lambda root: check_for_import(root, config.bundles.trusted_keys_dir),
-        runtime=cri,
-        make_server=ServedBundle,
-        mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),
-        reloader=reloader,
-        # The mirror is anonymous: no registry credentials go to it.
-        make_puller=lambda: PrePuller(cri, lambda _ref: None, policy, on_event=_log_pull),
-        space=StatvfsSpace(),
-        specs=SpecDirs(config.specs_persistent_dir, transient or config.specs_persistent_dir),
-        store=JsonStateStore(config.state.dir),
-        is_present_on_media=is_present,
-        on_report=on_report,
-    )
-    disk = DiskPolicy(
-        config.disk.expansion_factor, config.disk.reserve_bytes, config.disk.reserve_percent
-    )
-    return Importer(ports, disk)
 
 
 @dataclass
@@ -134,12 +79,21 @@ class MediaImports:
     """Imports media as udev reports them: one at a time; a removal cancels its import."""
 
     config: Config
-    importer: Importer
+    make_importer: Callable[[], Importer]
+    """Builds the importer when the first medium arrives (``build_importer``)."""
     on_imported: Callable[[], None]
     present: set[str] = field(default_factory=set)
     roots: dict[Path, str] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _importer: Importer | None = None
+
+    @property
+    def importer(self) -> Importer:
+        if self._importer is None:
+            self._importer = self.make_importer()
+            self._importer.ports.is_present_on_media = self.is_present
+        return self._importer
 
     def is_present(self, root: Path) -> bool:
         return self.roots.get(root) in self.present
@@ -164,6 +118,8 @@ class MediaImports:
             log.info(
                 "bundle_media_detected", device=event.devnode, label=event.label, fs=event.fs_type
             )
+            from nodeagent.adapters.mount import mount_readonly  # noqa: PLC0415
+
             mount: Mount = await asyncio.to_thread(
                 mount_readonly, event.devnode, event.fs_type, target
             )
@@ -181,6 +137,8 @@ class MediaImports:
                 self.on_imported()
 
     def _interrupted(self, event: MediaEvent) -> None:
+        from nodeagent.importer import BundleMediaRemoved, BundleReport  # noqa: PLC0415
+
         gone = BundleMediaRemoved(
             f"{event.devnode} ({event.label}) was removed during the import; the images already "
             "in the runtime stay; plug it in again to finish"
@@ -196,6 +154,8 @@ class MediaImports:
 
 async def media_loop(imports: MediaImports) -> None:
     """Watch udev for bundle media (also those present at start) and import them."""
+    from nodeagent.adapters.udev import MediaWatcher  # noqa: PLC0415  (pyudev: only when watching)
+
     async with MediaWatcher(imports.config.bundles.label_pattern) as watcher:
         for event in watcher.existing():
             imports.on_event(event)

@@ -10,26 +10,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import json
 import os
-import platform as host_platform
 import re
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-from nodeagent import minisign
-from nodeagent.adapters import bundle_media, bundle_writer
-from nodeagent.adapters.registry import RegistryClient
 from nodeagent.authfile import AuthStore, parse_auth_file
 from nodeagent.config import Config
 from nodeagent.errors import AuthFileInvalid, KeyMalformed, SecretKeyLocked, SpecInvalid
 from nodeagent.registries import Platform, node_platform
 from nodeagent.specs import PinnedImageSet, parse_spec_text
 from nodeagent.units import format_bytes
+
+if TYPE_CHECKING:
+    # Imported by the commands that use them: `nodeagent run` parses these arguments too.
+    from nodeagent import minisign
+    from nodeagent.adapters import bundle_media
 
 _ARCH = re.compile(r"(?:linux/)?([a-z0-9_]+)(?:/(v[0-9]+))?")
 _PROGRESS_INTERVAL_S = 0.2
@@ -60,7 +60,7 @@ def add_parser(sub: Subparsers) -> Subparsers:
     create.add_argument("--output", type=Path, required=True, help="empty directory or medium")
     create.add_argument("--id", dest="bundle_id", help="bundle id (default: from the content)")
     create.add_argument(
-        "--arch", type=parse_platform, default=node_platform(host_platform.machine()),
+        "--arch", type=parse_platform, default=node_platform(os.uname().machine),
         help="platform of the images: amd64, arm64, arm/v7... (default: this machine's)",
     )  # fmt: skip
     create.add_argument("--auth-file", type=Path, help="docker config JSON with credentials")
@@ -115,6 +115,8 @@ def load_set_files(paths: Sequence[Path], *, is_persistent: bool) -> list[Pinned
 
 def read_secret_key(path: Path, password_file: Path | None) -> minisign.SecretKey:
     """The signing key; its password from ``password_file``, else asked on the terminal."""
+    from nodeagent import minisign  # noqa: PLC0415  (see the imports)
+
     text = _read_text(path, "secret key")
     password = None
     if password_file is not None:
@@ -125,6 +127,8 @@ def read_secret_key(path: Path, password_file: Path | None) -> minisign.SecretKe
     except SecretKeyLocked:
         if password is not None or not sys.stdin.isatty():
             raise
+    import getpass  # noqa: PLC0415  only for a locked key on a terminal
+
     return minisign.parse_secret_key(text, password=getpass.getpass(f"password for {path}: "))
 
 
@@ -194,6 +198,9 @@ def _out(line: str = "") -> None:
 
 # ---------------------------------------------------------------- create
 def cmd_create(_config: Config, args: argparse.Namespace) -> int:
+    from nodeagent.adapters import bundle_writer  # noqa: PLC0415  (see the imports)
+    from nodeagent.adapters.registry import RegistryClient  # noqa: PLC0415
+
     secret_key = read_secret_key(args.key, args.password_file)
     sets = load_set_files(args.pinned_image_set, is_persistent=not args.transient)
     refs = bundle_writer.resolve_refs(args.image, sets)
@@ -221,6 +228,8 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- verify
 def cmd_verify(config: Config, args: argparse.Namespace) -> int:
+    from nodeagent.adapters import bundle_media  # noqa: PLC0415  (see the imports)
+
     keys_dir = args.trusted_keys or config.bundles.trusted_keys_dir
     progress = TerminalProgress() if sys.stderr.isatty() else None
     try:

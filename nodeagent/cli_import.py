@@ -11,13 +11,16 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodeagent import daemon, logs
 from nodeagent.bundles import build_importer
 from nodeagent.cli_bundle import BUNDLE_COMMANDS, Subparsers
 from nodeagent.config import Config
-from nodeagent.importer import BundleReport
 from nodeagent.status import status_line
+
+if TYPE_CHECKING:
+    from nodeagent.importer import BundleReport
 
 EXIT_REFUSED = 65
 EXIT_INTERRUPTED = 75

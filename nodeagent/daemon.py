@@ -139,6 +139,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         backoff_initial_s=pull.backoff_initial_s,
         backoff_max_s=pull.backoff_max_s,
         stall_timeout_s=pull.stall_timeout_s,
+        shared_layer_min_bytes=pull.shared_layer_min_bytes,
     )
     puller = PrePuller(
         cri,
@@ -172,9 +173,11 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     reconciler.on_progress = lambda status: publish(wiring, status, is_final=False)
     progress.on_change = lambda: progress_changed(wiring)
     wiring.board.on_change = lambda: save_status(wiring)
-    importer = build_importer(config, cri, reloader, on_report=wiring.board.update)
-    wiring.media = MediaImports(config, importer, on_imported=wiring.kick.set)
-    importer.ports.is_present_on_media = wiring.media.is_present
+    wiring.media = MediaImports(
+        config,
+        lambda: build_importer(config, cri, reloader, on_report=wiring.board.update),
+        on_imported=wiring.kick.set,
+    )
     return wiring
 
 

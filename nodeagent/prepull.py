@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,7 +35,7 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class PullPolicy:
-    concurrency: int = 4
+    concurrency: int = 6
     attempts: int = 5
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 60.0
@@ -44,6 +44,9 @@ class PullPolicy:
     """How long to wait for an unreachable runtime (restarting) before giving up this sync."""
     jitter: float = 0.5
     """Fraction of each backoff delay that is randomized, so retries of many nodes spread out."""
+    shared_layer_min_bytes: int = 16 * 1024**2
+    """Images sharing a missing layer at least this big wait for the first of them (see
+    ``shared_layer_leaders``), so that the layer crosses the network once."""
     pull_deadline_s: float = 24 * 3600.0
     """gRPC deadline of one PullImage: only a backstop. Slowness is judged by the stall
     detector; the CRI client's short call deadline must never cut a healthy pull."""
@@ -53,6 +56,31 @@ def backoff_delay_s(attempt: int, policy: PullPolicy, rand: float) -> float:
     """Delay after failed attempt number ``attempt`` (1-based); ``rand`` in [0, 1)."""
     base = min(policy.backoff_initial_s * 2.0 ** (attempt - 1), policy.backoff_max_s)
     return base * (1 - policy.jitter) + base * policy.jitter * rand
+
+
+def shared_layer_leaders(
+    refs: Sequence[str],
+    layers: Mapping[str, Sequence[tuple[str, int]]],
+    stored: Collection[str],
+    min_bytes: int = 0,
+) -> dict[str, frozenset[str]]:
+    """Which earlier pulls each image waits for, so that a large shared layer is fetched once.
+
+    ``layers`` gives each image's (layer digest, compressed size); images without an
+    entry wait for nothing. The first image in ``refs`` that needs a layer of at least
+    ``min_bytes`` not in ``stored`` is that layer's leader; a later image needing it waits
+    until the leader's pull has ended, then finds the layer in the runtime's store instead
+    of downloading it again. Without this, every pull in flight fetches the common base
+    layer at the same time (the runtime does not share downloads between pulls).
+    """
+    leader_of: dict[str, str] = {}
+    waits: dict[str, frozenset[str]] = {}
+    for ref in refs:
+        big = [d for d, size in layers.get(ref, ()) if size >= min_bytes and d not in stored]
+        waits[ref] = frozenset(leader_of[d] for d in big if d in leader_of) - {ref}
+        for digest in big:
+            leader_of.setdefault(digest, ref)
+    return waits
 
 
 def is_retryable(error: NodeAgentError) -> bool:
@@ -128,24 +156,49 @@ class PrePuller:
         self._rand = rand
         self._run_blocking = run_blocking
 
-    async def pull_all(self, refs: Sequence[str]) -> dict[str, PullResult]:
-        """One result per distinct reference, in the order given."""
+    async def pull_all(
+        self, refs: Sequence[str], waits_for: Mapping[str, Collection[str]] | None = None
+    ) -> dict[str, PullResult]:
+        """One result per distinct reference, in the order given.
+
+        ``waits_for`` (``shared_layer_leaders``): an image starts only once the pulls it
+        names have ended, whatever their outcome; it must name earlier images only.
+        """
         refs = list(dict.fromkeys(refs))
         run = _Run(last_progress_s=self._now())
         slots = asyncio.Semaphore(self.policy.concurrency)
+        ended = {ref: asyncio.Event() for ref in refs}
         results: dict[str, PullResult] = {}
         async with asyncio.TaskGroup() as group:
             watchdog = group.create_task(self._watch_stalls(run))
-            pulls = [group.create_task(self._pull_one(ref, run, slots)) for ref in refs]
+            pulls = [
+                group.create_task(
+                    self._pull_one(ref, run, slots, ended, (waits_for or {}).get(ref, ()))
+                )
+                for ref in refs
+            ]
             for done in asyncio.as_completed(pulls):
                 result = await done
                 results[result.ref] = result
             watchdog.cancel()
         return {ref: results[ref] for ref in refs}
 
-    async def _pull_one(self, ref: str, run: _Run, slots: asyncio.Semaphore) -> PullResult:
-        async with slots:
-            return await self._attempts(ref, run)
+    async def _pull_one(
+        self,
+        ref: str,
+        run: _Run,
+        slots: asyncio.Semaphore,
+        ended: Mapping[str, asyncio.Event],
+        leaders: Collection[str],
+    ) -> PullResult:
+        try:
+            for leader in leaders:
+                if leader in ended:
+                    await ended[leader].wait()
+            async with slots:
+                return await self._attempts(ref, run)
+        finally:
+            ended[ref].set()
 
     async def _attempts(self, ref: str, run: _Run) -> PullResult:
         started_s = self._now()

@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:
+    import yaml
 
 from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import ImageRef, parse_image_ref
@@ -65,6 +66,8 @@ class SpecLoad:
 
 def parse_spec_text(text: str, *, source: str, is_persistent: bool) -> SpecLoad:
     """Parse one file's text; ``source`` (the file's path) is only used in messages and results."""
+    import yaml  # noqa: PLC0415  loaded by the first spec file read, not by every import of specs
+
     try:
         documents = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
@@ -130,6 +133,8 @@ def _file_problem(path: Path, message: str) -> SpecLoad:
 
 
 def _yaml_problem(source: str, exc: yaml.YAMLError) -> SpecProblem:
+    import yaml  # noqa: PLC0415  (see parse_spec_text)
+
     where = ""
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
         where = f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}"

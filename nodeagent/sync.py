@@ -30,7 +30,7 @@ from nodeagent.disk import (
 )
 from nodeagent.errors import NodeAgentError, PinsOverridden, RuntimeDoesNotPin
 from nodeagent.pins import PinCheck, PinService
-from nodeagent.prepull import PrePuller, PullResult
+from nodeagent.prepull import PrePuller, PullResult, shared_layer_leaders
 from nodeagent.runtime import ImageRuntime, RegistryCredentials, StoredImage
 from nodeagent.specs import PinnedImageSet, SpecLoad, set_fingerprint
 from nodeagent.status import (
@@ -44,6 +44,10 @@ from nodeagent.status import (
 from nodeagent.units import format_bytes
 
 log = structlog.get_logger(__name__)
+
+MANIFEST_FETCHES_AT_ONCE = 8
+"""Manifest requests in flight during disk admission. Each costs a round trip or two to
+the registry: one after another, 50 images 50 ms away took 5 s before the first pull."""
 
 
 class ManifestSource(Protocol):
@@ -96,6 +100,10 @@ class _Pass:
     """Per set, the images missing when the sync started."""
     to_pull: dict[str, int] = field(default_factory=dict)
     """Per set, compressed bytes still to download (from the manifests)."""
+    layers: dict[str, ImageLayers] = field(default_factory=dict)
+    """Manifests of the images to pull, from admission."""
+    stored_layers: set[str] = field(default_factory=set)
+    """Layer digests of images the runtime already has."""
 
     def is_present(self, ref: str) -> bool:
         return ref.lower() in self.stored
@@ -209,8 +217,13 @@ class Reconciler:
         todo = sorted({ref for name in admitted for ref in missing[name]})
         log.info("pulls_started", images=len(todo), sets=len(admitted))
         self.on_progress(self._interim(run))
-        results = await self.puller.pull_all(todo)
+        results = await self.puller.pull_all(todo, self._waits(run, todo))
         self._record_pulls(run, results.values())
+
+    def _waits(self, run: _Pass, todo: Sequence[str]) -> dict[str, frozenset[str]]:
+        layers = {ref: run.layers[ref].layers for ref in todo if ref in run.layers}
+        min_bytes = self.puller.policy.shared_layer_min_bytes
+        return shared_layer_leaders(todo, layers, run.stored_layers, min_bytes)
 
     def _record_pulls(self, run: _Pass, results: Iterable[PullResult]) -> None:
         for result in results:
@@ -234,6 +247,7 @@ class Reconciler:
         run.to_pull = {
             name: unique_missing_bytes(images, stored) for name, images in by_set.items()
         }
+        run.layers, run.stored_layers = layers, stored
         verdict = admit_sets(by_set, stored, space, reserve, self.disk.expansion_factor)
         self._record_admission(run, verdict, space, reserve, by_set, stored=stored)
         return list(verdict.admitted)
@@ -273,16 +287,23 @@ class Reconciler:
 
     async def _layers(self, refs: Iterable[str], run: _Pass | None) -> dict[str, ImageLayers]:
         """Manifest sizes per ref; failures are recorded against the image when ``run`` is given."""
-        found: dict[str, ImageLayers] = {}
-        for ref in sorted(refs):
-            try:
-                found[ref] = await self.manifests.image_layers(ref, self.credentials_for(ref))
-            except NodeAgentError as exc:
-                if run is not None:
-                    log.warning(
-                        "manifest_unavailable", image=ref, reason=exc.reason, error=exc.message
-                    )
-        return found
+        slots = asyncio.Semaphore(MANIFEST_FETCHES_AT_ONCE)
+
+        async def fetch(ref: str) -> ImageLayers | None:
+            async with slots:
+                try:
+                    return await self.manifests.image_layers(ref, self.credentials_for(ref))
+                except NodeAgentError as exc:
+                    if run is not None:
+                        log.warning(
+                            "manifest_unavailable", image=ref, reason=exc.reason, error=exc.message
+                        )
+                    return None
+
+        ordered = sorted(refs)
+        fetched = await asyncio.gather(*(fetch(ref) for ref in ordered))
+        pairs = zip(ordered, fetched, strict=True)
+        return {ref: found for ref, found in pairs if found is not None}
 
     # ---------------------------------------------------------------- pins
     def _wanted(self, run: _Pass) -> set[str]:

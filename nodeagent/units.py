@@ -10,7 +10,6 @@ Fractions are allowed and rounded down to whole bytes ("1.1KiB" is 1126).
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 
 __all__ = ["parse_size", "format_bytes"]
 
@@ -47,7 +46,10 @@ def parse_size(text: str) -> int:
             f"{text!r} has an unknown unit {match['suffix']!r}; use B, K/KB/KiB, M/MB/MiB, "
             "G/GB/GiB, T/TB/TiB, P/PB/PiB or E/EB/EiB"
         )
-    return int(Decimal(match["number"]) * multiplier)
+    whole, _, fraction = str(match["number"]).partition(".")
+    # Integer arithmetic, exact and rounded down, without loading the decimal module.
+    scale: int = 10 ** len(fraction)
+    return int(whole) * multiplier + int(fraction or "0") * multiplier // scale
 
 
 def format_bytes(size_bytes: int) -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import errno
 import os
 import struct
@@ -70,7 +69,8 @@ _READ_BYTES: Final = 64 * 1024
 
 
 def _libc() -> ctypes.CDLL:
-    lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # The process's own symbols include libc; ctypes.util would load shutil, tempfile, lzma...
+    lib = ctypes.CDLL(None, use_errno=True)
     lib.inotify_init1.argtypes = [ctypes.c_int]
     lib.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     lib.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]

@@ -45,7 +45,7 @@ import asyncio
 import hashlib
 import http.client
 import json
-import platform as host_platform
+import os
 import ssl
 import threading
 import time
@@ -173,7 +173,7 @@ def _exchange(
     url: str,
     headers: Mapping[str, str],
     timeout_s: float,
-    context: ssl.SSLContext,
+    context: ssl.SSLContext | None,
     sink: _Sink | None = None,
 ) -> _Response:
     """GET ``url`` on a fresh connection (blocking: runs in a worker thread).
@@ -318,9 +318,11 @@ class RegistryClient:
         self.insecure = frozenset(insecure)
         self.timeout_s = timeout_s
         self.cache = cache if cache is not None else ManifestCache()
-        self.platform = platform or node_platform(host_platform.machine())
+        self.platform = platform or node_platform(os.uname().machine)
         self._clock = clock
-        self._ssl = ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+        self._ca_file = ca_file
+        self._ssl: ssl.SSLContext | None = None
+        """Made for the first HTTPS request: loading the CAs costs 1-2 MiB that HTTP never needs."""
         self._tokens: dict[tuple[str, str], _Token] = {}
         self._basic_hosts: set[str] = set()
 
@@ -507,11 +509,18 @@ class RegistryClient:
         # Renew a little early so that a token never expires between check and use.
         return _Token(value, self._clock() + lifetime_s * 0.9)
 
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            cafile = None if self._ca_file is None else str(self._ca_file)
+            self._ssl = ssl.create_default_context(cafile=cafile)
+        return self._ssl
+
     async def _get(
         self, target: _Target, url: str, headers: Mapping[str, str], sink: _Sink | None = None
     ) -> _Response:
         try:
-            return await asyncio.to_thread(_exchange, url, headers, self.timeout_s, self._ssl, sink)
+            context = self._tls_context() if url.startswith("https:") else None
+            return await asyncio.to_thread(_exchange, url, headers, self.timeout_s, context, sink)
         except (OSError, http.client.HTTPException) as err:
             where = urllib.parse.urlsplit(url).netloc
             reason = str(err) or type(err).__name__

@@ -1,49 +1,31 @@
 """systemd: readiness and watchdog notifications (sd_notify), and reloading the runtime.
 
 ``Notifier`` speaks the sd_notify datagram protocol with the standard library
-only. ``RuntimeReloader`` asks systemd over the system bus (dbus-fast) to
-reload the runtime's unit and waits for that job's outcome; without systemd on
-the bus it sends SIGHUP to the PID in a pid file instead.
+only. ``RuntimeReloader`` asks systemd over the system bus (dbus-fast, in
+``systemd_bus``, loaded by the first reload) to reload the runtime's unit and
+waits for that job's outcome; without systemd on the bus it sends SIGHUP to the
+PID in a pid file instead.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Final, Literal
+from typing import Literal
 
 import structlog
-from dbus_fast import BusType, DBusFastError, InvalidAddressError, Message, MessageType
-from dbus_fast.aio import MessageBus
 
-from nodeagent.errors import ConfigInvalid, RuntimeReloadFailed
+from nodeagent.errors import RuntimeReloadFailed
 
 log = structlog.get_logger(__name__)
 
 ReloadPath = Literal["dbus", "sighup"]
 """How a reload was delivered: by a systemd job, or by a signal to the runtime's PID."""
-
-SYSTEMD_BUS_NAME: Final = "org.freedesktop.systemd1"
-SYSTEMD_PATH: Final = "/org/freedesktop/systemd1"
-MANAGER_INTERFACE: Final = "org.freedesktop.systemd1.Manager"
-JOB_REMOVED_RULE: Final = (
-    f"type='signal',sender='{SYSTEMD_BUS_NAME}',path='{SYSTEMD_PATH}',"
-    f"interface='{MANAGER_INTERFACE}',member='JobRemoved'"
-)
-"""Match rule for the end of systemd jobs; added BEFORE a job starts so its end is never missed."""
-
-_NO_SYSTEMD: Final = frozenset(
-    {"org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner"}
-)
-_BUS_ERRORS: Final = (OSError, EOFError, DBusFastError)
-_DISCONNECT_TIMEOUT_S: Final = 2.0
-
 
 # ---------------------------------------------------------------- sd_notify
 
@@ -133,46 +115,6 @@ class Notifier:
 # ---------------------------------------------------------------- reload
 
 
-class _NoSystemd(Exception):
-    """The bus works but systemd is not on it: use the fallback."""
-
-
-class _JobResults:
-    """``JobRemoved`` outcomes seen on the bus, by job object path."""
-
-    def __init__(self) -> None:
-        self.results: dict[str, str] = {}
-        self._seen = asyncio.Event()
-
-    def handle(self, msg: Message) -> None:
-        if (
-            msg.message_type is MessageType.SIGNAL
-            and msg.interface == MANAGER_INTERFACE
-            and msg.member == "JobRemoved"
-            and msg.signature == "uoss"
-        ):
-            _job_id, job, _unit, result = msg.body
-            self.results[job] = result
-            self._seen.set()
-
-    async def result_of(self, job: str) -> str:
-        while job not in self.results:
-            self._seen.clear()
-            await self._seen.wait()
-        return self.results[job]
-
-
-def _call(destination: str, path: str, interface: str, member: str, *args: str) -> Message:
-    return Message(
-        destination=destination,
-        path=path,
-        interface=interface,
-        member=member,
-        signature="s" * len(args),
-        body=list(args),
-    )
-
-
 class RuntimeReloader:
     """Reload the container runtime after its configuration changed.
 
@@ -239,58 +181,22 @@ class RuntimeReloader:
 
     async def _reload_via_dbus(self) -> bool:
         """Reload through systemd; False if there is no systemd to ask."""
-        bus = await self._connect()
-        if bus is None:
+        # dbus-fast is loaded by the first reload, not at start (systemd_bus's docstring).
+        from nodeagent.adapters import systemd_bus  # noqa: PLC0415
+
+        try:
+            bus = await systemd_bus.connect(self.bus_address, self.timeout_s)
+        except systemd_bus.BusUnreachable as err:
+            self._note_fallback("system_bus_unreachable", error=str(err))
             return False
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await self._run_job(bus)
-        except _NoSystemd:
+            await systemd_bus.reload_unit(bus, self.unit, self.timeout_s)
+        except systemd_bus.NoSystemd:
             self._note_fallback("systemd_not_on_bus", unit=self.unit)
             return False
-        except TimeoutError as err:
-            raise RuntimeReloadFailed(
-                f"systemd did not finish reloading {self.unit} within {self.timeout_s:g}s; "
-                f"check `systemctl status {self.unit}`"
-            ) from err
-        except _BUS_ERRORS as err:
-            raise RuntimeReloadFailed(
-                f"lost the system bus while reloading {self.unit}: {err}"
-            ) from err
         finally:
-            await _disconnect(bus)
+            await systemd_bus.disconnect(bus)
         return True
-
-    async def _connect(self) -> MessageBus | None:
-        try:
-            bus = MessageBus(bus_address=self.bus_address, bus_type=BusType.SYSTEM)
-        except InvalidAddressError as err:
-            raise ConfigInvalid(f"invalid D-Bus address {self.bus_address!r}: {err}") from err
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                return await bus.connect()
-        except (*_BUS_ERRORS, TimeoutError) as err:
-            self._note_fallback("system_bus_unreachable", error=str(err) or type(err).__name__)
-            return None
-
-    async def _run_job(self, bus: MessageBus) -> None:
-        jobs = _JobResults()
-        bus.add_message_handler(jobs.handle)
-        bus_daemon = ("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus")
-        await _checked(bus, _call(*bus_daemon, "AddMatch", JOB_REMOVED_RULE), "add match rule")
-        manager = (SYSTEMD_BUS_NAME, SYSTEMD_PATH, MANAGER_INTERFACE)
-        await _checked(bus, _call(*manager, "Subscribe"), "subscribe to systemd")
-        reply = await _checked(
-            bus, _call(*manager, "ReloadUnit", self.unit, "replace"), f"reload {self.unit}"
-        )
-        job = str(reply.body[0])
-        log.debug("reload_job_queued", unit=self.unit, job=job)
-        result = await jobs.result_of(job)
-        if result != "done":
-            raise RuntimeReloadFailed(
-                f"systemd's reload job for {self.unit} ended with {result!r}; "
-                f"see `journalctl -u {self.unit}`"
-            )
 
     def _read_pid(self) -> int:
         if self.pid_file is None:
@@ -331,23 +237,3 @@ class RuntimeReloader:
             raise RuntimeReloadFailed(
                 f"the reload of {self.unit} was not confirmed within {self.timeout_s:g}s"
             ) from err
-
-
-async def _checked(bus: MessageBus, msg: Message, what: str) -> Message:
-    """Call and return the reply; error replies become ``_NoSystemd`` or ``RuntimeReloadFailed``."""
-    reply = await bus.call(msg)
-    if reply.message_type is not MessageType.ERROR:
-        return reply
-    name = reply.error_name or "unknown"
-    if name in _NO_SYSTEMD:
-        raise _NoSystemd(name)
-    text = reply.body[0] if reply.body else ""
-    raise RuntimeReloadFailed(f"systemd refused to {what}: {name}: {text}")
-
-
-async def _disconnect(bus: MessageBus) -> None:
-    bus.disconnect()
-    with contextlib.suppress(*_BUS_ERRORS, TimeoutError):
-        async with asyncio.timeout(_DISCONNECT_TIMEOUT_S):
-            # dbus-fast 5.2 leaves wait_for_disconnect unannotated.
-            await bus.wait_for_disconnect()  # type: ignore[no-untyped-call]

@@ -44,6 +44,8 @@ class Agent:
         self.process: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.extra_env: dict[str, str] = {}
+        self.python = sys.executable
+        """The interpreter that runs nodeagent (the benchmark uses a runtime-only venv)."""
 
     def write_config(self) -> None:
         for d in (self.persistent_dir, self.transient_dir, self.state_dir):
@@ -93,7 +95,7 @@ media_dir = "{self.media_dir}"
         return env | self.extra_env
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "nodeagent", "--config", str(self.config_file), *args]
+        cmd = [self.python, "-m", "nodeagent", "--config", str(self.config_file), *args]
         return subprocess.run(cmd, capture_output=True, text=True, env=self.env(), check=False)
 
     def start(self) -> None:
@@ -103,7 +105,7 @@ media_dir = "{self.media_dir}"
         with self.log_path.open("ab") as log:
             log.write(f"----- run {self.runs} -----\n".encode())
             log.flush()
-            cmd = [sys.executable, "-m", "nodeagent", "--config", str(self.config_file), "run"]
+            cmd = [self.python, "-m", "nodeagent", "--config", str(self.config_file), "run"]
             self.process = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env())
 
     def stop(self, *, timeout_s: float = 30.0) -> int:

@@ -21,6 +21,7 @@ PACKAGES: dict[str, str] = {
     "openssl": "/usr/bin/openssl",  # self-signed certificates: registry TLS, token signing
     "dbus": "/usr/bin/dbus-daemon",  # a private bus for the systemd adapter's tests
     "etcd-server": "/usr/bin/etcd",  # storage of the test kube-apiserver (tests/testenv/kube.py)
+    "iproute2": "/usr/sbin/ip",  # network namespaces and TUN links with latency (link.py)
 }
 
 

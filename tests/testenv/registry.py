@@ -21,6 +21,9 @@ Options, each independent of the others:
   plain HTTP without auth, so tests push through an open registry and read
   through a protected one that shares its storage (distribution without a
   blob-descriptor cache reads the filesystem on every request).
+* `address=link.netns_address, command_prefix=link.exec_prefix`: listen on
+  another address, e.g. inside a network namespace behind an emulated link
+  (`tests/testenv/link.py`), started through `ip netns exec`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import socket
 import ssl
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -109,6 +113,8 @@ class Registry:
         token_auth: TokenAuthConfig | None = None,
         tls: bool = False,
         storage_root: Path | None = None,
+        address: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
     ) -> None:
         if htpasswd_users is not None and token_auth is not None:
             raise ValueError("distribution takes one auth module: htpasswd or token, not both")
@@ -124,6 +130,8 @@ class Registry:
         self.binary = binary
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        self.address = address
+        self.command_prefix = list(command_prefix)
         self.port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
@@ -131,8 +139,8 @@ class Registry:
 
     @property
     def host(self) -> str:
-        """`127.0.0.1:PORT`, the registry part of an image reference."""
-        return f"127.0.0.1:{self.port}"
+        """`127.0.0.1:PORT` (or `ADDRESS:PORT`), the registry part of an image reference."""
+        return f"{self.address}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -207,7 +215,7 @@ class Registry:
             lines = [htpasswd_line(user, pw) for user, pw in self.htpasswd_users.items()]
             self.htpasswd_path.write_text("".join(f"{line}\n" for line in lines))
         if self.tls and not self.ca_file.exists():
-            make_certificate(self.tls_dir, "nodeagent-testenv-registry", ip="127.0.0.1")
+            make_certificate(self.tls_dir, "nodeagent-testenv-registry", ip=self.address)
 
     def start(self) -> None:
         """Launch the registry and wait until it serves `GET /v2/`; retry if the port was taken."""
@@ -272,7 +280,7 @@ class Registry:
         self._log_file = self.log_path.open("ab")
         self._log_offset = self._log_file.tell()
         self._process = subprocess.Popen(
-            [self.binary, "serve", str(self.config_path)],
+            [*self.command_prefix, self.binary, "serve", str(self.config_path)],
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
@@ -300,8 +308,8 @@ class Registry:
 
     def _connection(self, *, timeout_s: float) -> http.client.HTTPConnection:
         if not self.tls:
-            return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
+            return http.client.HTTPConnection(self.address, self.port, timeout=timeout_s)
         context = ssl.create_default_context(cafile=str(self.ca_file))
         return http.client.HTTPSConnection(
-            "127.0.0.1", self.port, timeout=timeout_s, context=context
+            self.address, self.port, timeout=timeout_s, context=context
         )

@@ -18,7 +18,13 @@ from nodeagent.errors import (
     RuntimeTimeout,
     RuntimeUnreachable,
 )
-from nodeagent.prepull import PrePuller, PullPolicy, backoff_delay_s, is_retryable
+from nodeagent.prepull import (
+    PrePuller,
+    PullPolicy,
+    backoff_delay_s,
+    is_retryable,
+    shared_layer_leaders,
+)
 from tests.unit.fakes import FakeCrio, PullHandler, VirtualClock, run_inline
 
 REFS = [f"r.io/ns/img{i}@sha256:{i:064x}" for i in range(10)]
@@ -161,6 +167,79 @@ async def test_pulls_get_the_policy_deadline_not_the_short_call_deadline(deadlin
 async def test_nothing_to_pull() -> None:
     rig = Rig(PullPolicy(), pull=Script(), probe=lambda: 0)
     assert await rig.puller.pull_all([]) == {}
+
+
+# ---------------------------------------------------------------- shared layers first
+BASE, OTHER_BASE = "sha256:base", "sha256:other"
+
+
+MIB = 1024**2
+
+
+def _sized(layers: dict[str, list[str]], size: int = 20 * MIB) -> dict[str, list[tuple[str, int]]]:
+    return {ref: [(digest, size) for digest in digests] for ref, digests in layers.items()}
+
+
+@pytest.mark.parametrize(
+    ("layers", "stored", "expected"),
+    [
+        # one base under every image: the first pulls it, all others wait for that one
+        (
+            {A: [BASE, "a"], B: [BASE, "b"], C: [BASE, "c"]},
+            set(),
+            {A: set(), B: {A}, C: {A}},
+        ),
+        # the base is stored already: nobody waits
+        ({A: [BASE, "a"], B: [BASE, "b"], C: [BASE, "c"]}, {BASE}, {A: set(), B: set(), C: set()}),
+        # two bases: each image waits for the leader of each shared layer it needs
+        (
+            {A: [BASE, "a"], B: [OTHER_BASE, "b"], C: [BASE, OTHER_BASE, "c"]},
+            set(),
+            {A: set(), B: set(), C: {A, B}},
+        ),
+        # nothing shared, or no manifest known: nobody waits
+        ({A: ["a"], B: ["b"]}, set(), {A: set(), B: set(), C: set()}),
+        # an image listing a layer twice does not wait for itself
+        ({A: [BASE, BASE], B: [BASE]}, set(), {A: set(), B: {A}, C: set()}),
+    ],
+)
+def test_shared_layer_leaders(
+    layers: dict[str, list[str]], stored: set[str], expected: dict[str, set[str]]
+) -> None:
+    assert shared_layer_leaders([A, B, C], _sized(layers), stored, 16 * MIB) == expected
+
+
+@pytest.mark.parametrize(("size", "waits"), [(16 * MIB - 1, False), (16 * MIB, True)])
+def test_only_shared_layers_of_the_minimum_size_make_images_wait(size: int, waits: bool) -> None:
+    layers = _sized({A: [BASE], B: [BASE]}, size)
+    leaders = shared_layer_leaders([A, B], layers, set(), 16 * MIB)
+    assert leaders[B] == ({A} if waits else set())
+
+
+async def test_images_wait_for_their_leader_then_run_in_parallel() -> None:
+    order: list[str] = []
+
+    async def pull(ref: str) -> None:
+        order.append(f"start {ref}")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        order.append(f"end {ref}")
+
+    rig = Rig(PullPolicy(concurrency=4), pull=pull)
+    waits = shared_layer_leaders([A, B, C], _sized({r: [BASE] for r in (A, B, C)}), set())
+    results = await rig.puller.pull_all([A, B, C], waits)
+    assert order[:2] == [f"start {A}", f"end {A}"]
+    assert sorted(order[2:4]) == [f"start {B}", f"start {C}"]  # then both at once
+    assert rig.runtime.max_inflight == 2
+    assert all(r.is_pulled for r in results.values())
+
+
+async def test_a_failed_leader_releases_the_images_waiting_for_it() -> None:
+    rig = Rig(PullPolicy(attempts=1), pull=Script({A: [ImageNotFound("gone")]}))
+    results = await rig.puller.pull_all([A, B], {B: {A}})
+    assert not results[A].is_pulled
+    assert results[B].is_pulled
+    assert rig.runtime.pull_calls == [A, B]
 
 
 # ---------------------------------------------------------------- retries

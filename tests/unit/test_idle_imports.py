@@ -1,0 +1,74 @@
+"""What the daemon holds in memory while idle: modules only some events need stay unloaded.
+
+Each module here costs resident memory for the daemon's whole life (dbus-fast about
+3 MiB, the bundle importer with its adapters about 2 MiB; docs/performance.md). They
+load when their event comes: the first runtime reload, the first medium, the first
+spec file read, the first signing key. A fresh interpreter parses ``nodeagent run``'s
+command line and builds the daemon's wiring, exactly as ``nodeagent run`` does before
+its first sync, then lists ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+IDLE_PATH = """
+import sys
+from pathlib import Path
+
+from nodeagent import cli, daemon
+from nodeagent.config import load_config
+
+root = Path(sys.argv[1])
+args = cli._parser().parse_args(["run"])
+config = load_config(args.config, root=root)
+daemon.build(config)
+print("\\n".join(sorted(sys.modules)))
+"""
+
+NOT_LOADED_AT_IDLE = (
+    "dbus_fast",  # the first reload of the runtime loads it (adapters/systemd_bus.py)
+    "nodeagent.adapters.systemd_bus",
+    "yaml",  # the first spec file read (specs.parse_spec_text)
+    "cryptography",  # bundle signatures only
+    "pyudev",  # the media loop, when bundles.watch_media is on
+    "nodeagent.bundles_build",  # the first bundle import
+    "nodeagent.importer",
+    "nodeagent.minisign",
+    "nodeagent.adapters.bundle_server",
+    "nodeagent.adapters.bundle_writer",
+    "nodeagent.adapters.mount",
+    "difflib",  # did-you-mean for a broken config only
+    "ctypes.util",  # inotify takes libc from the process itself
+    "getpass",  # a locked signing key on a terminal only
+)
+
+
+@pytest.fixture(scope="module")
+def idle_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    root = tmp_path_factory.mktemp("root")
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", IDLE_PATH, str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=repo,
+    )
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
+
+
+def test_the_idle_path_builds_the_real_wiring(idle_modules: set[str]) -> None:
+    # The probe must have gone through what it claims to: CRI client, registry client, inotify.
+    for module in ("grpc", "nodeagent.daemon", "nodeagent.adapters.registry", "nodeagent.bundles"):
+        assert module in idle_modules
+
+
+@pytest.mark.parametrize("module", NOT_LOADED_AT_IDLE)
+def test_module_is_not_loaded_at_idle(idle_modules: set[str], module: str) -> None:
+    assert module not in idle_modules
