@@ -341,8 +341,11 @@ class Reconciler:
             item = ledger_mod.entry(run.ledger, s.name)
             pending = run.pending.get(s.name, [])
             state: Any = "Progressing"
+            failed_generation = item.get("lastFailedGeneration")
+            failed_error = item.get("lastFailedError")
             if s.name in run.refused:
                 state = "Refused"
+                failed_generation, failed_error = generation, run.refused[s.name]
             elif not pending and item.get("currentGeneration") == generation:
                 state = "Pinned"
             sets.append(
@@ -353,8 +356,8 @@ class Reconciler:
                     state=state,
                     desired_generation=generation,
                     current_generation=item.get("currentGeneration"),
-                    last_failed_generation=item.get("lastFailedGeneration"),
-                    last_failed_error=item.get("lastFailedError"),
+                    last_failed_generation=failed_generation,
+                    last_failed_error=failed_error,
                     images_total=len(refs),
                     images_present=len(refs) - len(pending),
                     images_pinned=len(refs) - len(pending) if state == "Pinned" else 0,
