@@ -10,8 +10,9 @@ figures are what a real cluster would see.
 
 Two strategies, measured one after the other against the same API server:
 
-* ``nodeagent``: the reporter as configured by default (at most one write per 5 s while
-  busy, 60 s heartbeat, writes only when something changed);
+* ``nodeagent``: the reporter as configured by default (a milestone at most 5 s after the
+  last write, progress alone at most every 30 s, 60 s heartbeat while busy, nothing when
+  nothing changed);
 * ``per-event`` (the baseline): the same reporter with pacing off, i.e. a write after every
   pull start or finish, as a naive status writer does.
 
@@ -135,10 +136,13 @@ def cpu_seconds(pid: int) -> float:
 async def run_strategy(
     kube: KubeCluster, names: list[str], *, paced: bool, args: argparse.Namespace
 ) -> dict[str, Any]:
+    defaults = ClusterSettings()
+    unpaced = 0.0001
     cluster = ClusterSettings(
         enabled=True,
-        status_interval_s=(5.0 if paced else 0.0001) / args.speed,
-        heartbeat_s=60.0 / args.speed,
+        status_interval_s=(defaults.status_interval_s if paced else unpaced) / args.speed,
+        progress_interval_s=(defaults.progress_interval_s if paced else unpaced) / args.speed,
+        heartbeat_s=defaults.heartbeat_s / args.speed,
         events=False,
         request_timeout_s=60.0,
     )

@@ -255,7 +255,10 @@ class StatusReporter:
         self.progress = progress
         self.clock = clock
         self.identity = NodeIdentity(node_name(config), "")
-        self.pacer = WritePacer(config.cluster.status_interval_s, config.cluster.heartbeat_s)
+        cluster = config.cluster
+        self.pacer = WritePacer(
+            cluster.status_interval_s, cluster.heartbeat_s, cluster.progress_interval_s
+        )
         self.status: NodeStatus | None = None
         self.final: NodeStatus | None = None
         self.placement: Placement | None = None
@@ -297,10 +300,12 @@ class StatusReporter:
             body = self._body()
             delay = None
             if body is not None:
+                is_changed = self.pacer.is_changed(body)
                 delay = self.pacer.delay(
                     self.clock(),
-                    is_changed=self.pacer.is_changed(body),
+                    is_changed=is_changed,
                     is_busy=self.progress().is_busy,
+                    is_milestone=is_changed and self.pacer.is_milestone(body),
                 )
             if body is None or delay is None or delay > 0:
                 self.dirty.clear()

@@ -7,9 +7,10 @@
 * ``transitions`` turns two successive statuses into Events for the Node (set pinned, set
   failed), so ``kubectl describe node`` tells the story.
 * ``machine_config_node_status`` is the optional mirror into OpenShift's MachineConfigNode.
-* ``WritePacer`` decides when to write: at most one write per ``min_interval_s`` while busy,
-  and a heartbeat every ``heartbeat_s`` while pulls run, so a reader can tell a slow pull
-  from a dead agent.
+* ``WritePacer`` decides when to write: a milestone (a set's state, a condition, a failure,
+  a generation) at most ``min_interval_s`` after the last write; mere pull progress (counts,
+  bytes, the images in flight) at most once per ``progress_interval_s``; and a heartbeat
+  every ``heartbeat_s`` while pulls run, so a reader can tell a slow pull from a dead agent.
 """
 
 from __future__ import annotations
@@ -224,6 +225,27 @@ def comparable(body: Mapping[str, Any]) -> dict[str, Any]:
     return status
 
 
+_PROGRESS_ONLY = ("pulling", "bytes")
+"""Status fields that move with every pull: not milestones."""
+
+
+def milestones(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``comparable`` status without pull progress: what changes when a set changes state,
+    a condition flips or changes reason, an image fails or a generation moves. Condition
+    messages (which carry the counts) and image counts other than failures are left out."""
+    out = {k: v for k, v in status.items() if k not in _PROGRESS_ONLY and k != "images"}
+    out["failed"] = (status.get("images") or {}).get("failed")
+    out["conditions"] = [
+        {k: v for k, v in c.items() if k != "message"} for c in status.get("conditions", [])
+    ]
+    out["pinnedImageSets"] = [
+        {k: v for k, v in item.items() if k not in _PROGRESS_ONLY and k != "images"}
+        | {"failed": (item.get("images") or {}).get("failed")}
+        for item in status.get("pinnedImageSets", [])
+    ]
+    return out
+
+
 # ---------------------------------------------------------------- events
 
 
@@ -345,20 +367,29 @@ def machine_config_node_status(
 
 @dataclass
 class WritePacer:
-    """When the next status write is due, given the last write and whether work is going on."""
+    """When the next status write is due, given the last write and what changed since."""
 
     min_interval_s: float
     heartbeat_s: float
+    progress_interval_s: float = 0.0
+    """Progress alone (counts, bytes, images in flight) waits this long after the last
+    write; 0: as long as ``min_interval_s``."""
     last_write: float | None = None
     last_written: dict[str, Any] = field(default_factory=dict)
 
-    def delay(self, now: float, *, is_changed: bool, is_busy: bool) -> float | None:
-        """Seconds until the next write (0: now), or None: nothing to write until a change."""
+    def delay(
+        self, now: float, *, is_changed: bool, is_busy: bool, is_milestone: bool = True
+    ) -> float | None:
+        """Seconds until the next write (0: now), or None: nothing to write until a change.
+
+        ``is_changed``: the body differs from the last written one; ``is_milestone``: in
+        more than pull progress (see ``milestones``)."""
         if self.last_write is None:
             return 0.0
         since = now - self.last_write
         if is_changed:
-            return max(self.min_interval_s - since, 0.0)
+            wait = self.min_interval_s if is_milestone else self.progress_interval_s
+            return max(max(wait, self.min_interval_s) - since, 0.0)
         if is_busy:
             return max(self.heartbeat_s - since, 0.0)
         return None
@@ -369,3 +400,6 @@ class WritePacer:
 
     def is_changed(self, body: Mapping[str, Any]) -> bool:
         return comparable(body) != self.last_written
+
+    def is_milestone(self, body: Mapping[str, Any]) -> bool:
+        return milestones(comparable(body)) != milestones(self.last_written)

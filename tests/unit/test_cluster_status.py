@@ -226,3 +226,30 @@ def test_pacer_coalesces_writes_and_beats_while_busy() -> None:
     assert pacer.delay(110.0, is_changed=False, is_busy=True) == 50.0
     assert pacer.delay(170.0, is_changed=False, is_busy=True) == 0.0
     assert pacer.delay(170.0, is_changed=False, is_busy=False) is None
+
+
+def test_pacer_writes_milestones_soon_and_progress_alone_seldom() -> None:
+    pacer = WritePacer(min_interval_s=5, heartbeat_s=60, progress_interval_s=30)
+    pending = ("r/a@x", "r/b@x", "r/c@x")
+    s = a_set(state="Progressing", images_present=0, pending=pending)
+    pacer.written(100.0, body(node_status(s), PullProgress(pulling=("r/a@x",), is_syncing=True)))
+    one_pulled = PullProgress(pulling=("r/b@x",), pulled=frozenset({"r/a@x"}), is_syncing=True)
+    progressed = body(node_status(s), one_pulled)
+    assert pacer.is_changed(progressed)
+    assert not pacer.is_milestone(progressed)  # counts, bytes, in-flight list, messages
+    assert pacer.delay(101.0, is_changed=True, is_busy=True, is_milestone=False) == 29.0
+    failed = a_set(
+        state="Degraded",
+        images_present=0,
+        pending=pending,
+        failures=(ImageFailure("r/c@x", "ImageNotFound", "manifest unknown"),),
+        reason="ImageNotFound",
+    )
+    assert pacer.is_milestone(body(node_status(failed), one_pulled))
+    assert pacer.delay(101.0, is_changed=True, is_busy=True, is_milestone=True) == 4.0
+    done = body(node_status(a_set()), PullProgress())
+    assert pacer.is_milestone(done)  # the set pinned: Ready flips
+    # progress never goes out faster than a milestone could
+    fast = WritePacer(min_interval_s=5, heartbeat_s=60, progress_interval_s=1)
+    fast.written(100.0, done)
+    assert fast.delay(101.0, is_changed=True, is_busy=True, is_milestone=False) == 4.0
