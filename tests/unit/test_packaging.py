@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import cli
+from nodeagent import cli, errors
 from nodeagent.config import Config, load_config
 from nodeagent.media import DEFAULT_LABEL_PATTERN, RULE_MARK
 
@@ -118,3 +118,16 @@ def test_unit_runs_the_packaged_launcher_and_tmpfiles_makes_the_link_target() ->
     assert "%{_bindir}/nodeagent" in SPEC.read_text()
     tmpfiles = (ROOT / "systemd" / "nodeagent.tmpfiles").read_text()
     assert f"f {Config.default().runtime.transient_dropin_path} " in tmpfiles
+
+
+def test_operations_guide_explains_every_reason_code() -> None:
+    """A technician who reads a reason in the journal finds it in docs/operations.md."""
+    abstract = {"Permanent", "Transient", "Unknown"}
+    reasons = {
+        cls.reason
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.NodeAgentError)
+    } - abstract
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    assert len(reasons) > 30
+    assert sorted(r for r in reasons if f"`{r}`" not in guide) == []
