@@ -300,12 +300,14 @@ class StatusReporter:
             body = self._body()
             delay = None
             if body is not None:
-                is_changed = self.pacer.is_changed(body)
+                # A new owner (the Node's uid learnt) is written even if the status is not.
+                is_owner_due = not self._has_object
+                is_changed = self.pacer.is_changed(body) or is_owner_due
                 delay = self.pacer.delay(
                     self.clock(),
                     is_changed=is_changed,
                     is_busy=self.progress().is_busy,
-                    is_milestone=is_changed and self.pacer.is_milestone(body),
+                    is_milestone=is_owner_due or (is_changed and self.pacer.is_milestone(body)),
                 )
             if body is None or delay is None or delay > 0:
                 self.dirty.clear()
@@ -340,8 +342,10 @@ class StatusReporter:
     async def _write(self, body: dict[str, Any]) -> None:
         kind = kinds.NODE_IMAGE_STATUS
         if not self._has_object:
-            await self.api.apply(kind, owner_object(self.identity))
-            self._has_object = True
+            identity = self.identity
+            await self.api.apply(kind, owner_object(identity))
+            # set_node may have learnt the uid while that apply was on its way: apply again.
+            self._has_object = identity == self.identity
         written = await self.api.apply(kind, body, subresource="status")
         self.writes += 1
         self.pacer.written(self.clock(), body)

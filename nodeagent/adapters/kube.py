@@ -4,9 +4,11 @@ Only this module imports lightkube (and, through it, httpx2); the daemon imports
 only in cluster mode, so a node without a cluster never pays for it in memory.
 
 * ``KubeApi.informer`` is list-then-watch: it yields the complete set of objects after the
-  list and after every change. An expired watch (410 Gone) relists, so a deletion missed
-  while disconnected is still seen; a broken connection raises ``ApiUnreachable`` and the
-  caller starts a new informer (which relists) after its backoff.
+  list and after every change. When the API server ends a watch (after 30 to 60 min),
+  lightkube asks again from the last version seen. An expired version (410: an ERROR event
+  in an HTTP 200 answer, as the API server sends it) relists, so a deletion missed in
+  between is still seen; a broken connection raises ``ApiUnreachable`` and the caller
+  starts a new informer (which relists) after its backoff.
 * Writes are server-side apply with field manager ``nodeagent``.
 * Errors map to the tree: no connection or 5xx/429 -> ApiUnreachable, 401/403 ->
   ApiAccessDenied, other 4xx -> ApiRequestRejected; a bad kubeconfig -> KubeconfigInvalid.

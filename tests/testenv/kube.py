@@ -224,9 +224,14 @@ class _Process:
 class KubeCluster:
     """etcd plus kube-apiserver under ``base``; ``start``/``stop`` or use as a context manager."""
 
-    def __init__(self, base: Path, *, release: KubeRelease = KUBE) -> None:
+    def __init__(
+        self, base: Path, *, release: KubeRelease = KUBE, extra_args: tuple[str, ...] = ()
+    ) -> None:
+        """``extra_args``: more kube-apiserver flags, appended after the fixed ones (a later
+        flag wins), e.g. ``("--watch-cache=false",)`` for watches served from etcd."""
         self.base = base
         self.release = release
+        self.extra_args = tuple(extra_args)
         self.pki = base / "pki"
         self.kubeconfig_dir = base / "kubeconfigs"
         self.etcd_data = base / "etcd"
@@ -400,6 +405,36 @@ class KubeCluster:
             conn.close()
         return response.status == 200 and json.loads(body).get("health") == "true"
 
+    def _etcd_call(self, path: str, body: dict[str, object]) -> dict[str, object]:
+        """POST to etcd's v3 JSON gateway (on its client URL, loopback, plain HTTP)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.etcd_client_port, timeout=10)
+        try:
+            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            data = response.read()
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise RuntimeError(f"etcd {path}: HTTP {response.status}: {data[:500]!r}")
+        answer: dict[str, object] = json.loads(data)
+        return answer
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (a resourceVersion the API server hands out is one)."""
+        header = self._etcd_call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
+        return int(header["header"]["revision"])  # type: ignore[index]
+
+    def compact_etcd(self, revision: int | None = None) -> int:
+        """Compact etcd's history up to ``revision`` (default: the current one) and return it.
+
+        A watch from an older resourceVersion then fails with 410 Expired, but only where
+        the API server watches etcd itself: its watch cache (on by default) answers from
+        memory, so pass ``--watch-cache=false`` in ``extra_args`` to see it.
+        """
+        target = self.etcd_revision() if revision is None else revision
+        self._etcd_call("/v3/kv/compaction", {"revision": str(target), "physical": True})
+        return target
+
     def apiserver_args(self) -> list[str]:
         pki = self.pki
         return [
@@ -423,6 +458,7 @@ class KubeCluster:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
+            *self.extra_args,
         ]
 
     def start_apiserver(self, *, timeout_s: float = 90.0) -> None:
