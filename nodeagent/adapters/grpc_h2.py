@@ -40,6 +40,7 @@ from nodeagent.adapters.grpc_wire import (
     header_map,
     request_headers,
     reset_status,
+    take_frames,
 )
 
 _READ_BYTES: Final = 64 * 1024
@@ -233,14 +234,17 @@ class _Connection:
     # ------------------------------------------------------------ receiving
     async def _read_loop(self) -> None:
         failure = RpcError(StatusCode.INTERNAL, "the connection's reader stopped")
+        received = bytearray()
         try:
             while True:
                 data = await self._reader.read(_READ_BYTES)
                 if not data:
                     failure = _unavailable("the runtime closed the connection")
                     return
-                for event in self._h2.receive_data(data):
-                    self._dispatch(event)
+                received += data
+                for frame in take_frames(received, self._h2.max_inbound_frame_size):
+                    for event in self._h2.receive_data(frame):
+                        self._dispatch(event)
                 self._write()
         except RpcError as exc:
             failure = exc
@@ -342,6 +346,8 @@ class Channel:
         self._connection: _Connection | None = None
         self._connecting = asyncio.Lock()
         self._closed = False
+        self.connections_opened = 0
+        """Connections this channel has opened: 1 plus one per broken connection replaced."""
 
     async def unary(self, method: str, request: bytes, *, timeout_s: float) -> bytes:
         """Call ``method`` (``/package.Service/Method``) with serialized ``request``.
@@ -374,4 +380,5 @@ class Channel:
                 raise RpcError(StatusCode.CANCELLED, "the client was closed")
             if self._connection is None or not self._connection.is_usable:
                 self._connection = await _Connection.open(self.path, self.max_message_bytes)
+                self.connections_opened += 1
             return self._connection

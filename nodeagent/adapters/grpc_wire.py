@@ -25,6 +25,9 @@ from urllib.parse import unquote_to_bytes
 MESSAGE_PREFIX: Final = struct.Struct(">BI")
 """Compressed flag (1 byte) and message length (4 bytes, big-endian) before each message."""
 
+FRAME_HEADER_BYTES: Final = 9
+"""An HTTP/2 frame header: 24-bit payload length, type, flags, stream id."""
+
 _TIMEOUT_MAX_DIGITS: Final = 99_999_999
 """``grpc-timeout`` allows at most 8 digits; the finest unit that fits is used."""
 
@@ -131,6 +134,29 @@ def header_map(headers: Iterable[tuple[bytes | str, bytes | str]]) -> dict[bytes
         )
         for name, value in headers
     }
+
+
+def take_frames(buffer: bytearray, max_frame_bytes: int) -> list[bytes]:
+    """Remove the complete HTTP/2 frames at the start of ``buffer`` and return them.
+
+    h2 handles a received chunk as a whole: when one frame in it breaks the protocol,
+    the events of the frames before it are lost. Fed one frame at a time, it reports
+    the GOAWAY a server sends when it shuts down even though a PING follows in the
+    same chunk (h2 refuses every frame after a GOAWAY). A frame longer than
+    ``max_frame_bytes`` is handed over as it is, so that h2 refuses it at once
+    instead of this buffer growing to the 16 MiB a length field allows.
+    """
+    frames: list[bytes] = []
+    while len(buffer) >= FRAME_HEADER_BYTES:
+        length = int.from_bytes(buffer[:3], "big")
+        end = FRAME_HEADER_BYTES + length
+        if length > max_frame_bytes:
+            end = len(buffer)
+        elif len(buffer) < end:
+            break
+        frames.append(bytes(buffer[:end]))
+        del buffer[:end]
+    return frames
 
 
 def percent_decode(value: bytes) -> str:
