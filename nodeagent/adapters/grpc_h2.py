@@ -53,6 +53,11 @@ def _unavailable(what: str, exc: BaseException | None = None) -> RpcError:
     return RpcError(StatusCode.UNAVAILABLE, f"{what}{reason}")
 
 
+def _fresh(error: RpcError) -> RpcError:
+    """A copy to raise: one connection's failure ends many calls, each raises its own."""
+    return RpcError(error.code, error.details)
+
+
 def _error_name(code: int) -> str:
     """An HTTP/2 error code's name (``CANCEL``), or its number if h2 does not know it."""
     try:
@@ -91,7 +96,7 @@ class _Call:
     def result(self) -> bytes:
         if isinstance(self.outcome, bytes):
             return self.outcome
-        raise self.outcome or RpcError(StatusCode.INTERNAL, "the call has not ended")
+        raise _fresh(self.outcome or RpcError(StatusCode.INTERNAL, "the call has not ended"))
 
 
 class _Connection:
@@ -182,7 +187,7 @@ class _Connection:
 
     def _at_stream_limit(self) -> bool:
         if self.failure is not None:
-            raise self.failure
+            raise _fresh(self.failure)
         limit = self._h2.remote_settings.max_concurrent_streams
         return self._h2.open_outbound_streams >= limit
 
@@ -191,17 +196,23 @@ class _Connection:
         view = memoryview(body)
         while view and not call.ended.is_set():
             if self.failure is not None:
-                raise self.failure
-            size = min(
-                len(view),
-                self._h2.local_flow_control_window(stream_id),
-                self._h2.max_outbound_frame_size,
-            )
+                raise _fresh(self.failure)
+            try:
+                size = min(
+                    len(view),
+                    self._h2.local_flow_control_window(stream_id),
+                    self._h2.max_outbound_frame_size,
+                )
+                if size > 0:
+                    end = size == len(view)
+                    self._h2.send_data(stream_id, view[:size].tobytes(), end_stream=end)
+            except h2.exceptions.StreamClosedError:
+                call.end(RpcError(StatusCode.INTERNAL, "stream closed before the request was sent"))
+                break
             if size <= 0:
                 call.window.clear()
                 await call.window.wait()
                 continue
-            self._h2.send_data(stream_id, view[:size].tobytes(), end_stream=size == len(view))
             view = view[size:]
             await self._flush()
         call.request_sent = not view
@@ -229,7 +240,7 @@ class _Connection:
         except OSError as exc:
             self._fail(_unavailable("the connection to the runtime broke", exc))
         if self.failure is not None:
-            raise self.failure
+            raise _fresh(self.failure)
 
     # ------------------------------------------------------------ receiving
     async def _read_loop(self) -> None:
@@ -250,7 +261,7 @@ class _Connection:
             failure = exc
         except OSError as exc:
             failure = _unavailable("the connection to the runtime broke", exc)
-        except h2.exceptions.ProtocolError as exc:
+        except h2.exceptions.H2Error as exc:
             self._write()  # h2's GOAWAY, as a courtesy
             failure = _unavailable(f"HTTP/2 protocol error on the runtime's connection: {exc}")
         finally:
@@ -304,7 +315,8 @@ class _Connection:
             call.body.feed(event.data)
         except RpcError as exc:
             call.end(exc)
-            self._h2.reset_stream(event.stream_id, h2.errors.ErrorCodes.CANCEL)
+            with contextlib.suppress(h2.exceptions.StreamClosedError):  # ended with this DATA
+                self._h2.reset_stream(event.stream_id, h2.errors.ErrorCodes.CANCEL)
 
     def _on_window(self, stream_id: int) -> None:
         if stream_id == 0:
