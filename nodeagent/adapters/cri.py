@@ -1,8 +1,10 @@
-"""CRI client: ImageService and RuntimeService.Version over a unix socket (grpc.aio).
+"""CRI client: ImageService and RuntimeService.Version over a unix socket.
 
-The only module that speaks gRPC. It turns ``runtime.v1`` messages into the
+The only module that speaks CRI. It turns ``runtime.v1`` messages into the
 plain values of ``nodeagent.runtime`` and every gRPC failure into the error
-tree of ``nodeagent.errors`` (``raise ... from`` keeps the cause).
+tree of ``nodeagent.errors`` (``raise ... from`` keeps the cause). The calls go
+through ``grpc_h2``, a unary gRPC client on h2, not grpcio
+(docs/decisions/0004-cri-client-over-h2.md).
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-import grpc
-import grpc.aio
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from nodeagent.adapters.cri_api import runtime_v1_pb2 as pb
+from nodeagent.adapters.grpc_h2 import Channel
+from nodeagent.adapters.grpc_wire import RpcError
+from nodeagent.adapters.grpc_wire import StatusCode as StatusCode  # classify_rpc_error's
 from nodeagent.errors import (
     ConfigInvalid,
     ImageNotFound,
@@ -37,7 +40,7 @@ CRI_API_VERSION: Final = "v1"
 """The CRI API version sent with ``Version`` requests."""
 
 MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
-"""Receive limit: ListImages on a node with thousands of images exceeds gRPC's 4 MiB default."""
+"""Receive limit: ListImages on a node with thousands of images exceeds gRPC's usual 4 MiB."""
 
 _IMAGE: Final = "/runtime.v1.ImageService/"
 _RUNTIME: Final = "/runtime.v1.RuntimeService/"
@@ -57,22 +60,22 @@ _TEXT_RULES: Final[tuple[tuple[tuple[str, ...], type[NodeAgentError]], ...]] = (
     ),
 )
 
-_CODE_RULES: Final[dict[grpc.StatusCode, type[NodeAgentError]]] = {
-    grpc.StatusCode.UNAVAILABLE: RuntimeUnreachable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: RuntimeTimeout,
-    grpc.StatusCode.NOT_FOUND: ImageNotFound,
-    grpc.StatusCode.UNAUTHENTICATED: RegistryAuthFailed,
-    grpc.StatusCode.PERMISSION_DENIED: RegistryAuthFailed,
+_CODE_RULES: Final[dict[StatusCode, type[NodeAgentError]]] = {
+    StatusCode.UNAVAILABLE: RuntimeUnreachable,
+    StatusCode.DEADLINE_EXCEEDED: RuntimeTimeout,
+    StatusCode.NOT_FOUND: ImageNotFound,
+    StatusCode.UNAUTHENTICATED: RegistryAuthFailed,
+    StatusCode.PERMISSION_DENIED: RegistryAuthFailed,
 }
 
 
-def classify_rpc_error(code: grpc.StatusCode, details: str) -> type[NodeAgentError]:
+def classify_rpc_error(code: StatusCode, details: str) -> type[NodeAgentError]:
     """Map a gRPC status to the error class nodeagent reports.
 
     CRI-O returns most pull failures as ``UNKNOWN`` with the underlying Go
     error as text, so the text is consulted before the status code.
     """
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if code in (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED):
         return _CODE_RULES[code]
     text = details.lower()
     for needles, error in _TEXT_RULES:
@@ -81,8 +84,8 @@ def classify_rpc_error(code: grpc.StatusCode, details: str) -> type[NodeAgentErr
     return _CODE_RULES.get(code, RuntimeCallFailed)
 
 
-def unix_target(endpoint: str) -> str:
-    """Turn ``unix:///path`` or ``/path`` into the gRPC target for that socket."""
+def socket_path(endpoint: str) -> str:
+    """The socket path of ``unix:///path`` or ``/path``."""
     if endpoint.startswith("unix://"):
         path = endpoint.removeprefix("unix://")
     elif endpoint.startswith("/"):
@@ -94,7 +97,7 @@ def unix_target(endpoint: str) -> str:
         )
     if not path.startswith("/"):
         raise ConfigInvalid(f"runtime endpoint {endpoint!r} must be an absolute socket path")
-    return f"unix://{path}"
+    return path
 
 
 def stored_image(msg: pb.Image) -> StoredImage:
@@ -126,16 +129,14 @@ class CriClient:
     ``timeout_s`` bounds every call except pulls, whose deadline is given per
     call (a pull of a large image is legitimately slow). A missing or dead
     socket fails at once with ``RuntimeUnreachable``: calls never wait for
-    the runtime to appear.
+    the runtime to appear. One connection, opened by the first call, carries
+    every call; a broken one is replaced by the next call.
     """
 
     def __init__(self, endpoint: str, *, timeout_s: float = 30.0) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
-        self._channel = grpc.aio.insecure_channel(
-            unix_target(endpoint),
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
-        )
+        self._channel = Channel(socket_path(endpoint), max_message_bytes=MAX_MESSAGE_BYTES)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -225,15 +226,17 @@ class CriClient:
         *,
         timeout_s: float | None = None,
     ) -> _Resp:
-        call = self._channel.unary_unary(
-            method,
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=decode,
-        )
         deadline_s = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return await call(request, timeout=deadline_s, wait_for_ready=False)
-        except grpc.aio.AioRpcError as exc:
-            error = classify_rpc_error(exc.code(), exc.details() or "")
+            data = await self._channel.unary(
+                method, request.SerializeToString(), timeout_s=deadline_s
+            )
+        except RpcError as exc:
+            error = classify_rpc_error(exc.code, exc.details)
             name = method.rsplit("/", 1)[-1]
-            raise error(f"{name} on {self.endpoint}: {exc.details()}") from exc
+            raise error(f"{name} on {self.endpoint}: {exc.details}") from exc
+        try:
+            return decode(data)
+        except DecodeError as exc:
+            name = method.rsplit("/", 1)[-1]
+            raise RuntimeCallFailed(f"{name} on {self.endpoint}: bad response: {exc}") from exc

@@ -96,7 +96,10 @@ media_dir = "{self.media_dir}"
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         cmd = [self.python, "-m", "nodeagent", "--config", str(self.config_file), *args]
-        return subprocess.run(cmd, capture_output=True, text=True, env=self.env(), check=False)
+        self.base.mkdir(parents=True, exist_ok=True)
+        return subprocess.run(
+            cmd, capture_output=True, text=True, env=self.env(), check=False, cwd=self.base
+        )
 
     def start(self) -> None:
         if not self.config_file.exists():
@@ -106,7 +109,12 @@ media_dir = "{self.media_dir}"
             log.write(f"----- run {self.runs} -----\n".encode())
             log.flush()
             cmd = [self.python, "-m", "nodeagent", "--config", str(self.config_file), "run"]
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env())
+            # cwd: ``-m`` puts it first on sys.path, and nodeagent must come from
+            # ``self.python``'s environment (the benchmark compares installed versions),
+            # not from a checkout that happens to be the current directory.
+            self.process = subprocess.Popen(
+                cmd, stdout=log, stderr=log, env=self.env(), cwd=self.base
+            )
 
     def stop(self, *, timeout_s: float = 30.0) -> int:
         assert self.process is not None

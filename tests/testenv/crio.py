@@ -17,17 +17,18 @@ passed on the command line except the two paths of the files themselves.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import signal
 import subprocess
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import grpc
-
-from nodeagent.adapters.cri_api import runtime_v1_pb2 as pb
+from nodeagent.adapters.cri import CriClient
+from nodeagent.errors import NodeAgentError
 from tests.testenv.crio_build import ensure_crio
 from tests.testenv.waiting import log_tail, wait_for
 
@@ -41,6 +42,25 @@ exit 1
 
 def _toml_list(items: Iterable[str]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+def answers_version(endpoint: str, *, timeout_s: float = 2.0) -> bool:
+    """Whether the runtime at ``endpoint`` answers CRI ``Version`` (nodeagent's own client).
+
+    Runs in a thread of its own with its own event loop: ``Crio.start`` is also
+    called from async tests, whose loop is running in this thread.
+    """
+
+    async def probe() -> bool:
+        async with CriClient(endpoint, timeout_s=timeout_s) as client:
+            try:
+                await client.version()
+            except NodeAgentError:
+                return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, probe()).result()
 
 
 class Crio:
@@ -184,17 +204,7 @@ enable_nri = false
             )
         if not self.socket.exists():
             return False
-        with grpc.insecure_channel(f"unix://{self.socket}") as channel:
-            call = channel.unary_unary(
-                "/runtime.v1.RuntimeService/Version",
-                request_serializer=pb.VersionRequest.SerializeToString,
-                response_deserializer=pb.VersionResponse.FromString,
-            )
-            try:
-                call(pb.VersionRequest(version="v1"), timeout=2)
-            except grpc.RpcError:
-                return False
-        return True
+        return answers_version(self.endpoint)
 
     def reload(self, *, timeout_s: float = 30.0) -> None:
         """SIGHUP the runtime and wait for it to log the outcome of that reload."""

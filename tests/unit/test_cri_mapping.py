@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import grpc
 import pytest
 
 from nodeagent import errors
 from nodeagent.adapters import cri
+from nodeagent.adapters.cri import StatusCode
 from nodeagent.adapters.cri_api import runtime_v1_pb2 as pb
 from nodeagent.runtime import RegistryCredentials
 
@@ -17,64 +17,64 @@ DIGEST = "sha256:" + "ab" * 32
     ("code", "details", "expected"),
     [
         (
-            grpc.StatusCode.UNAVAILABLE,
+            StatusCode.UNAVAILABLE,
             "failed to connect to all addresses",
             errors.RuntimeUnreachable,
         ),
-        (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", errors.RuntimeTimeout),
+        (StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", errors.RuntimeTimeout),
         (
-            grpc.StatusCode.UNKNOWN,
+            StatusCode.UNKNOWN,
             f"reading manifest {DIGEST} in 127.0.0.1:5000/app: manifest unknown",
             errors.ImageNotFound,
         ),
-        (grpc.StatusCode.NOT_FOUND, "image not known", errors.ImageNotFound),
+        (StatusCode.NOT_FOUND, "image not known", errors.ImageNotFound),
         (
-            grpc.StatusCode.UNKNOWN,
+            StatusCode.UNKNOWN,
             "initializing source: reading manifest: unauthorized: authentication required",
             errors.RegistryAuthFailed,
         ),
         (
-            grpc.StatusCode.UNKNOWN,
+            StatusCode.UNKNOWN,
             "writing blob: storing blob to file: write /var/lib/x: no space left on device",
             errors.NoSpaceLeft,
         ),
         (
-            grpc.StatusCode.UNKNOWN,
+            StatusCode.UNKNOWN,
             "pinging container registry 10.0.0.1:5000: dial tcp: connect: connection refused",
             errors.RegistryUnavailable,
         ),
-        (grpc.StatusCode.UNKNOWN, "something odd", errors.RuntimeCallFailed),
-        (grpc.StatusCode.INVALID_ARGUMENT, "bad reference", errors.RuntimeCallFailed),
+        (StatusCode.UNKNOWN, "something odd", errors.RuntimeCallFailed),
+        (StatusCode.INVALID_ARGUMENT, "bad reference", errors.RuntimeCallFailed),
         # An unreachable runtime is unreachable whatever its error text says.
-        (grpc.StatusCode.UNAVAILABLE, "no space left on device", errors.RuntimeUnreachable),
+        (StatusCode.UNAVAILABLE, "no space left on device", errors.RuntimeUnreachable),
     ],
 )
 def test_classify_rpc_error(
-    code: grpc.StatusCode, details: str, expected: type[errors.NodeAgentError]
+    code: StatusCode, details: str, expected: type[errors.NodeAgentError]
 ) -> None:
     assert cri.classify_rpc_error(code, details) is expected
 
 
 def test_no_space_wins_over_registry_noise() -> None:
     details = "copying blob: unexpected EOF: write: no space left on device"
-    assert cri.classify_rpc_error(grpc.StatusCode.UNKNOWN, details) is errors.NoSpaceLeft
+    assert cri.classify_rpc_error(StatusCode.UNKNOWN, details) is errors.NoSpaceLeft
 
 
 @pytest.mark.parametrize(
-    ("endpoint", "target"),
+    ("endpoint", "path"),
     [
-        ("unix:///var/run/crio/crio.sock", "unix:///var/run/crio/crio.sock"),
-        ("/run/crio.sock", "unix:///run/crio.sock"),
+        ("unix:///var/run/crio/crio.sock", "/var/run/crio/crio.sock"),
+        ("/run/crio.sock", "/run/crio.sock"),
     ],
 )
-def test_unix_target(endpoint: str, target: str) -> None:
-    assert cri.unix_target(endpoint) == target
+def test_socket_path(endpoint: str, path: str) -> None:
+    assert cri.socket_path(endpoint) == path
 
 
 @pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:10010", "unix://relative.sock", "crio.sock"])
-def test_unix_target_rejects(endpoint: str) -> None:
+def test_socket_path_rejects(endpoint: str) -> None:
     with pytest.raises(errors.ConfigInvalid) as info:
-        cri.unix_target(endpoint)
+        cri.socket_path(endpoint)
     assert endpoint in str(info.value)
     assert info.value.reason == "ConfigInvalid"
 

@@ -3,9 +3,10 @@
 Each module here costs resident memory for the daemon's whole life (dbus-fast about
 3 MiB, the bundle importer with its adapters about 2 MiB; docs/performance.md). They
 load when their event comes: the first runtime reload, the first medium, the first
-spec file read, the first signing key. A fresh interpreter parses ``nodeagent run``'s
-command line and builds the daemon's wiring, exactly as ``nodeagent run`` does before
-its first sync, then lists ``sys.modules``.
+spec file read, the first signing key. grpcio (10 MiB) is not loaded at all: the CRI
+client speaks gRPC over h2. A fresh interpreter parses ``nodeagent run``'s command line
+and builds the daemon's wiring, exactly as ``nodeagent run`` does before its first
+sync, then lists ``sys.modules``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ print("\\n".join(sorted(sys.modules)))
 """
 
 NOT_LOADED_AT_IDLE = (
+    "grpc",  # never: the CRI client speaks gRPC over h2 (docs/decisions/0004), 10 MiB less
     "dbus_fast",  # the first reload of the runtime loads it (adapters/systemd_bus.py)
     "nodeagent.adapters.systemd_bus",
     "yaml",  # the first spec file read (specs.parse_spec_text)
@@ -65,7 +67,13 @@ def idle_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 
 def test_the_idle_path_builds_the_real_wiring(idle_modules: set[str]) -> None:
     # The probe must have gone through what it claims to: CRI client, registry client, inotify.
-    for module in ("grpc", "nodeagent.daemon", "nodeagent.adapters.registry", "nodeagent.bundles"):
+    for module in (
+        "nodeagent.adapters.grpc_h2",
+        "h2.connection",
+        "nodeagent.daemon",
+        "nodeagent.adapters.registry",
+        "nodeagent.bundles",
+    ):
         assert module in idle_modules
 
 
