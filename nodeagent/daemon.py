@@ -25,10 +25,10 @@ from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import (
     AuthFile,
+    InsecureRegistries,
     StatvfsSpace,
     UsedBytesProbe,
     read_boot_id,
-    read_insecure_registries,
 )
 from nodeagent.adapters.inotify import DirectoryWatcher
 from nodeagent.adapters.registry import ManifestCache, RegistryClient
@@ -149,7 +149,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         on_event=progress.on_event,
     )
     registry = RegistryClient(
-        insecure=read_insecure_registries(rt.registries_conf, rt.registries_dir),
+        insecure=InsecureRegistries(rt.registries_conf, rt.registries_dir),
         timeout_s=rt.call_timeout_s,
         cache=ManifestCache(config.state.dir / "manifests"),
     )

@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import structlog
+
 from nodeagent.adapters.files import list_files, read_text_or_none, statvfs_free
 from nodeagent.authfile import AuthStore, parse_auth_file
 from nodeagent.disk import FilesystemSpace
+from nodeagent.errors import ConfigInvalid
 from nodeagent.registries import insecure_registries
 from nodeagent.runtime import RegistryCredentials
+
+log = structlog.get_logger(__name__)
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
@@ -76,6 +81,43 @@ class AuthFile:
 
     def credentials_for(self, ref: str) -> RegistryCredentials | None:
         return self._current().credentials_for(ref)
+
+
+class InsecureRegistries:
+    """registries.conf's insecure locations, read again when one of its files changed (as
+    CRI-O reads them again at its reload), so a mirror marked insecure later is reached
+    over plain HTTP for disk admission too, without restarting nodeagent.
+
+    The first read raises ``ConfigInvalid`` for a broken file; a later broken edit keeps the
+    locations read last (CRI-O keeps its own until its reload fails too) and logs it once.
+    """
+
+    def __init__(self, conf: Path, dropin_dir: Path) -> None:
+        self.conf = conf
+        self.dropin_dir = dropin_dir
+        self._stamp = self._files_stamp()
+        self._value = read_insecure_registries(conf, dropin_dir)
+
+    def _files_stamp(self) -> tuple[tuple[str, int, int], ...]:
+        paths = [self.conf, *list_files(self.dropin_dir, recursive=False)]
+        stamps = []
+        for path in paths:
+            try:
+                info = path.stat()
+            except OSError:
+                continue
+            stamps.append((str(path), info.st_mtime_ns, info.st_ino))
+        return tuple(stamps)
+
+    def __call__(self) -> frozenset[str]:
+        stamp = self._files_stamp()
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self._value = read_insecure_registries(self.conf, self.dropin_dir)
+            except ConfigInvalid as exc:
+                log.warning("registries_conf_invalid", reason=exc.reason, error=exc.message)
+        return self._value
 
 
 def read_insecure_registries(conf: Path, dropin_dir: Path) -> frozenset[str]:

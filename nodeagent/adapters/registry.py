@@ -297,7 +297,8 @@ class _Token:
 class RegistryClient:
     """Fetches ``ImageLayers`` for digest references; see the module docstring.
 
-    ``insecure``: registry locations to reach over plain HTTP (default none).
+    ``insecure``: registry locations to reach over plain HTTP (default none), or a callable
+    asked before each look-up (the daemon's re-reads registries.conf when it changes).
     ``timeout_s``: connect and per-read socket timeout (default 30 s).
     ``ca_file``: PEM bundle trusted instead of the system CAs (default: system CAs).
     ``cache``: shared ``ManifestCache`` (default: a private in-memory one).
@@ -308,14 +309,18 @@ class RegistryClient:
     def __init__(
         self,
         *,
-        insecure: Collection[str] = frozenset(),
+        insecure: Collection[str] | Callable[[], Collection[str]] = frozenset(),
         timeout_s: float = 30.0,
         ca_file: Path | None = None,
         cache: ManifestCache | None = None,
         platform: Platform | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.insecure = frozenset(insecure)
+        if callable(insecure):
+            self._insecure = insecure
+        else:
+            fixed = frozenset(insecure)
+            self._insecure = lambda: fixed
         self.timeout_s = timeout_s
         self.cache = cache if cache is not None else ManifestCache()
         self.platform = platform or node_platform(os.uname().machine)
@@ -337,7 +342,7 @@ class RegistryClient:
     def _target(self, ref: str, credentials: RegistryCredentials | None) -> _Target:
         parsed = parse_digest_reference(ref)
         host = _DOCKER_HUB_API if parsed.registry == DOCKER_HUB else parsed.registry
-        is_plain = is_insecure(parsed.registry, parsed.repository, self.insecure)
+        is_plain = is_insecure(parsed.registry, parsed.repository, self._insecure())
         base_url = f"{'http' if is_plain else 'https'}://{host}"
         digest = parsed.digest or ""  # never empty: parse_digest_reference checked it
         return _Target(ref, host, parsed.repository, digest, base_url, credentials)

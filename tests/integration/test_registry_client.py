@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
+from nodeagent.adapters.host import InsecureRegistries
 from nodeagent.adapters.registry import ManifestCache, RegistryClient
 from nodeagent.errors import ImageNotFound, RegistryAuthFailed, RegistryUnavailable
 from nodeagent.registries import Platform
@@ -360,3 +362,35 @@ async def test_corrupt_cache_entry_is_refetched(
     layers = await client.image_layers(_ref(registry, image))
     assert layers.layers == _expected_layers(image)
     assert json.loads(entry.read_text())["config_size_bytes"] == image.config.size_bytes
+
+
+async def test_registries_conf_edit_is_followed_without_a_restart(
+    registry: Registry, built: tuple[BuiltImage, str], tmp_path: Path
+) -> None:
+    """The daemon's InsecureRegistries: a mirror marked insecure after start is reached over
+    plain HTTP at the next look-up; a broken edit keeps what was read last."""
+    image, repository = built
+    conf, dropins = tmp_path / "registries.conf", tmp_path / "registries.conf.d"
+    conf.write_text('unqualified-search-registries = ["registry.example.com"]\n')
+    dropins.mkdir()
+    insecure = InsecureRegistries(conf, dropins)
+    client = RegistryClient(insecure=insecure, timeout_s=10.0, platform=AMD64)
+    ref = _ref(registry, image, repository)
+    with pytest.raises(RegistryUnavailable):  # HTTPS to a plain-HTTP registry
+        await client.image_layers(ref)
+
+    (dropins / "50-mirror.conf").write_text(
+        f'[[registry]]\nlocation = "{registry.host}"\ninsecure = true\n'
+    )
+    layers = await client.image_layers(ref)
+    assert layers.layers == _expected_layers(image)
+
+    (dropins / "60-broken.conf").write_text("[[registry]\n")
+    with capture_logs() as logs:
+        assert insecure() == frozenset({registry.host})
+    assert [entry["event"] for entry in logs] == ["registries_conf_invalid"]
+    assert "60-broken.conf" in logs[0]["error"]
+
+    (dropins / "60-broken.conf").unlink()
+    (dropins / "50-mirror.conf").unlink()
+    assert insecure() == frozenset()
