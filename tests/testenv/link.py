@@ -25,9 +25,9 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Self
+from typing import IO
 
+from tests.testenv.lifecycle import Service
 from tests.testenv.packages import ensure_packages
 
 IP = "/usr/sbin/ip"
@@ -45,7 +45,7 @@ def _addresses_in_use() -> set[str]:
     return set(re.findall(r"\d+\.\d+\.\d+\.\d+", _run(IP, "-o", "addr", "show")))
 
 
-class EmulatedLink:
+class EmulatedLink(Service):
     """A network namespace one ``rtt_ms`` round trip (and ``rate_mbit``) away from the host."""
 
     def __init__(self, workdir: Path, *, rtt_ms: float, rate_mbit: float | None = None) -> None:
@@ -141,15 +141,3 @@ class EmulatedLink:
             self._log = None
         if Path(f"/run/netns/{self.netns}").exists():
             _run(IP, "netns", "delete", self.netns)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

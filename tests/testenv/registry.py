@@ -37,9 +37,9 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
+from tests.testenv.lifecycle import Service
 from tests.testenv.waiting import log_tail, wait_for
 
 DEFAULT_BINARY = "/usr/bin/docker-registry"
@@ -99,7 +99,7 @@ def free_port() -> int:
         return port
 
 
-class Registry:
+class Registry(Service):
     """One `docker-registry serve` process with its config, storage and log in `workdir`."""
 
     def __init__(
@@ -260,18 +260,6 @@ class Registry:
 
     def log_tail(self) -> str:
         return log_tail(self.log_path)
-
-    def __enter__(self) -> Registry:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _launch(self) -> None:
         self.config_path.write_text(self.config_text())

@@ -28,8 +28,8 @@ import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 
+from tests.testenv.lifecycle import Service
 from tests.testenv.registry import TokenAuthConfig, make_certificate
 
 SERVICE = "nodeagent-testenv-registry"
@@ -56,7 +56,7 @@ class TokenRequest:
     status: int
 
 
-class TokenIssuer:
+class TokenIssuer(Service):
     """An HTTP token endpoint on 127.0.0.1 in a background thread, signing with its own key."""
 
     def __init__(self, workdir: Path, *, users: dict[str, str], lifetime_s: int = 300) -> None:
@@ -85,18 +85,6 @@ class TokenIssuer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
-
-    def __enter__(self) -> TokenIssuer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def issue(self, user: str | None, scope: str) -> str:
         """A signed JWT granting `user` what `scope` asks for (nothing when anonymous)."""

@@ -37,6 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+from tests.testenv.lifecycle import Service
 from tests.testenv.packages import ensure_packages
 from tests.testenv.waiting import log_tail, wait_for
 
@@ -98,7 +99,7 @@ def udev_properties(devnode: str) -> dict[str, str]:
     return {key: value for key, _, value in pairs}
 
 
-class Udevd:
+class Udevd(Service):
     """A running udev daemon for the tests: the machine's own, or one started here."""
 
     def __init__(self, workdir: Path) -> None:
@@ -169,18 +170,6 @@ class Udevd:
         shutil.copyfile(rules, target)
         subprocess.run(["udevadm", "control", "--reload"], check=True)
         return target
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _terminate(process: subprocess.Popen[bytes]) -> None:
