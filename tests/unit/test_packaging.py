@@ -131,3 +131,14 @@ def test_operations_guide_explains_every_reason_code() -> None:
     guide = (ROOT / "docs" / "operations.md").read_text()
     assert len(reasons) > 30
     assert sorted(r for r in reasons if f"`{r}`" not in guide) == []
+
+
+def test_readme_configuration_example_loads(tmp_path: Path) -> None:
+    """The README's example is a valid configuration with the defaults it claims."""
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r"## Configuration\n\n```toml\n(.*?)```", readme, re.S)
+    assert found is not None
+    example = tmp_path / "config.toml"
+    example.write_text(found.group(1))
+    config = load_config(example)
+    assert sections(config) == sections(Config.default())
