@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -19,14 +21,14 @@ import pytest
 from structlog.testing import capture_logs
 
 from nodeagent.adapters.host import InsecureRegistries
-from nodeagent.adapters.registry import ManifestCache, RegistryClient
+from nodeagent.adapters.registry import ManifestCache, RegistryClient, tls_context
 from nodeagent.errors import ImageNotFound, RegistryAuthFailed, RegistryUnavailable
 from nodeagent.registries import Platform
 from nodeagent.runtime import RegistryCredentials
 from tests.conftest import Pushed
 from tests.testenv.images import BuiltImage, LayerSpec, PushedImage, TestImage, push
 from tests.testenv.packages import ensure_packages
-from tests.testenv.registry import Registry, free_port
+from tests.testenv.registry import Registry, free_port, make_certificate
 from tests.testenv.token_issuer import SERVICE, TokenIssuer
 
 pytestmark = pytest.mark.integration
@@ -394,3 +396,54 @@ async def test_registries_conf_edit_is_followed_without_a_restart(
     (dropins / "60-broken.conf").unlink()
     (dropins / "50-mirror.conf").unlink()
     assert insecure() == frozenset()
+
+
+def _hashed_ca_dir(directory: Path, *certificates: Path) -> Path:
+    """A CA directory as the system keeps one: PEM files plus their subject-hash links."""
+    directory.mkdir()
+    for number, certificate in enumerate(certificates):
+        (directory / f"ca-{number}.pem").write_bytes(certificate.read_bytes())
+    subprocess.run(["openssl", "rehash", str(directory)], check=True, capture_output=True)
+    return directory
+
+
+async def test_system_cas_from_a_hashed_directory_verify_and_refuse(
+    tls_registry: Registry,
+    built: tuple[BuiltImage, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without ca_file, the system CAs come from a hashed directory, read on demand."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)  # as under systemd, which sets neither
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    trusting = _hashed_ca_dir(tmp_path / "trusting", tls_registry.ca_file)
+    other_ca, _ = make_certificate(tmp_path / "other", "some other CA")
+    foreign = _hashed_ca_dir(tmp_path / "foreign", other_ca)
+    ref = _ref(tls_registry, built[0])
+
+    client = RegistryClient(ca_dirs=(tmp_path / "missing", trusting), platform=AMD64)
+    layers = await client.image_layers(ref)
+    assert layers.layers == _expected_layers(built[0])
+
+    refused = RegistryClient(ca_dirs=(foreign,), platform=AMD64)
+    with pytest.raises(RegistryUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+        await refused.image_layers(ref)
+
+
+def test_system_cas_are_not_all_loaded_up_front(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)  # as under systemd, which sets neither
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    bundle, _ = make_certificate(tmp_path / "ca", "bundle CA")
+    hashed = _hashed_ca_dir(tmp_path / "hashed", bundle)
+    lazy = tls_context(None, (hashed,))
+    assert lazy.cert_store_stats()["x509"] == 0  # nothing parsed before a chain needs it
+    assert lazy.verify_mode == ssl.CERT_REQUIRED
+    assert lazy.check_hostname
+    # No hashed directory: OpenSSL's default bundle, parsed at once, as before.
+    eager = tls_context(None, (tmp_path / "ca",))
+    assert eager.cert_store_stats()["x509"] > 0
+    # An administrator's SSL_CERT_FILE still wins.
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    assert tls_context(None, (hashed,)).cert_store_stats()["x509"] == 1
