@@ -100,12 +100,14 @@ async def test_calls_beyond_the_stream_limit_wait_for_a_free_stream(peer: Peer) 
     ]
     try:
         for finished in range(6):
-            # Two in the server, the rest queued in the client (the server would refuse them).
+            # Two in the server, the rest queued in the client (the server would refuse
+            # them): no call has an answer the server did not give. Which callers get a
+            # free stream first is not promised (nor by grpcio).
             expected = (min(STREAM_LIMIT, 6 - finished), finished)
             await asyncio.to_thread(
                 wait_for, lambda e=expected: peer.counts() == e, timeout_s=10, what=f"{expected}"
             )
-            assert not any(call.done() for call in calls[finished + STREAM_LIMIT :])
+            assert sum(call.done() for call in calls) <= finished
             peer.release.release()
         results = await asyncio.gather(*calls)
     finally:
