@@ -9,8 +9,10 @@ it against a real systemd.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,18 +49,55 @@ async def test_fallback_without_pid_file_fails(bus_address: str) -> None:
         await reloader.reload()
 
 
+REFUSAL_PROBE = """
+import asyncio, json, os, signal, sys
+from pathlib import Path
+from nodeagent.adapters.systemd import RuntimeReloader
+from nodeagent.errors import RuntimeReloadFailed
+
+hups = []
+signal.signal(signal.SIGHUP, lambda *_: hups.append(1))
+bus_address, pid_file, content = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+pid_file.write_text(str(os.getpid()) if content == "OWN" else content)
+
+async def reload():
+    try:
+        return await RuntimeReloader(
+            "crio.service", pid_file=pid_file, bus_address=bus_address
+        ).reload()
+    except RuntimeReloadFailed as exc:
+        return exc.message
+
+outcome = asyncio.run(reload())
+print(json.dumps({"pid": os.getpid(), "outcome": outcome, "hups": len(hups)}))
+"""
+"""Runs as PID 1 of its own PID namespace (``unshare``) and leader of its own session and
+process group (``setsid``), so the PIDs a bad pid file names ("0": its process group, "1",
+its own) are the probe itself, which records every SIGHUP, and "-5" is no group at all:
+a refusal is checked against real signals, and a mistake could never reach this machine's
+init or the test runner."""
+
+
+UNSHARE = ("unshare", "--pid", "--fork", "--mount-proc", "--", "setsid")
+
+
 @pytest.mark.parametrize("content", ["", "abc", "0", "1", "-5", "12 34", "OWN"])
-async def test_fallback_refuses_pid_file_without_a_runtime_pid(
-    bus_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str
+def test_fallback_refuses_pid_file_without_a_runtime_pid(
+    bus_address: str, tmp_path: Path, content: str
 ) -> None:
-    sent: list[tuple[int, int]] = []
-    monkeypatch.setattr(os, "kill", lambda pid, sig: sent.append((pid, sig)))
     pid_file = tmp_path / "runtime.pid"
-    pid_file.write_text(str(os.getpid()) if content == "OWN" else content)
-    reloader = RuntimeReloader("crio.service", pid_file=pid_file, bus_address=bus_address)
-    with pytest.raises(RuntimeReloadFailed, match="not the PID of a runtime process"):
-        await reloader.reload()
-    assert sent == []
+    probe = subprocess.run(
+        [*UNSHARE, sys.executable, "-c", REFUSAL_PROBE, bus_address, str(pid_file), content],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert probe.returncode == 0, probe.stderr
+    result = json.loads(probe.stdout.splitlines()[-1])  # after the log lines
+    assert result["pid"] == 1
+    assert "not the PID of a runtime process" in result["outcome"]
+    assert result["hups"] == 0
 
 
 async def test_fallback_to_a_gone_process_fails(bus_address: str, tmp_path: Path) -> None:
