@@ -53,7 +53,7 @@ e2e: deps
 rpm: deps
 	$(BIN)/python tools/build_rpm.py --output build/rpm
 
-## proto: regenerate the CRI message modules from nodeagent/adapters/cri_api/runtime_v1.proto
+## proto: regenerate the CRI message modules from nodeagent/adapters/cri/api/runtime_v1.proto
 proto: $(VENV)/.installed
 	$(BIN)/python tools/gen_cri_proto.py
 

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.prepull import cpu_s, progress, tree_mib
-from nodeagent import minisign
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
+from nodeagent.bundles import minisign
 from nodeagent.config import PullSettings
 from tests.testenv.agent import Agent, pinned_image_set_yaml, set_state
 from tests.testenv.crio import Crio

@@ -53,7 +53,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from nodeagent.prepull import PrePuller, PullPolicy
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio

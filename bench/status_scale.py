@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.adapters.kube import KubeApi, Obj
-from nodeagent.cluster import Connection, StatusReporter
-from nodeagent.cluster_status import FIELD_MANAGER, PullProgress
+from nodeagent.cluster.kinds import ResourceKind
+from nodeagent.cluster.objects import FIELD_MANAGER, PullProgress
+from nodeagent.cluster.tasks import Connection, StatusReporter
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.errors import NodeAgentError
-from nodeagent.kinds import ResourceKind
 from nodeagent.status import NodeStatus, SetStatus, conditions_for
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import install_deploy

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from nodeagent.errors import AuthFileInvalid
+from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import normalize_registry, parse_reference
-from nodeagent.runtime import RegistryCredentials
 
 _API_PATHS: Final = frozenset({"v1", "v2"})
 _TOKEN_FIELDS: Final = {"identitytoken": "identity_token", "registrytoken": "registry_token"}

@@ -22,7 +22,7 @@ import structlog
 import tomlkit
 
 from nodeagent.errors import PinsOverridden, RuntimeDoesNotPin
-from nodeagent.runtime import ImageRuntime, StoredImage
+from nodeagent.ports import ImageRuntime, StoredImage
 
 log = structlog.get_logger(__name__)
 

@@ -28,7 +28,7 @@ from nodeagent.errors import (
     RuntimeUnreachable,
     TransientError,
 )
-from nodeagent.runtime import ImageRuntime, RegistryCredentials
+from nodeagent.ports import ImageRuntime, RegistryCredentials
 
 log = structlog.get_logger(__name__)
 

@@ -12,7 +12,7 @@ without a network and used by concern modules without importing an adapter:
 * ``parse_challenge`` reads a ``WWW-Authenticate`` header, ``basic_authorization``
   answers a basic one, and ``status_error`` maps HTTP statuses to the error tree.
 
-The HTTP side is ``nodeagent.adapters.registry``.
+The HTTP side is ``nodeagent.adapters.registry.client``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from nodeagent.errors import (
     RegistryAuthFailed,
     RegistryUnavailable,
 )
-from nodeagent.runtime import RegistryCredentials
+from nodeagent.ports import RegistryCredentials
 
 DOCKER_HUB: Final = "docker.io"
 """The canonical name of Docker Hub; its aliases below are normalized to it."""

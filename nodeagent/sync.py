@@ -30,8 +30,8 @@ from nodeagent.disk import (
 )
 from nodeagent.errors import NodeAgentError, PinsOverridden, RuntimeDoesNotPin
 from nodeagent.pins import PinCheck, PinService
+from nodeagent.ports import ImageRuntime, RegistryCredentials, StoredImage
 from nodeagent.prepull import PrePuller, PullResult, shared_layer_leaders
-from nodeagent.runtime import ImageRuntime, RegistryCredentials, StoredImage
 from nodeagent.specs import PinnedImageSet, SpecLoad, set_fingerprint
 from nodeagent.status import (
     DiskStatus,

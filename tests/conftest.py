@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from tests.testenv.crio import Crio
 from tests.testenv.dbus import HupChild, hup_child_process, private_bus
 from tests.testenv.images import (

@@ -1,4 +1,4 @@
-"""Regenerate nodeagent/adapters/cri_api/runtime_v1_pb2.{py,pyi} from the .proto.
+"""Regenerate nodeagent/adapters/cri/api/runtime_v1_pb2.{py,pyi} from the .proto.
 
 Run from the repository root with the dev dependencies installed:
 
@@ -16,7 +16,7 @@ import sys
 from grpc_tools import protoc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PKG = ROOT / "nodeagent" / "adapters" / "cri_api"
+PKG = ROOT / "nodeagent" / "adapters" / "cri" / "api"
 
 
 def main() -> int:

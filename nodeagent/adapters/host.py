@@ -11,8 +11,8 @@ from nodeagent.adapters.files import list_files, read_text_or_none, statvfs_free
 from nodeagent.authfile import AuthStore, parse_auth_file
 from nodeagent.disk import FilesystemSpace
 from nodeagent.errors import ConfigInvalid
+from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import insecure_registries
-from nodeagent.runtime import RegistryCredentials
 
 log = structlog.get_logger(__name__)
 

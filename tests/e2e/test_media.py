@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from nodeagent.journal import MESSAGE_IDS
 from tests.testenv.agent import set_state
 from tests.testenv.bundles import Factory, build_factory, ext4_media

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from nodeagent.journal import MESSAGE_IDS
 from tests.conftest import Pushed
 from tests.testenv.agent import set_state

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
 from tests.e2e.conftest import booted_node, build_rpms
 from tests.testenv.agent import set_state

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
 from tests.testenv.agent import set_state
 from tests.testenv.node import Node

@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from nodeagent import cli, minisign
-from nodeagent.adapters.registry import RegistryClient
+from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.authfile import parse_auth_file
+from nodeagent.bundles import minisign
+from nodeagent.cli import main as cli
 from nodeagent.errors import RegistryUnavailable
 from tests.conftest import Pushed
 from tests.testenv.images import LayerSpec, TestImage, push

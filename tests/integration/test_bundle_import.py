@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent import minisign
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
+from nodeagent.bundles import minisign
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.bundles import Factory, build_factory, ext4_media
 from tests.testenv.crio import Crio

@@ -11,8 +11,8 @@ import json
 import shutil
 from pathlib import Path
 
-from nodeagent import minisign
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
+from nodeagent.bundles import minisign
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio
 from tests.testenv.images import LayerSpec, TestImage, push

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.adapters.bundle_server import BundleServer
-from nodeagent.adapters.cri import CriClient
-from nodeagent.adapters.mirror_config import MirrorDropin
-from nodeagent.bundle import BundleError
+from nodeagent.adapters.bundles.mirror import MirrorDropin
+from nodeagent.adapters.bundles.server import BundleServer
+from nodeagent.adapters.cri.client import CriClient
+from nodeagent.bundles.manifest import BundleError
+from nodeagent.bundles.mirror import DROPIN_NAME, mirror_repositories, served_blobs
 from nodeagent.errors import ConfigInvalid, NodeAgentError, RegistryUnavailable
-from nodeagent.mirrors import DROPIN_NAME, mirror_repositories, served_blobs
 from nodeagent.references import parse_image_ref
 from tests.testenv.crio import Crio
 from tests.testenv.images import MEDIA_TYPE_INDEX, LayerSpec, TestImage, build_index

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent import errors
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
 from tests.testenv.crio import Crio
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent import errors
-from nodeagent.adapters.cri import CriClient
-from nodeagent.runtime import RegistryCredentials
+from nodeagent.adapters.cri.client import CriClient
+from nodeagent.ports import RegistryCredentials
 from tests.conftest import Pushed
 from tests.testenv.crio import Crio
 from tests.testenv.images import LayerSpec, TestImage, push

@@ -18,8 +18,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nodeagent.adapters.grpc_h2 import Channel
-from nodeagent.adapters.grpc_wire import RpcError, StatusCode
+from nodeagent.adapters.cri.h2 import Channel
+from nodeagent.adapters.cri.wire import RpcError, StatusCode
 from tests.testenv.waiting import wait_for
 
 SERVICE = "nodeagent.test.Peer"

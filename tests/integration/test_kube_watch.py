@@ -33,9 +33,9 @@ import pytest
 import structlog.testing
 from lightkube.core.exceptions import ApiError
 
-from nodeagent import kinds
 from nodeagent.adapters.kube import Gone, KubeApi, Obj
-from nodeagent.cluster import ClusterSpecs, Connection
+from nodeagent.cluster import kinds
+from nodeagent.cluster.tasks import ClusterSpecs, Connection
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.errors import ApiRequestRejected
 from tests.testenv.kube import KubeCluster

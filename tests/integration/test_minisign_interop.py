@@ -1,4 +1,4 @@
-"""nodeagent.minisign against Debian's real minisign binary, in both directions.
+"""nodeagent.bundles.minisign against Debian's real minisign binary, in both directions.
 
 Keys and signatures made by `minisign` are verified by our code; signatures made by our
 code are verified by `minisign -V`. Encrypted secret keys need a password typed on a
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import minisign
-from nodeagent.minisign import (
+from nodeagent.bundles import minisign
+from nodeagent.bundles.minisign import (
     PublicKey,
     SignatureInvalid,
     SignatureMalformed,

@@ -7,7 +7,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
 from tests.testenv.agent import Agent, pinned_image_set_yaml, set_state, set_status
 from tests.testenv.crio import Crio

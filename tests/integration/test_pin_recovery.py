@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from tests.testenv.agent import Agent, set_state, set_status
 from tests.testenv.crio import Crio
 from tests.testenv.registry import Registry

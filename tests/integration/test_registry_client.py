@@ -21,10 +21,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from nodeagent.adapters.host import InsecureRegistries
-from nodeagent.adapters.registry import ManifestCache, RegistryClient, tls_context
+from nodeagent.adapters.registry.client import ManifestCache, RegistryClient, tls_context
 from nodeagent.errors import ImageNotFound, RegistryAuthFailed, RegistryUnavailable
+from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import Platform
-from nodeagent.runtime import RegistryCredentials
 from tests.conftest import Pushed
 from tests.testenv.images import BuiltImage, LayerSpec, PushedImage, TestImage, push
 from tests.testenv.packages import ensure_packages

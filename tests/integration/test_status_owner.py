@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from nodeagent.adapters.kube import KubeApi
-from nodeagent.cluster import Connection, StatusReporter
-from nodeagent.cluster_status import PullProgress
+from nodeagent.cluster.objects import PullProgress
+from nodeagent.cluster.tasks import Connection, StatusReporter
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.status import NodeStatus, conditions_for
 from tests.testenv.kube import KubeCluster

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.adapters.mount import (
+from nodeagent.adapters.bundles.mount import (
     MediaMountFailed,
     MediaUnmountFailed,
     mount_readonly,
     unmount,
 )
-from nodeagent.adapters.udev import MediaWatcher
-from nodeagent.media import MediaEvent, MediaKind
+from nodeagent.adapters.bundles.udev import MediaWatcher
+from nodeagent.bundles.media import MediaEvent, MediaKind
 from tests.testenv.udev import FileSpec, LoopMedia, Udevd, settle
 
 pytestmark = [

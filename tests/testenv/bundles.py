@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent import minisign
+from nodeagent.bundles import minisign
 from tests.testenv.agent import pinned_image_set_yaml
 from tests.testenv.images import make_image_set, push
 from tests.testenv.registry import Registry

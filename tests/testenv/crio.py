@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from nodeagent.errors import NodeAgentError
 from tests.testenv.crio_build import ensure_crio
 from tests.testenv.waiting import log_tail, wait_for

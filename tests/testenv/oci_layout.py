@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent.bundle import BundleManifest, parse_manifest
+from nodeagent.bundles.manifest import BundleManifest, parse_manifest
 from tests.testenv.images import Blob, BuiltImage, BuiltIndex
 
 OCI_LAYOUT_BYTES = b'{"imageLayoutVersion":"1.0.0"}'

@@ -1,6 +1,6 @@
 """In-memory peers for unit tests of services: virtual time, a CRI-O that pins, its config files.
 
-``FakeCrio`` implements ``nodeagent.runtime.ImageRuntime`` and simulates CRI-O's
+``FakeCrio`` implements ``nodeagent.ports.ImageRuntime`` and simulates CRI-O's
 pinning: an image is pinned when one of its names matches (``pins.pattern_matches``)
 a pattern of the ``[crio.image] pinned_images`` that the runtime last loaded,
 the last file in CRI-O's reading order that sets the key winning. It loads its
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from nodeagent.errors import RuntimeReloadFailed
 from nodeagent.pins import ConfigFile, pattern_matches
-from nodeagent.runtime import FilesystemUsage, RegistryCredentials, RuntimeVersion, StoredImage
+from nodeagent.ports import FilesystemUsage, RegistryCredentials, RuntimeVersion, StoredImage
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from nodeagent import bundle, errors
-from nodeagent.bundle import TreeEntry
+from nodeagent import errors
+from nodeagent.bundles import manifest as bundle
+from nodeagent.bundles.manifest import TreeEntry
 
 HEX_A, HEX_B, HEX_C = "a" * 64, "b" * 64, "c" * 64
 REF = f"quay.io/acme/app@sha256:{HEX_A}"

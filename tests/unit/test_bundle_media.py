@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import bundle, minisign
-from nodeagent.adapters.bundle_media import (
+from nodeagent.adapters.bundles.tree import (
     BundleDir,
     HashingReader,
     check_references,
@@ -22,7 +21,9 @@ from nodeagent.adapters.bundle_media import (
     verify_bundle,
     walk_tree,
 )
-from nodeagent.bundle import (
+from nodeagent.bundles import manifest as bundle
+from nodeagent.bundles import minisign
+from nodeagent.bundles.manifest import (
     BundleDigestMismatch,
     BundleIncomplete,
     BundleManifestInvalid,

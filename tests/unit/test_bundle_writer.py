@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nodeagent import bundle, minisign
-from nodeagent.adapters.bundle_writer import (
+from nodeagent.adapters.bundles.writer import (
     Descriptor,
     PlannedImage,
     check_bundle_id,
@@ -28,7 +27,9 @@ from nodeagent.adapters.bundle_writer import (
     set_object,
     top_descriptor,
 )
-from nodeagent.cli_bundle import (
+from nodeagent.bundles import manifest as bundle
+from nodeagent.bundles import minisign
+from nodeagent.cli.bundle import (
     TerminalProgress,
     format_blob_progress,
     load_set_files,

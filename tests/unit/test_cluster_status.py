@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nodeagent.cluster_status import (
+from nodeagent.cluster.objects import (
     MAX_FAILED_IMAGES,
     MAX_FAILED_TOTAL,
     MAX_SETS,
@@ -19,7 +19,7 @@ from nodeagent.cluster_status import (
     status_object,
     transitions,
 )
-from nodeagent.placement import Placement
+from nodeagent.cluster.placement import Placement
 from nodeagent.status import Condition, ImageFailure, NodeStatus, SetStatus, conditions_for
 
 NODE = NodeIdentity("edge-1", "uid-1")

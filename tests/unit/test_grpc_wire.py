@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hyperframe.frame import DataFrame, GoAwayFrame, PingFrame, SettingsFrame
 
-from nodeagent.adapters.grpc_wire import (
+from nodeagent.adapters.cri.wire import (
     MessageAssembler,
     RpcError,
     StatusCode,

@@ -21,7 +21,9 @@ IDLE_PATH = """
 import sys
 from pathlib import Path
 
-from nodeagent import cli, daemon
+from nodeagent.cli import main as cli
+
+from nodeagent.daemon import root as daemon
 from nodeagent.config import load_config
 
 root = Path(sys.argv[1])
@@ -38,12 +40,12 @@ NOT_LOADED_AT_IDLE = (
     "yaml",  # the first spec file read (specs.parse_spec_text)
     "cryptography",  # bundle signatures only
     "pyudev",  # the media loop, when bundles.watch_media is on
-    "nodeagent.bundles_build",  # the first bundle import
-    "nodeagent.importer",
-    "nodeagent.minisign",
-    "nodeagent.adapters.bundle_server",
-    "nodeagent.adapters.bundle_writer",
-    "nodeagent.adapters.mount",
+    "nodeagent.daemon.bundles",  # the first bundle import
+    "nodeagent.bundles.importer",
+    "nodeagent.bundles.minisign",
+    "nodeagent.adapters.bundles.server",
+    "nodeagent.adapters.bundles.writer",
+    "nodeagent.adapters.bundles.mount",
     "difflib",  # did-you-mean for a broken config only
     "ctypes.util",  # inotify takes libc from the process itself
     "getpass",  # a locked signing key on a terminal only
@@ -68,11 +70,11 @@ def idle_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 def test_the_idle_path_builds_the_real_wiring(idle_modules: set[str]) -> None:
     # The probe must have gone through what it claims to: CRI client, registry client, inotify.
     for module in (
-        "nodeagent.adapters.grpc_h2",
+        "nodeagent.adapters.cri.h2",
         "h2.connection",
-        "nodeagent.daemon",
-        "nodeagent.adapters.registry",
-        "nodeagent.bundles",
+        "nodeagent.daemon.root",
+        "nodeagent.adapters.registry.client",
+        "nodeagent.bundles.imports",
     ):
         assert module in idle_modules
 

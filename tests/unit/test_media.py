@@ -1,4 +1,4 @@
-"""nodeagent.media: which udev events are bundle media, de-duplication, mount options.
+"""nodeagent.bundles.media: which udev events are bundle media, de-duplication, mount options.
 
 The event sequences in the tracker tests are the ones systemd-udevd 252 sent
 for loop devices on the test machine (see tests/testenv/udev.py).
@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.adapters.mount import MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, split_options
-from nodeagent.media import (
+from nodeagent.adapters.bundles.mount import (
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_RDONLY,
+    split_options,
+)
+from nodeagent.bundles.media import (
     MediaEvent,
     MediaKind,
     MediaTracker,

@@ -12,9 +12,8 @@ import io
 
 import pytest
 
-from nodeagent import minisign
-from nodeagent.errors import PermanentError
-from nodeagent.minisign import (
+from nodeagent.bundles import minisign
+from nodeagent.bundles.minisign import (
     KeyMalformed,
     PublicKey,
     SecretKeyLocked,
@@ -23,6 +22,7 @@ from nodeagent.minisign import (
     SignatureMissing,
     UnknownSigningKey,
 )
+from nodeagent.errors import PermanentError
 
 GOLDEN_KEY_ID_HEX = "BE3392E79592523F"
 GOLDEN_PUB = """untrusted comment: minisign public key BE3392E79592523F

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import cli, errors
+from nodeagent import errors
+from nodeagent.bundles.media import DEFAULT_LABEL_PATTERN, RULE_MARK
+from nodeagent.cli import main as cli
 from nodeagent.config import Config, load_config
-from nodeagent.media import DEFAULT_LABEL_PATTERN, RULE_MARK
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGING = ROOT / "packaging"

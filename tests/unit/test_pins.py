@@ -21,7 +21,7 @@ from nodeagent.pins import (
     render_dropin,
     support_problem,
 )
-from nodeagent.runtime import StoredImage
+from nodeagent.ports import StoredImage
 from tests.unit.fakes import (
     FakeCrio,
     MemoryDropins,

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from nodeagent.placement import node_pools, place, set_document
+from nodeagent.cluster.placement import node_pools, place, set_document
 from nodeagent.selectors import parse_selector
 from nodeagent.specs import parse_spec_text
 

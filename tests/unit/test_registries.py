@@ -15,6 +15,7 @@ from nodeagent.errors import (
     RegistryAuthFailed,
     RegistryUnavailable,
 )
+from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import (
     MANIFEST_ACCEPT,
     MEDIA_TYPE_DOCKER_LIST,
@@ -38,7 +39,6 @@ from nodeagent.registries import (
     status_error,
     verify_digest,
 )
-from nodeagent.runtime import RegistryCredentials
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32

@@ -314,7 +314,7 @@ def test_progress_line(counts: tuple[int, int, int, int], line: str) -> None:
 
 
 def test_progress_line_counts_live_pulls_and_failures_on_the_interim_status() -> None:
-    from nodeagent.daemon import Progress
+    from nodeagent.daemon.root import Progress
 
     sent: list[str | None] = []
     progress = Progress()

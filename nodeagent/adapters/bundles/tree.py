@@ -30,8 +30,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from nodeagent import bundle, minisign
-from nodeagent.bundle import (
+from nodeagent.bundles import manifest as bundle
+from nodeagent.bundles import minisign
+from nodeagent.bundles.manifest import (
     BundleIncomplete,
     BundleManifest,
     BundleManifestInvalid,

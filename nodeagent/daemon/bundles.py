@@ -11,20 +11,20 @@ from pathlib import Path
 
 import structlog
 
-from nodeagent.adapters.bundle_import import SpecDirs, check_for_import
-from nodeagent.adapters.bundle_server import BundleServer
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
+from nodeagent.adapters.bundles.mirror import MirrorDropin
+from nodeagent.adapters.bundles.server import BundleServer
+from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
-from nodeagent.adapters.mirror_config import MirrorDropin
-from nodeagent.bundle import BundleError, ExpectedFile
+from nodeagent.bundles.importer import BundleReport, Importer, ImporterPorts
+from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.config import Config
-from nodeagent.importer import BundleReport, Importer, ImporterPorts
 from nodeagent.pins import Reloader
 from nodeagent.prepull import PrePuller, PullPolicy
 from nodeagent.sync import DiskPolicy
 
-log = structlog.get_logger("nodeagent.bundles")
+log = structlog.get_logger("nodeagent.bundles.imports")
 
 BUNDLE_PULLS_AT_ONCE = 4
 """At most this many of ``pull.concurrency``: a bundle is served on loopback, so its pulls

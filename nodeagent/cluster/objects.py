@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.kinds import MACHINE_CONFIG_NODE, NODE_IMAGE_STATUS
-from nodeagent.placement import Placement
+from nodeagent.cluster.kinds import MACHINE_CONFIG_NODE, NODE_IMAGE_STATUS
+from nodeagent.cluster.placement import Placement
 from nodeagent.status import Condition, NodeStatus, SetStatus
 
 FIELD_MANAGER = "nodeagent"

@@ -1,6 +1,6 @@
 """The bundle mirror's registries.conf.d drop-in on the host: write it, remove it.
 
-The text comes from ``nodeagent.mirrors.render_mirror_dropin``; this adapter
+The text comes from ``nodeagent.bundles.mirror.render_mirror_dropin``; this adapter
 only puts it in place atomically (``nodeagent.adapters.files.write_atomic``:
 temp file, fsync, rename, fsync of the directory; unchanged bytes are not
 rewritten) and says whether anything changed, so the caller reloads CRI-O only
@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from nodeagent.adapters.files import remove_file, write_atomic
+from nodeagent.bundles.mirror import render_mirror_dropin
 from nodeagent.errors import ConfigInvalid
-from nodeagent.mirrors import render_mirror_dropin
 
 
 class MirrorDropin:

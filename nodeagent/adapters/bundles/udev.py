@@ -4,7 +4,7 @@
 rules ran (source ``udev``: they carry blkid's ``ID_FS_*`` properties), filtered
 in the kernel to subsystem ``block``. The socket is registered with
 ``loop.add_reader``: no thread, no polling. Every event goes through
-``nodeagent.media.MediaTracker``, so each arrival and removal is yielded once::
+``nodeagent.bundles.media.MediaTracker``, so each arrival and removal is yielded once::
 
     async with MediaWatcher("NODEAGENT*") as watcher:
         for event in watcher.existing():   # media plugged in before we started
@@ -36,8 +36,8 @@ from typing import Any, Final, Self
 import pyudev
 import structlog
 
+from nodeagent.bundles.media import DEFAULT_FS_TYPES, MediaEvent, MediaKind, MediaTracker
 from nodeagent.errors import MediaWatchFailed as MediaWatchFailed
-from nodeagent.media import DEFAULT_FS_TYPES, MediaEvent, MediaKind, MediaTracker
 
 log = structlog.get_logger(__name__)
 

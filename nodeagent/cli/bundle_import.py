@@ -13,14 +13,15 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nodeagent import daemon, logs
-from nodeagent.bundles import build_importer
-from nodeagent.cli_bundle import BUNDLE_COMMANDS, Subparsers
+from nodeagent import logs
+from nodeagent.bundles.imports import build_importer
+from nodeagent.cli.bundle import BUNDLE_COMMANDS, Subparsers
 from nodeagent.config import Config
+from nodeagent.daemon import root as daemon
 from nodeagent.status import status_line
 
 if TYPE_CHECKING:
-    from nodeagent.importer import BundleReport
+    from nodeagent.bundles.importer import BundleReport
 
 EXIT_REFUSED = 65
 EXIT_INTERRUPTED = 75
@@ -37,7 +38,7 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
     logs.configure(config.log.level)
     report = asyncio.run(_import(config, args.path.resolve()))
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))  # noqa: T201  the CLI's output
+        print(json.dumps(report.to_json(), indent=2))
     if report.state == "imported":
         return 0
     return EXIT_INTERRUPTED if report.state == "interrupted" else EXIT_REFUSED
@@ -53,7 +54,7 @@ async def _import(config: Config, root: Path) -> BundleReport:
         if report.state == "imported":
             status = await wiring.reconciler.sync()
             daemon.publish(wiring, status)
-            print(f"sync: {status_line(status)}")  # noqa: T201  the CLI's output
+            print(f"sync: {status_line(status)}")
         return report
     finally:
         await wiring.cri.close()

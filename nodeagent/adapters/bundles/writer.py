@@ -31,11 +31,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
-from nodeagent import bundle, minisign
-from nodeagent.adapters import bundle_media
+from nodeagent.adapters.bundles import tree as bundle_media
 from nodeagent.adapters.files import write_atomic
-from nodeagent.adapters.registry import MAX_MANIFEST_BYTES, RegistryClient
+from nodeagent.adapters.registry.client import MAX_MANIFEST_BYTES, RegistryClient
 from nodeagent.authfile import AuthStore
+from nodeagent.bundles import manifest as bundle
+from nodeagent.bundles import minisign
 from nodeagent.errors import (
     HostFileError,
     ImageNotFound,

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from nodeagent.bundles.media import MediaEvent, MediaKind, mount_dir_name
 from nodeagent.config import Config
-from nodeagent.media import MediaEvent, MediaKind, mount_dir_name
 
 if TYPE_CHECKING:
-    from nodeagent.adapters.cri import CriClient
-    from nodeagent.adapters.mount import Mount
-    from nodeagent.importer import BundleReport, Importer
+    from nodeagent.adapters.bundles.mount import Mount
+    from nodeagent.adapters.cri.client import CriClient
+    from nodeagent.bundles.importer import BundleReport, Importer
     from nodeagent.pins import Reloader
 
 log = structlog.get_logger(__name__)
@@ -67,7 +67,7 @@ def build_importer(
     is_present: Callable[[Path], bool] = lambda root: root.exists(),
 ) -> Importer:
     """The importer with its adapters; their modules load on the first call."""
-    from nodeagent import bundles_build  # noqa: PLC0415  (see the module docstring)
+    from nodeagent.daemon import bundles as bundles_build  # noqa: PLC0415  (see the module docstring)
 
     return bundles_build.build_importer(
         config, cri, reloader, on_report=on_report, is_present=is_present
@@ -118,7 +118,7 @@ class MediaImports:
             log.info(
                 "bundle_media_detected", device=event.devnode, label=event.label, fs=event.fs_type
             )
-            from nodeagent.adapters.mount import mount_readonly  # noqa: PLC0415
+            from nodeagent.adapters.bundles.mount import mount_readonly  # noqa: PLC0415
 
             mount: Mount = await asyncio.to_thread(
                 mount_readonly, event.devnode, event.fs_type, target
@@ -137,7 +137,7 @@ class MediaImports:
                 self.on_imported()
 
     def _interrupted(self, event: MediaEvent) -> None:
-        from nodeagent.importer import BundleMediaRemoved, BundleReport  # noqa: PLC0415
+        from nodeagent.bundles.importer import BundleMediaRemoved, BundleReport  # noqa: PLC0415
 
         gone = BundleMediaRemoved(
             f"{event.devnode} ({event.label}) was removed during the import; the images already "
@@ -154,7 +154,7 @@ class MediaImports:
 
 async def media_loop(imports: MediaImports) -> None:
     """Watch udev for bundle media (also those present at start) and import them."""
-    from nodeagent.adapters.udev import MediaWatcher  # noqa: PLC0415  (pyudev: only when watching)
+    from nodeagent.adapters.bundles.udev import MediaWatcher  # noqa: PLC0415  (pyudev: only when watching)
 
     async with MediaWatcher(imports.config.bundles.label_pattern) as watcher:
         for event in watcher.existing():

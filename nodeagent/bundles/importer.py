@@ -26,7 +26,8 @@ from typing import Any, Literal, Protocol
 import structlog
 import yaml
 
-from nodeagent.bundle import BundleError, BundleManifest, ExpectedFile
+from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile
+from nodeagent.bundles.mirror import mirror_repositories, served_blobs, total_size_bytes
 from nodeagent.disk import FilesystemSpace, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
     BundleMediaRemoved as BundleMediaRemoved,
@@ -36,9 +37,8 @@ from nodeagent.errors import (
     NodeAgentError,
     RegistryUnavailable,
 )
-from nodeagent.mirrors import mirror_repositories, served_blobs, total_size_bytes
+from nodeagent.ports import ImageRuntime
 from nodeagent.prepull import PrePuller, PullResult
-from nodeagent.runtime import ImageRuntime
 from nodeagent.sync import DiskPolicy, SpaceProbe, StateStore
 from nodeagent.units import format_bytes
 

@@ -1,6 +1,6 @@
 """Removable media that may carry an upgrade bundle: which udev events matter, and how to mount.
 
-Pure decisions, no I/O: the udev adapter (``nodeagent.adapters.udev``) feeds the
+Pure decisions, no I/O: the udev adapter (``nodeagent.adapters.bundles.udev``) feeds the
 properties of every block-device event (and of every block device present at
 start) through ``MediaTracker``, which yields each arrival and removal once.
 

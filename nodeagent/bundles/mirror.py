@@ -1,7 +1,7 @@
 """Offline import through a loopback mirror: what the bundle server serves, and the drop-in.
 
 An upgrade bundle is imported by serving its content read-only on loopback
-(``nodeagent.adapters.bundle_server``) and pointing the runtime at that server
+(``nodeagent.adapters.bundles.server``) and pointing the runtime at that server
 as a *mirror* of each image's original repository, so that CRI-O pulls every
 image by its original name, checks every digest itself, and stores the image
 under the name it will run by. Pure functions only (no I/O):
@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from nodeagent.bundle import BundleManifest, ExpectedFile, blob_path
+from nodeagent.bundles.manifest import BundleManifest, ExpectedFile, blob_path
 from nodeagent.references import ImageRef
 from nodeagent.registries import (
     DOCKER_HUB,

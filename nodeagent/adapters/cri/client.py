@@ -1,7 +1,7 @@
 """CRI client: ImageService and RuntimeService.Version over a unix socket.
 
 The only module that speaks CRI. It turns ``runtime.v1`` messages into the
-plain values of ``nodeagent.runtime`` and every gRPC failure into the error
+plain values of ``nodeagent.ports`` and every gRPC failure into the error
 tree of ``nodeagent.errors`` (``raise ... from`` keeps the cause). The calls go
 through ``grpc_h2``, a unary gRPC client on h2, not grpcio
 (docs/decisions/0004-cri-client-over-h2.md).
@@ -14,10 +14,10 @@ from typing import Final, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from nodeagent.adapters.cri_api import runtime_v1_pb2 as pb
-from nodeagent.adapters.grpc_h2 import Channel
-from nodeagent.adapters.grpc_wire import RpcError
-from nodeagent.adapters.grpc_wire import StatusCode as StatusCode  # classify_rpc_error's
+from nodeagent.adapters.cri.api import runtime_v1_pb2 as pb
+from nodeagent.adapters.cri.h2 import Channel
+from nodeagent.adapters.cri.wire import RpcError
+from nodeagent.adapters.cri.wire import StatusCode as StatusCode  # classify_rpc_error's
 from nodeagent.errors import (
     ConfigInvalid,
     ImageNotFound,
@@ -29,7 +29,7 @@ from nodeagent.errors import (
     RuntimeTimeout,
     RuntimeUnreachable,
 )
-from nodeagent.runtime import (
+from nodeagent.ports import (
     FilesystemUsage,
     RegistryCredentials,
     RuntimeVersion,
@@ -124,7 +124,7 @@ def auth_config(credentials: RegistryCredentials) -> pb.AuthConfig:
 
 
 class CriClient:
-    """Async CRI client for one runtime socket; implements ``nodeagent.runtime.ImageRuntime``.
+    """Async CRI client for one runtime socket; implements ``nodeagent.ports.ImageRuntime``.
 
     ``timeout_s`` bounds every call except pulls, whose deadline is given per
     call (a pull of a large image is legitimately slow). A missing or dead

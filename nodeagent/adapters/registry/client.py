@@ -62,6 +62,7 @@ from nodeagent import __version__
 from nodeagent.adapters.files import write_atomic
 from nodeagent.disk import ImageLayers
 from nodeagent.errors import HostFileError, ImageNotFound, RegistryAuthFailed, RegistryUnavailable
+from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import (
     DOCKER_HUB,
     MANIFEST_ACCEPT,
@@ -80,7 +81,6 @@ from nodeagent.registries import (
     status_error,
     verify_digest,
 )
-from nodeagent.runtime import RegistryCredentials
 
 log = structlog.get_logger(__name__)
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent import bundle
-from nodeagent.adapters.bundle_media import (
+from nodeagent.adapters.bundles.tree import (
     check_references,
     load_trusted_keys_dir,
     read_signed_manifest,
     walk_tree,
 )
 from nodeagent.adapters.files import write_atomic
-from nodeagent.bundle import BundleManifest
+from nodeagent.bundles import manifest as bundle
+from nodeagent.bundles.manifest import BundleManifest
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nodeagent import __version__, cli_bundle, cli_import, daemon, ledger, logs
-from nodeagent.adapters.cri import CriClient
+from nodeagent import __version__, ledger, logs
+from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import JsonStateStore, read_text_or_none
 from nodeagent.adapters.host import read_boot_id
 from nodeagent.adapters.journald import JournalSink
+from nodeagent.cli import bundle as cli_bundle
+from nodeagent.cli import bundle_import as cli_import
 from nodeagent.config import DEFAULT_CONFIG_PATH, Config, load_config
+from nodeagent.daemon import root as daemon
 from nodeagent.errors import NodeAgentError, SpecInvalid
 from nodeagent.pins import foreign_pins, render_dropin
-from nodeagent.runtime import StoredImage
+from nodeagent.ports import StoredImage
 from nodeagent.specs import load_spec_dirs
 from nodeagent.units import format_bytes
 

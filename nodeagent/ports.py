@@ -1,6 +1,6 @@
 """The container runtime as nodeagent sees it: image records, versions, and the port.
 
-These are plain values; the CRI adapter (``nodeagent.adapters.cri``) fills
+These are plain values; the CRI adapter (``nodeagent.adapters.cri.client``) fills
 them from gRPC messages, and every service that needs the runtime receives an
 ``ImageRuntime`` rather than a gRPC client.
 """

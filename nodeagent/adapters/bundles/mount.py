@@ -1,7 +1,7 @@
 """Mount bundle media read-only with the mount(2) and umount2(2) syscalls (ctypes on libc).
 
 No ``mount`` command, no libmount: the options are nodeagent's own
-(``nodeagent.media.mount_options``), the generic ones become ``MS_*`` flags and
+(``nodeagent.bundles.media.mount_options``), the generic ones become ``MS_*`` flags and
 the rest (``noload``, ``norecovery``, ...) the filesystem's data string.
 After mounting, statvfs must report read-only, nosuid, nodev and noexec, or the
 mount is undone and refused.
@@ -31,9 +31,9 @@ from typing import Final, Self
 
 import structlog
 
+from nodeagent.bundles.media import mount_options
 from nodeagent.errors import MediaMountFailed as MediaMountFailed
 from nodeagent.errors import MediaUnmountFailed as MediaUnmountFailed
-from nodeagent.media import mount_options
 
 log = structlog.get_logger(__name__)
 

@@ -31,7 +31,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 
-from nodeagent.adapters.grpc_wire import (
+from nodeagent.adapters.cri.wire import (
     MessageAssembler,
     RpcError,
     StatusCode,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from nodeagent.adapters.cri import CriClient
+from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import (
@@ -31,10 +31,10 @@ from nodeagent.adapters.host import (
     read_boot_id,
 )
 from nodeagent.adapters.inotify import DirectoryWatcher
-from nodeagent.adapters.registry import ManifestCache, RegistryClient
+from nodeagent.adapters.registry.client import ManifestCache, RegistryClient
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
-from nodeagent.bundles import BundleBoard, MediaImports, build_importer, media_loop
-from nodeagent.cluster_status import PullProgress
+from nodeagent.bundles.imports import BundleBoard, MediaImports, build_importer, media_loop
+from nodeagent.cluster.objects import PullProgress
 from nodeagent.config import Config
 from nodeagent.errors import NodeAgentError, TransientError
 from nodeagent.pins import PinService
@@ -44,7 +44,7 @@ from nodeagent.status import NodeStatus, conditions_for, progress_line, status_l
 from nodeagent.sync import DiskPolicy, Reconciler
 
 if TYPE_CHECKING:
-    from nodeagent.cluster import StatusReporter
+    from nodeagent.cluster.tasks import StatusReporter
 
 log = structlog.get_logger(__name__)
 
@@ -350,8 +350,8 @@ async def _cluster_tasks(
 ) -> dict[str, Callable[[], Awaitable[None]]]:
     """Cluster mode's tasks; imported here so a node without a cluster never loads the client."""
     from nodeagent.adapters.kube import KubeApi  # noqa: PLC0415
-    from nodeagent.cluster import ClusterSpecs, Connection, StatusReporter  # noqa: PLC0415
-    from nodeagent.cluster_status import FIELD_MANAGER  # noqa: PLC0415
+    from nodeagent.cluster.objects import FIELD_MANAGER  # noqa: PLC0415
+    from nodeagent.cluster.tasks import ClusterSpecs, Connection, StatusReporter  # noqa: PLC0415
 
     config = wiring.config
     api = KubeApi(

@@ -1,10 +1,10 @@
 """A read-only OCI distribution server on loopback serving only a bundle's listed blobs.
 
 CRI-O imports a bundle by pulling each image by its original name through a
-registries.conf mirror pointing here (``nodeagent.mirrors``): the runtime checks
+registries.conf mirror pointing here (``nodeagent.bundles.mirror``): the runtime checks
 every digest itself and stores the images under their real names.
 
-Protocol: what a pull needs, HTTP/1.1 keep-alive, stdlib only (``nodeagent.mirrors.route``).
+Protocol: what a pull needs, HTTP/1.1 keep-alive, stdlib only (``nodeagent.bundles.mirror.route``).
 The only lookup is digest → ``ExpectedFile`` in the allow-list of the verified
 bundle manifest (``served_blobs``), whatever the repository name: no part of a
 URL is ever a path. Files are opened beneath the root one component at a time
@@ -46,10 +46,9 @@ from typing import IO, Final, TypeVar
 
 import structlog
 
-from nodeagent.adapters.bundle_media import BundleDir
-from nodeagent.bundle import BundleError, BundleIncomplete, ExpectedFile, check_digest
-from nodeagent.errors import HostFileError
-from nodeagent.mirrors import (
+from nodeagent.adapters.bundles.tree import BundleDir
+from nodeagent.bundles.manifest import BundleError, BundleIncomplete, ExpectedFile, check_digest
+from nodeagent.bundles.mirror import (
     API_VERSION_HEADER,
     ErrorAnswer,
     RangeNotSatisfiable,
@@ -63,6 +62,7 @@ from nodeagent.mirrors import (
     response_head,
     route,
 )
+from nodeagent.errors import HostFileError
 
 log = structlog.get_logger(__name__)
 _T = TypeVar("_T")

@@ -1,4 +1,4 @@
-"""``nodeagent bundle create`` and ``nodeagent bundle verify`` (``nodeagent.cli`` registers them).
+"""``nodeagent bundle create`` and ``bundle verify`` (``nodeagent.cli.main`` registers them).
 
 ``create`` fetches images by digest from their registries into an OCI layout and signs
 its ``bundle.json`` with a minisign secret key; ``verify`` checks a bundle directory the
@@ -28,8 +28,8 @@ from nodeagent.units import format_bytes
 
 if TYPE_CHECKING:
     # Imported by the commands that use them: `nodeagent run` parses these arguments too.
-    from nodeagent import minisign
-    from nodeagent.adapters import bundle_media
+    from nodeagent.adapters.bundles import tree as bundle_media
+    from nodeagent.bundles import minisign
 
 _ARCH = re.compile(r"(?:linux/)?([a-z0-9_]+)(?:/(v[0-9]+))?")
 _PROGRESS_INTERVAL_S = 0.2
@@ -115,7 +115,7 @@ def load_set_files(paths: Sequence[Path], *, is_persistent: bool) -> list[Pinned
 
 def read_secret_key(path: Path, password_file: Path | None) -> minisign.SecretKey:
     """The signing key; its password from ``password_file``, else asked on the terminal."""
-    from nodeagent import minisign  # noqa: PLC0415  (see the imports)
+    from nodeagent.bundles import minisign  # noqa: PLC0415  (see the imports)
 
     text = _read_text(path, "secret key")
     password = None
@@ -198,8 +198,8 @@ def _out(line: str = "") -> None:
 
 # ---------------------------------------------------------------- create
 def cmd_create(_config: Config, args: argparse.Namespace) -> int:
-    from nodeagent.adapters import bundle_writer  # noqa: PLC0415  (see the imports)
-    from nodeagent.adapters.registry import RegistryClient  # noqa: PLC0415
+    from nodeagent.adapters.bundles import writer as bundle_writer  # noqa: PLC0415  (see the imports)
+    from nodeagent.adapters.registry.client import RegistryClient  # noqa: PLC0415
 
     secret_key = read_secret_key(args.key, args.password_file)
     sets = load_set_files(args.pinned_image_set, is_persistent=not args.transient)
@@ -228,7 +228,7 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- verify
 def cmd_verify(config: Config, args: argparse.Namespace) -> int:
-    from nodeagent.adapters import bundle_media  # noqa: PLC0415  (see the imports)
+    from nodeagent.adapters.bundles import tree as bundle_media  # noqa: PLC0415  (see the imports)
 
     keys_dir = args.trusted_keys or config.bundles.trusted_keys_dir
     progress = TerminalProgress() if sys.stderr.isatty() else None

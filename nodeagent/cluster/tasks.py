@@ -31,10 +31,11 @@ from typing import Any
 import structlog
 import yaml
 
-from nodeagent import __version__, kinds
+from nodeagent import __version__
 from nodeagent.adapters.files import mirror_directory
 from nodeagent.adapters.kube import KubeApi, Obj
-from nodeagent.cluster_status import (
+from nodeagent.cluster import kinds
+from nodeagent.cluster.objects import (
     NodeEvent,
     NodeIdentity,
     PullProgress,
@@ -45,9 +46,15 @@ from nodeagent.cluster_status import (
     status_object,
     transitions,
 )
+from nodeagent.cluster.placement import (
+    CACHE_HEADER,
+    Placement,
+    cache_file_name,
+    place,
+    set_document,
+)
 from nodeagent.config import Config
 from nodeagent.errors import ApiUnreachable, NodeAgentError
-from nodeagent.placement import CACHE_HEADER, Placement, cache_file_name, place, set_document
 from nodeagent.selectors import parse_selector
 from nodeagent.status import NodeStatus
 
