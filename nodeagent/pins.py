@@ -22,7 +22,7 @@ import structlog
 import tomlkit
 
 from nodeagent.errors import PinsOverridden, RuntimeDoesNotPin
-from nodeagent.ports import ImageRuntime, StoredImage
+from nodeagent.ports import ImageRuntime, Reloader, StoredImage
 
 log = structlog.get_logger(__name__)
 
@@ -249,10 +249,6 @@ class DropinStore(Protocol):
     def write_dropin(self, text: str) -> bool: ...
 
     def read_dropin(self) -> str | None: ...
-
-
-class Reloader(Protocol):
-    async def reload(self) -> str: ...
 
 
 # ---------------------------------------------------------------- service

@@ -1,14 +1,27 @@
-"""The container runtime as nodeagent sees it: image records, versions, and the port.
+"""The ports services share, each defined once, and the plain values that cross them.
 
-These are plain values; the CRI adapter (``nodeagent.adapters.cri.client``) fills
-them from gRPC messages, and every service that needs the runtime receives an
-``ImageRuntime`` rather than a gRPC client.
+A service receives its collaborators in its constructor, typed by these Protocols;
+the adapters under ``nodeagent.adapters`` implement them and only the composition
+root (``nodeagent.daemon``) and the CLI put the two together. The values are what the
+ports carry: the runtime's image records (filled by the CRI adapter from gRPC
+messages), registry credentials, a filesystem's space, and the typed events a pull
+reports while it runs.
+
+Ports here:
+- ``ImageRuntime``: the image side of CRI (``adapters.cri.client.CriClient``).
+- ``Reloader``: makes the runtime read its configuration again (``adapters.systemd``).
+- ``StateStore``: small JSON documents in the state directory (``adapters.files``).
+- ``SpaceProbe``: statvfs of a mountpoint (``adapters.host``).
+- ``StatusLine``: systemd's one-line ``STATUS=`` (``adapters.systemd.Notifier``).
+- ``PullEventSink``: where a pull's events go (``reporting``).
 """
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +92,81 @@ class ImageRuntime(Protocol):
     async def remove_image(self, ref: str) -> None: ...
 
     async def image_fs_info(self) -> list[FilesystemUsage]: ...
+
+
+class Reloader(Protocol):
+    """Makes the runtime read its configuration again; returns how (``dbus`` or ``sighup``)."""
+
+    async def reload(self) -> str: ...
+
+
+class StateStore(Protocol):
+    """Named JSON documents kept across restarts (the ledger, the status, bundle records)."""
+
+    def load(self, name: str) -> dict[str, Any] | None: ...
+
+    def save(self, name: str, obj: dict[str, Any]) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FilesystemSpace:
+    """statvfs of the runtime's image filesystem."""
+
+    mountpoint: str
+    total_bytes: int
+    available_bytes: int
+
+
+class SpaceProbe(Protocol):
+    def space(self, mountpoint: str) -> FilesystemSpace: ...
+
+
+class StatusLine(Protocol):
+    """systemd's ``STATUS=`` line, what ``systemctl status`` shows."""
+
+    def status(self, text: str) -> object: ...
+
+
+class PullStep(enum.StrEnum):
+    """What happened to one pull; the value is the journal's event name."""
+
+    STARTED = "pull_started"
+    RETRYING = "pull_retrying"
+    PULLED = "image_pulled"
+    FAILED = "pull_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class PullEvent:
+    """One step of one image's pull, as the pre-puller reports it while it runs."""
+
+    step: PullStep
+    ref: str
+    attempt: int
+    """The attempt this step belongs to; for an outcome, how many attempts it took."""
+    seconds: float | None = None
+    """Since the first attempt started (``PULLED`` and ``FAILED``)."""
+    reason: str | None = None
+    """The error's reason code (``RETRYING`` and ``FAILED``)."""
+    error: str | None = None
+    """The error's message (``FAILED``)."""
+    retry_in_s: float | None = None
+    """Delay before the next attempt (``RETRYING``)."""
+
+    def fields(self) -> dict[str, object]:
+        """The journal fields of this event, without the ones that do not apply."""
+        is_outcome = self.step in (PullStep.PULLED, PullStep.FAILED)
+        fields: dict[str, object] = {
+            "image": self.ref,
+            ("attempts" if is_outcome else "attempt"): self.attempt,
+        }
+        optional = {
+            "seconds": self.seconds,
+            "reason": self.reason,
+            "error": self.error,
+            "retry_in_s": self.retry_in_s,
+        }
+        return fields | {key: value for key, value in optional.items() if value is not None}
+
+
+PullEventSink = Callable[[PullEvent], None]

@@ -28,7 +28,13 @@ from nodeagent.errors import (
     RuntimeUnreachable,
     TransientError,
 )
-from nodeagent.ports import ImageRuntime, RegistryCredentials
+from nodeagent.ports import (
+    ImageRuntime,
+    PullEvent,
+    PullEventSink,
+    PullStep,
+    RegistryCredentials,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -111,9 +117,6 @@ class ProgressProbe(Protocol):
 BlockingRunner = Callable[[Callable[[], int]], Awaitable[int]]
 """Runs a blocking call off the event loop (``asyncio.to_thread``); tests run it inline."""
 
-PullEventSink = Callable[[str, str, dict[str, object]], None]
-"""(event, ref, fields): pull_started, pull_retrying, image_pulled, pull_failed."""
-
 
 @dataclass
 class _Flight:
@@ -150,7 +153,7 @@ class PrePuller:
         self.credentials_for = credentials_for
         self.policy = policy
         self.probe = probe
-        self._emit = on_event or (lambda _e, _r, _f: None)
+        self._emit: PullEventSink = on_event or (lambda _event: None)
         self._sleep = sleep
         self._now = monotonic
         self._rand = rand
@@ -218,12 +221,19 @@ class PrePuller:
                 if isinstance(exc, RuntimeUnreachable):
                     attempt -= 1  # a restarting runtime is not this image's fault
                     waited_runtime_s += delay
-                fields: dict[str, object] = {"attempt": attempt, "reason": exc.reason}
-                self._emit("pull_retrying", ref, fields | {"retry_in_s": round(delay, 1)})
+                self._emit(
+                    PullEvent(
+                        PullStep.RETRYING,
+                        ref,
+                        attempt,
+                        reason=exc.reason,
+                        retry_in_s=round(delay, 1),
+                    )
+                )
                 await self._sleep(delay)
                 continue
             seconds = self._now() - started_s
-            self._emit("image_pulled", ref, {"attempts": attempt, "seconds": round(seconds, 1)})
+            self._emit(PullEvent(PullStep.PULLED, ref, attempt, seconds=round(seconds, 1)))
             return PullResult(ref, True, attempt, seconds)
         return self._failed(ref, attempt, started_s, run.disk_full)
 
@@ -243,7 +253,7 @@ class PrePuller:
         return delay
 
     async def _attempt(self, ref: str, run: _Run, attempt: int) -> None:
-        self._emit("pull_started", ref, {"attempt": attempt})
+        self._emit(PullEvent(PullStep.STARTED, ref, attempt))
         creds = self.credentials_for(ref)
         pull = self.runtime.pull_image(ref, creds, timeout_s=self.policy.pull_deadline_s)
         flight = _Flight(asyncio.ensure_future(pull), self._now())
@@ -265,7 +275,14 @@ class PrePuller:
     def _failed(self, ref: str, attempts: int, started_s: float, exc: NodeAgentError) -> PullResult:
         seconds = self._now() - started_s
         self._emit(
-            "pull_failed", ref, {"attempts": attempts, "reason": exc.reason, "error": exc.message}
+            PullEvent(
+                PullStep.FAILED,
+                ref,
+                attempts,
+                seconds=round(seconds, 1),
+                reason=exc.reason,
+                error=exc.message,
+            )
         )
         return PullResult(ref, False, attempts, seconds, exc.reason, exc.message)
 

@@ -151,6 +151,66 @@ class NodeStatus:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class PullProgress:
+    """Live pull counters while a sync runs (a snapshot)."""
+
+    pulling: tuple[str, ...] = ()
+    pulled: frozenset[str] = frozenset()
+    failed: int = 0
+    is_syncing: bool = False
+
+    @property
+    def is_busy(self) -> bool:
+        return self.is_syncing or bool(self.pulling)
+
+
+BundleState = Literal[
+    "detected",
+    "verified",
+    "admitted",
+    "importing",
+    "imported",
+    "pinned",
+    "rejected",
+    "interrupted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BundleReport:
+    """What a technician needs to know about one bundle, at any step."""
+
+    source: str
+    state: BundleState
+    bundle_id: str = ""
+    signed_by: str = ""
+    images_total: int = 0
+    images_present: int = 0
+    bytes_total: int = 0
+    bytes_served: int = 0
+    reason: str | None = None
+    message: str | None = None
+    is_already_imported: bool = False
+    sets: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "source": self.source,
+            "state": self.state,
+            "bundleId": self.bundle_id,
+            "signedBy": self.signed_by,
+            "images": {"total": self.images_total, "present": self.images_present},
+            "bytes": {"total": self.bytes_total, "served": self.bytes_served},
+            "pinnedImageSets": list(self.sets),
+        }
+        if self.is_already_imported:
+            doc["alreadyImported"] = True
+        if self.reason:
+            doc |= {"reason": self.reason, "message": self.message or ""}
+        return doc
+
+
 def truncate_error(text: str) -> str:
     if len(text) <= MAX_ERROR_CHARS:
         return text
@@ -212,3 +272,62 @@ def status_line(status: NodeStatus) -> str:
     if degraded is not None:
         line += f" ({degraded.reason})"
     return line
+
+
+# ---------------------------------------------------------------- builders
+def set_outcome(
+    *,
+    refused_error: str | None,
+    failures: Sequence[ImageFailure],
+    pin_error: tuple[str, str] | None,
+    is_all_pinned: bool,
+) -> tuple[SetState, str | None, str | None]:
+    """A set's state after a sync, with the reason and error it is reported with.
+
+    ``pin_error`` is the (reason, message) of pins that did not take effect.
+    """
+    if refused_error is not None:
+        return "Refused", "InsufficientDiskSpace", refused_error
+    if failures:
+        first = failures[0]
+        text = (
+            f"{len(failures)} image(s) failed; first {first.ref}: {first.reason}: {first.message}"
+        )
+        return "Degraded", first.reason, text
+    if pin_error is not None:
+        return "Degraded", pin_error[0], pin_error[1]
+    if is_all_pinned:
+        return "Pinned", None, None
+    return "Progressing", None, None
+
+
+def interim_state(
+    *, is_refused: bool, pending: Sequence[str], current_generation: int | None, generation: int
+) -> SetState:
+    """A set's state while the sync's pulls run."""
+    if is_refused:
+        return "Refused"
+    if not pending and current_generation == generation:
+        return "Pinned"
+    return "Progressing"
+
+
+def node_status(
+    sets: Sequence[SetStatus],
+    *,
+    runtime: str | None,
+    disk: DiskStatus | None,
+    problems: Sequence[Mapping[str, str]] = (),
+    last_error: str | None = None,
+    updated_at: str = "",
+) -> NodeStatus:
+    """The node's status from its sets: conditions derived, nothing else added."""
+    return NodeStatus(
+        sets=tuple(sets),
+        conditions=conditions_for(sets, len(problems), None),
+        runtime=runtime,
+        disk=disk,
+        problems=tuple(problems),
+        last_error=last_error,
+        updated_at=updated_at,
+    )

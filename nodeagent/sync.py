@@ -1,36 +1,33 @@
-"""One reconciliation of the node: specs -> present? -> disk admission -> pulls -> pins -> status.
+"""The pin path's service: specs -> present? -> disk admission -> pulls -> pins -> status.
 
 The order keeps the node consistent at every step: nothing is pulled before
 admission, a set is pinned only when all of its images are present, pins are
 written last and proven through CRI, and the ledger records a set as pinned
 only after that proof. Killed at any point, the next run redoes only what is
 missing (images already stored are skipped via the runtime's own store).
+
+``Reconciler.run`` is the sync loop: a sync on every ``request_sync`` (a spec or
+drop-in changed, a bundle was imported), a retry with backoff after a sync that
+could not run, and a full re-check every ``SyncSchedule.resync_interval_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
-from nodeagent import ledger as ledger_mod
-from nodeagent.disk import (
-    FilesystemSpace,
-    ImageLayers,
-    SetAdmission,
-    admit_sets,
-    needed_bytes,
-    present_digests,
-    reserve_for,
-    unique_missing_bytes,
-)
-from nodeagent.errors import NodeAgentError, PinsOverridden, RuntimeDoesNotPin
+from nodeagent.disk import DiskAdmission, ImageLayers
+from nodeagent.errors import NodeAgentError, PinsOverridden, RuntimeDoesNotPin, TransientError
+from nodeagent.ledger import Ledger
 from nodeagent.pins import PinCheck, PinService
-from nodeagent.ports import ImageRuntime, RegistryCredentials, StoredImage
+from nodeagent.ports import ImageRuntime, StateStore, StoredImage
 from nodeagent.prepull import PrePuller, PullResult, shared_layer_leaders
 from nodeagent.specs import PinnedImageSet, SpecLoad, set_fingerprint
 from nodeagent.status import (
@@ -38,39 +35,50 @@ from nodeagent.status import (
     ImageFailure,
     NodeStatus,
     SetStatus,
-    conditions_for,
+    interim_state,
+    node_status,
+    set_outcome,
+    status_line,
     truncate_error,
 )
-from nodeagent.units import format_bytes
 
 log = structlog.get_logger(__name__)
 
-MANIFEST_FETCHES_AT_ONCE = 8
-"""Manifest requests in flight during disk admission. Each costs a round trip or two to
-the registry: one after another, 50 images 50 ms away took 5 s before the first pull."""
-
-
-class ManifestSource(Protocol):
-    async def image_layers(
-        self, ref: str, credentials: RegistryCredentials | None
-    ) -> ImageLayers: ...
-
-
-class SpaceProbe(Protocol):
-    def space(self, mountpoint: str) -> FilesystemSpace: ...
-
-
-class StateStore(Protocol):
-    def load(self, name: str) -> dict[str, Any] | None: ...
-
-    def save(self, name: str, obj: dict[str, Any]) -> bool: ...
-
 
 @dataclass(frozen=True, slots=True)
-class DiskPolicy:
-    expansion_factor: float = 2.0
-    reserve_bytes: int = 2 * 1024**3
-    reserve_percent: float = 0.0
+class SyncSchedule:
+    """When syncs run besides on a change (the sync loop's timing)."""
+
+    resync_interval_s: float = 600.0
+    """Full re-check even without changes: CRI-O may have wiped its store after a crash."""
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 60.0
+    """Backoff of a sync that could not run (the runtime down): doubles up to this."""
+    boot_grace_s: float = 60.0
+    """At boot CRI-O starts after nodeagent (``Before=crio.service``): until the runtime first
+    answered, an unreachable runtime in this window is expected and logged at info, not as the
+    catalog's "runtime does not answer" warning a technician would chase."""
+
+
+class SyncReport(Protocol):
+    """Where the Reconciler reports its syncs (``reporting.Reporter``)."""
+
+    def sync_started(self) -> None: ...
+
+    def sync_progress(self, status: NodeStatus) -> None: ...
+
+    def sync_finished(self, status: NodeStatus) -> None: ...
+
+    def sync_failed(self, error: NodeAgentError) -> None: ...
+
+
+Waiter = Callable[[asyncio.Event, float], Awaitable[None]]
+"""Waits until the event is set or the seconds have passed (a virtual clock in tests)."""
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout_s)
 
 
 def index_names(images: Iterable[StoredImage]) -> dict[str, StoredImage]:
@@ -86,7 +94,7 @@ class _Pass:
     """Everything one sync learns, threaded through its steps."""
 
     specs: SpecLoad
-    ledger: ledger_mod.Ledger
+    ledger: Ledger
     generations: dict[str, int]
     released: set[str]
     runtime: str = ""
@@ -108,9 +116,12 @@ class _Pass:
     def is_present(self, ref: str) -> bool:
         return ref.lower() in self.stored
 
+    def bytes_present(self, refs: Iterable[str]) -> int:
+        return sum(self.stored[r.lower()].size_bytes for r in refs if self.is_present(r))
+
 
 class Reconciler:
-    """Runs syncs; the daemon calls ``boot`` once, then ``sync`` on every change."""
+    """Keeps the node's pins equal to its specs: ``boot`` once, then ``run`` (the sync loop)."""
 
     def __init__(
         self,
@@ -119,39 +130,35 @@ class Reconciler:
         runtime: ImageRuntime,
         pins: PinService,
         puller: PrePuller,
-        manifests: ManifestSource,
-        space: SpaceProbe,
-        credentials_for: Callable[[str], RegistryCredentials | None],
+        admission: DiskAdmission,
         store: StateStore,
         boot_id: str,
-        disk: DiskPolicy,
-        on_status: Callable[[NodeStatus], None] = lambda _s: None,
-        on_progress: Callable[[NodeStatus], None] = lambda _s: None,
-        on_image_fs: Callable[[str], None] = lambda _m: None,
+        report: SyncReport,
+        schedule: SyncSchedule | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wait: Waiter = wait_event,
     ) -> None:
         self.load_specs = load_specs
         self.runtime = runtime
         self.pins = pins
         self.puller = puller
-        self.manifests = manifests
-        self.space = space
-        self.credentials_for = credentials_for
+        self.admission = admission
         self.store = store
         self.boot_id = boot_id
-        self.disk = disk
-        self.on_status = on_status
-        self.on_progress = on_progress
-        self.on_image_fs = on_image_fs
-        self._image_fs: str | None = None
+        self.report = report
+        self.schedule = schedule or SyncSchedule()
+        self._monotonic = monotonic
+        self._wait = wait
+        self._kick = asyncio.Event()
         self.has_reached_runtime = False
         """The runtime answered at least once since this daemon started."""
 
-    def _ledger(self) -> ledger_mod.Ledger:
-        return ledger_mod.for_boot(self.store.load("ledger"), self.boot_id)
+    def _ledger(self) -> Ledger:
+        return Ledger.for_boot(self.store.load("ledger"), self.boot_id)
 
     def remembered_pins(self) -> set[str]:
         """Images pinned by persistent sets, and by transient ones of this boot."""
-        return ledger_mod.pinned_images(self._ledger())
+        return self._ledger().pinned_images()
 
     async def boot(self) -> None:
         """Re-render the pins remembered from before, ahead of anything else.
@@ -168,8 +175,47 @@ class Reconciler:
         is_changed, _, _ = await self.pins.write(wanted, is_runtime_running=False)
         log.info("pins_restored", images=len(wanted), is_changed=is_changed, reload="first sync")
 
+    # ---------------------------------------------------------------- loop
+    def request_sync(self) -> None:
+        """Something changed (a spec, a drop-in, an imported bundle): sync soon."""
+        self._kick.set()
+
+    async def run(self) -> None:
+        """Sync on every request; after a failure retry with backoff; re-check periodically."""
+        delay_s = self.schedule.retry_initial_s
+        booted_at = self._monotonic()
+        while True:
+            self._kick.clear()
+            started = self._monotonic()
+            self.report.sync_started()
+            try:
+                status = await self.sync()
+            except NodeAgentError as exc:
+                if isinstance(exc, TransientError):
+                    is_booting = (
+                        started - booted_at < self.schedule.boot_grace_s
+                        and not self.has_reached_runtime
+                    )
+                    _log_postponed(exc, delay_s, is_booting=is_booting)
+                    wait_s, delay_s = delay_s, min(delay_s * 2, self.schedule.retry_max_s)
+                else:
+                    log.error("sync_failed", reason=exc.reason, error=exc.message)
+                    wait_s = self.schedule.retry_max_s
+                self.report.sync_failed(exc)
+                await self._wait(self._kick, wait_s)
+                continue
+            delay_s = self.schedule.retry_initial_s
+            self.report.sync_finished(status)
+            log.info(
+                "sync_finished",
+                seconds=round(self._monotonic() - started, 1),
+                status=status_line(status),
+            )
+            await self._wait(self._kick, self.schedule.resync_interval_s)
+
     # ---------------------------------------------------------------- sync
     async def sync(self) -> NodeStatus:
+        """One reconciliation; the caller reports its status."""
         run = self._start()
         version = await self.runtime.version()
         self.has_reached_runtime = True
@@ -178,9 +224,7 @@ class Reconciler:
         await self._pull_missing(run)
         run.stored = index_names(await self.runtime.list_images())
         await self._pin(run)
-        status = self._finish(run)
-        self.on_status(status)
-        return status
+        return self._finish(run)
 
     def _start(self) -> _Pass:
         specs = self.load_specs()
@@ -194,13 +238,13 @@ class Reconciler:
             )
         ledger = self._ledger()
         generations = {
-            s.name: ledger_mod.observe_spec(
-                ledger, s.name, set_fingerprint(s), s.generation, is_persistent=s.is_persistent
+            s.name: ledger.observe_spec(
+                s.name, set_fingerprint(s), s.generation, is_persistent=s.is_persistent
             )
             for s in specs.sets
         }
-        gone = set(ledger["sets"]) - set(generations)
-        released = set(ledger_mod.forget(ledger, gone))
+        gone = set(ledger.sets) - set(generations)
+        released = set(ledger.forget(gone))
         for name in sorted(gone):
             log.info("set_removed", set=name)
         return _Pass(specs, ledger, generations, released)
@@ -213,10 +257,14 @@ class Reconciler:
         run.pending = missing
         if not missing:
             return
-        admitted = await self._admit(run, missing)
+        stored_refs = [ref for ref in run.stored if "@sha256:" in ref]
+        verdict = await self.admission.admit(missing, stored_refs)
+        run.disk, run.refused, run.to_pull = verdict.disk, verdict.refused, verdict.to_pull
+        run.layers, run.stored_layers = verdict.layers, verdict.stored_layers
+        admitted = verdict.admitted
         todo = sorted({ref for name in admitted for ref in missing[name]})
         log.info("pulls_started", images=len(todo), sets=len(admitted))
-        self.on_progress(self._interim(run))
+        self.report.sync_progress(self._interim(run))
         results = await self.puller.pull_all(todo, self._waits(run, todo))
         self._record_pulls(run, results.values())
 
@@ -232,79 +280,6 @@ class Reconciler:
                     result.ref, result.reason or "Unknown", result.message or ""
                 )
 
-    async def _admit(self, run: _Pass, missing: Mapping[str, Sequence[str]]) -> list[str]:
-        layers = await self._layers({r for refs in missing.values() for r in refs}, run)
-        have = await self._layers({k for k in run.stored if "@sha256:" in k}, None)
-        filesystems = await self.runtime.image_fs_info()
-        mountpoint = filesystems[0].mountpoint if filesystems else "/"
-        if mountpoint != self._image_fs:
-            self._image_fs = mountpoint
-            self.on_image_fs(mountpoint)
-        space = await asyncio.to_thread(self.space.space, mountpoint)
-        reserve = reserve_for(space.total_bytes, self.disk.reserve_bytes, self.disk.reserve_percent)
-        by_set = {name: [layers[r] for r in refs if r in layers] for name, refs in missing.items()}
-        stored = present_digests(have.values())
-        run.to_pull = {
-            name: unique_missing_bytes(images, stored) for name, images in by_set.items()
-        }
-        run.layers, run.stored_layers = layers, stored
-        verdict = admit_sets(by_set, stored, space, reserve, self.disk.expansion_factor)
-        self._record_admission(run, verdict, space, reserve, by_set, stored=stored)
-        return list(verdict.admitted)
-
-    def _record_admission(
-        self,
-        run: _Pass,
-        verdict: SetAdmission,
-        space: FilesystemSpace,
-        reserve: int,
-        by_set: Mapping[str, Sequence[ImageLayers]],
-        *,
-        stored: set[str],
-    ) -> None:
-        claimed = [image for name in verdict.admitted for image in by_set[name]]
-        need = needed_bytes(unique_missing_bytes(claimed, stored), self.disk.expansion_factor)
-        run.disk = DiskStatus(space.mountpoint, space.available_bytes, need, reserve)
-        if verdict.refused:
-            message = verdict.total.describe()
-            log.error(
-                "disk_refused",
-                sets=list(verdict.refused),
-                error=message,
-                needed_bytes=verdict.total.needed_bytes,
-                available_bytes=space.available_bytes,
-                reserve_bytes=reserve,
-            )
-            run.refused = dict.fromkeys(verdict.refused, message)
-        else:
-            log.info(
-                "disk_admitted",
-                needed=format_bytes(need),
-                available=format_bytes(space.available_bytes),
-                reserve=format_bytes(reserve),
-                needed_bytes=need,
-            )
-
-    async def _layers(self, refs: Iterable[str], run: _Pass | None) -> dict[str, ImageLayers]:
-        """Manifest sizes per ref; failures are recorded against the image when ``run`` is given."""
-        slots = asyncio.Semaphore(MANIFEST_FETCHES_AT_ONCE)
-
-        async def fetch(ref: str) -> ImageLayers | None:
-            async with slots:
-                try:
-                    return await self.manifests.image_layers(ref, self.credentials_for(ref))
-                except NodeAgentError as exc:
-                    if run is not None:
-                        log.warning(
-                            "manifest_unavailable", image=ref, reason=exc.reason, error=exc.message
-                        )
-                    return None
-
-        ordered = sorted(refs)
-        fetched = await asyncio.gather(*(fetch(ref) for ref in ordered))
-        pairs = zip(ordered, fetched, strict=True)
-        return {ref: found for ref, found in pairs if found is not None}
-
     # ---------------------------------------------------------------- pins
     def _wanted(self, run: _Pass) -> set[str]:
         wanted: set[str] = set()
@@ -313,13 +288,12 @@ class Reconciler:
             if all(run.is_present(r) for r in refs):
                 wanted.update(refs)
             else:  # keep what this set had pinned until its new generation is complete
-                kept = ledger_mod.pinned_of(run.ledger, s.name)
-                wanted.update(r for r in kept if run.is_present(r))
+                wanted.update(r for r in run.ledger.pinned_of(s.name) if run.is_present(r))
         return wanted
 
     async def _pin(self, run: _Pass) -> None:
         wanted = self._wanted(run)
-        before = ledger_mod.pinned_images(run.ledger)
+        before = run.ledger.pinned_images()
         released = (run.released | before) - wanted
         try:
             outcome = await self.pins.apply(wanted, released)
@@ -338,16 +312,18 @@ class Reconciler:
         for s in run.specs.sets:
             refs = set_refs(s)
             generation = run.generations[s.name]
-            item = ledger_mod.entry(run.ledger, s.name)
+            record = run.ledger.entry(s.name)
             pending = run.pending.get(s.name, [])
-            state: Any = "Progressing"
-            failed_generation = item.get("lastFailedGeneration")
-            failed_error = item.get("lastFailedError")
-            if s.name in run.refused:
-                state = "Refused"
+            state = interim_state(
+                is_refused=s.name in run.refused,
+                pending=pending,
+                current_generation=record.current_generation,
+                generation=generation,
+            )
+            failed_generation = record.last_failed_generation
+            failed_error = record.last_failed_error
+            if state == "Refused":
                 failed_generation, failed_error = generation, run.refused[s.name]
-            elif not pending and item.get("currentGeneration") == generation:
-                state = "Pinned"
             sets.append(
                 SetStatus(
                     name=s.name,
@@ -355,45 +331,34 @@ class Reconciler:
                     is_persistent=s.is_persistent,
                     state=state,
                     desired_generation=generation,
-                    current_generation=item.get("currentGeneration"),
+                    current_generation=record.current_generation,
                     last_failed_generation=failed_generation,
                     last_failed_error=failed_error,
                     images_total=len(refs),
                     images_present=len(refs) - len(pending),
                     images_pinned=len(refs) - len(pending) if state == "Pinned" else 0,
                     reason="InsufficientDiskSpace" if state == "Refused" else None,
-                    bytes_present=self._bytes_present(run, refs),
+                    bytes_present=run.bytes_present(refs),
                     bytes_to_pull=run.to_pull.get(s.name, 0),
                     pending=tuple(pending),
                 )
             )
-        return NodeStatus(
-            sets=tuple(sets),
-            conditions=conditions_for(sets, len(run.specs.problems), None),
-            runtime=run.runtime,
-            disk=run.disk,
-            updated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        )
-
-    @staticmethod
-    def _bytes_present(run: _Pass, refs: Iterable[str]) -> int:
-        return sum(run.stored[r.lower()].size_bytes for r in refs if run.is_present(r))
+        return node_status(sets, runtime=run.runtime, disk=run.disk, updated_at=_now())
 
     def _finish(self, run: _Pass) -> NodeStatus:
-        sets = tuple(self._set_status(run, s) for s in run.specs.sets)
-        self.store.save("ledger", run.ledger)
-        problems = tuple(
+        sets = [self._set_status(run, s) for s in run.specs.sets]
+        self.store.save("ledger", run.ledger.to_json())
+        problems = [
             {"file": p.source, "set": p.object_name or "", "reason": p.reason, "message": p.message}
             for p in run.specs.problems
-        )
-        return NodeStatus(
-            sets=sets,
-            conditions=conditions_for(sets, len(problems), None),
+        ]
+        return node_status(
+            sets,
             runtime=run.runtime,
             disk=run.disk,
             problems=problems,
             last_error=run.pin_error.message if run.pin_error else None,
-            updated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            updated_at=_now(),
         )
 
     def _set_status(self, run: _Pass, s: PinnedImageSet) -> SetStatus:
@@ -403,47 +368,47 @@ class Reconciler:
         not_pinned = set(run.check.not_pinned) if run.check else set(refs)
         pinned = [r for r in present if r not in not_pinned]
         failures = tuple(run.failures[r] for r in refs if r in run.failures)
-        state, reason, error = self._set_state(run, s, len(pinned) == len(refs), failures)
+        pin_error = run.pin_error
+        state, reason, error = set_outcome(
+            refused_error=run.refused.get(s.name),
+            failures=failures,
+            pin_error=(pin_error.reason, pin_error.message) if pin_error else None,
+            is_all_pinned=len(pinned) == len(refs),
+        )
         if state == "Pinned":
-            if ledger_mod.entry(run.ledger, s.name).get("currentGeneration") != generation:
+            if run.ledger.entry(s.name).current_generation != generation:
                 log.info("set_pinned", set=s.name, generation=generation, images=len(refs))
-            ledger_mod.record_pinned(run.ledger, s.name, generation, refs)
+            run.ledger.record_pinned(s.name, generation, refs)
         elif error is not None:
-            ledger_mod.record_failed(run.ledger, s.name, generation, truncate_error(error))
+            run.ledger.record_failed(s.name, generation, truncate_error(error))
             log.error("set_failed", set=s.name, generation=generation, reason=reason, error=error)
-        item = ledger_mod.entry(run.ledger, s.name)
+        record = run.ledger.entry(s.name)
         return SetStatus(
             name=s.name,
             source=s.source,
             is_persistent=s.is_persistent,
             state=state,
             desired_generation=generation,
-            current_generation=item.get("currentGeneration"),
-            last_failed_generation=item.get("lastFailedGeneration"),
-            last_failed_error=item.get("lastFailedError"),
+            current_generation=record.current_generation,
+            last_failed_generation=record.last_failed_generation,
+            last_failed_error=record.last_failed_error,
             images_total=len(refs),
             images_present=len(present),
             images_pinned=len(pinned),
             failures=failures,
             reason=reason,
-            bytes_present=self._bytes_present(run, refs),
+            bytes_present=run.bytes_present(refs),
             bytes_to_pull=0 if len(present) == len(refs) else run.to_pull.get(s.name, 0),
         )
 
-    def _set_state(
-        self, run: _Pass, s: PinnedImageSet, is_all_pinned: bool, failures: Sequence[ImageFailure]
-    ) -> tuple[Any, str | None, str | None]:
-        if s.name in run.refused:
-            return "Refused", "InsufficientDiskSpace", run.refused[s.name]
-        if failures:
-            first = failures[0]
-            text = (
-                f"{len(failures)} image(s) failed; "
-                f"first {first.ref}: {first.reason}: {first.message}"
-            )
-            return "Degraded", first.reason, text
-        if run.pin_error is not None:
-            return "Degraded", run.pin_error.reason, run.pin_error.message
-        if is_all_pinned:
-            return "Pinned", None, None
-        return "Progressing", None, None
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _log_postponed(exc: TransientError, delay_s: float, *, is_booting: bool) -> None:
+    """A sync that must wait: a warning, except for the runtime not up yet at boot."""
+    if is_booting and exc.reason == "RuntimeUnreachable":
+        log.info("runtime_awaited", reason=exc.reason, retry_in_s=round(delay_s))
+        return
+    log.warning("sync_postponed", reason=exc.reason, error=exc.message, retry_in_s=round(delay_s))

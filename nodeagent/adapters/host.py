@@ -9,9 +9,8 @@ import structlog
 
 from nodeagent.adapters.files import list_files, read_text_or_none, statvfs_free
 from nodeagent.authfile import AuthStore, parse_auth_file
-from nodeagent.disk import FilesystemSpace
 from nodeagent.errors import ConfigInvalid
-from nodeagent.ports import RegistryCredentials
+from nodeagent.ports import FilesystemSpace, RegistryCredentials
 from nodeagent.registries import insecure_registries
 
 log = structlog.get_logger(__name__)

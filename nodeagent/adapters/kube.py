@@ -26,6 +26,7 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
+from nodeagent.cluster.api import Obj
 from nodeagent.cluster.kinds import ResourceKind
 from nodeagent.errors import (
     ApiAccessDenied,
@@ -35,7 +36,6 @@ from nodeagent.errors import (
     NodeAgentError,
 )
 
-Obj = dict[str, Any]
 _RESOURCES: dict[ResourceKind, Any] = {}
 
 

@@ -21,14 +21,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import structlog
 import yaml
 
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import mirror_repositories, served_blobs, total_size_bytes
-from nodeagent.disk import FilesystemSpace, admit, needed_bytes, reserve_for
+from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
     BundleMediaRemoved as BundleMediaRemoved,
 )
@@ -37,9 +37,9 @@ from nodeagent.errors import (
     NodeAgentError,
     RegistryUnavailable,
 )
-from nodeagent.ports import ImageRuntime
+from nodeagent.ports import FilesystemSpace, ImageRuntime, Reloader, SpaceProbe, StateStore
 from nodeagent.prepull import PrePuller, PullResult
-from nodeagent.sync import DiskPolicy, SpaceProbe, StateStore
+from nodeagent.status import BundleReport
 from nodeagent.units import format_bytes
 
 log = structlog.get_logger(__name__)
@@ -48,51 +48,6 @@ MIRROR_SETTLE_S = 30.0
 """How long the first pull waits for the runtime to apply the mirror after the reload."""
 PULL_DEADLINE_S = 24 * 3600.0
 """Backstop deadline of one pull from the bundle (the medium is local; no stall detector)."""
-
-BundleState = Literal[
-    "detected",
-    "verified",
-    "admitted",
-    "importing",
-    "imported",
-    "pinned",
-    "rejected",
-    "interrupted",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class BundleReport:
-    """What a technician needs to know about one bundle, at any step."""
-
-    source: str
-    state: BundleState
-    bundle_id: str = ""
-    signed_by: str = ""
-    images_total: int = 0
-    images_present: int = 0
-    bytes_total: int = 0
-    bytes_served: int = 0
-    reason: str | None = None
-    message: str | None = None
-    is_already_imported: bool = False
-    sets: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "source": self.source,
-            "state": self.state,
-            "bundleId": self.bundle_id,
-            "signedBy": self.signed_by,
-            "images": {"total": self.images_total, "present": self.images_present},
-            "bytes": {"total": self.bytes_total, "served": self.bytes_served},
-            "pinnedImageSets": list(self.sets),
-        }
-        if self.is_already_imported:
-            doc["alreadyImported"] = True
-        if self.reason:
-            doc |= {"reason": self.reason, "message": self.message or ""}
-        return doc
 
 
 # ---------------------------------------------------------------- ports
@@ -124,10 +79,6 @@ class MirrorPort(Protocol):
     def remove(self) -> bool: ...
 
 
-class ReloaderPort(Protocol):
-    async def reload(self) -> str: ...
-
-
 class SpecSink(Protocol):
     """Writes a bundle's PinnedImageSet into the persistent or transient spec directory."""
 
@@ -140,7 +91,7 @@ class ImporterPorts:
     runtime: ImageRuntime
     make_server: Callable[[Path, Mapping[str, ExpectedFile]], BundleServerPort]
     mirror: MirrorPort
-    reloader: ReloaderPort
+    reloader: Reloader
     make_puller: Callable[[], PrePuller]
     space: SpaceProbe
     specs: SpecSink

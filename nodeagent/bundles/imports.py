@@ -1,108 +1,121 @@
-"""Wiring of bundle imports: the importer with its adapters, the media loop, and ``bundle import``.
+"""Bundles on removable media: udev says a medium arrived, it is mounted and imported.
 
-Kept apart from ``daemon.py`` (which runs the pin/pre-load loop) so each stays short; both are
-part of the composition root: they build adapters and hand them to domain services.
+One import at a time (a node has one runtime to feed); a medium removed during its
+import cancels that import (``interrupted``: what is complete stays, the next plug-in
+resumes). Each import runs as a guarded one-off task: a failure (a mount refused, a
+bug) becomes a logged reason code and a ``rejected`` bundle report in the status.
 
-The daemon imports this module at start, so it stays light: the importer and its
-adapters (``bundles_build``) load when the first medium arrives, the udev watcher when
-the media loop starts (``bundles.watch_media``), the mount code with the first mount.
+Ports (implemented in ``nodeagent.adapters.bundles``, wired by ``nodeagent.daemon``):
+``MediaSource`` (udev), ``Mounter`` (mount(2) read-only) and ``Spawner`` (the daemon's
+supervisor). The importer itself is built by a factory on the first medium, so a node
+that never sees a stick never loads it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from nodeagent.bundles.media import MediaEvent, MediaKind, mount_dir_name
-from nodeagent.config import Config
+from nodeagent.status import BundleReport
 
 if TYPE_CHECKING:
-    from nodeagent.adapters.bundles.mount import Mount
-    from nodeagent.adapters.cri.client import CriClient
-    from nodeagent.bundles.importer import BundleReport, Importer
-    from nodeagent.pins import Reloader
+    from nodeagent.bundles.importer import Importer
+from nodeagent.bundles.media import MediaEvent, MediaKind, mount_dir_name
+from nodeagent.errors import BundleMediaRemoved
 
 log = structlog.get_logger(__name__)
 
-MAX_REPORTS = 10
-"""Bundles kept in the status (the most recent)."""
+
+class MountedMedium(Protocol):
+    @property
+    def target(self) -> Path: ...
+
+    def unmount(self, *, lazy: bool = False) -> None: ...
 
 
-@dataclass
-class BundleBoard:
-    """The latest report per bundle source, for the status file."""
+class Mounter(Protocol):
+    """Mounts a medium read-only (blocking; run in a thread)."""
 
-    reports: dict[str, BundleReport] = field(default_factory=dict)
-    on_change: Callable[[], None] = lambda: None
-
-    def update(self, report: BundleReport) -> None:
-        self.reports[report.source] = report
-        while len(self.reports) > MAX_REPORTS:
-            self.reports.pop(next(iter(self.reports)))
-        self.on_change()
-
-    def mark_pinned(self, pinned_sets: set[str]) -> None:
-        """An imported bundle whose sets are all pinned is done: state ``pinned``."""
-        for source, report in list(self.reports.items()):
-            if report.state == "imported" and set(report.sets) <= pinned_sets:
-                self.reports[source] = replace(report, state="pinned")
-                log.info("bundle_pinned", bundle=report.bundle_id, sets=list(report.sets))
-
-    def to_json(self) -> list[dict[str, object]]:
-        return [report.to_json() for report in self.reports.values()]
+    def __call__(self, devnode: str, fs_type: str, target_dir: Path) -> MountedMedium: ...
 
 
-def build_importer(
-    config: Config,
-    cri: CriClient,
-    reloader: Reloader,
-    *,
-    on_report: Callable[[BundleReport], None],
-    is_present: Callable[[Path], bool] = lambda root: root.exists(),
-) -> Importer:
-    """The importer with its adapters; their modules load on the first call."""
-    from nodeagent.daemon import bundles as bundles_build  # noqa: PLC0415  (see the module docstring)
+class MediaSource(Protocol):
+    """udev's view of bundle media: those present now, then arrivals and removals."""
 
-    return bundles_build.build_importer(
-        config, cri, reloader, on_report=on_report, is_present=is_present
-    )
+    def existing(self) -> list[MediaEvent]: ...
+
+    def __aiter__(self) -> AsyncIterator[MediaEvent]: ...
 
 
-@dataclass
+class Spawner(Protocol):
+    def __call__(
+        self,
+        name: str,
+        work: Coroutine[Any, Any, None],
+        *,
+        on_error: Callable[[str, str], None],
+    ) -> asyncio.Task[None]: ...
+
+
+ImporterFactory = Callable[[Callable[[Path], bool]], "Importer"]
+"""Builds the importer, given how it asks whether its medium is still present."""
+
+
 class MediaImports:
-    """Imports media as udev reports them: one at a time; a removal cancels its import."""
+    """Imports media as udev reports them."""
 
-    config: Config
-    make_importer: Callable[[], Importer]
-    """Builds the importer when the first medium arrives (``build_importer``)."""
-    on_imported: Callable[[], None]
-    present: set[str] = field(default_factory=set)
-    roots: dict[Path, str] = field(default_factory=dict)
-    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _importer: Importer | None = None
+    def __init__(
+        self,
+        *,
+        media_dir: Path,
+        make_importer: ImporterFactory,
+        mount: Mounter,
+        spawn: Spawner,
+        report: Callable[[BundleReport], None],
+        on_imported: Callable[[], None],
+    ) -> None:
+        self.media_dir = media_dir
+        self.make_importer = make_importer
+        self.mount = mount
+        self.spawn = spawn
+        self.report = report
+        self.on_imported = on_imported
+        self.present: set[str] = set()
+        self.roots: dict[Path, str] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.lock = asyncio.Lock()
+        self._importer: Importer | None = None
 
     @property
     def importer(self) -> Importer:
         if self._importer is None:
-            self._importer = self.make_importer()
-            self._importer.ports.is_present_on_media = self.is_present
+            self._importer = self.make_importer(self.is_present)
         return self._importer
 
     def is_present(self, root: Path) -> bool:
         return self.roots.get(root) in self.present
 
+    async def follow(self, source: MediaSource) -> None:
+        """Import the media present now, then every medium that arrives."""
+        for event in source.existing():
+            self.on_event(event)
+        async for event in source:
+            self.on_event(event)
+
     def on_event(self, event: MediaEvent) -> None:
         if event.kind is MediaKind.ARRIVED:
             self.present.add(event.devnode)
             if event.devnode not in self.tasks:
-                task = asyncio.create_task(self._import(event), name=f"import {event.devnode}")
+                task = self.spawn(
+                    f"import {event.devnode}",
+                    self._import(event),
+                    on_error=lambda reason, message: self._failed(event, reason, message),
+                )
                 self.tasks[event.devnode] = task
                 task.add_done_callback(lambda _t: self.tasks.pop(event.devnode, None))
             return
@@ -114,50 +127,36 @@ class MediaImports:
 
     async def _import(self, event: MediaEvent) -> None:
         async with self.lock:
-            target = self.config.bundles.media_dir / mount_dir_name(event)
+            target = self.media_dir / mount_dir_name(event)
             log.info(
                 "bundle_media_detected", device=event.devnode, label=event.label, fs=event.fs_type
             )
-            from nodeagent.adapters.bundles.mount import mount_readonly  # noqa: PLC0415
-
-            mount: Mount = await asyncio.to_thread(
-                mount_readonly, event.devnode, event.fs_type, target
-            )
-            self.roots[mount.target] = event.devnode
+            mounted = await asyncio.to_thread(self.mount, event.devnode, event.fs_type, target)
+            self.roots[mounted.target] = event.devnode
             try:
-                report = await self.importer.import_bundle(mount.target, source=event.devnode)
+                report = await self.importer.import_bundle(mounted.target, source=event.devnode)
             except asyncio.CancelledError:
                 self._interrupted(event)
                 raise
             finally:
-                self.roots.pop(mount.target, None)
+                self.roots.pop(mounted.target, None)
                 with contextlib.suppress(Exception):
-                    await asyncio.to_thread(mount.unmount, lazy=True)
+                    await asyncio.to_thread(mounted.unmount, lazy=True)
             if report.state == "imported":
                 self.on_imported()
 
     def _interrupted(self, event: MediaEvent) -> None:
-        from nodeagent.bundles.importer import BundleMediaRemoved, BundleReport  # noqa: PLC0415
-
         gone = BundleMediaRemoved(
             f"{event.devnode} ({event.label}) was removed during the import; the images already "
             "in the runtime stay; plug it in again to finish"
         )
-        report = BundleReport(
-            event.devnode, "interrupted", reason=gone.reason, message=gone.message
-        )
         log.warning(
             "bundle_interrupted", device=event.devnode, reason=gone.reason, error=gone.message
         )
-        self.importer.ports.on_report(report)
+        self.report(
+            BundleReport(event.devnode, "interrupted", reason=gone.reason, message=gone.message)
+        )
 
-
-async def media_loop(imports: MediaImports) -> None:
-    """Watch udev for bundle media (also those present at start) and import them."""
-    from nodeagent.adapters.bundles.udev import MediaWatcher  # noqa: PLC0415  (pyudev: only when watching)
-
-    async with MediaWatcher(imports.config.bundles.label_pattern) as watcher:
-        for event in watcher.existing():
-            imports.on_event(event)
-        async for event in watcher:
-            imports.on_event(event)
+    def _failed(self, event: MediaEvent, reason: str, message: str) -> None:
+        """The import task failed (the supervisor logged it): the status says why."""
+        self.report(BundleReport(event.devnode, "rejected", reason=reason, message=message))

@@ -1,9 +1,12 @@
-"""``nodeagent bundle create`` and ``bundle verify`` (``nodeagent.cli.main`` registers them).
+"""``nodeagent bundle create | verify | import`` (``nodeagent.cli.main`` registers them).
 
 ``create`` fetches images by digest from their registries into an OCI layout and signs
 its ``bundle.json`` with a minisign secret key; ``verify`` checks a bundle directory the
 way the daemon will before importing it. Both print progress on a terminal (stderr) and
-nothing else there otherwise. The format is docs/bundle-format.md.
+nothing else there otherwise. ``import`` runs the daemon's import of a bundle directory
+(a mounted medium, or a copy on disk) by hand, then one sync to pin its sets; it exits 0
+when the bundle is imported (or already was), 65 when it is refused, 75 when the import
+was interrupted. The format is docs/bundle-format.md.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
+from nodeagent import logs
 from nodeagent.authfile import AuthStore, parse_auth_file
 from nodeagent.config import Config
 from nodeagent.errors import AuthFileInvalid, KeyMalformed, SecretKeyLocked, SpecInvalid
 from nodeagent.registries import Platform, node_platform
 from nodeagent.specs import PinnedImageSet, parse_spec_text
+from nodeagent.status import BundleReport, status_line
 from nodeagent.units import format_bytes
 
 if TYPE_CHECKING:
@@ -77,6 +82,9 @@ def add_parser(sub: Subparsers) -> Subparsers:
     verify.add_argument(
         "--trusted-keys", type=Path, help="directory of trusted *.pub keys (default: config)"
     )
+    imports = commands.add_parser("import", help="import a bundle directory now and pin its sets")
+    imports.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
+    imports.add_argument("--json", action="store_true", help="print the final report as JSON")
     return commands
 
 
@@ -271,7 +279,42 @@ def print_report(report: bundle_media.VerifyReport) -> None:
         _out(f"  {image.ref} ({format_bytes(image.size_bytes)})")
 
 
+# ---------------------------------------------------------------- import
+EXIT_REFUSED = 65
+EXIT_INTERRUPTED = 75
+
+
+def cmd_import(config: Config, args: argparse.Namespace) -> int:
+    logs.configure(config.log.level)
+    report = asyncio.run(_import(config, args.path.resolve()))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    if report.state == "imported":
+        return 0
+    return EXIT_INTERRUPTED if report.state == "interrupted" else EXIT_REFUSED
+
+
+async def _import(config: Config, root: Path) -> BundleReport:
+    from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (see the imports)
+    from nodeagent.daemon.wiring import build  # noqa: PLC0415  (see the imports)
+
+    wiring = build(config)
+    try:
+        importer = build_importer(
+            config, wiring.policies, wiring.cri, wiring.reloader, report=lambda _r: None
+        )
+        report = await importer.import_bundle(root, source=str(root))
+        if report.state == "imported":
+            status = await wiring.reconciler.sync()
+            wiring.reporter.sync_finished(status)
+            print(f"sync: {status_line(status)}")
+        return report
+    finally:
+        await wiring.close()
+
+
 BUNDLE_COMMANDS: dict[str, Callable[[Config, argparse.Namespace], int]] = {
     "create": cmd_create,
     "verify": cmd_verify,
+    "import": cmd_import,
 }

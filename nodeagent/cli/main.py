@@ -17,17 +17,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nodeagent import __version__, ledger, logs
+from nodeagent import __version__, logs
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import JsonStateStore, read_text_or_none
 from nodeagent.adapters.host import read_boot_id
 from nodeagent.adapters.journald import JournalSink
 from nodeagent.cli import bundle as cli_bundle
-from nodeagent.cli import bundle_import as cli_import
 from nodeagent.config import DEFAULT_CONFIG_PATH, Config, load_config
 from nodeagent.daemon import root as daemon
 from nodeagent.errors import NodeAgentError, SpecInvalid
+from nodeagent.ledger import Ledger
 from nodeagent.pins import foreign_pins, render_dropin
 from nodeagent.ports import StoredImage
 from nodeagent.specs import load_spec_dirs
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     runtime.add_argument("--json", action="store_true", help="machine-readable output")
     pull = sub.add_parser("pull", help="pull images through the runtime (by digest)")
     pull.add_argument("images", nargs="+", metavar="IMAGE")
-    cli_import.add_import_parser(cli_bundle.add_parser(sub))
+    cli_bundle.add_parser(sub)
     return parser
 
 
@@ -96,9 +96,9 @@ def _dropins(config: Config) -> CrioDropins:
 
 def cmd_render_pins(config: Config, args: argparse.Namespace) -> int:
     dropins = _dropins(config)
-    remembered = ledger.for_boot(JsonStateStore(config.state.dir).load("ledger"), read_boot_id())
+    remembered = Ledger.for_boot(JsonStateStore(config.state.dir).load("ledger"), read_boot_id())
     foreign = foreign_pins(dropins.read_other_configs())
-    text = render_dropin([*ledger.pinned_images(remembered), *foreign.patterns])
+    text = render_dropin([*remembered.pinned_images(), *foreign.patterns])
     if not args.write:
         print(text, end="")
         return 0

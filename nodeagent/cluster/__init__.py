@@ -1,1 +1,18 @@
-"""TODO"""
+"""Cluster mode: PinnedImageSets from the API server in, the node's status object out.
+
+Modules: ``tasks`` (the two long-lived tasks, ``ClusterSpecs`` and ``StatusReporter``),
+``objects`` (the status object, Events and the MachineConfigNode mirror, as pure
+builders), ``placement`` (which sets apply to this node: MachineConfigPools or a label
+selector), ``kinds`` (the resource kinds used) and ``api`` (the ports).
+
+Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
+
+- the Kubernetes API server, with the node's own credentials (a kubeconfig): list and
+  watch Nodes, MachineConfigPools and PinnedImageSets; server-side apply of the node's
+  NodeImageStatus and its MachineConfigNode status; create Events (``adapters.kube``);
+- a directory it owns, ``Config.cluster_specs_dir``, where the assigned sets are kept as
+  spec files (``adapters.files.mirror_directory``): the daemon's inotify watch on it
+  starts a sync, so the pin path does not know where a set came from.
+
+Loaded only when ``[cluster] enabled``: a standalone node never imports it.
+"""

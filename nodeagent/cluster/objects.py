@@ -22,7 +22,7 @@ from typing import Any
 
 from nodeagent.cluster.kinds import MACHINE_CONFIG_NODE, NODE_IMAGE_STATUS
 from nodeagent.cluster.placement import Placement
-from nodeagent.status import Condition, NodeStatus, SetStatus
+from nodeagent.status import Condition, NodeStatus, PullProgress, SetStatus
 
 FIELD_MANAGER = "nodeagent"
 MAX_SETS = 100
@@ -38,20 +38,6 @@ MAX_PULLING = 20
 MAX_PROBLEMS = 20
 MCN_MAX_ERROR_CHARS = 4096
 """MachineConfigNode allows 32768 per set, but 100 such sets would pass etcd's object limit."""
-
-
-@dataclass(frozen=True, slots=True)
-class PullProgress:
-    """Live pull counters while a sync runs (a snapshot)."""
-
-    pulling: tuple[str, ...] = ()
-    pulled: frozenset[str] = frozenset()
-    failed: int = 0
-    is_syncing: bool = False
-
-    @property
-    def is_busy(self) -> bool:
-        return self.is_syncing or bool(self.pulling)
 
 
 @dataclass(frozen=True, slots=True)

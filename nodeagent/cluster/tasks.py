@@ -1,7 +1,7 @@
-"""Cluster mode, wired: sets from the API server in, the node's status out.
+"""Cluster mode's two tasks: sets from the API server in, the node's status out.
 
-Part of the composition root (the daemon imports this module only when
-``[cluster] enabled``). Two long-lived tasks:
+Both reach the API server through the ``api.KubeApi`` port (the daemon builds the adapter
+only when ``[cluster] enabled``). Two long-lived tasks:
 
 * ``ClusterSpecs.run`` follows the Node, the MachineConfigPools (when the cluster has them)
   and the PinnedImageSets with list-then-watch informers, decides which sets apply to this
@@ -32,13 +32,11 @@ import structlog
 import yaml
 
 from nodeagent import __version__
-from nodeagent.adapters.files import mirror_directory
-from nodeagent.adapters.kube import KubeApi, Obj
 from nodeagent.cluster import kinds
+from nodeagent.cluster.api import KubeApi, Obj, SpecMirror
 from nodeagent.cluster.objects import (
     NodeEvent,
     NodeIdentity,
-    PullProgress,
     WritePacer,
     event_object,
     machine_config_node_status,
@@ -56,7 +54,7 @@ from nodeagent.cluster.placement import (
 from nodeagent.config import Config
 from nodeagent.errors import ApiUnreachable, NodeAgentError
 from nodeagent.selectors import parse_selector
-from nodeagent.status import NodeStatus
+from nodeagent.status import NodeStatus, PullProgress
 
 log = structlog.get_logger(__name__)
 
@@ -133,11 +131,13 @@ class ClusterSpecs:
         api: KubeApi,
         connection: Connection,
         *,
+        mirror: SpecMirror,
         on_node: Callable[[Obj], None],
         on_placement: Callable[[Placement], None],
     ) -> None:
         self.config = config
         self.api = api
+        self.mirror = mirror
         self.connection = connection
         self.node = node_name(config)
         self.selector = parse_selector(config.cluster.set_selector)
@@ -223,7 +223,7 @@ class ClusterSpecs:
             cache_file_name(name): _spec_file(name, (view.sets or {})[name])
             for name in placement.sets
         }
-        changed = mirror_directory(self.config.cluster_specs_dir, files, suffix=".yaml")
+        changed = self.mirror(self.config.cluster_specs_dir, files, suffix=".yaml")
         if placement != self.placement or changed:
             log.info(
                 "cluster_sets_changed",

@@ -1,7 +1,8 @@
-"""The bundle importer with its adapters (``bundles.build_importer`` loads this on first use).
+"""The bundle importer with its adapters, built when the first medium arrives.
 
-Apart from ``bundles.py`` so that a daemon that never sees a bundle never loads the
-importer, the loopback server, the mirror drop-in and their dependencies.
+A module of its own so that a daemon that never sees a bundle never loads the importer,
+the loopback server, the mirror drop-in and their dependencies; ``wiring`` imports it
+lazily. The CLI's ``bundle import`` builds the same importer.
 """
 
 from __future__ import annotations
@@ -17,19 +18,16 @@ from nodeagent.adapters.bundles.server import BundleServer
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
-from nodeagent.bundles.importer import BundleReport, Importer, ImporterPorts
+from nodeagent.bundles.importer import Importer, ImporterPorts
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.config import Config
-from nodeagent.pins import Reloader
-from nodeagent.prepull import PrePuller, PullPolicy
-from nodeagent.sync import DiskPolicy
+from nodeagent.daemon.policies import Policies
+from nodeagent.ports import PullEvent, Reloader
+from nodeagent.prepull import PrePuller
+from nodeagent.reporting import log_pull
+from nodeagent.status import BundleReport
 
 log = structlog.get_logger("nodeagent.bundles.imports")
-
-BUNDLE_PULLS_AT_ONCE = 4
-"""At most this many of ``pull.concurrency``: a bundle is served on loopback, so its pulls
-wait on CPU and disk, never on a network; more in flight only add I/O-wait stalls
-(docs/performance.md, bundle import)."""
 
 
 class ServedBundle:
@@ -56,30 +54,20 @@ class ServedBundle:
         await self._server.close()
 
 
-def _log_pull(event: str, ref: str, fields: dict[str, object]) -> None:
-    """Each image's outcome in the journal, as the pre-puller's events say it."""
-    if event == "image_pulled":
-        log.info(event, image=ref, source="bundle", **fields)
-    elif event in ("pull_failed", "pull_retrying"):
-        log.warning(event, image=ref, source="bundle", **fields)
+def _log_pull(event: PullEvent) -> None:
+    """Each image's steps in the journal, marked as coming from the bundle."""
+    log_pull(event, source="bundle")
 
 
 def build_importer(
     config: Config,
+    policies: Policies,
     cri: CriClient,
     reloader: Reloader,
     *,
-    on_report: Callable[[BundleReport], None],
+    report: Callable[[BundleReport], None],
     is_present: Callable[[Path], bool] = lambda root: root.exists(),
 ) -> Importer:
-    pull = config.pull
-    policy = PullPolicy(
-        concurrency=min(pull.concurrency, BUNDLE_PULLS_AT_ONCE),
-        attempts=pull.attempts,
-        backoff_initial_s=pull.backoff_initial_s,
-        backoff_max_s=pull.backoff_max_s,
-        stall_timeout_s=pull.stall_timeout_s,
-    )
     transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
     ports = ImporterPorts(
         verify=lambda root: check_for_import(root, config.bundles.trusted_keys_dir),
@@ -88,14 +76,13 @@ def build_importer(
         mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),
         reloader=reloader,
         # The mirror is anonymous: no registry credentials go to it.
-        make_puller=lambda: PrePuller(cri, lambda _ref: None, policy, on_event=_log_pull),
+        make_puller=lambda: PrePuller(
+            cri, lambda _ref: None, policies.bundle_pull, on_event=_log_pull
+        ),
         space=StatvfsSpace(),
         specs=SpecDirs(config.specs_persistent_dir, transient or config.specs_persistent_dir),
         store=JsonStateStore(config.state.dir),
         is_present_on_media=is_present,
-        on_report=on_report,
+        on_report=report,
     )
-    disk = DiskPolicy(
-        config.disk.expansion_factor, config.disk.reserve_bytes, config.disk.reserve_percent
-    )
-    return Importer(ports, disk)
+    return Importer(ports, policies.disk)

@@ -33,6 +33,7 @@ import pytest
 import structlog.testing
 from lightkube.core.exceptions import ApiError
 
+from nodeagent.adapters.files import mirror_directory
 from nodeagent.adapters.kube import Gone, KubeApi, Obj
 from nodeagent.cluster import kinds
 from nodeagent.cluster.tasks import ClusterSpecs, Connection
@@ -341,6 +342,7 @@ async def test_cluster_specs_relist_after_expired_watches_and_keep_the_mirror(
         config,
         client.api,
         Connection(client.api.server),
+        mirror=mirror_directory,
         on_node=lambda _node: None,
         on_placement=lambda _placement: None,
     )

@@ -19,10 +19,9 @@ from typing import Any
 import pytest
 
 from nodeagent.adapters.kube import KubeApi
-from nodeagent.cluster.objects import PullProgress
 from nodeagent.cluster.tasks import Connection, StatusReporter
 from nodeagent.config import ClusterSettings, Config
-from nodeagent.status import NodeStatus, conditions_for
+from nodeagent.status import NodeStatus, PullProgress, conditions_for
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import get, install_deploy
 from tests.testenv.waiting import wait_for_async

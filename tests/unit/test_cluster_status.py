@@ -10,7 +10,6 @@ from nodeagent.cluster.objects import (
     MAX_FAILED_TOTAL,
     MAX_SETS,
     NodeIdentity,
-    PullProgress,
     WritePacer,
     event_object,
     machine_config_node_status,
@@ -20,7 +19,14 @@ from nodeagent.cluster.objects import (
     transitions,
 )
 from nodeagent.cluster.placement import Placement
-from nodeagent.status import Condition, ImageFailure, NodeStatus, SetStatus, conditions_for
+from nodeagent.status import (
+    Condition,
+    ImageFailure,
+    NodeStatus,
+    PullProgress,
+    SetStatus,
+    conditions_for,
+)
 
 NODE = NodeIdentity("edge-1", "uid-1")
 NOW = "2026-11-22T10:00:00Z"

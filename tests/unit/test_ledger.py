@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent import ledger
+from nodeagent.ledger import Ledger, SetRecord
 
 A, B, C = (f"r.io/ns/{n}@sha256:{i:064x}" for i, n in enumerate("abc", start=1))
 
@@ -25,22 +25,34 @@ def stored(boot_id: str = "boot-1") -> dict[str, Any]:
 
 # ---------------------------------------------------------------- for_boot
 def test_same_boot_keeps_every_set() -> None:
-    doc = stored()
-    assert ledger.for_boot(doc, "boot-1") == doc
+    got = Ledger.for_boot(stored(), "boot-1")
+    assert list(got.sets) == ["persistent", "transient", "legacy"]
+    assert got.pinned_images() == {A, B, C}
+    assert got.sets["persistent"] == SetRecord(2, is_persistent=True, pinned_images=(A,))
+    assert got.sets["legacy"].is_persistent is False
+
+
+def test_the_document_round_trips() -> None:
+    got = Ledger.for_boot(stored(), "boot-1")
+    again = Ledger.for_boot(got.to_json(), "boot-1")
+    assert again == got
+    assert again.to_json() == got.to_json()
+    assert got.to_json()["sets"]["persistent"] == stored()["sets"]["persistent"]
 
 
 def test_new_boot_drops_transient_sets_and_keeps_persistent_ones() -> None:
-    got = ledger.for_boot(stored(), "boot-2")
-    assert got["bootId"] == "boot-2"
-    assert list(got["sets"]) == ["persistent"]
-    assert ledger.pinned_images(got) == {A}
+    got = Ledger.for_boot(stored(), "boot-2")
+    assert got.boot_id == "boot-2"
+    assert list(got.sets) == ["persistent"]
+    assert got.pinned_images() == {A}
 
 
 def test_for_boot_never_changes_what_it_was_given() -> None:
     doc = stored()
     before = copy.deepcopy(doc)
-    got = ledger.for_boot(doc, "boot-2")
-    ledger.entry(got, "persistent")["pinnedImages"].append(B)
+    got = Ledger.for_boot(doc, "boot-2")
+    got.record_pinned("persistent", 3, [A, B])
+    got.observe_spec("new", "f", None, is_persistent=True)
     assert doc == before
 
 
@@ -48,13 +60,15 @@ def test_for_boot_never_changes_what_it_was_given() -> None:
     "doc", [None, {}, {"bootId": "boot-1"}, {"bootId": "boot-1", "sets": []}, {"sets": None}]
 )
 def test_missing_or_malformed_ledger_starts_empty(doc: dict[str, Any] | None) -> None:
-    assert ledger.for_boot(doc, "boot-9") == {"bootId": "boot-9", "sets": {}}
+    got = Ledger.for_boot(doc, "boot-9")
+    assert got == Ledger("boot-9")
+    assert got.to_json() == {"bootId": "boot-9", "sets": {}}
 
 
 def test_ledger_without_boot_id_counts_as_another_boot() -> None:
     doc = stored()
     del doc["bootId"]
-    assert list(ledger.for_boot(doc, "boot-1")["sets"]) == ["persistent"]
+    assert list(Ledger.for_boot(doc, "boot-1").sets) == ["persistent"]
 
 
 # ---------------------------------------------------------------- observe_spec
@@ -81,31 +95,33 @@ Step = tuple[str, int | None, int]
     ],
 )
 def test_observe_spec_generations(steps: list[Step]) -> None:
-    doc = ledger.empty("boot-1")
+    doc = Ledger("boot-1")
     seen: list[int] = []
     for fingerprint, spec_generation, expected in steps:
-        got = ledger.observe_spec(doc, "set", fingerprint, spec_generation, is_persistent=True)
+        got = doc.observe_spec("set", fingerprint, spec_generation, is_persistent=True)
         assert got == expected, (fingerprint, spec_generation)
-        assert doc["sets"]["set"]["desiredGeneration"] == got
-        assert doc["sets"]["set"]["fingerprint"] == fingerprint
+        assert doc.sets["set"].desired_generation == got
+        assert doc.sets["set"].fingerprint == fingerprint
         seen.append(got)
     assert seen == sorted(seen)  # never decreases
 
 
 def test_observe_spec_records_persistence() -> None:
-    doc = ledger.empty("boot-1")
-    ledger.observe_spec(doc, "s", "f", None, is_persistent=False)
-    assert doc["sets"]["s"]["persistent"] is False
-    ledger.observe_spec(doc, "s", "f", None, is_persistent=True)
-    assert doc["sets"]["s"]["persistent"] is True
+    doc = Ledger("boot-1")
+    doc.observe_spec("s", "f", None, is_persistent=False)
+    assert doc.sets["s"].is_persistent is False
+    assert doc.to_json()["sets"]["s"]["persistent"] is False
+    doc.observe_spec("s", "f", None, is_persistent=True)
+    assert doc.sets["s"].is_persistent is True
+    assert doc.to_json()["sets"]["s"]["persistent"] is True
 
 
 # ---------------------------------------------------------------- pinned / failed
 def test_record_pinned_sets_current_generation_and_clears_the_failure() -> None:
-    doc = ledger.empty("boot-1")
-    ledger.record_failed(doc, "s", 1, "ImageNotFound: gone")
-    ledger.record_pinned(doc, "s", 2, [B, A, A])
-    item = doc["sets"]["s"]
+    doc = Ledger("boot-1")
+    doc.record_failed("s", 1, "ImageNotFound: gone")
+    doc.record_pinned("s", 2, [B, A, A])
+    item = doc.to_json()["sets"]["s"]
     assert item["currentGeneration"] == 2
     assert item["pinnedImages"] == [A, B]
     assert "lastFailedGeneration" not in item
@@ -113,50 +129,67 @@ def test_record_pinned_sets_current_generation_and_clears_the_failure() -> None:
 
 
 def test_current_generation_never_decreases() -> None:
-    doc = ledger.empty("boot-1")
-    ledger.record_pinned(doc, "s", 3, [A])
-    ledger.record_pinned(doc, "s", 2, [B])
-    assert doc["sets"]["s"]["currentGeneration"] == 3
-    assert doc["sets"]["s"]["pinnedImages"] == [B]
+    doc = Ledger("boot-1")
+    doc.record_pinned("s", 3, [A])
+    doc.record_pinned("s", 2, [B])
+    assert doc.sets["s"].current_generation == 3
+    assert doc.sets["s"].pinned_images == (B,)
 
 
 def test_record_failed_keeps_current_and_the_highest_failed_generation() -> None:
-    doc = ledger.empty("boot-1")
-    ledger.record_pinned(doc, "s", 1, [A])
-    ledger.record_failed(doc, "s", 3, "first")
-    ledger.record_failed(doc, "s", 2, "second")
-    item = doc["sets"]["s"]
+    doc = Ledger("boot-1")
+    doc.record_pinned("s", 1, [A])
+    doc.record_failed("s", 3, "first")
+    doc.record_failed("s", 2, "second")
+    item = doc.to_json()["sets"]["s"]
     assert (item["currentGeneration"], item["pinnedImages"]) == (1, [A])
     assert (item["lastFailedGeneration"], item["lastFailedError"]) == (3, "second")
 
 
 # ---------------------------------------------------------------- forget / queries
 def test_forget_drops_sets_and_returns_the_images_they_had_pinned() -> None:
-    doc = ledger.for_boot(stored(), "boot-1")
-    released = ledger.forget(doc, ["transient", "legacy", "never-existed"])
+    doc = Ledger.for_boot(stored(), "boot-1")
+    released = doc.forget(["transient", "legacy", "never-existed"])
     assert sorted(released) == [B, C]
-    assert list(doc["sets"]) == ["persistent"]
+    assert list(doc.sets) == ["persistent"]
 
 
 def test_forget_of_a_set_that_never_pinned_releases_nothing() -> None:
-    doc = ledger.empty("boot-1")
-    ledger.observe_spec(doc, "new", "f", None, is_persistent=True)
-    assert ledger.forget(doc, ["new"]) == []
-    assert doc["sets"] == {}
+    doc = Ledger("boot-1")
+    doc.observe_spec("new", "f", None, is_persistent=True)
+    assert doc.forget(["new"]) == []
+    assert doc.sets == {}
 
 
 def test_forget_accepts_a_live_view_of_the_sets() -> None:
-    doc = ledger.for_boot(stored(), "boot-1")
-    assert sorted(ledger.forget(doc, doc["sets"].keys())) == [A, B, C]
+    doc = Ledger.for_boot(stored(), "boot-1")
+    assert sorted(doc.forget(doc.sets.keys())) == [A, B, C]
 
 
 @pytest.mark.parametrize(("is_persistent_only", "expected"), [(False, {A, B, C}), (True, {A})])
 def test_pinned_images(is_persistent_only: bool, expected: set[str]) -> None:
-    doc = ledger.for_boot(stored(), "boot-1")
-    assert ledger.pinned_images(doc, is_persistent_only=is_persistent_only) == expected
+    doc = Ledger.for_boot(stored(), "boot-1")
+    assert doc.pinned_images(is_persistent_only=is_persistent_only) == expected
 
 
 def test_pinned_of_one_set() -> None:
-    doc = ledger.for_boot(stored(), "boot-1")
-    assert ledger.pinned_of(doc, "transient") == {B}
-    assert ledger.pinned_of(doc, "unknown") == set()
+    doc = Ledger.for_boot(stored(), "boot-1")
+    assert doc.pinned_of("transient") == {B}
+    assert doc.pinned_of("unknown") == set()
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"desiredGeneration": "2", "pinnedImages": "r.io/a"},
+        {"desiredGeneration": True, "pinnedImages": [1, None, A]},
+        {"currentGeneration": 1.5, "lastFailedError": 7},
+    ],
+)
+def test_ill_typed_fields_are_read_as_absent(item: dict[str, Any]) -> None:
+    got = Ledger.for_boot({"bootId": "b", "sets": {"s": item, "bad": [1]}}, "b")
+    assert list(got.sets) == ["s"]
+    record = got.sets["s"]
+    assert isinstance(record.desired_generation, int)
+    assert record.current_generation is None
+    assert all(isinstance(image, str) for image in record.pinned_images)

@@ -65,7 +65,7 @@ class Rig:
             lambda _ref: None,
             policy,
             None if probe is None else _Probe(probe),
-            on_event=lambda e, r, f: self.events.append((e, r, f)),
+            on_event=lambda ev: self.events.append((ev.step.value, ev.ref, ev.fields())),
             sleep=self.clock.sleep,
             monotonic=self.clock.monotonic,
             rand=lambda: rand,

@@ -314,25 +314,42 @@ def test_progress_line(counts: tuple[int, int, int, int], line: str) -> None:
 
 
 def test_progress_line_counts_live_pulls_and_failures_on_the_interim_status() -> None:
-    from nodeagent.daemon.root import Progress
+    from nodeagent.ports import PullEvent, PullStep
+    from nodeagent.reporting import Reporter
 
-    sent: list[str | None] = []
-    progress = Progress()
-    progress.on_change = lambda: sent.append(progress.line())
-    progress.on_event("pull_started", "a", {})
-    assert sent == [None]  # no status yet: nothing to count against
-    progress.start_sync()
-    progress.last = NodeStatus(
-        sets=(set_status("s", "Progressing", total=3, present=0, pinned=0),), conditions=()
+    class Line:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def status(self, text: str) -> None:
+            self.sent.append(text)
+
+    class Store:
+        def load(self, name: str) -> dict[str, Any] | None:
+            return None
+
+        def save(self, name: str, obj: dict[str, Any]) -> bool:
+            return True
+
+    line = Line()
+    reporter = Reporter(line=line, store=Store())
+    reporter.pull_event(PullEvent(PullStep.STARTED, "a", 1))
+    assert line.sent == []  # no status yet: nothing to count against
+    reporter.sync_started()
+    reporter.sync_progress(
+        NodeStatus(
+            sets=(set_status("s", "Progressing", total=3, present=0, pinned=0),), conditions=()
+        )
     )
-    progress.on_event("pull_started", "a", {})
-    progress.on_event("pull_started", "b", {})
-    progress.on_event("image_pulled", "a", {})
-    progress.on_event("pull_failed", "b", {"reason": "ImageNotFound"})
-    assert sent[1:] == [
+    assert line.sent == ["pinned 0/3 images"]
+    reporter.pull_event(PullEvent(PullStep.STARTED, "a", 1))
+    reporter.pull_event(PullEvent(PullStep.STARTED, "b", 1))
+    reporter.pull_event(PullEvent(PullStep.PULLED, "a", 1, seconds=1.0))
+    reporter.pull_event(PullEvent(PullStep.FAILED, "b", 1, reason="ImageNotFound", error="gone"))
+    assert line.sent[1:] == [
         "pinned 0/3 images, pulling 1",
         "pinned 0/3 images, pulling 2",
         "pinned 0/3 images, pulling 1",
         "pinned 0/3 images, 1 failed",
     ]
-    assert progress.snapshot().pulled == frozenset({"a"})
+    assert reporter.tally.snapshot().pulled == frozenset({"a"})

@@ -1,0 +1,158 @@
+"""Every adapter and service of the daemon, built once and handed to each other.
+
+Nothing here decides anything: policies come from the configuration
+(``policies``), the sync loop's timing and retries live with the Reconciler, the
+status is published by ``reporting.Reporter``. Each service receives its collaborators
+in its constructor. Cluster mode and the bundle importer are built from modules loaded
+only when they are on (``daemon.cluster``, ``daemon.bundles``), so a standalone node
+without media never imports lightkube, pyudev or the importer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nodeagent.adapters.cri.client import CriClient
+from nodeagent.adapters.crio_config import CrioDropins
+from nodeagent.adapters.files import JsonStateStore
+from nodeagent.adapters.host import (
+    AuthFile,
+    InsecureRegistries,
+    StatvfsSpace,
+    UsedBytesProbe,
+    read_boot_id,
+)
+from nodeagent.adapters.registry.client import ManifestCache, RegistryClient
+from nodeagent.adapters.systemd import Notifier, RuntimeReloader
+from nodeagent.bundles.imports import MediaImports
+from nodeagent.config import Config
+from nodeagent.daemon.policies import Policies, policies_from
+from nodeagent.daemon.supervisor import Supervisor
+from nodeagent.disk import DiskAdmission
+from nodeagent.pins import PinService
+from nodeagent.prepull import PrePuller
+from nodeagent.reporting import PullTally, Reporter
+from nodeagent.specs import load_spec_dirs
+from nodeagent.sync import Reconciler
+
+if TYPE_CHECKING:
+    from nodeagent.bundles.importer import Importer
+    from nodeagent.bundles.imports import MountedMedium
+    from nodeagent.daemon.cluster import ClusterMode
+
+IMAGE_TEMP_DIR = Path("/var/tmp")  # noqa: S108  containers/image's temp dir for blobs
+"""Where containers/image stages blobs during a pull: its growth is pull progress too."""
+
+
+@dataclass
+class Wiring:
+    config: Config
+    policies: Policies
+    cri: CriClient
+    reloader: RuntimeReloader
+    state: JsonStateStore
+    notifier: Notifier
+    reporter: Reporter
+    reconciler: Reconciler
+    supervisor: Supervisor
+    media: MediaImports
+    cluster: ClusterMode | None = None
+
+    async def close(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.close()
+        await self.cri.close()
+
+
+def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
+    """Every adapter and service, wired once."""
+    rt = config.runtime
+    policies = policies_from(config)
+    notifier = notifier or Notifier()
+    cri = CriClient(rt.endpoint, timeout_s=rt.call_timeout_s)
+    dropins = CrioDropins(rt.config_file, rt.config_dir, rt.transient_dropin_dir, rt.dropin_name)
+    reloader = RuntimeReloader(rt.unit, pid_file=rt.pid_file, timeout_s=rt.reload_timeout_s)
+    state = JsonStateStore(config.state.dir)
+    auth = AuthFile(config.pull.auth_file)
+    tally = PullTally()
+    cluster = _cluster(config, tally) if config.cluster.enabled else None
+    reporter = Reporter(
+        line=notifier, store=state, cluster=cluster.sink if cluster else None, tally=tally
+    )
+    image_dirs: list[Path] = [IMAGE_TEMP_DIR]
+    puller = PrePuller(
+        cri,
+        auth.credentials_for,
+        policies.pull,
+        UsedBytesProbe(lambda: image_dirs),
+        on_event=reporter.pull_event,
+    )
+    registry = RegistryClient(
+        insecure=InsecureRegistries(rt.registries_conf, rt.registries_dir),
+        timeout_s=rt.call_timeout_s,
+        cache=ManifestCache(config.state.dir / "manifests"),
+    )
+    admission = DiskAdmission(
+        runtime=cri,
+        manifests=registry,
+        space=StatvfsSpace(),
+        credentials_for=auth.credentials_for,
+        policy=policies.disk,
+        on_image_fs=lambda mountpoint: image_dirs.append(Path(mountpoint)),
+    )
+    reconciler = Reconciler(
+        load_specs=lambda: load_spec_dirs(config.spec_dirs()),
+        runtime=cri,
+        pins=PinService(dropins, reloader, cri, verify_timeout_s=rt.reload_timeout_s),
+        puller=puller,
+        admission=admission,
+        store=state,
+        boot_id=read_boot_id(),
+        report=reporter,
+        schedule=policies.schedule,
+    )
+    supervisor = Supervisor()
+
+    def make_importer(is_present: Callable[[Path], bool]) -> Importer:
+        from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (first medium)
+
+        return build_importer(
+            config, policies, cri, reloader, report=reporter.bundle_report, is_present=is_present
+        )
+
+    media = MediaImports(
+        media_dir=config.bundles.media_dir,
+        make_importer=make_importer,
+        mount=_mount,
+        spawn=supervisor.spawn,
+        report=reporter.bundle_report,
+        on_imported=reconciler.request_sync,
+    )
+    return Wiring(
+        config,
+        policies,
+        cri,
+        reloader,
+        state,
+        notifier,
+        reporter,
+        reconciler,
+        supervisor,
+        media,
+        cluster,
+    )
+
+
+def _mount(devnode: str, fs_type: str, target_dir: Path) -> MountedMedium:
+    from nodeagent.adapters.bundles.mount import mount_readonly  # noqa: PLC0415  (first medium)
+
+    return mount_readonly(devnode, fs_type, target_dir)
+
+
+def _cluster(config: Config, tally: PullTally) -> ClusterMode:
+    from nodeagent.daemon.cluster import ClusterMode  # noqa: PLC0415  (lightkube: cluster only)
+
+    return ClusterMode.build(config, progress=tally.snapshot)

@@ -1,0 +1,201 @@
+"""One publisher of what the node is doing: the status file, systemd's STATUS=, the cluster.
+
+The Reconciler reports its syncs here (``SyncReport``), the pre-puller its pull events,
+the bundle importer its bundle reports. ``Reporter`` turns them into:
+
+* the status file in the state directory (``nodeagent status`` reads it): the last sync's
+  status plus the bundles seen;
+* the one-line ``STATUS=`` that ``systemctl status nodeagent`` shows, live while pulls run;
+* the cluster status object, through an optional ``ClusterSink`` (cluster mode).
+
+It is also where the two features meet: a bundle whose sets the pin path has pinned is
+marked ``pinned`` here, so neither the importer nor the Reconciler knows the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import structlog
+
+from nodeagent.errors import NodeAgentError
+from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
+from nodeagent.status import (
+    BundleReport,
+    NodeStatus,
+    PullProgress,
+    conditions_for,
+    progress_line,
+    status_line,
+)
+
+log = structlog.get_logger(__name__)
+
+MAX_BUNDLE_REPORTS = 10
+"""Bundles kept in the status (the most recent)."""
+
+
+class ClusterSink(Protocol):
+    """The cluster status object's writer (``cluster.tasks.StatusReporter``)."""
+
+    def update(self, status: NodeStatus, *, is_final: bool) -> None: ...
+
+    def poke(self) -> None: ...
+
+
+@dataclass
+class PullTally:
+    """Live pull counts of the sync in progress."""
+
+    pulling: set[str] = field(default_factory=set)
+    pulled: set[str] = field(default_factory=set)
+    failed: int = 0
+    is_syncing: bool = False
+
+    def start(self) -> None:
+        self.pulling.clear()
+        self.pulled.clear()
+        self.failed = 0
+        self.is_syncing = True
+
+    def end(self) -> None:
+        self.is_syncing = False
+        self.pulling.clear()
+
+    def count(self, event: PullEvent) -> None:
+        if event.step is PullStep.STARTED:
+            self.pulling.add(event.ref)
+            return
+        self.pulling.discard(event.ref)
+        if event.step is PullStep.PULLED:
+            self.pulled.add(event.ref)
+        elif event.step is PullStep.FAILED:
+            self.failed += 1
+
+    def snapshot(self) -> PullProgress:
+        return PullProgress(
+            tuple(sorted(self.pulling)), frozenset(self.pulled), self.failed, self.is_syncing
+        )
+
+
+@dataclass
+class BundleBoard:
+    """The latest report per bundle source, for the status file."""
+
+    reports: dict[str, BundleReport] = field(default_factory=dict)
+
+    def update(self, report: BundleReport) -> None:
+        self.reports[report.source] = report
+        while len(self.reports) > MAX_BUNDLE_REPORTS:
+            self.reports.pop(next(iter(self.reports)))
+
+    def mark_pinned(self, pinned_sets: set[str]) -> None:
+        """An imported bundle whose sets are all pinned is done: state ``pinned``."""
+        for source, report in list(self.reports.items()):
+            if report.state == "imported" and set(report.sets) <= pinned_sets:
+                self.reports[source] = replace(report, state="pinned")
+                log.info("bundle_pinned", bundle=report.bundle_id, sets=list(report.sets))
+
+    def to_json(self) -> list[dict[str, object]]:
+        return [report.to_json() for report in self.reports.values()]
+
+
+def log_pull(event: PullEvent, *, source: str | None = None) -> None:
+    """One pull step in the journal: outcomes at info/error, the start at debug."""
+    fields = event.fields() | ({"source": source} if source else {})
+    if event.step is PullStep.FAILED:
+        log.error(event.step.value, **fields)
+    elif event.step is PullStep.STARTED:
+        log.debug(event.step.value, **fields)
+    else:
+        log.info(event.step.value, **fields)
+
+
+class Reporter:
+    """Implements ``sync.SyncReport`` and the pull and bundle sinks; writes every output."""
+
+    def __init__(
+        self,
+        *,
+        line: StatusLine,
+        store: StateStore,
+        cluster: ClusterSink | None = None,
+        tally: PullTally | None = None,
+        board: BundleBoard | None = None,
+    ) -> None:
+        self.line = line
+        self.store = store
+        self.cluster = cluster
+        self.tally = tally or PullTally()
+        self.board = board or BundleBoard()
+        self.last: NodeStatus | None = None
+
+    # ---------------------------------------------------------------- sync
+    def sync_started(self) -> None:
+        self.tally.start()
+
+    def sync_progress(self, status: NodeStatus) -> None:
+        """The interim status while a sync's pulls run."""
+        self._publish(status, is_final=False)
+
+    def sync_finished(self, status: NodeStatus) -> None:
+        self.tally.end()
+        self.board.mark_pinned({s.name for s in status.sets if s.state == "Pinned"})
+        self._publish(status, is_final=True)
+
+    def sync_failed(self, error: NodeAgentError) -> None:
+        """A sync that could not run: the last sets stay, the error names the cause."""
+        self.tally.end()
+        last = self.last
+        sets = last.sets if last else ()
+        status = NodeStatus(
+            sets=sets,
+            conditions=conditions_for(sets, 0, error.message),
+            runtime=last.runtime if last else None,
+            last_error=str(error),
+        )
+        self._publish(status, is_final=True)
+
+    # ---------------------------------------------------------------- pulls
+    def pull_event(self, event: PullEvent) -> None:
+        """A pull of the sync started or ended: the journal, STATUS= and the cluster follow."""
+        log_pull(event)
+        self.tally.count(event)
+        line = self.progress_line()
+        if line is not None:
+            self.line.status(line)
+        if self.cluster is not None:
+            self.cluster.poke()
+
+    def progress_line(self) -> str | None:
+        """'pinned 0/190 images, pulling 4, 1 failed' while pulls run (None before any status)."""
+        if self.last is None:
+            return None
+        totals = self.last.image_totals()
+        failed = totals["failed"] + self.tally.failed
+        return progress_line(totals["pinned"], totals["total"], len(self.tally.pulling), failed)
+
+    # ---------------------------------------------------------------- bundles
+    def bundle_report(self, report: BundleReport) -> None:
+        self.board.update(report)
+        self.save()
+
+    # ---------------------------------------------------------------- output
+    def save(self) -> None:
+        """Write the status file: the last sync's status plus the bundles seen."""
+        last = self.last
+        doc = last.to_json() if last else {"conditions": [], "pinnedImageSets": []}
+        if self.board.reports:
+            doc["bundles"] = self.board.to_json()
+        try:
+            self.store.save("status", doc)
+        except NodeAgentError as exc:  # a full or read-only state disk must not stop pinning
+            log.warning("status_not_saved", reason=exc.reason, error=exc.message)
+
+    def _publish(self, status: NodeStatus, *, is_final: bool) -> None:
+        self.last = status
+        self.save()
+        self.line.status(status_line(status))
+        if self.cluster is not None:
+            self.cluster.update(status, is_final=is_final)
