@@ -38,15 +38,10 @@ LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_
 
 @dataclass(frozen=True)
 class Probe:
-    """Lines added to files of the copy (created when missing) and the contracts that fail.
-
-    ``temporary``: contracts that also fail today, through an import marked TEMPORARY in
-    pyproject.toml (a feature importing an adapter, which the composition-root rework removes).
-    """
+    """Lines added to files of the copy (created when missing) and the contracts that fail."""
 
     edits: dict[str, str]
     broken: frozenset[str]
-    temporary: frozenset[str] = frozenset()
 
 
 PROBES: dict[str, Probe] = {
@@ -62,15 +57,10 @@ PROBES: dict[str, Probe] = {
     "an adapter reaches back into the daemon": Probe(
         {"nodeagent/adapters/cri/client.py": "import nodeagent.daemon"},
         frozenset({"adapters-never-reach-back"}),
-        temporary=frozenset({"layers"}),  # nodeagent.bundles.imports -> ...cri.client -> daemon
     ),
-    "an adapter reaches into the reporting publisher, the day it exists": Probe(
-        {
-            "nodeagent/reporting.py": "import nodeagent.status",
-            "nodeagent/adapters/files.py": "import nodeagent.reporting",
-        },
+    "an adapter reaches into the reporting publisher": Probe(
+        {"nodeagent/adapters/files.py": "import nodeagent.reporting"},
         frozenset({"adapters-never-reach-back"}),
-        temporary=frozenset({"layers"}),  # nodeagent.cluster.tasks -> ...files -> reporting
     ),
     "one feature imports another": Probe(
         {"nodeagent/bundles/manifest.py": "import nodeagent.cluster"}, frozenset({"layers"})
@@ -167,7 +157,7 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, probe: Probe) ->
     output = result.stdout + result.stderr
 
     assert result.returncode != 0, output
-    assert probe.broken <= broken_contracts(output) <= probe.broken | probe.temporary, output
+    assert broken_contracts(output) == probe.broken, output
 
 
 # ---------------------------------------------------------------- every module has a layer
