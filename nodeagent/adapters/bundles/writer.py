@@ -33,7 +33,8 @@ from typing import IO, Any, Final, Protocol
 
 from nodeagent.adapters.bundles import tree as bundle_media
 from nodeagent.adapters.files import write_atomic
-from nodeagent.adapters.registry.client import MAX_MANIFEST_BYTES, RegistryClient
+from nodeagent.adapters.registry.client import RegistryClient
+from nodeagent.adapters.registry.transport import MAX_MANIFEST_BYTES
 from nodeagent.authfile import AuthStore
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
