@@ -25,7 +25,8 @@ from nodeagent.adapters.host import (
     UsedBytesProbe,
     read_boot_id,
 )
-from nodeagent.adapters.registry.client import ManifestCache, RegistryClient
+from nodeagent.adapters.registry.cache import ManifestCache
+from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
 from nodeagent.bundles.imports import MediaImports
 from nodeagent.config import Config

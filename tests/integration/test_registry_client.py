@@ -21,7 +21,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from nodeagent.adapters.host import InsecureRegistries
-from nodeagent.adapters.registry.client import ManifestCache, RegistryClient, tls_context
+from nodeagent.adapters.registry.cache import ManifestCache
+from nodeagent.adapters.registry.client import RegistryClient
+from nodeagent.adapters.registry.tls import tls_context
 from nodeagent.errors import ImageNotFound, RegistryAuthFailed, RegistryUnavailable
 from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import Platform

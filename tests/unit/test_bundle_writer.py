@@ -14,18 +14,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nodeagent.adapters.bundles.writer import (
+from nodeagent.adapters.bundles.fetcher import (
     Descriptor,
     PlannedImage,
-    check_bundle_id,
-    default_bundle_id,
     image_blobs,
     index_child,
+    top_descriptor,
+)
+from nodeagent.adapters.bundles.writer import (
+    check_bundle_id,
+    default_bundle_id,
     index_doc,
     manifest_doc,
     resolve_refs,
     set_object,
-    top_descriptor,
 )
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign

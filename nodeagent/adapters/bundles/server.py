@@ -13,19 +13,9 @@ Binds 127.0.0.1 only. A non-HTTP first byte (the TLS ClientHello that
 containers-image sends before falling back to plain HTTP) is answered 400 at
 once; waiting for more would cost each ping a 10 s TLS handshake timeout.
 
-Hashing and sending (measured: 500 MB blob, loopback, curl, warm cache; sha256
-alone ~1450 MB/s): plain sendfile ~2500 MB/s; (a) hash all, then sendfile ~930
-(first byte only after the whole blob, and a second media read if the page
-cache drops it); (b) pread + hash + write ~900 (no zero-copy); (c) **chosen**,
-pipelined: chunk *i+1* is hashed (pread, worker thread) while chunk *i* goes out
-by ``sendfile`` from the pages hashing just read, ~1100-1150 with 16 MiB
-chunks: one media read, bounded memory. The same with mmap reached ~1230 but a
-medium pulled out mid-read would SIGBUS the daemon where pread raises EIO.
-
-The last chunk is sent only once the whole digest matched; on a mismatch the
-connection is aborted short of it, so the runtime never has the blob whole. If
-the client leaves first (CRI-O stops at corrupt gzip), the digest is finished
-anyway. Blobs of one chunk and ranges of unverified blobs are hashed whole
+A blob is hashed while it is sent, its last chunk held back until the digest
+matched (``nodeagent.adapters.bundles.streamer``, with the measurements behind
+that choice). Blobs of one chunk and ranges of unverified blobs are hashed whole
 first. Verified and rejected blobs are remembered: one is re-sent without
 hashing, the other reported once (``rejections``, ``on_rejected``, event
 ``bundle_blob_rejected``) and answered 404, also to the ranged retry
@@ -40,14 +30,21 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Final, TypeVar
+from typing import IO, Final
 
 import structlog
 
+from nodeagent.adapters.bundles.streamer import (
+    DEFAULT_CHUNK_BYTES,
+    AbortConnection,
+    Blob,
+    BlobStreamer,
+    in_thread,
+)
 from nodeagent.adapters.bundles.tree import BundleDir
-from nodeagent.bundles.manifest import BundleError, BundleIncomplete, ExpectedFile, check_digest
+from nodeagent.bundles.manifest import BundleError, ExpectedFile, check_digest
 from nodeagent.bundles.mirror import (
     API_VERSION_HEADER,
     ErrorAnswer,
@@ -65,12 +62,9 @@ from nodeagent.bundles.mirror import (
 from nodeagent.errors import HostFileError
 
 log = structlog.get_logger(__name__)
-_T = TypeVar("_T")
 
 LOOPBACK: Final = "127.0.0.1"
 """The only address the server binds: the mirror is plain HTTP."""
-DEFAULT_CHUNK_BYTES: Final = 16 << 20
-"""Hash/send pipeline step (16 MiB measured best of 1/4/16 MiB)."""
 MAX_MANIFEST_BYTES: Final = 4 << 20
 """Larger blobs are never served as manifests (distribution's own limit)."""
 MAX_HEAD_BYTES: Final = 16 << 10
@@ -81,12 +75,8 @@ IO_TIMEOUT_S: Final = 60.0
 _CLOSING: Final = Request("GET", "/", {}, keep_alive=False)
 
 
-class _AbortConnection(Exception):
-    """End the connection without completing the response (a blob failed its digest)."""
-
-
 _CONNECTION_ENDS: Final = (
-    _AbortConnection,
+    AbortConnection,
     ConnectionError,
     TimeoutError,
     asyncio.IncompleteReadError,
@@ -96,43 +86,6 @@ _CONNECTION_ENDS: Final = (
 
 
 # ------------------------------------------------------------------ files (blocking)
-@dataclass(slots=True)
-class _Digesting:
-    """The sha256 of a blob's first ``done_bytes``, advanced a chunk at a time (in threads)."""
-
-    fd: int
-    size_bytes: int
-    hasher: hashlib._Hash = field(default_factory=hashlib.sha256)
-    done_bytes: int = 0
-
-    def advance(self, count: int) -> None:
-        count = min(count, self.size_bytes - self.done_bytes)
-        data = os.pread(self.fd, count, self.done_bytes)
-        if len(data) != count:
-            raise BundleIncomplete(f"blob shrank while being read (at byte {self.done_bytes})")
-        self.hasher.update(data)
-        self.done_bytes += count
-
-    @property
-    def is_done(self) -> bool:
-        return self.done_bytes == self.size_bytes
-
-
-async def _in_thread(function: Callable[..., _T], *args: object) -> _T:
-    """``asyncio.to_thread`` that, even when cancelled, returns only once the thread ended.
-
-    The caller closes the files the thread reads when this returns, so a thread
-    must never outlive it (its descriptor could be reused by then).
-    """
-    job = asyncio.ensure_future(asyncio.to_thread(function, *args))
-    try:
-        return await asyncio.shield(job)
-    except asyncio.CancelledError:
-        await asyncio.wait([job])
-        job.exception()  # retrieved: the cancellation is what propagates
-        raise
-
-
 def _read_small(media: BundleDir, file: ExpectedFile) -> bytes:
     with media.open_file(file) as stream:
         data = os.pread(stream.fileno(), file.size_bytes, 0)
@@ -169,13 +122,6 @@ class _Exchange:
         await self.send(answer.status, fields, answer.body())
 
 
-@dataclass(slots=True)
-class _Blob:
-    digest: str
-    file: ExpectedFile
-    stream: IO[bytes]
-
-
 class BundleServer:
     """Serve ``blobs`` (digest → file under ``root``) on ``127.0.0.1:port`` until closed."""
 
@@ -189,7 +135,14 @@ class BundleServer:
         on_rejected: Callable[[BundleError], None] | None = None,
     ) -> None:
         self.root, self._blobs, self._port = root, dict(blobs), port
-        self._chunk_bytes, self._on_rejected = chunk_bytes, on_rejected
+        self._on_rejected = on_rejected
+        self._streamer = BlobStreamer(
+            chunk_bytes=chunk_bytes,
+            send_timeout_s=IO_TIMEOUT_S,
+            on_verified=self._mark_verified,
+            on_rejected=self._reject,
+            on_sent=lambda count: self._count(bytes_served=count),
+        )
         self._verified: set[str] = set()
         self._rejected: dict[str, BundleError] = {}
         self._manifests: dict[str, tuple[bytes, str]] = {}
@@ -339,7 +292,7 @@ class BundleServer:
         if digest in self._manifests or file is None or file.size_bytes > MAX_MANIFEST_BYTES:
             return self._manifests.get(digest)
         try:
-            body = await _in_thread(_read_small, self._opened_media(), file)
+            body = await in_thread(_read_small, self._opened_media(), file)
         except BundleError as err:
             self._reject(digest, err)
             return None
@@ -371,16 +324,16 @@ class BundleServer:
             await ex.error(ErrorAnswer(404, "BLOB_UNKNOWN", f"no blob {digest}"))
             return
         with stream:
-            await self._send_blob(ex, _Blob(digest, file, stream))
+            await self._send_blob(ex, Blob(digest, file, stream))
 
     async def _open(self, digest: str, file: ExpectedFile) -> IO[bytes] | None:
         try:
-            return await _in_thread(self._opened_media().open_file, file)
+            return await in_thread(self._opened_media().open_file, file)
         except BundleError as err:
             self._reject(digest, err)
             return None
 
-    async def _send_blob(self, ex: _Exchange, blob: _Blob) -> None:
+    async def _send_blob(self, ex: _Exchange, blob: Blob) -> None:
         size = blob.file.size_bytes
         try:
             span = parse_range(ex.request.headers.get("range"), size)
@@ -389,9 +342,9 @@ class BundleServer:
             await ex.error(ErrorAnswer(416, "BLOB_UNKNOWN", "range not satisfiable", unsatisfiable))
             return
         start, end = span or (0, size)
-        is_small = span is not None or size <= self._chunk_bytes
+        is_small = span is not None or size <= self._streamer.chunk_bytes
         must_verify = ex.is_get and is_small and blob.digest not in self._verified
-        if must_verify and not await self._verify(blob):
+        if must_verify and not await self._streamer.verify(blob):
             await ex.error(ErrorAnswer(404, "BLOB_UNKNOWN", f"blob {blob.digest} is damaged"))
             return
         headers = {"Content-Type": "application/octet-stream", "Docker-Content-Digest": blob.digest}
@@ -401,69 +354,7 @@ class BundleServer:
             await ex.writer.drain()
             return
         if blob.digest in self._verified:
-            await self._send_range(ex, blob, start, end)
+            await self._streamer.send_range(ex.writer, blob, start, end)
         else:
-            await self._send_verifying(ex, blob)
+            await self._streamer.send_verifying(ex.writer, blob)
         self._count(blobs_served=0 if span else 1)
-
-    async def _finish_digest(self, blob: _Blob, digesting: _Digesting) -> bool:
-        """Hash what is left, compare, and remember the blob as verified or rejected."""
-        try:
-            while not digesting.is_done:
-                await _in_thread(digesting.advance, self._chunk_bytes)
-            check_digest(blob.file, digesting.hasher.hexdigest())
-        except BundleError as err:
-            self._reject(blob.digest, err)
-            return False
-        self._mark_verified(blob.digest, blob.file.size_bytes)
-        return True
-
-    async def _verify(self, blob: _Blob) -> bool:
-        return await self._finish_digest(
-            blob, _Digesting(blob.stream.fileno(), blob.file.size_bytes)
-        )
-
-    async def _sendfile(self, ex: _Exchange, blob: _Blob, offset: int, count: int) -> None:
-        transport = ex.writer.transport
-        if transport.is_closing():  # the peer left; loop.sendfile would raise RuntimeError
-            raise ConnectionResetError("the client closed the connection")
-        if count > 0:
-            loop = asyncio.get_running_loop()
-            async with asyncio.timeout(IO_TIMEOUT_S):
-                sent = await loop.sendfile(transport, blob.stream, offset, count)
-            self._count(bytes_served=sent)
-
-    async def _send_range(self, ex: _Exchange, blob: _Blob, start: int, end: int) -> None:
-        for offset in range(start, end, self._chunk_bytes):
-            await self._sendfile(ex, blob, offset, min(self._chunk_bytes, end - offset))
-
-    async def _send_verifying(self, ex: _Exchange, blob: _Blob) -> None:
-        """Hash the next chunk while this one is sent; the last goes only if the digest matched."""
-        size, chunk = blob.file.size_bytes, self._chunk_bytes
-        digesting = _Digesting(blob.stream.fileno(), size)
-        try:
-            await _in_thread(digesting.advance, chunk)
-            for offset in range(0, size - chunk, chunk):
-                await self._send_while_hashing(ex, blob, digesting, offset)
-        except (ConnectionError, TimeoutError):
-            await self._finish_digest(blob, digesting)  # the client left (a runtime that found
-            raise  # corrupt gzip does): damage is still reported, a retry not hashed again
-        except BundleError as err:
-            self._reject(blob.digest, err)
-            raise _AbortConnection from err
-        if not await self._finish_digest(blob, digesting):
-            raise _AbortConnection
-        last = (size - 1) // chunk * chunk
-        await self._sendfile(ex, blob, last, size - last)
-
-    async def _send_while_hashing(
-        self, ex: _Exchange, blob: _Blob, digesting: _Digesting, offset: int
-    ) -> None:
-        job = asyncio.ensure_future(asyncio.to_thread(digesting.advance, self._chunk_bytes))
-        try:
-            await self._sendfile(ex, blob, offset, self._chunk_bytes)
-        finally:
-            await asyncio.wait([job])  # never leave a thread reading a file about to be closed
-            error = job.exception()
-        if error is not None:
-            raise error

@@ -5,13 +5,9 @@ digest, checks that the body hashes to that digest, follows an index to the
 entry for this node's platform, and returns the compressed size of every layer
 (``nodeagent.disk.ImageLayers``). It implements ``nodeagent.sync.ManifestSource``.
 
-Transport: ``http.client`` in a worker thread (``asyncio.to_thread``), one
-connection per request: correct HTTP/1.1 framing (chunked bodies) and TLS with
-hostname checks from the standard library, where asyncio streams would need a
-hand-written HTTP parser. Admission fetches two or three small documents per
-image, so a thread per request costs nothing that matters. ``timeout_s`` bounds
-the connect and every socket read; a cancelled caller stops waiting at once and
-its thread ends within ``timeout_s``.
+Transport: one GET per connection, in a worker thread
+(``nodeagent.adapters.registry.transport``); TLS contexts from
+``nodeagent.adapters.registry.tls``.
 
 Scheme: HTTPS (system CAs, or ``ca_file``) unless the registry is listed in
 ``insecure`` (see ``nodeagent.registries.insecure_registries``): never guessed.
@@ -28,9 +24,9 @@ Errors name the reference, never a credential: 401/403 after auth →
 5xx → ``RegistryUnavailable`` (``Retry-After`` honoured); every one raised
 ``from`` its cause.
 
-Manifests by digest never change, so ``ManifestCache`` keeps what admission
-needs (sizes, and which index entry this platform takes) forever: in memory
-and, given a directory, as one small JSON file per digest.
+Manifests by digest never change: ``ManifestCache``
+(``nodeagent.adapters.registry.cache``) keeps what admission needs forever, in
+memory and, given a directory, on disk.
 
 ``fetch_to(ref, digest, target, ...)`` streams one blob or manifest of ``ref``'s
 repository into a writable ``target`` (``bundle create`` uses it), hashing it on
@@ -42,26 +38,28 @@ credentials only to the registry's own host.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import http.client
 import json
 import os
-import re
 import ssl
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Final
 
-import structlog
-
-from nodeagent import __version__
-from nodeagent.adapters.files import write_atomic
+from nodeagent.adapters.registry.cache import ManifestCache
+from nodeagent.adapters.registry.tls import SYSTEM_CA_DIRS, tls_context
+from nodeagent.adapters.registry.transport import (
+    MAX_MANIFEST_BYTES,
+    Response,
+    Sink,
+    Writable,
+    exchange,
+)
 from nodeagent.disk import ImageLayers
-from nodeagent.errors import HostFileError, ImageNotFound, RegistryAuthFailed, RegistryUnavailable
+from nodeagent.errors import ImageNotFound, RegistryAuthFailed, RegistryUnavailable
 from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import (
     DOCKER_HUB,
@@ -82,29 +80,12 @@ from nodeagent.registries import (
     verify_digest,
 )
 
-log = structlog.get_logger(__name__)
-
-MAX_MANIFEST_BYTES: Final = 4 * 1024 * 1024
-"""Larger manifest bodies are refused (containers-image uses the same limit)."""
-
 DEFAULT_TOKEN_LIFETIME_S: Final = 60.0
 """A token response without ``expires_in`` is valid this long (distribution's token spec)."""
-
-DOWNLOAD_CHUNK_BYTES: Final = 1 << 20
-"""``fetch_to`` reads and writes bodies in pieces of this size."""
 
 MAX_REDIRECTS: Final = 5
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 _DOCKER_HUB_API: Final = "registry-1.docker.io"
-_USER_AGENT: Final = f"nodeagent/{__version__}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Response:
-    status: int
-    headers: Mapping[str, str]
-    """Lower-case names."""
-    body: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +104,12 @@ class _Target:
         return f"repository:{self.repository}:pull"
 
 
+@dataclass(slots=True)
+class _Token:
+    value: str
+    expires_at_s: float
+
+
 @dataclass(frozen=True, slots=True)
 class Fetched:
     """What ``fetch_to`` wrote: verified content ``digest`` of ``size_bytes``."""
@@ -133,199 +120,10 @@ class Fetched:
     """The ``Content-Type`` the registry sent (a manifest's media type); may be empty."""
 
 
-class Writable(Protocol):
-    def write(self, data: bytes, /) -> object: ...
-
-
-class _Sink:
-    """Receives a 200 body in a worker thread: hashes, counts and writes it, up to a bound."""
-
-    def __init__(
-        self, target: Writable, max_bytes: int, on_bytes: Callable[[int], None] | None
-    ) -> None:
-        self.target = target
-        self.max_bytes = max_bytes
-        self.on_bytes = on_bytes
-        self.sha256 = hashlib.sha256()
-        self.size_bytes = 0
-        self.stopped = threading.Event()
-        """Set when the caller stopped waiting: the thread stops at the next chunk."""
-
-    def fill(self, response: http.client.HTTPResponse) -> None:
-        while self.size_bytes <= self.max_bytes and not self.stopped.is_set():
-            chunk = response.read(min(DOWNLOAD_CHUNK_BYTES, self.max_bytes + 1 - self.size_bytes))
-            if not chunk:
-                return
-            self.sha256.update(chunk)
-            self.size_bytes += len(chunk)
-            try:
-                self.target.write(chunk)
-            except OSError as err:  # not the network's fault: keep it out of RegistryUnavailable
-                where = getattr(self.target, "name", "the download target")
-                raise HostFileError(f"cannot write {where}: {err.strerror or err}") from err
-            if self.on_bytes is not None:
-                self.on_bytes(len(chunk))
-
-
-# ------------------------------------------------------------------------- HTTP
-
-
-def _exchange(
-    url: str,
-    headers: Mapping[str, str],
-    timeout_s: float,
-    context: ssl.SSLContext | None,
-    sink: _Sink | None = None,
-) -> _Response:
-    """GET ``url`` on a fresh connection (blocking: runs in a worker thread).
-
-    With a ``sink``, a 200 body goes there instead of into the response.
-    """
-    parts = urllib.parse.urlsplit(url)
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(parts.netloc, timeout=timeout_s, context=context)
-    else:
-        conn = http.client.HTTPConnection(parts.netloc, timeout=timeout_s)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    try:
-        conn.request("GET", target, headers={"User-Agent": _USER_AGENT, **headers})
-        response = conn.getresponse()
-        lowered = {name.lower(): value for name, value in response.getheaders()}
-        if sink is not None and response.status == 200:
-            sink.fill(response)
-            return _Response(response.status, lowered, b"")
-        body = response.read(MAX_MANIFEST_BYTES + 1)
-        return _Response(response.status, lowered, body)
-    finally:
-        conn.close()
-
-
-def _raise_for_status(response: _Response, ref: str, what: str) -> None:
+def _raise_for_status(response: Response, ref: str, what: str) -> None:
     error = status_error(response.status, response.headers, ref=ref, what=what)
     if error is not None:
         raise error
-
-
-# ------------------------------------------------------------------------- cache
-
-
-class ManifestCache:
-    """Manifest facts by digest, kept forever: they cannot change.
-
-    Entries are ``ImageManifest`` (config and layer sizes) per image-manifest
-    digest, and the chosen child digest per ``(index digest, platform)``. With
-    ``directory``, each entry is also one JSON file there, written atomically,
-    and read back by later processes; an unreadable file counts as a miss.
-    Methods block on file I/O when a directory is set: call them from a thread.
-    """
-
-    def __init__(self, directory: Path | None = None) -> None:
-        self.directory = directory
-        self._entries: dict[str, ImageManifest | str] = {}
-
-    def get(self, digest: str, platform: Platform) -> ImageManifest | str | None:
-        """The image manifest for ``digest``, the child to follow for an index, or None."""
-        for key in (_image_key(digest), _child_key(digest, platform)):
-            found = self._entries.get(key)
-            if found is None:
-                found = self._load(key)
-            if found is not None:
-                self._entries[key] = found
-                return found
-        return None
-
-    def put_image(self, digest: str, manifest: ImageManifest) -> None:
-        key = _image_key(digest)
-        self._entries[key] = manifest
-        doc = {"config_size_bytes": manifest.config_size_bytes, "layers": manifest.layers}
-        self._store(key, doc)
-
-    def put_child(self, digest: str, platform: Platform, child_digest: str) -> None:
-        key = _child_key(digest, platform)
-        self._entries[key] = child_digest
-        self._store(key, {"child": child_digest})
-
-    def _load(self, key: str) -> ImageManifest | str | None:
-        if self.directory is None:
-            return None
-        try:
-            doc = json.loads((self.directory / f"{key}.json").read_bytes())
-            return _entry_from_json(doc)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, TypeError, KeyError) as err:
-            log.warning("manifest_cache_entry_ignored", entry=key, error=str(err))
-            return None
-
-    def _store(self, key: str, doc: Mapping[str, Any]) -> None:
-        if self.directory is None:
-            return
-        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-        try:
-            write_atomic(self.directory / f"{key}.json", data, mode=0o644)
-        except HostFileError as err:
-            log.warning("manifest_cache_write_failed", entry=key, error=err.message)
-
-
-def _image_key(digest: str) -> str:
-    return digest.replace(":", "-")
-
-
-def _child_key(digest: str, platform: Platform) -> str:
-    return f"{_image_key(digest)}.{str(platform).replace('/', '-')}"
-
-
-def _entry_from_json(doc: Any) -> ImageManifest | str:
-    if "child" in doc:
-        child = doc["child"]
-        if not isinstance(child, str) or not is_sha256_digest(child):
-            raise ValueError(f"bad child digest {child!r}")
-        return child
-    layers = tuple((str(digest), int(size)) for digest, size in doc["layers"])
-    return ImageManifest(int(doc["config_size_bytes"]), layers)
-
-
-# ------------------------------------------------------------------------- client
-
-
-@dataclass(slots=True)
-class _Token:
-    value: str
-    expires_at_s: float
-
-
-SYSTEM_CA_DIRS: Final = (
-    Path("/etc/pki/ca-trust/extracted/pem/directory-hash"),  # RHEL 9+, Fedora
-    Path("/etc/ssl/certs"),  # Debian, Ubuntu, SUSE
-)
-_HASHED_NAME: Final = re.compile(r"[0-9a-f]{8}\.[0-9]+")
-
-
-def tls_context(ca_file: Path | None, ca_dirs: Sequence[Path] = SYSTEM_CA_DIRS) -> ssl.SSLContext:
-    """The verifying TLS context for registries.
-
-    ``ca_file`` alone when given. Otherwise the system's CAs from the first hashed directory
-    of ``ca_dirs`` (OpenSSL opens a CA there only when a chain names it): loading the whole
-    bundle up front keeps ~140 parsed certificates, 1.2 MiB, in a daemon that may only ever
-    talk to one registry. Without such a directory, or when ``SSL_CERT_FILE`` or
-    ``SSL_CERT_DIR`` say otherwise, OpenSSL's defaults as usual.
-    """
-    if ca_file is not None:
-        return ssl.create_default_context(cafile=str(ca_file))
-    if not {"SSL_CERT_FILE", "SSL_CERT_DIR"} & os.environ.keys():
-        for directory in ca_dirs:
-            if _is_hashed_dir(directory):
-                return ssl.create_default_context(capath=str(directory))
-    return ssl.create_default_context()
-
-
-def _is_hashed_dir(directory: Path) -> bool:
-    try:
-        with os.scandir(directory) as entries:
-            return any(_HASHED_NAME.fullmatch(entry.name) for entry in entries)
-    except OSError:
-        return False
 
 
 class RegistryClient:
@@ -438,7 +236,7 @@ class RegistryClient:
         where = self._target(ref, credentials)
         kind = "manifest" if is_manifest else "blob"
         url = f"{where.base_url}/v2/{where.repository}/{kind}s/{digest}"
-        sink = _Sink(target, max_bytes, on_bytes)
+        sink = Sink(target, max_bytes, on_bytes)
         response = await self._get_authorized(where, url, sink)
         response = await self._follow_redirects(where, url, response, sink)
         _raise_for_status(response, ref, f"{kind} {digest}")
@@ -451,8 +249,8 @@ class RegistryClient:
         return Fetched(digest, sink.size_bytes, response.headers.get("content-type", ""))
 
     async def _follow_redirects(
-        self, target: _Target, url: str, response: _Response, sink: _Sink
-    ) -> _Response:
+        self, target: _Target, url: str, response: Response, sink: Sink
+    ) -> Response:
         """Follow ``Location`` answers; credentials go only to the registry's own host."""
         for _ in range(MAX_REDIRECTS):
             location = response.headers.get("location")
@@ -472,8 +270,8 @@ class RegistryClient:
     # ---------------------------------------------------------------- auth
 
     async def _get_authorized(
-        self, target: _Target, url: str, sink: _Sink | None = None
-    ) -> _Response:
+        self, target: _Target, url: str, sink: Sink | None = None
+    ) -> Response:
         headers = {"Accept": MANIFEST_ACCEPT}
         sent = self._known_auth(target)
         response = await self._get(target, url, {**headers, **sent}, sink)
@@ -495,7 +293,7 @@ class RegistryClient:
             return {"Authorization": basic}
         return {}
 
-    async def _answer(self, target: _Target, response: _Response) -> str:
+    async def _answer(self, target: _Target, response: Response) -> str:
         """The ``Authorization`` value answering a 401 challenge."""
         challenge = parse_challenge(response.headers.get("www-authenticate", ""))
         if challenge.scheme == "basic":
@@ -557,11 +355,11 @@ class RegistryClient:
         return self._ssl
 
     async def _get(
-        self, target: _Target, url: str, headers: Mapping[str, str], sink: _Sink | None = None
-    ) -> _Response:
+        self, target: _Target, url: str, headers: Mapping[str, str], sink: Sink | None = None
+    ) -> Response:
         try:
             context = self._tls_context() if url.startswith("https:") else None
-            return await asyncio.to_thread(_exchange, url, headers, self.timeout_s, context, sink)
+            return await asyncio.to_thread(exchange, url, headers, self.timeout_s, context, sink)
         except (OSError, http.client.HTTPException) as err:
             where = urllib.parse.urlsplit(url).netloc
             reason = str(err) or type(err).__name__

@@ -1,0 +1,174 @@
+"""Sending a bundle's blob over HTTP while hashing it: the bundle server's body pipeline.
+
+Hashing and sending (measured: 500 MB blob, loopback, curl, warm cache; sha256
+alone ~1450 MB/s): plain sendfile ~2500 MB/s; (a) hash all, then sendfile ~930
+(first byte only after the whole blob, and a second media read if the page
+cache drops it); (b) pread + hash + write ~900 (no zero-copy); (c) **chosen**,
+pipelined: chunk *i+1* is hashed (pread, worker thread) while chunk *i* goes out
+by ``sendfile`` from the pages hashing just read, ~1100-1150 with 16 MiB
+chunks: one media read, bounded memory. The same with mmap reached ~1230 but a
+medium pulled out mid-read would SIGBUS the daemon where pread raises EIO.
+
+The last chunk is sent only once the whole digest matched; on a mismatch the
+connection is aborted short of it (``AbortConnection``), so the runtime never
+has the blob whole. If the client leaves first (CRI-O stops at corrupt gzip),
+the digest is finished anyway. Every finished digest is reported as a verdict,
+verified or rejected; what the server does with verdicts is its own business
+(``nodeagent.adapters.bundles.server``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Final, TypeVar
+
+from nodeagent.bundles.manifest import BundleError, BundleIncomplete, ExpectedFile, check_digest
+
+_T = TypeVar("_T")
+
+DEFAULT_CHUNK_BYTES: Final = 16 << 20
+"""Hash/send pipeline step (16 MiB measured best of 1/4/16 MiB)."""
+
+
+class AbortConnection(Exception):
+    """End the connection without completing the response (a blob failed its digest)."""
+
+
+@dataclass(slots=True)
+class Blob:
+    """A listed blob, opened beneath the bundle's root."""
+
+    digest: str
+    file: ExpectedFile
+    stream: IO[bytes]
+
+
+@dataclass(slots=True)
+class _Digesting:
+    """The sha256 of a blob's first ``done_bytes``, advanced a chunk at a time (in threads)."""
+
+    fd: int
+    size_bytes: int
+    hasher: hashlib._Hash = field(default_factory=hashlib.sha256)
+    done_bytes: int = 0
+
+    def advance(self, count: int) -> None:
+        count = min(count, self.size_bytes - self.done_bytes)
+        data = os.pread(self.fd, count, self.done_bytes)
+        if len(data) != count:
+            raise BundleIncomplete(f"blob shrank while being read (at byte {self.done_bytes})")
+        self.hasher.update(data)
+        self.done_bytes += count
+
+    @property
+    def is_done(self) -> bool:
+        return self.done_bytes == self.size_bytes
+
+
+async def in_thread(function: Callable[..., _T], *args: object) -> _T:
+    """``asyncio.to_thread`` that, even when cancelled, returns only once the thread ended.
+
+    The caller closes the files the thread reads when this returns, so a thread
+    must never outlive it (its descriptor could be reused by then).
+    """
+    job = asyncio.ensure_future(asyncio.to_thread(function, *args))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        await asyncio.wait([job])
+        job.exception()  # retrieved: the cancellation is what propagates
+        raise
+
+
+class BlobStreamer:
+    """Sends blobs by ``sendfile`` in steps of ``chunk_bytes``, verifying those not yet verified.
+
+    ``send_timeout_s``: a step's send that makes no progress for this long ends the connection.
+    ``on_verified(digest, size_bytes)`` and ``on_rejected(digest, error)``: the verdict of each
+    digest finished here. ``on_sent(n)``: body bytes that went out.
+    """
+
+    def __init__(
+        self,
+        *,
+        chunk_bytes: int,
+        send_timeout_s: float,
+        on_verified: Callable[[str, int], None],
+        on_rejected: Callable[[str, BundleError], None],
+        on_sent: Callable[[int], None],
+    ) -> None:
+        self.chunk_bytes = chunk_bytes
+        self._send_timeout_s = send_timeout_s
+        self._on_verified, self._on_rejected, self._on_sent = on_verified, on_rejected, on_sent
+
+    async def verify(self, blob: Blob) -> bool:
+        """Hash the whole blob and report its verdict (before a one-chunk blob or a range)."""
+        return await self._finish_digest(
+            blob, _Digesting(blob.stream.fileno(), blob.file.size_bytes)
+        )
+
+    async def send_range(
+        self, writer: asyncio.StreamWriter, blob: Blob, start: int, end: int
+    ) -> None:
+        """Send bytes ``start`` to ``end`` of a blob as they are (verified already)."""
+        for offset in range(start, end, self.chunk_bytes):
+            await self._sendfile(writer, blob, offset, min(self.chunk_bytes, end - offset))
+
+    async def send_verifying(self, writer: asyncio.StreamWriter, blob: Blob) -> None:
+        """Hash the next chunk while this one is sent; the last goes only if the digest matched."""
+        size, chunk = blob.file.size_bytes, self.chunk_bytes
+        digesting = _Digesting(blob.stream.fileno(), size)
+        try:
+            await in_thread(digesting.advance, chunk)
+            for offset in range(0, size - chunk, chunk):
+                await self._send_while_hashing(writer, blob, digesting, offset)
+        except (ConnectionError, TimeoutError):
+            await self._finish_digest(blob, digesting)  # the client left (a runtime that found
+            raise  # corrupt gzip does): damage is still reported, a retry not hashed again
+        except BundleError as err:
+            self._on_rejected(blob.digest, err)
+            raise AbortConnection from err
+        if not await self._finish_digest(blob, digesting):
+            raise AbortConnection
+        last = (size - 1) // chunk * chunk
+        await self._sendfile(writer, blob, last, size - last)
+
+    async def _finish_digest(self, blob: Blob, digesting: _Digesting) -> bool:
+        """Hash what is left, compare, and report the blob as verified or rejected."""
+        try:
+            while not digesting.is_done:
+                await in_thread(digesting.advance, self.chunk_bytes)
+            check_digest(blob.file, digesting.hasher.hexdigest())
+        except BundleError as err:
+            self._on_rejected(blob.digest, err)
+            return False
+        self._on_verified(blob.digest, blob.file.size_bytes)
+        return True
+
+    async def _sendfile(
+        self, writer: asyncio.StreamWriter, blob: Blob, offset: int, count: int
+    ) -> None:
+        transport = writer.transport
+        if transport.is_closing():  # the peer left; loop.sendfile would raise RuntimeError
+            raise ConnectionResetError("the client closed the connection")
+        if count > 0:
+            loop = asyncio.get_running_loop()
+            async with asyncio.timeout(self._send_timeout_s):
+                sent = await loop.sendfile(transport, blob.stream, offset, count)
+            self._on_sent(sent)
+
+    async def _send_while_hashing(
+        self, writer: asyncio.StreamWriter, blob: Blob, digesting: _Digesting, offset: int
+    ) -> None:
+        job = asyncio.ensure_future(asyncio.to_thread(digesting.advance, self.chunk_bytes))
+        try:
+            await self._sendfile(writer, blob, offset, self.chunk_bytes)
+        finally:
+            await asyncio.wait([job])  # never leave a thread reading a file about to be closed
+            error = job.exception()
+        if error is not None:
+            raise error

@@ -1,0 +1,300 @@
+"""Loading the configuration: a TOML main file plus ``config.d/*.toml`` drop-ins.
+
+The drop-ins live in ``<directory of the main file>/config.d`` and apply in
+lexical file-name order (names starting with ``.`` are skipped: editors' and
+atomic writers' temporary files). A later file overrides single keys of an
+earlier one: tables merge key by key, lists are replaced whole. A missing main
+file means the built-in defaults. Every unknown key, wrong type or out-of-range
+value is a ``ConfigInvalid`` naming the dotted key and the file that set it.
+
+Each key's type comes from its field in ``nodeagent.config.settings``; the ranges
+are the rules at the bottom. Checks run on the paths as written, then every host
+path is re-rooted (``nodeagent.config.rerooting``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import re
+import tomllib
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from nodeagent.config.rerooting import UNIX_PREFIX, reroot, reroot_sections
+from nodeagent.config.settings import DROPIN_DIR_NAME, Config
+from nodeagent.errors import ConfigInvalid
+from nodeagent.selectors import parse_selector
+from nodeagent.units import parse_size
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def load_config(path: Path, *, root: Path | None = None) -> Config:
+    """Load the main file ``path`` (a host path) and its ``config.d`` drop-ins, under ``root``."""
+    source = reroot(path, root)
+    layers: list[tuple[Path, _Layer]] = []
+    main = _read_layer(source, is_missing_ok=True)
+    if main is not None:
+        layers.append((source, main))
+    for dropin in _dropin_files(source.parent / DROPIN_DIR_NAME):
+        layers.append((dropin, _read_layer(dropin, is_missing_ok=False) or {}))
+    values, origins = _merge(layers)
+    files = tuple(file for file, _ in layers)
+    config = _assemble(values, source=source, files=files)
+    _validate(config, origins)  # on the paths as written, before re-rooting
+    return reroot_sections(config, root)
+
+
+# ---------------------------------------------------------------- reading and merging
+
+_Layer = dict[str, dict[str, object]]
+
+
+def _read_layer(file: Path, *, is_missing_ok: bool) -> _Layer | None:
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        if is_missing_ok:
+            return None
+        raise ConfigInvalid(f"cannot read {file}: no such file (a dangling link?)") from None
+    except OSError as exc:
+        raise ConfigInvalid(f"cannot read {file}: {exc.strerror}") from exc
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigInvalid(f"{file} is not valid TOML: {exc}") from exc
+    return _convert_layer(raw, file)
+
+
+def _dropin_files(directory: Path) -> list[Path]:
+    try:
+        entries = list(directory.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ConfigInvalid(f"cannot list drop-in directory {directory}: {exc.strerror}") from exc
+    names = sorted(p.name for p in entries if p.suffix == ".toml" and not p.name.startswith("."))
+    return [directory / name for name in names if not (directory / name).is_dir()]
+
+
+def _convert_layer(raw: Mapping[str, Any], file: Path) -> _Layer:
+    layer: _Layer = {}
+    for section, table in raw.items():
+        schema = _SCHEMA.get(section)
+        if schema is None:
+            raise ConfigInvalid(_unknown_key_message(section, list(_SCHEMA), file))
+        if not isinstance(table, dict):
+            raise ConfigInvalid(f"{section} in {file} must be a table [{section}], got {table!r}")
+        layer[section] = {
+            key: _convert(f"{section}.{key}", value, schema, file) for key, value in table.items()
+        }
+    return layer
+
+
+def _convert(dotted: str, value: object, schema: Mapping[str, _Converter], file: Path) -> object:
+    section, _, key = dotted.partition(".")
+    converter = schema.get(key)
+    if converter is None:
+        known = [f"{section}.{name}" for name in schema]
+        raise ConfigInvalid(_unknown_key_message(dotted, known, file))
+    try:
+        return converter(value)
+    except _WrongTypeError as exc:
+        raise ConfigInvalid(f"{dotted} in {file} must be {exc.expected}, got {value!r}") from None
+
+
+def _unknown_key_message(dotted: str, known: list[str], file: Path) -> str:
+    import difflib  # noqa: PLC0415  only a broken config needs it
+
+    close = difflib.get_close_matches(dotted, known, n=1)
+    hint = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
+    return f"unknown key {dotted} in {file}; {hint}"
+
+
+def _merge(layers: list[tuple[Path, _Layer]]) -> tuple[_Layer, dict[str, Path]]:
+    values: _Layer = {}
+    origins: dict[str, Path] = {}
+    for file, layer in layers:
+        for section, table in layer.items():
+            values.setdefault(section, {}).update(table)
+            origins.update({f"{section}.{key}": file for key in table})
+    return values, origins
+
+
+def _assemble(values: _Layer, *, source: Path, files: tuple[Path, ...] = ()) -> Config:
+    sections = {name: cls(**values.get(name, {})) for name, cls in _SECTIONS.items()}
+    dropin_dir = source.parent / DROPIN_DIR_NAME
+    return Config(**sections, source=source, dropin_dir=dropin_dir, files=files)
+
+
+# ---------------------------------------------------------------- types
+
+_Converter = Callable[[object], object]
+
+
+class _WrongTypeError(Exception):
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+
+
+def _as_bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _WrongTypeError("true or false")
+    return value
+
+
+def _as_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _WrongTypeError("an integer")
+    return value
+
+
+def _as_float(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _WrongTypeError("a number")
+    return float(value)
+
+
+def _as_str(value: object) -> str:
+    if not isinstance(value, str):
+        raise _WrongTypeError("a string")
+    return value
+
+
+def _as_path(value: object, expected: str = "an absolute path") -> Path:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise _WrongTypeError(expected)
+    return Path(value)
+
+
+def _as_optional_path(value: object) -> Path | None:
+    return None if value == "" else _as_path(value, 'an absolute path or ""')
+
+
+def _as_paths(value: object) -> tuple[Path, ...]:
+    expected = "a non-empty list of absolute paths"
+    if not isinstance(value, list) or not value:
+        raise _WrongTypeError(expected)
+    return tuple(_as_path(item, expected) for item in value)
+
+
+def _as_size(value: object) -> int:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return parse_size(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise _WrongTypeError('a number of bytes or a size such as "2GiB" or "500MB"')
+
+
+_CONVERTERS: dict[object, _Converter] = {
+    bool: _as_bool,
+    int: _as_int,
+    float: _as_float,
+    str: _as_str,
+    Path: _as_path,
+    Path | None: _as_optional_path,
+    tuple[Path, ...]: _as_paths,
+}
+
+
+def _schema_of(cls: type[Any]) -> dict[str, _Converter]:
+    hints = typing.get_type_hints(cls)
+    return {
+        item.name: _as_size if item.name.endswith("_bytes") else _CONVERTERS[hints[item.name]]
+        for item in dataclasses.fields(cls)
+    }
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    name: hint
+    for name, hint in typing.get_type_hints(Config).items()
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint)
+}
+_SCHEMA = {name: _schema_of(cls) for name, cls in _SECTIONS.items()}
+
+
+# ---------------------------------------------------------------- ranges
+
+
+def _is_file_name(name: str, _: Config) -> bool:
+    return name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
+def _is_positive(value: float, _: Config) -> bool:
+    return value > 0
+
+
+def _is_node_name(name: str, _: Config) -> bool:
+    return name == "" or (len(name) <= 253 and _DNS_SUBDOMAIN_RE.fullmatch(name) is not None)
+
+
+def _is_selector(text: str, _: Config) -> bool:
+    try:
+        parse_selector(text)
+    except ConfigInvalid:
+        return False
+    return True
+
+
+def _is_at_least_initial(value: float, config: Config) -> bool:
+    return value >= config.pull.backoff_initial_s
+
+
+_RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
+    ("runtime.endpoint", "unix:///<socket path>", lambda v, _: v.startswith(UNIX_PREFIX + "/")),
+    ("runtime.dropin_name", "a plain file name without '/'", _is_file_name),
+    ("runtime.unit", "a systemd unit name such as crio.service", _is_file_name),
+    ("runtime.reload_timeout_s", "greater than 0", _is_positive),
+    ("runtime.call_timeout_s", "greater than 0", _is_positive),
+    ("specs.dirs", "distinct directories", lambda v, _: len(set(v)) == len(v)),
+    ("pull.concurrency", "at least 1", lambda v, _: v >= 1),
+    ("pull.attempts", "at least 1", lambda v, _: v >= 1),
+    ("pull.backoff_initial_s", "greater than 0", _is_positive),
+    (
+        "pull.backoff_max_s",
+        "at least pull.backoff_initial_s ({config.pull.backoff_initial_s})",
+        _is_at_least_initial,
+    ),
+    ("pull.stall_timeout_s", "greater than 0", _is_positive),
+    ("disk.expansion_factor", "at least 1", lambda v, _: v >= 1),
+    ("disk.reserve_bytes", "0 or more", lambda v, _: v >= 0),
+    ("disk.reserve_percent", "between 0 and 90", lambda v, _: 0 <= v <= 90),
+    ("bundles.mirror_dropin_name", "a plain file name without '/'", _is_file_name),
+    ("bundles.label_pattern", "a non-empty glob", lambda v, _: bool(v)),
+    ("cluster.node_name", 'a DNS subdomain (lowercase) or ""', _is_node_name),
+    (
+        "cluster.set_selector",
+        "a label selector as kubectl -l takes it, e.g. 'env=edge,zone in (a,b)'",
+        _is_selector,
+    ),
+    ("cluster.status_interval_s", "greater than 0", _is_positive),
+    ("cluster.progress_interval_s", "greater than 0", _is_positive),
+    ("cluster.heartbeat_s", "greater than 0", _is_positive),
+    ("cluster.request_timeout_s", "greater than 0", _is_positive),
+    ("cluster.event_namespace", "a namespace name", lambda v, c: _is_node_name(v, c) and v),
+    ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
+)
+# A rule that compares two keys blames the other key's file when its own key kept the default.
+_RELATED = {"pull.backoff_max_s": "pull.backoff_initial_s"}
+
+
+def _validate(config: Config, origins: Mapping[str, Path]) -> None:
+    for dotted, wanted, holds in _RULES:
+        section, _, key = dotted.partition(".")
+        value = getattr(getattr(config, section), key)
+        if not holds(value, config):
+            origin = (
+                origins.get(dotted)
+                or origins.get(_RELATED.get(dotted, ""))
+                or "the built-in defaults"
+            )
+            shown = [str(v) for v in value] if isinstance(value, tuple) else value
+            must = wanted.format(config=config)
+            raise ConfigInvalid(f"{dotted} in {origin} must be {must}, got {shown!r}")

@@ -1,0 +1,265 @@
+"""nodeagent's settings: one frozen dataclass per table of the configuration file, and ``Config``.
+
+Every key is a field whose docstring gives its meaning, unit, default and the reason for
+that default: this module is the reference that ``man nodeagent``, the packaged
+``config.toml`` and the docs point to. The values are plain data; reading them from
+files and checking their ranges is ``nodeagent.config.loading``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeagent.config.rerooting import reroot, reroot_sections
+
+DEFAULT_CONFIG_PATH = Path("/etc/nodeagent/config.toml")
+DROPIN_DIR_NAME = "config.d"
+_GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSettings:
+    """How to reach CRI-O, and where its configuration lives (``[runtime]``)."""
+
+    endpoint: str = "unix:///var/run/crio/crio.sock"
+    """CRI socket, ``unix://`` plus an absolute path. Default: CRI-O's socket on OpenShift."""
+    config_file: Path = Path("/etc/crio/crio.conf")
+    """CRI-O's main config file (default: CRI-O's). Its ``pinned_images`` are foreign pins that
+    nodeagent's pin file must repeat: CRI-O replaces lists instead of merging them."""
+    config_dir: Path = Path("/etc/crio/crio.conf.d")
+    """The one drop-in directory CRI-O reads, its ``--config-dir`` (default: CRI-O's). The
+    persistent pin file goes here; other files here that set ``pinned_images`` are foreign pins."""
+    transient_dropin_dir: Path = Path("/run/crio/crio.conf.d")
+    """Where the pin file of transient sets is written: tmpfs, gone at reboot like those sets.
+    CRI-O reads it only when configured to."""
+    dropin_name: str = "99-nodeagent-pinned-images.conf"
+    """File name of the pin files, without ``/``. The default sorts after OpenShift's
+    ``50-pinned-images``: the last file that sets ``pinned_images`` wins, so ours must."""
+    unit: str = "crio.service"
+    """systemd unit reloaded over D-Bus after a pin file changed (ExecReload sends SIGHUP)."""
+    pid_file: Path | None = None
+    """Fallback without systemd: a file holding the PID to send SIGHUP to. ``""`` (the default,
+    stored as None) means the unit's MainPID only."""
+    reload_timeout_s: float = 60.0
+    """Seconds to wait for a reload. Default 60: a reload re-reads the registries configuration
+    and re-pins every stored image, slow on a large store."""
+    registries_conf: Path = Path("/etc/containers/registries.conf")
+    """The registries configuration CRI-O pulls with; registries marked ``insecure`` there are
+    read over plain HTTP by nodeagent's manifest look-ups too (disk admission)."""
+    registries_dir: Path = Path("/etc/containers/registries.conf.d")
+    """Drop-ins of ``registries_conf``, read in lexical order like containers/image does."""
+    call_timeout_s: float = 30.0
+    """Deadline in seconds of one short CRI call (version, list, status; pulls are governed by
+    ``pull.stall_timeout_s``). Default 30: ListImages of a busy node with many images."""
+
+    @property
+    def persistent_dropin_path(self) -> Path:
+        """The link in CRI-O's drop-in directory through which CRI-O reads the pin file."""
+        return self.config_dir / self.dropin_name
+
+    @property
+    def transient_dropin_path(self) -> Path:
+        """The pin file itself, on tmpfs: rebuilt from the ledger at every start."""
+        return self.transient_dropin_dir / self.dropin_name
+
+
+@dataclass(frozen=True, slots=True)
+class SpecSettings:
+    """Where PinnedImageSet files are read from (``[specs]``)."""
+
+    dirs: tuple[Path, ...] = (
+        Path("/etc/nodeagent/pinnedimagesets.d"),
+        Path("/run/nodeagent/pinnedimagesets.d"),
+    )
+    """Directories of PinnedImageSet YAML files, at least one. The first is persistent (its sets
+    survive reboots), the others transient (``/run`` by default). A set defined twice is taken
+    from the directory listed first."""
+
+
+@dataclass(frozen=True, slots=True)
+class PullSettings:
+    """How images are pulled through CRI (``[pull]``)."""
+
+    auth_file: Path = Path("/var/lib/kubelet/config.json")
+    """Registry credentials (docker config JSON). Default: the kubelet's pull secret, so
+    nodeagent pulls exactly what the node's pods can."""
+    concurrency: int = 6
+    """Pulls in flight at once, at least 1. Default 6: a pull through CRI-O waits about 23
+    round trips to the registry, so over a 50 ms link throughput grows with the pulls in
+    flight (4: 22 s, 6: 17 s, 8: 16 s for 50 images), while on a fast link, where CRI-O's
+    CPU is the limit, 8 were 6 % slower than 4 (docs/performance.md). MCD uses 5 workers.
+    Bundle imports use at most 4 (see ``bundles_build``)."""
+    attempts: int = 5
+    """Tries per image before it is reported failed (transient errors only), at least 1.
+    Default 5, as MCD."""
+    backoff_initial_s: float = 1.0
+    """Seconds before the second try; doubled after each failed try. Default 1, as MCD."""
+    backoff_max_s: float = 60.0
+    """Largest delay in seconds between tries, at least ``backoff_initial_s``. Default 60
+    (MCD: 10): gentler on a registry that is down for minutes."""
+    shared_layer_min_bytes: int = 16 * 1024**2
+    """A layer the runtime lacks, shared by several images and at least this big (compressed),
+    is pulled with the first of them alone; the others start when it is done and find it
+    stored. Without the wait, every pull in flight downloads it (CRI-O does not share
+    downloads between pulls). Default 16MiB: waiting costs about one image's pull time,
+    so it pays where ``concurrency - 1`` extra copies take longer than that (measured in
+    docs/performance.md: small layers are cheaper to fetch twice). "0" waits for any
+    shared layer; a huge size such as "1EiB" never waits."""
+    stall_timeout_s: float = 300.0
+    """Seconds without growth of the image filesystem after which a pull is stalled and retried.
+    Default 300. There is no overall deadline: a slow but healthy pull of a large set goes on
+    (MCD's 5-minute sync deadline reports those as Degraded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DiskSettings:
+    """Disk admission before pulling (``[disk]``)."""
+
+    expansion_factor: float = 2.0
+    """Bytes on disk per compressed layer byte, to estimate the need from manifests before
+    pulling; at least 1. Default 2, as MCD (gzip'd layers expand about 2-3 times)."""
+    reserve_bytes: int = 2 * _GIB
+    """Bytes that must stay free on the image filesystem after all admitted pulls; a number or
+    a size such as ``"2GiB"``. Default 2 GiB. MCD keeps 16 GiB free, a quarter of a 64 GB edge
+    disk, which refuses most sets there. The floor only has to cover what the node writes
+    besides nodeagent's pulls: the kubelet pulling an application image (a few hundred MB,
+    doubled on disk), container logs (rotated at 10 MiB x 5 files per container, about 1 GiB
+    for 20 containers) and the journal. On larger filesystems ``reserve_percent`` dominates."""
+    reserve_percent: float = 15.0
+    """Percent of the filesystem's size that must stay free, 0 to 90; the larger of this and
+    ``reserve_bytes`` applies. Default 15: the kubelet evicts pods below 15 % free on the image
+    filesystem (``imagefs.available``, OpenShift's default too) and its image GC starts at 85 %
+    used, deleting unpinned images, those pulled but not pinned yet included (the pin file is
+    written last). Staying above keeps the node out of DiskPressure."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateSettings:
+    """nodeagent's own persistent state (``[state]``)."""
+
+    dir: Path = Path("/var/lib/nodeagent")
+    """Directory for state that must survive restarts and reboots (what was applied, with which
+    result). Default: under ``/var/lib``, the unit's ``StateDirectory=``."""
+
+
+@dataclass(frozen=True, slots=True)
+class BundleSettings:
+    """Upgrade bundles on removable media (``[bundles]``)."""
+
+    watch_media: bool = True
+    """Watch udev for removable media carrying bundles. Default true; false on nodes that
+    only take bundles by hand (``nodeagent bundle import``)."""
+    label_pattern: str = "NODEAGENT*"
+    """Glob on the filesystem label of block devices that may carry a bundle. Default
+    ``NODEAGENT*``: a factory labels its sticks so; other media are never touched."""
+    trusted_keys_dir: Path = Path("/etc/nodeagent/trusted-keys.d")
+    """minisign public keys (``*.pub``) whose signatures make a bundle authentic."""
+    media_dir: Path = Path("/run/nodeagent/media")
+    """Where media are mounted read-only (nosuid, nodev, noexec) while being imported."""
+    mirror_dropin_name: str = "99-nodeagent-bundle-mirror.conf"
+    """registries.conf drop-in (in ``runtime.registries_dir``) that points the runtime at the
+    bundle served on loopback during an import; removed afterwards."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """Cluster mode (``[cluster]``): PinnedImageSets from the Kubernetes API, status back to it."""
+
+    enabled: bool = False
+    """Read sets from the API server and report to it. Default false: a node without a cluster
+    (or before it joins one) works from local spec files alone."""
+    kubeconfig: Path = Path("/var/lib/kubelet/kubeconfig")
+    """Credentials: the node's own identity (default: the kubelet's kubeconfig, whose client
+    certificate is ``system:node:<name>``). The RBAC and admission policy in ``deploy/`` let that
+    identity write only its own status object."""
+    node_name: str = ""
+    """This node's name in the cluster. ``""`` (default): the host name, as the kubelet does."""
+    set_selector: str = ""
+    """Without MachineConfigPools: the label selector (``kubectl -l`` syntax) a PinnedImageSet
+    must match to apply to this node. ``""`` (default): every set. With pools, OpenShift's
+    association decides and this is ignored."""
+    status_interval_s: float = 5.0
+    """A milestone (a set pinned or failed, a condition changed) is written at most this many
+    seconds after the previous write (default 5)."""
+    progress_interval_s: float = 30.0
+    """Pull progress alone (counts, bytes, images in flight) is written at most once per this
+    many seconds (default 30: with 500 nodes pulling, 60 s of pulls cost the API server
+    2 writes per node instead of 12; docs/performance.md)."""
+    heartbeat_s: float = 60.0
+    """While pulls run, the status is written at least this often, so a slow pull shows as
+    alive (default 60)."""
+    events: bool = True
+    """Post Kubernetes Events on the Node when a set is pinned or fails (default true)."""
+    event_namespace: str = "default"
+    """Namespace of those Events (Node events live in ``default``, as the kubelet's do)."""
+    machine_config_node: bool = False
+    """Also mirror per-set generations and the ``PinnedImageSets*`` conditions into the node's
+    OpenShift MachineConfigNode status (default false: the machine-config-daemon owns it)."""
+    request_timeout_s: float = 30.0
+    """Timeout of one API request (watches excepted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    """Logging (``[log]``)."""
+
+    level: str = "info"
+    """Lowest level logged: debug, info, warning or error. Default info: each transition once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole configuration, one frozen value."""
+
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    """``[runtime]``: the CRI socket and CRI-O's configuration files."""
+    specs: SpecSettings = field(default_factory=SpecSettings)
+    """``[specs]``: where PinnedImageSets come from."""
+    pull: PullSettings = field(default_factory=PullSettings)
+    """``[pull]``: concurrency, retries and stall detection of pulls."""
+    disk: DiskSettings = field(default_factory=DiskSettings)
+    """``[disk]``: disk admission before pulls."""
+    state: StateSettings = field(default_factory=StateSettings)
+    """``[state]``: nodeagent's persistent state."""
+    bundles: BundleSettings = field(default_factory=BundleSettings)
+    """``[bundles]``: upgrade bundles on removable media."""
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    """``[cluster]``: PinnedImageSets from the Kubernetes API and per-node status."""
+    log: LogSettings = field(default_factory=LogSettings)
+    """``[log]``: logging."""
+    source: Path = DEFAULT_CONFIG_PATH
+    """The main file (re-rooted); it need not exist."""
+    dropin_dir: Path = DEFAULT_CONFIG_PATH.parent / DROPIN_DIR_NAME
+    """The drop-in directory next to the main file (re-rooted); it need not exist."""
+    files: tuple[Path, ...] = ()
+    """The files actually read, in the order they were applied."""
+
+    @classmethod
+    def default(cls, root: Path | None = None) -> Config:
+        """The built-in defaults, every host path re-rooted under ``root`` when given."""
+        source = reroot(DEFAULT_CONFIG_PATH, root)
+        return reroot_sections(cls(source=source, dropin_dir=source.parent / DROPIN_DIR_NAME), root)
+
+    @property
+    def specs_persistent_dir(self) -> Path:
+        """The spec directory whose sets survive reboots (the first of ``specs.dirs``)."""
+        return self.specs.dirs[0]
+
+    @property
+    def specs_transient_dirs(self) -> tuple[Path, ...]:
+        """The spec directories whose sets are gone after a reboot (the rest)."""
+        return self.specs.dirs[1:]
+
+    @property
+    def cluster_specs_dir(self) -> Path:
+        """Where the sets the cluster assigns to this node are kept (persistent: they are the
+        last known specs while the API server is unreachable, and after a reboot)."""
+        return self.state.dir / "cluster" / "pinnedimagesets.d"
+
+    def spec_dirs(self) -> tuple[tuple[Path, bool], ...]:
+        """``(directory, is_persistent)`` pairs in priority order, for ``load_spec_dirs``."""
+        dirs = tuple((path, index == 0) for index, path in enumerate(self.specs.dirs))
+        if self.cluster.enabled:
+            dirs += ((self.cluster_specs_dir, True),)
+        return dirs
