@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from nodeagent.errors import AuthFileInvalid
 from nodeagent.ports import RegistryCredentials
-from nodeagent.registries import normalize_registry, parse_reference
+from nodeagent.registries import normalize_registry, parse_docker_reference
 
 _API_PATHS: Final = frozenset({"v1", "v2"})
 _TOKEN_FIELDS: Final = {"identitytoken": "identity_token", "registrytoken": "registry_token"}
@@ -77,7 +77,7 @@ class AuthStore:
 
     def credentials_for(self, image_ref: str) -> RegistryCredentials | None:
         """Credentials of the most specific key matching ``image_ref``, or None (anonymous)."""
-        ref = parse_reference(image_ref)
+        ref = parse_docker_reference(image_ref)
         segments = tuple(ref.repository.split("/"))
         for entry in self.entries:
             if entry.matches(ref.registry, segments):

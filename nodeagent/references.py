@@ -3,8 +3,9 @@
 The OpenShift CRD (``ImageDigestFormat`` in openshift/api) has two rules: exactly
 one ``@`` with ``sha256:<64 lowercase hex>`` after it, and before it a host with
 a dot, an optional 2-5 digit port, at most one namespace segment and a name;
-at most 447 characters in all. ``parse_image_ref`` applies the same rules, and
-when one fails it says which part is wrong instead of quoting the regex.
+at most 447 characters in all. ``parse_pinned_image_ref`` applies the same rules, and
+when one fails it says which part is wrong instead of quoting the regex. (Image names by
+docker's looser rules, with default host and tags, are ``registries.DockerReference``.)
 
 One deliberate difference: the CRD's expression lets the namespace or the name
 be empty (``quay.io/@sha256:…``, ``quay.io//app@sha256:…``). No registry can
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from nodeagent.errors import ImageReferenceInvalid
 
-__all__ = ["ImageRef", "MAX_REFERENCE_LENGTH", "parse_image_ref"]
+__all__ = ["PinnedImageRef", "MAX_REFERENCE_LENGTH", "parse_pinned_image_ref"]
 
 MAX_REFERENCE_LENGTH = 447
 """The CRD's ``maxLength`` for ``spec.pinnedImages[].name``."""
@@ -38,7 +39,7 @@ _EXAMPLE = "NAME@sha256:<64 hex>, e.g. quay.io/ns/app@sha256:…"
 
 
 @dataclass(frozen=True, slots=True)
-class ImageRef:
+class PinnedImageRef:
     """A validated digest reference, e.g. ``quay.io/openshift/app@sha256:…``."""
 
     host: str
@@ -68,7 +69,7 @@ class ImageRef:
         return int(port) if port else None
 
 
-def parse_image_ref(text: str) -> ImageRef:
+def parse_pinned_image_ref(text: str) -> PinnedImageRef:
     """Validate ``text`` as the CRD does and split it; ImageReferenceInvalid says what is wrong."""
     if len(text) > MAX_REFERENCE_LENGTH:
         raise _invalid(
@@ -82,7 +83,7 @@ def parse_image_ref(text: str) -> ImageRef:
     _check_repository(text, repository)
     if _NAME_RE.fullmatch(name) is None:  # safety net: the diagnostics above missed a case
         raise _invalid(text, "does not match the API's image reference format")
-    return ImageRef(host=host, repository=repository, digest=digest)
+    return PinnedImageRef(host=host, repository=repository, digest=digest)
 
 
 def _invalid(text: str, problem: str) -> ImageReferenceInvalid:

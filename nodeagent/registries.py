@@ -3,8 +3,10 @@
 The distribution protocol's pure parts live here so that they can be tested
 without a network and used by concern modules without importing an adapter:
 
-* ``parse_reference`` splits an image name the way docker and containers-image
-  do (``docker.io`` is the default registry, ``library/`` its default namespace);
+* ``parse_docker_reference`` splits an image name the way docker and containers-image
+  do (``docker.io`` is the default registry, ``library/`` its default namespace) into a
+  ``DockerReference``; a PinnedImageSet's own, stricter names are
+  ``references.PinnedImageRef``;
 * ``insecure_registries`` reads the ``insecure = true`` entries of
   ``registries.conf`` and its drop-ins;
 * ``verify_digest``, ``parse_manifest`` and ``select_platform`` turn manifest
@@ -67,8 +69,11 @@ _TAG: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 @dataclass(frozen=True, slots=True)
-class ImageReference:
-    """An image name split into its parts; ``registry`` is lower-case and normalized."""
+class DockerReference:
+    """An image name by docker's and containers/image's rules (``docker.io`` the default host,
+    ``library/`` its default namespace, tags allowed), split into its parts; ``registry`` is
+    lower-case and normalized. Used where any image name may appear: credentials, mirrors,
+    ``bundle create``. A PinnedImageSet's stricter names are ``references.PinnedImageRef``."""
 
     registry: str
     repository: str
@@ -82,7 +87,7 @@ def normalize_registry(host: str) -> str:
     return DOCKER_HUB if lowered in DOCKER_HUB_ALIASES else lowered
 
 
-def parse_reference(ref: str) -> ImageReference:
+def parse_docker_reference(ref: str) -> DockerReference:
     """Split ``[host[:port]/]repo[:tag][@digest]`` (docker's rules for the default host)."""
     name, at, digest = ref.partition("@")
     if at and not re.fullmatch(r"[a-z0-9]+:[a-zA-Z0-9=_-]+", digest):
@@ -100,7 +105,7 @@ def parse_reference(ref: str) -> ImageReference:
     if registry == DOCKER_HUB and "/" not in repository:
         repository = f"library/{repository}"
     _check_name(ref, registry, repository)
-    return ImageReference(registry, repository, tag, digest or None)
+    return DockerReference(registry, repository, tag, digest or None)
 
 
 def _check_name(ref: str, registry: str, repository: str) -> None:
@@ -117,9 +122,9 @@ def is_sha256_digest(digest: str) -> bool:
     return _SHA256_DIGEST.fullmatch(digest) is not None
 
 
-def parse_digest_reference(ref: str) -> ImageReference:
-    """Like ``parse_reference``, but the name must end ``@sha256:<64 hex>``."""
-    parsed = parse_reference(ref)
+def parse_docker_digest_reference(ref: str) -> DockerReference:
+    """Like ``parse_docker_reference``, but the name must end ``@sha256:<64 hex>``."""
+    parsed = parse_docker_reference(ref)
     if parsed.digest is None or not _SHA256_DIGEST.fullmatch(parsed.digest):
         raise ImageReferenceInvalid(f"image {ref!r} must be referenced by @sha256:<64 hex>")
     return parsed

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import yaml
 
 from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
-from nodeagent.references import ImageRef, parse_image_ref
+from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 
 API_VERSION = "machineconfiguration.openshift.io/v1"
 KIND = "PinnedImageSet"
@@ -39,7 +39,7 @@ class PinnedImageSet:
     """One valid set: the images to pull and pin, and where the set came from."""
 
     name: str
-    images: tuple[ImageRef, ...]
+    images: tuple[PinnedImageRef, ...]
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     generation: int | None = None
     source: str = ""
@@ -274,14 +274,14 @@ def _generation(value: Any, where: str) -> int | None:
     return value
 
 
-def _images(value: Any, where: str) -> tuple[ImageRef, ...]:
+def _images(value: Any, where: str) -> tuple[PinnedImageRef, ...]:
     if not isinstance(value, list):
         raise SpecInvalid(f"{where}: spec.pinnedImages must be a list, got {_kind_of_value(value)}")
     if not 1 <= len(value) <= MAX_IMAGES:
         raise SpecInvalid(
             f"{where}: spec.pinnedImages has {len(value)} entries; it must have 1 to {MAX_IMAGES}"
         )
-    first_index: dict[ImageRef, int] = {}
+    first_index: dict[PinnedImageRef, int] = {}
     for index, item in enumerate(value):
         ref = _image(item, f"{where}: spec.pinnedImages[{index}]")
         first = first_index.setdefault(ref, index)
@@ -292,12 +292,12 @@ def _images(value: Any, where: str) -> tuple[ImageRef, ...]:
     return tuple(first_index)
 
 
-def _image(item: Any, where: str) -> ImageRef:
+def _image(item: Any, where: str) -> PinnedImageRef:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise SpecInvalid(f"{where} must be a mapping with a string 'name', got {item!r}")
     _check_fields(item, ("name",), "", where)
     try:
-        return parse_image_ref(item["name"])
+        return parse_pinned_image_ref(item["name"])
     except ImageReferenceInvalid as exc:
         raise ImageReferenceInvalid(f"{where}: {exc.message}") from exc
 

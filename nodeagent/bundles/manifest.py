@@ -40,7 +40,7 @@ from nodeagent.errors import (
 from nodeagent.errors import (
     BundleUnsafePath as BundleUnsafePath,
 )
-from nodeagent.references import ImageRef, parse_image_ref
+from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "bundle.json"
@@ -59,7 +59,7 @@ _BUNDLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 @dataclass(frozen=True, slots=True)
 class BundleImage:
-    ref: ImageRef
+    ref: PinnedImageRef
     manifest_digest: str
     size_bytes: int
 
@@ -146,7 +146,7 @@ def _images(doc: Mapping[str, Any]) -> tuple[BundleImage, ...]:
         where = f"bundle.json images[{index}]"
         if not isinstance(item, dict):
             raise BundleManifestInvalid(f"{where} must be an object")
-        ref = parse_image_ref(_need(item, "name", str, where))
+        ref = parse_pinned_image_ref(_need(item, "name", str, where))
         digest = _digest(item.get("manifestDigest"), where)
         images.append(BundleImage(ref, digest, _size(item, where)))
     if not images:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile, blob_path
-from nodeagent.references import ImageRef
+from nodeagent.references import PinnedImageRef
 from nodeagent.registries import (
     DOCKER_HUB,
     MEDIA_TYPE_OCI_INDEX,
@@ -69,7 +69,7 @@ def served_blobs(manifest: BundleManifest) -> dict[str, ExpectedFile]:
     return served
 
 
-def mirror_repositories(images: Iterable[ImageRef]) -> tuple[str, ...]:
+def mirror_repositories(images: Iterable[PinnedImageRef]) -> tuple[str, ...]:
     """Sorted unique ``host[:port]/repository`` of ``images``, normalized as containers-image.
 
     Docker Hub's aliases become ``docker.io`` and its one-segment names gain

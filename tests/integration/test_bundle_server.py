@@ -24,7 +24,7 @@ from nodeagent.adapters.cri.client import CriClient
 from nodeagent.bundles.manifest import BundleError
 from nodeagent.bundles.mirror import DROPIN_NAME, mirror_repositories, served_blobs
 from nodeagent.errors import ConfigInvalid, NodeAgentError, RegistryUnavailable
-from nodeagent.references import parse_image_ref
+from nodeagent.references import parse_pinned_image_ref
 from tests.testenv.crio import Crio
 from tests.testenv.images import MEDIA_TYPE_INDEX, LayerSpec, TestImage, build_index
 from tests.testenv.oci_layout import OciLayout, write_oci_layout
@@ -390,9 +390,9 @@ async def test_tls_client_hello_is_answered_at_once(server: BundleServer) -> Non
 # ------------------------------------------------------------------ the drop-in
 def test_dropin_mirrors_each_repository_by_digest_only(tmp_path: Path) -> None:
     refs = [
-        parse_image_ref(f"{HOST}/factory/app@sha256:{'a' * 64}"),
-        parse_image_ref(f"{HOST}/factory/app@sha256:{'b' * 64}"),
-        parse_image_ref(f"docker.io/busybox@sha256:{'c' * 64}"),
+        parse_pinned_image_ref(f"{HOST}/factory/app@sha256:{'a' * 64}"),
+        parse_pinned_image_ref(f"{HOST}/factory/app@sha256:{'b' * 64}"),
+        parse_pinned_image_ref(f"docker.io/busybox@sha256:{'c' * 64}"),
     ]
     repositories = mirror_repositories(refs)
     assert repositories == ("docker.io/library/busybox", f"{HOST}/factory/app")

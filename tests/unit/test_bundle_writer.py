@@ -47,18 +47,18 @@ from nodeagent.errors import (
     SecretKeyLocked,
     SpecInvalid,
 )
-from nodeagent.references import ImageRef, parse_image_ref
+from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.registries import Platform
 from nodeagent.specs import PinnedImageSet, parse_spec_text
 
 D1, D2, D3, D4 = (f"sha256:{c * 64}" for c in "1234")
-APP = parse_image_ref(f"quay.io/acme/app@{D1}")
-DB = parse_image_ref(f"quay.io/acme/db@{D2}")
+APP = parse_pinned_image_ref(f"quay.io/acme/app@{D1}")
+DB = parse_pinned_image_ref(f"quay.io/acme/db@{D2}")
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 
 
-def _set(name: str, *refs: ImageRef, is_persistent: bool = True) -> PinnedImageSet:
+def _set(name: str, *refs: PinnedImageRef, is_persistent: bool = True) -> PinnedImageSet:
     return PinnedImageSet(name, tuple(refs), is_persistent=is_persistent)
 
 
@@ -159,7 +159,7 @@ def test_set_object_keeps_labels() -> None:
     assert set_object(labelled)["metadata"] == {"name": "s", "labels": {"pool": "worker"}}
 
 
-def _planned(ref: ImageRef, *layers: Descriptor) -> PlannedImage:
+def _planned(ref: PinnedImageRef, *layers: Descriptor) -> PlannedImage:
     top = Descriptor(OCI_MANIFEST, ref.digest, 300)
     return PlannedImage(ref, (top,), Descriptor("c", D4, 10), layers)
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
-from nodeagent.references import MAX_REFERENCE_LENGTH, ImageRef, parse_image_ref
+from nodeagent.references import MAX_REFERENCE_LENGTH, PinnedImageRef, parse_pinned_image_ref
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 # The CRD's two CEL rules, copied verbatim from FACTS.md, as an independent oracle.
@@ -49,8 +49,8 @@ VALID = [
 def test_valid_references_split_into_host_repository_and_digest(
     text: str, host: str, repository: str
 ) -> None:
-    ref = parse_image_ref(text)
-    assert ref == ImageRef(host=host, repository=repository, digest=DIGEST)
+    ref = parse_pinned_image_ref(text)
+    assert ref == PinnedImageRef(host=host, repository=repository, digest=DIGEST)
     assert str(ref) == text
     assert ref.name == f"{host}/{repository}"
     assert crd_accepts(text)
@@ -65,7 +65,7 @@ def test_valid_references_split_into_host_repository_and_digest(
     ],
 )
 def test_registry_host_and_port_are_split(text: str, registry_host: str, port: int | None) -> None:
-    ref = parse_image_ref(text)
+    ref = parse_pinned_image_ref(text)
     assert (ref.registry_host, ref.port) == (registry_host, port)
 
 
@@ -108,12 +108,12 @@ INVALID = [
 @pytest.mark.parametrize(("text", "fragment", "is_crd_valid"), INVALID)
 def test_invalid_references_say_what_is_wrong(text: str, fragment: str, is_crd_valid: bool) -> None:
     with pytest.raises(ImageReferenceInvalid) as caught:
-        parse_image_ref(text)
+        parse_pinned_image_ref(text)
     assert fragment in caught.value.message
     assert crd_accepts(text) is is_crd_valid
 
 
 def test_reference_errors_are_spec_errors_with_their_own_reason() -> None:
     with pytest.raises(SpecInvalid) as caught:
-        parse_image_ref("quay.io/app:latest")
+        parse_pinned_image_ref("quay.io/app:latest")
     assert caught.value.reason == "ImageReferenceInvalid"

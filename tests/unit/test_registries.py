@@ -22,8 +22,8 @@ from nodeagent.registries import (
     MEDIA_TYPE_DOCKER_MANIFEST,
     MEDIA_TYPE_OCI_INDEX,
     MEDIA_TYPE_OCI_MANIFEST,
+    DockerReference,
     ImageManifest,
-    ImageReference,
     ManifestIndex,
     Platform,
     basic_authorization,
@@ -32,9 +32,9 @@ from nodeagent.registries import (
     is_sha256_digest,
     node_platform,
     parse_challenge,
-    parse_digest_reference,
+    parse_docker_digest_reference,
+    parse_docker_reference,
     parse_manifest,
-    parse_reference,
     select_platform,
     status_error,
     verify_digest,
@@ -50,24 +50,24 @@ REF = f"127.0.0.1:5000/app@{DIGEST}"
 @pytest.mark.parametrize(
     ("ref", "expected"),
     [
-        ("nginx", ImageReference("docker.io", "library/nginx")),
-        ("nginx:1.25", ImageReference("docker.io", "library/nginx", tag="1.25")),
-        ("bitnami/redis", ImageReference("docker.io", "bitnami/redis")),
-        ("index.docker.io/x/y", ImageReference("docker.io", "x/y")),
-        ("Quay.IO/ns/app:v1", ImageReference("quay.io", "ns/app", tag="v1")),
-        (f"quay.io/ns/app@{DIGEST}", ImageReference("quay.io", "ns/app", digest=DIGEST)),
+        ("nginx", DockerReference("docker.io", "library/nginx")),
+        ("nginx:1.25", DockerReference("docker.io", "library/nginx", tag="1.25")),
+        ("bitnami/redis", DockerReference("docker.io", "bitnami/redis")),
+        ("index.docker.io/x/y", DockerReference("docker.io", "x/y")),
+        ("Quay.IO/ns/app:v1", DockerReference("quay.io", "ns/app", tag="v1")),
+        (f"quay.io/ns/app@{DIGEST}", DockerReference("quay.io", "ns/app", digest=DIGEST)),
         (
             f"127.0.0.1:5000/a/b/c:t@{DIGEST}",
-            ImageReference("127.0.0.1:5000", "a/b/c", "t", DIGEST),
+            DockerReference("127.0.0.1:5000", "a/b/c", "t", DIGEST),
         ),
-        ("localhost/app", ImageReference("localhost", "app")),
-        ("localhost:5000/app", ImageReference("localhost:5000", "app")),
-        ("host:5000/app", ImageReference("host:5000", "app")),
-        ("my-ns/app", ImageReference("docker.io", "my-ns/app")),
+        ("localhost/app", DockerReference("localhost", "app")),
+        ("localhost:5000/app", DockerReference("localhost:5000", "app")),
+        ("host:5000/app", DockerReference("host:5000", "app")),
+        ("my-ns/app", DockerReference("docker.io", "my-ns/app")),
     ],
 )
-def test_parse_reference(ref: str, expected: ImageReference) -> None:
-    assert parse_reference(ref) == expected
+def test_parse_reference(ref: str, expected: DockerReference) -> None:
+    assert parse_docker_reference(ref) == expected
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_parse_reference(ref: str, expected: ImageReference) -> None:
 )
 def test_parse_reference_rejects_bad_names(ref: str) -> None:
     with pytest.raises(ImageReferenceInvalid):
-        parse_reference(ref)
+        parse_docker_reference(ref)
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_parse_reference_rejects_bad_names(ref: str) -> None:
 )
 def test_digest_reference_needs_sha256(ref: str) -> None:
     with pytest.raises(ImageReferenceInvalid, match="sha256"):
-        parse_digest_reference(ref)
+        parse_docker_digest_reference(ref)
 
 
 def test_is_sha256_digest() -> None:

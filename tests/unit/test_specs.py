@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nodeagent.references import parse_image_ref
+from nodeagent.references import parse_pinned_image_ref
 from nodeagent.specs import (
     PinnedImageSet,
     SpecLoad,
@@ -52,7 +52,10 @@ def test_good_multi_document_file_loads_every_set() -> None:
     assert load.problems == ()
     assert [s.name for s in load.sets] == ["first", "second"]
     one = load.sets[0]
-    assert one.images == (parse_image_ref(ref(1)), parse_image_ref(ref(2, "127.0.0.1:5000")))
+    assert one.images == (
+        parse_pinned_image_ref(ref(1)),
+        parse_pinned_image_ref(ref(2, "127.0.0.1:5000")),
+    )
     assert dict(one.labels) == {"pool": "worker"}
     assert (one.generation, one.source, one.is_persistent) == (3, "/specs/a.yaml", False)
     assert (load.sets[1].generation, dict(load.sets[1].labels)) == (None, {})
@@ -201,7 +204,7 @@ def test_invalid_yaml_makes_the_whole_file_one_problem(text: str) -> None:
 
 def test_set_defined_twice_in_one_file_keeps_the_first() -> None:
     load = parse(dump(pis("x", [ref(1)]), pis("x", [ref(2)])))
-    assert [s.images for s in load.sets] == [(parse_image_ref(ref(1)),)]
+    assert [s.images for s in load.sets] == [(parse_pinned_image_ref(ref(1)),)]
     assert [p.message for p in load.problems] == [
         "PinnedImageSet 'x' is defined twice in /specs/a.yaml; keeping the first"
     ]
@@ -290,7 +293,7 @@ def test_a_file_where_a_directory_should_be_is_a_problem(tmp_path: Path) -> None
 
 
 def image_set(*images: str, name: str = "s") -> PinnedImageSet:
-    return PinnedImageSet(name=name, images=tuple(parse_image_ref(i) for i in images))
+    return PinnedImageSet(name=name, images=tuple(parse_pinned_image_ref(i) for i in images))
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.registry.transport import MAX_MANIFEST_BYTES
 from nodeagent.authfile import AuthStore
 from nodeagent.errors import ImageNotFound, InsufficientDiskSpace
-from nodeagent.references import ImageRef
+from nodeagent.references import PinnedImageRef
 from nodeagent.registries import (
     MEDIA_TYPE_OCI_INDEX,
     MEDIA_TYPE_OCI_MANIFEST,
@@ -62,7 +62,7 @@ class Descriptor:
 class PlannedImage:
     """One image of the bundle: the manifest its digest names and every blob it needs."""
 
-    ref: ImageRef
+    ref: PinnedImageRef
     manifests: tuple[Descriptor, ...]
     """What ``ref.digest`` names (an image manifest or an index), then the index's child."""
     config: Descriptor
@@ -84,7 +84,7 @@ class PlannedImage:
 
 
 # ---------------------------------------------------------------- pure helpers
-def _descriptor(item: Any, ref: ImageRef) -> Descriptor:
+def _descriptor(item: Any, ref: PinnedImageRef) -> Descriptor:
     is_ok = isinstance(item, dict) and isinstance(item.get("size"), int) and item["size"] >= 0
     digest = item.get("digest") if isinstance(item, dict) else None
     if not is_ok or not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
@@ -92,13 +92,13 @@ def _descriptor(item: Any, ref: ImageRef) -> Descriptor:
     return Descriptor(str(item.get("mediaType", "")), digest, item["size"])
 
 
-def image_blobs(body: bytes, ref: ImageRef) -> tuple[Descriptor, ...]:
+def image_blobs(body: bytes, ref: PinnedImageRef) -> tuple[Descriptor, ...]:
     """Config and layers of an image manifest body (already parsed once: it is JSON)."""
     doc = json.loads(body)
     return (_descriptor(doc["config"], ref), *(_descriptor(i, ref) for i in doc["layers"]))
 
 
-def top_descriptor(digest: str, body: bytes, ref: ImageRef) -> Descriptor:
+def top_descriptor(digest: str, body: bytes, ref: PinnedImageRef) -> Descriptor:
     """The descriptor of a fetched manifest: its own ``mediaType``, else OCI's for its shape."""
     parsed = parse_manifest(body, "", ref=str(ref))
     is_index = isinstance(parsed, ManifestIndex)
@@ -106,7 +106,7 @@ def top_descriptor(digest: str, body: bytes, ref: ImageRef) -> Descriptor:
     return Descriptor(str(json.loads(body).get("mediaType") or fallback), digest, len(body))
 
 
-def index_child(body: bytes, platform: Platform, ref: ImageRef) -> Descriptor | None:
+def index_child(body: bytes, platform: Platform, ref: PinnedImageRef) -> Descriptor | None:
     """For an index body, the entry for ``platform`` (the runtime picks the same); else None."""
     parsed = parse_manifest(body, "", ref=str(ref))
     if not isinstance(parsed, ManifestIndex):
@@ -116,7 +116,7 @@ def index_child(body: bytes, platform: Platform, ref: ImageRef) -> Descriptor | 
     return next(entry for entry in entries if entry.digest == digest)
 
 
-def _check_platform(config_body: bytes, platform: Platform, ref: ImageRef) -> None:
+def _check_platform(config_body: bytes, platform: Platform, ref: PinnedImageRef) -> None:
     try:
         doc = json.loads(config_body)
         found = (str(doc.get("os", "")), str(doc.get("architecture", "")))
@@ -164,7 +164,9 @@ class ImageFetcher:
         self.client, self.auth, self.blobs_dir, self.progress = client, auth, blobs_dir, progress
         self.blobs_done = self.blobs_total = self.bytes_done = self.bytes_total = 0
 
-    async def fetch(self, ref: ImageRef, blob: Descriptor | str, *, is_manifest: bool) -> None:
+    async def fetch(
+        self, ref: PinnedImageRef, blob: Descriptor | str, *, is_manifest: bool
+    ) -> None:
         """Fetch one blob (a bare digest: a manifest of unknown size), unless it is there."""
         digest = blob if isinstance(blob, str) else blob.digest
         final = self.blobs_dir / digest.removeprefix("sha256:")
@@ -174,7 +176,13 @@ class ImageFetcher:
         self._report(0)
 
     async def _download(
-        self, ref: ImageRef, digest: str, blob: Descriptor | str, final: Path, *, is_manifest: bool
+        self,
+        ref: PinnedImageRef,
+        digest: str,
+        blob: Descriptor | str,
+        final: Path,
+        *,
+        is_manifest: bool,
     ) -> None:
         max_bytes = MAX_MANIFEST_BYTES if isinstance(blob, str) else blob.size_bytes
         tmp = final.with_name(f".{final.name}.partial.tmp")
@@ -195,7 +203,7 @@ class ImageFetcher:
         if self.progress is not None and self.blobs_total:
             self.progress(self.blobs_done, self.blobs_total, self.bytes_done, self.bytes_total)
 
-    async def plan(self, ref: ImageRef, platform: Platform) -> PlannedImage:
+    async def plan(self, ref: PinnedImageRef, platform: Platform) -> PlannedImage:
         """Fetch ``ref``'s manifest(s) and config; check the config's platform."""
         await self.fetch(ref, ref.digest, is_manifest=True)
         body = await asyncio.to_thread(self._read, ref.digest)

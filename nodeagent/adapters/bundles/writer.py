@@ -40,7 +40,7 @@ from nodeagent.authfile import AuthStore
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
 from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
-from nodeagent.references import ImageRef, parse_image_ref
+from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX
 from nodeagent.specs import API_VERSION, KIND, PinnedImageSet
 
@@ -62,12 +62,14 @@ class CreatedBundle:
 
 
 # ---------------------------------------------------------------- pure helpers
-def resolve_refs(image_texts: Iterable[str], sets: Iterable[PinnedImageSet]) -> list[ImageRef]:
+def resolve_refs(
+    image_texts: Iterable[str], sets: Iterable[PinnedImageSet]
+) -> list[PinnedImageRef]:
     """The ``--image`` references, then the sets' images, each once; tags are refused."""
-    refs: dict[str, ImageRef] = {}
+    refs: dict[str, PinnedImageRef] = {}
     for text in image_texts:
         try:
-            ref = parse_image_ref(text.strip())
+            ref = parse_pinned_image_ref(text.strip())
         except ImageReferenceInvalid as err:
             raise ImageReferenceInvalid(
                 f"--image {err.message}; a bundle names images by digest: resolve a tag with "
@@ -88,7 +90,7 @@ def check_bundle_id(bundle_id: str) -> str:
     return bundle_id
 
 
-def default_bundle_id(architecture: str, refs: Iterable[ImageRef], sets_json: Any) -> str:
+def default_bundle_id(architecture: str, refs: Iterable[PinnedImageRef], sets_json: Any) -> str:
     """Derived from the content: the same images and sets give the same id (import is a no-op)."""
     content = json.dumps([architecture, sorted(map(str, refs)), sets_json], sort_keys=True)
     return f"bundle-{architecture}-{hashlib.sha256(content.encode()).hexdigest()[:16]}"
@@ -197,7 +199,7 @@ def _fsync_dir(directory: Path) -> None:
 
 # ---------------------------------------------------------------- the whole bundle
 async def create_bundle(
-    refs: Sequence[ImageRef],
+    refs: Sequence[PinnedImageRef],
     sets: Sequence[PinnedImageSet],
     secret_key: minisign.SecretKey,
     output_dir: Path,

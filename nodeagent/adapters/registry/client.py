@@ -73,7 +73,7 @@ from nodeagent.registries import (
     is_sha256_digest,
     node_platform,
     parse_challenge,
-    parse_digest_reference,
+    parse_docker_digest_reference,
     parse_manifest,
     select_platform,
     status_error,
@@ -175,11 +175,11 @@ class RegistryClient:
         return ImageLayers(ref, manifest_digest, manifest.config_size_bytes, manifest.layers)
 
     def _target(self, ref: str, credentials: RegistryCredentials | None) -> _Target:
-        parsed = parse_digest_reference(ref)
+        parsed = parse_docker_digest_reference(ref)
         host = _DOCKER_HUB_API if parsed.registry == DOCKER_HUB else parsed.registry
         is_plain = is_insecure(parsed.registry, parsed.repository, self._insecure())
         base_url = f"{'http' if is_plain else 'https'}://{host}"
-        digest = parsed.digest or ""  # never empty: parse_digest_reference checked it
+        digest = parsed.digest or ""  # never empty: parse_docker_digest_reference checked it
         return _Target(ref, host, parsed.repository, digest, base_url, credentials)
 
     async def _image_manifest(
