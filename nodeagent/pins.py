@@ -1,9 +1,10 @@
 """CRI-O pins: which names to pin, the drop-in that says so, and proof that the runtime obeys.
 
 CRI-O merges ``pinned_images`` by replacement: the last file (main config, then
-drop-ins in lexical order) that sets the key wins. nodeagent's drop-in sorts
+drop-ins in CRI-O's reading order) that sets the key wins. nodeagent's drop-in sorts
 last and therefore carries every pattern any other file sets, so pinning our
-images never unpins someone else's (see ../shared/FACTS.md).
+images never unpins someone else's (docs/runtime-facts.md, "CRI-O pinned images and
+drop-ins").
 
 Pure functions first; ``PinService`` at the bottom drives the ports.
 """
@@ -161,7 +162,8 @@ def render_dropin(patterns: Iterable[str]) -> str:
 # ---------------------------------------------------------------- runtime support
 @dataclass(frozen=True, slots=True)
 class PinSupport:
-    """What a CRI-O version does with ``pinned_images`` (FACTS.md)."""
+    """What a CRI-O version does with ``pinned_images`` (docs/runtime-facts.md, "CRI-O pinned
+    images and drop-ins")."""
 
     is_pinning: bool
     is_repin_on_reload: bool

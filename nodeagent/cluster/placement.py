@@ -2,10 +2,12 @@
 
 Two ways, decided by what the cluster has:
 
-* **Pools** (OpenShift, the ``MachineConfigPool`` API exists): the node belongs to every pool
-  whose ``spec.nodeSelector`` matches its labels and takes the sets each such pool lists in
-  ``spec.pinnedImageSets[].name`` (FACTS.md: "a node takes the sets of every pool it belongs
-  to"). A pool may list a set that does not exist (yet): it is reported, never guessed.
+* **Pools** (OpenShift, the ``MachineConfigPool`` API exists): the node takes the sets listed
+  in ``spec.pinnedImageSets[].name`` of every pool whose ``spec.nodeSelector`` matches its
+  labels. The machine-config-operator chooses pools more narrowly (master beats worker, one
+  custom pool plus worker, an empty selector matches nothing: docs/runtime-facts.md,
+  "machine-config-daemon behaviour"); following it exactly is the OpenShift-fidelity work.
+  A pool may list a set that does not exist (yet): it is reported, never guessed.
 * **Selector** (no pools): every set whose labels match ``[cluster] set_selector``; the
   default empty selector takes them all.
 

@@ -109,7 +109,8 @@ class PullSettings:
     stall_timeout_s: float = 300.0
     """Seconds without growth of the image filesystem after which a pull is stalled and retried.
     Default 300. There is no overall deadline: a slow but healthy pull of a large set goes on
-    (MCD's 5-minute sync deadline reports those as Degraded)."""
+    (the machine-config-daemon's 2-minute prefetch timeout reports those as Degraded;
+    docs/runtime-facts.md)."""
 
 
 @dataclass(frozen=True, slots=True)

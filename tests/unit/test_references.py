@@ -10,7 +10,8 @@ from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import MAX_REFERENCE_LENGTH, PinnedImageRef, parse_pinned_image_ref
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
-# The CRD's two CEL rules, copied verbatim from FACTS.md, as an independent oracle.
+# The CRD's two CEL rules, copied verbatim from openshift/api (docs/runtime-facts.md), as an
+# independent oracle.
 CRD_NAME = re.compile(
     r"^([a-zA-Z0-9-]+\.)+[a-zA-Z0-9-]+(:[0-9]{2,5})?/([a-zA-Z0-9-_]{0,61}/)?[a-zA-Z0-9-_.]*?$"
 )
