@@ -5,7 +5,7 @@ pinning: an image is pinned when one of its names matches (``pins.pattern_matche
 a pattern of the ``[crio.image] pinned_images`` that the runtime last loaded,
 the last file in CRI-O's reading order that sets the key winning. It loads its
 files when it starts and on ``reload`` (SIGHUP), never on a mere write. This is
-allowed because tests/integration/test_cri.py makes the same pin and reload
+allowed because tests/integration/adapters/cri/test_client.py makes the same pin and reload
 assertions against a real CRI-O.
 """
 

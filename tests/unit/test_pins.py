@@ -22,7 +22,7 @@ from nodeagent.pins import (
     support_problem,
 )
 from nodeagent.ports import StoredImage
-from tests.unit.fakes import (
+from tests.fakes.crio import (
     FakeCrio,
     MemoryDropins,
     RecordingReloader,

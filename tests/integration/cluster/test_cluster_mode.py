@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Pushed
-from tests.integration.test_pin_flow import pinned_flags
+from tests.integration.pins.test_flow import pinned_flags
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio
 from tests.testenv.kube import KubeCluster
