@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from nodeagent import errors
+from nodeagent.adapters.cri import client as cri
 from nodeagent.adapters.cri.api import runtime_v1_pb2 as pb
 from nodeagent.adapters.cri.client import StatusCode
-from nodeagent.adapters.cri import client as cri
 from nodeagent.ports import RegistryCredentials
 
 DIGEST = "sha256:" + "ab" * 32
