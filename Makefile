@@ -33,8 +33,9 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+## types: mypy --strict on the daemon and on the code that tests, measures and builds it
 types: $(VENV)/.installed
-	$(BIN)/mypy nodeagent
+	$(BIN)/mypy nodeagent tests bench tools
 
 contracts: $(VENV)/.installed
 	$(BIN)/lint-imports

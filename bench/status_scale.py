@@ -156,9 +156,11 @@ async def run_strategy(
             kube.kubeconfig_for_node(name), timeout_s=60.0, field_manager=FIELD_MANAGER
         )
         holder: dict[str, SimNode] = {}
-        reporter = StatusReporter(
-            config, api, Connection(api.server), progress=lambda h=holder: h["n"].progress()
-        )
+
+        def progress(h: dict[str, SimNode] = holder) -> PullProgress:
+            return h["n"].progress()
+
+        reporter = StatusReporter(config, api, Connection(api.server), progress=progress)
         node = SimNode(name, api, reporter)
         holder["n"] = node
         nodes.append(node)

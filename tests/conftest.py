@@ -28,6 +28,23 @@ from tests.testenv.kube import KubeCluster
 from tests.testenv.packages import ensure_packages
 from tests.testenv.registry import Registry
 
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "service", "integration", "e2e")
+"""tests/ folders, cheapest first: a broken unit test fails ``make test`` in seconds."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tiers in ``TIERS`` order (``testpaths`` is just tests/, collected by name).
+
+    The sort is stable, so each module's tests stay together and in file order.
+    """
+
+    def tier(item: pytest.Item) -> int:
+        top = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
+        return TIERS.index(top) if top in TIERS else len(TIERS)
+
+    items.sort(key=tier)
+
 
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:

@@ -27,7 +27,7 @@ def main() -> int:
         f"--pyi_out={PKG}",
         str(PKG / "runtime_v1.proto"),
     ]
-    return protoc.main(args)
+    return int(protoc.main(args))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ machine's disk rather than on the node.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from collections.abc import Callable, Sequence
@@ -231,14 +232,18 @@ class Node:
         """Wait until every unit is active (for Type=notify: READY=1 was received)."""
         for unit in units:
             wait_for(
-                lambda unit=unit: self.show(unit, "ActiveState")["ActiveState"] == "active",
+                functools.partial(self.is_active, unit),
                 timeout_s=timeout_s,
                 interval_s=0.2,
                 what=f"{unit} to become active",
-                detail=lambda unit=unit: (
-                    self.container.systemctl("status", unit, check=False).stdout
-                ),
+                detail=functools.partial(self.unit_status, unit),
             )
+
+    def is_active(self, unit: str) -> bool:
+        return self.show(unit, "ActiveState")["ActiveState"] == "active"
+
+    def unit_status(self, unit: str) -> str:
+        return self.container.systemctl("status", unit, check=False).stdout
 
     def wait_event(self, *events: str, timeout_s: float = 120) -> dict[str, Any]:
         """The first journal entry of any of ``events`` from the unit's current invocation."""

@@ -11,6 +11,8 @@ sync, then lists ``sys.modules``.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +53,9 @@ NOT_LOADED_AT_IDLE = (
     "getpass",  # a locked signing key on a terminal only
 )
 
+DEV_ONLY = {"grpc": "grpcio"}
+"""Modules of a development dependency (module: distribution): absent where it is not installed."""
+
 
 @pytest.fixture(scope="module")
 def idle_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
@@ -82,3 +87,14 @@ def test_the_idle_path_builds_the_real_wiring(idle_modules: set[str]) -> None:
 @pytest.mark.parametrize("module", NOT_LOADED_AT_IDLE)
 def test_module_is_not_loaded_at_idle(idle_modules: set[str], module: str) -> None:
     assert module not in idle_modules
+
+
+@pytest.mark.parametrize("module", NOT_LOADED_AT_IDLE)
+def test_module_named_exists(module: str) -> None:
+    # "not loaded" holds for a name that does not exist: a renamed module must fail here.
+    if module in DEV_ONLY:
+        try:
+            importlib.metadata.distribution(DEV_ONLY[module])
+        except importlib.metadata.PackageNotFoundError:
+            pytest.skip(f"{DEV_ONLY[module]} is not installed here")
+    assert importlib.util.find_spec(module) is not None, f"no module named {module}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -44,10 +45,20 @@ def test_message_ids_are_unique_128_bit_hex_and_each_has_a_catalog_entry() -> No
     assert sorted(headers) == sorted(ids)
 
 
+def recording(sent: list[bytes]) -> Callable[[bytes], bool]:
+    """A journal that takes every payload and keeps it in ``sent``."""
+
+    def send(payload: bytes) -> bool:
+        sent.append(payload)
+        return True
+
+    return send
+
+
 def test_events_go_to_the_journal_when_it_takes_them_else_to_the_stream() -> None:
     sent: list[bytes] = []
     out = io.StringIO()
-    logs.configure("info", out, journal=lambda payload: sent.append(payload) or True)
+    logs.configure("info", out, journal=recording(sent))
     try:
         structlog.get_logger("t").info("set_pinned", set="apps", images=3)
     finally:
@@ -67,7 +78,7 @@ def test_events_go_to_the_journal_when_it_takes_them_else_to_the_stream() -> Non
 
 def test_journal_message_leaves_the_level_to_priority() -> None:
     sent: list[bytes] = []
-    logs.configure("info", io.StringIO(), journal=lambda payload: sent.append(payload) or True)
+    logs.configure("info", io.StringIO(), journal=recording(sent))
     try:
         structlog.get_logger("t").warning("sync_postponed", reason="RuntimeUnreachable")
     finally:

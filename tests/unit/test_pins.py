@@ -22,13 +22,9 @@ from nodeagent.pins import (
     support_problem,
 )
 from nodeagent.ports import StoredImage
-from tests.unit.fakes import (
-    FakeCrio,
-    MemoryDropins,
-    RecordingReloader,
-    VirtualClock,
-    crio_config,
-)
+from tests.fakes.clock import VirtualClock
+from tests.fakes.crio import FakeCrio, MemoryDropins, crio_config
+from tests.fakes.reloader import RecordingReloader
 
 GOLDEN = Path(__file__).parent / "golden"
 A = "quay.io/ns/app-a@sha256:" + "a" * 64

@@ -25,7 +25,8 @@ from nodeagent.prepull import (
     is_retryable,
     shared_layer_leaders,
 )
-from tests.unit.fakes import FakeCrio, PullHandler, VirtualClock, run_inline
+from tests.fakes.clock import VirtualClock, run_inline
+from tests.fakes.crio import FakeCrio, PullHandler
 
 REFS = [f"r.io/ns/img{i}@sha256:{i:064x}" for i in range(10)]
 A, B, C = REFS[:3]

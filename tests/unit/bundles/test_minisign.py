@@ -13,16 +13,16 @@ import io
 import pytest
 
 from nodeagent.bundles import minisign
-from nodeagent.bundles.minisign import (
+from nodeagent.bundles.minisign import PublicKey
+from nodeagent.errors import (
     KeyMalformed,
-    PublicKey,
+    PermanentError,
     SecretKeyLocked,
     SignatureInvalid,
     SignatureMalformed,
     SignatureMissing,
     UnknownSigningKey,
 )
-from nodeagent.errors import PermanentError
 
 GOLDEN_KEY_ID_HEX = "BE3392E79592523F"
 GOLDEN_PUB = """untrusted comment: minisign public key BE3392E79592523F

@@ -1,60 +1,24 @@
-"""In-memory peers for unit tests of services: virtual time, a CRI-O that pins, its config files.
+"""A CRI-O that pins, in memory, and its config files: stand-ins for unit tests of services.
 
 ``FakeCrio`` implements ``nodeagent.ports.ImageRuntime`` and simulates CRI-O's
 pinning: an image is pinned when one of its names matches (``pins.pattern_matches``)
 a pattern of the ``[crio.image] pinned_images`` that the runtime last loaded,
 the last file in CRI-O's reading order that sets the key winning. It loads its
 files when it starts and on ``reload`` (SIGHUP), never on a mere write. This is
-allowed because tests/integration/test_cri.py makes the same pin and reload
+allowed because tests/integration/adapters/cri/test_client.py makes the same pin and reload
 assertions against a real CRI-O.
 """
 
 from __future__ import annotations
 
-import asyncio
 import tomllib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from nodeagent.errors import RuntimeReloadFailed
 from nodeagent.pins import ConfigFile, pattern_matches
 from nodeagent.ports import FilesystemUsage, RegistryCredentials, RuntimeVersion, StoredImage
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-
-
-class VirtualClock:
-    """``monotonic`` and ``sleep`` for code under test: sleeping advances time at once.
-
-    Every sleep adds its delay to the clock and yields to the event loop once,
-    so concurrent sleepers add up rather than overlap; tests assert on the
-    delays asked for (``sleeps``) and on times observed by one party.
-    """
-
-    def __init__(self, start_s: float = 1000.0) -> None:
-        self.now_s = start_s
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now_s
-
-    async def sleep(self, delay_s: float) -> None:
-        self.sleeps.append(delay_s)
-        self.now_s += max(delay_s, 0.0)
-        await asyncio.sleep(0)
-
-    async def until(self, deadline_s: float, *, max_yields: int = 100_000) -> None:
-        """Yield until someone else has moved the clock to ``deadline_s`` (bounded)."""
-        for _ in range(max_yields):
-            if self.now_s >= deadline_s:
-                return
-            await asyncio.sleep(0)
-        raise AssertionError(f"virtual time stuck at {self.now_s}, waited for {deadline_s}")
-
-
-async def run_inline(call: Callable[[], int]) -> int:
-    """``PrePuller(run_blocking=...)`` without a thread: the probe runs on the loop."""
-    return call()
 
 
 def crio_config(patterns: Sequence[str]) -> str:
@@ -227,21 +191,3 @@ class FakeCrio:
     async def image_fs_info(self) -> list[FilesystemUsage]:
         used = sum(image.size_bytes for image in self.images.values())
         return [FilesystemUsage("/var/lib/containers/storage/overlay-images", used, 0)]
-
-
-class RecordingReloader:
-    """``pins.Reloader``: counts reloads and makes the fake runtime re-read its files."""
-
-    def __init__(self, store: MemoryDropins, runtime: FakeCrio, *, failures: int = 0) -> None:
-        self.store = store
-        self.runtime = runtime
-        self.failures = failures
-        self.calls = 0
-
-    async def reload(self) -> str:
-        self.calls += 1
-        if self.failures > 0:
-            self.failures -= 1
-            raise RuntimeReloadFailed("crio.service: reload job failed")
-        self.runtime.reload(self.store.texts_in_crio_order())
-        return "sighup"

@@ -13,7 +13,7 @@ import http.client
 import json
 import socket
 import tomllib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,14 @@ from nodeagent.bundles.mirror import DROPIN_NAME, mirror_repositories, served_bl
 from nodeagent.errors import ConfigInvalid, NodeAgentError, RegistryUnavailable
 from nodeagent.references import parse_pinned_image_ref
 from tests.testenv.crio import Crio
-from tests.testenv.images import MEDIA_TYPE_INDEX, LayerSpec, TestImage, build_index
+from tests.testenv.images import (
+    MEDIA_TYPE_INDEX,
+    BuiltImage,
+    BuiltIndex,
+    LayerSpec,
+    TestImage,
+    build_index,
+)
 from tests.testenv.oci_layout import OciLayout, write_oci_layout
 
 HOST = "registry.factory.invalid:5000"
@@ -86,7 +93,7 @@ def request(
     return exchange(port, [(method, path, headers or {})])[0]
 
 
-def exchange(port: int, requests: list[tuple[str, str, Mapping[str, str]]]) -> list[Response]:
+def exchange(port: int, requests: Sequence[tuple[str, str, Mapping[str, str]]]) -> list[Response]:
     """Send ``requests`` one after the other on one keep-alive connection, then ``GET /v2/``.
 
     The server answers a connection's requests in order and updates its
@@ -123,6 +130,18 @@ def flip_byte(path: Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def single(image: BuiltImage | BuiltIndex) -> BuiltImage:
+    """One of the layout's single-platform images (``layout`` holds app, tools, multi)."""
+    assert isinstance(image, BuiltImage)
+    return image
+
+
+def index(image: BuiltImage | BuiltIndex) -> BuiltIndex:
+    """The layout's multi-platform image."""
+    assert isinstance(image, BuiltIndex)
+    return image
+
+
 async def mirror_on(crio: Crio, layout: OciLayout, server: BundleServer) -> MirrorDropin:
     dropin = MirrorDropin(crio.registries_dir / DROPIN_NAME)
     repositories = mirror_repositories(image.ref for image in layout.manifest.images)
@@ -135,7 +154,7 @@ async def mirror_on(crio: Crio, layout: OciLayout, server: BundleServer) -> Mirr
 async def test_pulls_by_original_name_come_from_the_bundle(
     fresh_crio: Crio, layout: OciLayout, server: BundleServer
 ) -> None:
-    app, _, multi = layout.images
+    app, multi = single(layout.images[0]), index(layout.images[2])
     await mirror_on(fresh_crio, layout, server)
     async with CriClient(fresh_crio.endpoint) as cri:
         for image in (app, multi):
@@ -187,7 +206,7 @@ async def test_pull_by_tag_skips_the_digest_only_mirror(
 
 
 async def test_tampered_layer_never_reaches_the_store(fresh_crio: Crio, layout: OciLayout) -> None:
-    app = layout.images[0]
+    app = single(layout.images[0])
     layer = app.layers[1]
     blobs = served_blobs(layout.manifest)
     flip_byte(layout.blob_file(layer.digest), layer.size_bytes // 2)
@@ -232,7 +251,7 @@ async def test_manifests_by_digest_under_any_name(layout: OciLayout, server: Bun
 
 
 async def test_manifest_errors(layout: OciLayout, server: BundleServer) -> None:
-    app = layout.images[0]
+    app = single(layout.images[0])
     cases = {
         "/v2/factory/app/manifests/latest": (404, "MANIFEST_UNKNOWN"),
         f"/v2/factory/app/manifests/sha256:{'0' * 64}": (404, "MANIFEST_UNKNOWN"),
@@ -251,11 +270,11 @@ async def test_manifest_errors(layout: OciLayout, server: BundleServer) -> None:
 
 
 async def test_blob_get_head_and_ranges(layout: OciLayout, server: BundleServer) -> None:
-    layer = layout.images[0].layers[1]
+    layer = single(layout.images[0]).layers[1]
     data = layer.path.read_bytes()
     path = f"/v2/factory/app/blobs/{layer.digest}"
     ranges = ["bytes=10-19", "bytes=-7", f"bytes={len(data)}-", "bytes=0-1,5-6"]
-    requests = [("HEAD", path, {}), ("GET", path, {})]
+    requests: list[tuple[str, str, dict[str, str]]] = [("HEAD", path, {}), ("GET", path, {})]
     requests += [("GET", path, {"Range": value}) for value in ranges]
     head, whole, first, suffix, past_end, several = await asyncio.to_thread(
         exchange, server.port, requests
@@ -275,8 +294,8 @@ async def test_blob_get_head_and_ranges(layout: OciLayout, server: BundleServer)
 async def test_blob_is_hashed_once_however_often_served(
     layout: OciLayout, server: BundleServer
 ) -> None:
-    layer = layout.images[0].layers[1]
-    get = ("GET", f"/v2/x/blobs/{layer.digest}", {})
+    layer = single(layout.images[0]).layers[1]
+    get: tuple[str, str, dict[str, str]] = ("GET", f"/v2/x/blobs/{layer.digest}", {})
     responses = await asyncio.to_thread(exchange, server.port, [get, get, get])
     assert [(status, len(body)) for status, _, body in responses] == [(200, layer.size_bytes)] * 3
     assert server.counters.bytes_hashed == layer.size_bytes
@@ -305,7 +324,7 @@ async def test_writes_are_refused(server: BundleServer) -> None:
 
 
 async def test_tampered_large_blob_is_cut_short_then_refused(layout: OciLayout) -> None:
-    layer = layout.images[0].layers[1]
+    layer = single(layout.images[0]).layers[1]
     flip_byte(layout.blob_file(layer.digest), 3)
     async with BundleServer(
         layout.root, served_blobs(layout.manifest), chunk_bytes=CHUNK_BYTES
@@ -328,7 +347,7 @@ async def test_tampered_large_blob_is_cut_short_then_refused(layout: OciLayout) 
 async def test_damage_is_reported_when_the_client_leaves_early(
     layout: OciLayout, read_bytes: int
 ) -> None:
-    layer = layout.images[0].layers[1]
+    layer = single(layout.images[0]).layers[1]
     flip_byte(layout.blob_file(layer.digest), 200)
 
     def leave_early(port: int) -> None:
@@ -348,7 +367,7 @@ async def test_damage_is_reported_when_the_client_leaves_early(
 
 
 async def test_tampered_small_blob_is_never_sent(layout: OciLayout) -> None:
-    config = layout.images[0].config
+    config = single(layout.images[0]).config
     flip_byte(layout.blob_file(config.digest), 0)
     async with BundleServer(layout.root, served_blobs(layout.manifest)) as server:
         status, _, body = await fetch(server, "GET", f"/v2/factory/app/blobs/{config.digest}")
@@ -367,7 +386,7 @@ async def test_tampered_manifest_is_refused(layout: OciLayout) -> None:
 
 
 async def test_symlinked_blob_is_refused(layout: OciLayout, tmp_path: Path) -> None:
-    layer = layout.images[0].layers[1]
+    layer = single(layout.images[0]).layers[1]
     blob = layout.blob_file(layer.digest)
     moved = tmp_path / "outside"
     blob.rename(moved)

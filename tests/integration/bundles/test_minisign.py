@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.bundles import minisign
-from nodeagent.bundles.minisign import (
-    PublicKey,
+from nodeagent.bundles.minisign import PublicKey
+from nodeagent.errors import (
     SignatureInvalid,
     SignatureMalformed,
     SignatureMissing,

@@ -113,7 +113,7 @@ def test_auth_config_carries_every_field_and_repr_hides_secrets() -> None:
 
 
 def test_error_tree_reasons_are_unique_and_retry_branches() -> None:
-    leaves = [
+    leaves: list[type[errors.NodeAgentError]] = [
         errors.RuntimeUnreachable,
         errors.RuntimeTimeout,
         errors.RegistryUnavailable,

@@ -19,7 +19,7 @@ import pytest
 
 from nodeagent import errors
 from nodeagent.adapters.cri.client import CriClient
-from nodeagent.ports import RegistryCredentials
+from nodeagent.ports import RegistryCredentials, StoredImage
 from tests.conftest import Pushed
 from tests.testenv.crio import Crio
 from tests.testenv.images import LayerSpec, TestImage, push
@@ -76,7 +76,7 @@ async def test_concurrent_calls_share_one_connection(cri: CriClient, pushed: Pus
     assert pull
     for ref, status in zip(refs, statuses, strict=True):
         if ref == present:
-            assert status is not None
+            assert isinstance(status, StoredImage)
             assert present in status.repo_digests
         else:
             assert status is None

@@ -24,7 +24,7 @@ import http.client
 import json
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -203,8 +203,8 @@ async def test_a_watch_from_a_compacted_version_raises_gone(
     # What nodeagent makes of it, as lightkube delivers it (an ApiError from the ERROR event).
     with pytest.raises(Gone) as raised:
         async with asyncio.timeout(30):
-            async for change in node_api._watch(kinds.PINNED_IMAGE_SET, listed, None):
-                pytest.fail(f"an expired watch delivered {change}")
+            async for delivered in node_api._watch(kinds.PINNED_IMAGE_SET, listed, None):
+                pytest.fail(f"an expired watch delivered {delivered}")
     rejected = raised.value.__cause__
     assert isinstance(rejected, ApiRequestRejected)
     assert "HTTP 410" in rejected.message
@@ -213,6 +213,7 @@ async def test_a_watch_from_a_compacted_version_raises_gone(
 
     # The control: from the compaction's own revision the watch is valid and sees changes.
     stream = node_api._watch(kinds.PINNED_IMAGE_SET, str(compacted), None)
+    assert isinstance(stream, AsyncGenerator)  # for aclose()
     first = asyncio.ensure_future(anext(stream))
     apply(cluster, pinned_image_set("expired-c", [REF]))
     async with asyncio.timeout(30):
@@ -234,6 +235,7 @@ async def test_informer_relists_when_its_first_watch_starts_from_a_compacted_ver
     for name in ("gap-a", "gap-b"):
         apply(cluster, pinned_image_set(name, [REF]))
     informer = client.api.informer(kinds.PINNED_IMAGE_SET)
+    assert isinstance(informer, AsyncGenerator)  # for aclose()
     async with asyncio.timeout(30):
         listed = await anext(informer)
     assert names(listed, "gap-") == {"gap-a", "gap-b"}
@@ -265,6 +267,7 @@ async def test_informer_resumes_a_watch_the_server_ended_and_relists_once_it_exp
     for name in ("resume-a", "resume-b", "resume-c"):
         apply(cluster, pinned_image_set(name, [REF]))
     informer = client.api.informer(kinds.PINNED_IMAGE_SET)
+    assert isinstance(informer, AsyncGenerator)  # for aclose()
     async with asyncio.timeout(30):
         listed = await anext(informer)
     assert names(listed, "resume-") == {"resume-a", "resume-b", "resume-c"}

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Pushed
-from tests.integration.test_pin_flow import pinned_flags
+from tests.integration.pins.test_flow import pinned_flags
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio
 from tests.testenv.kube import KubeCluster
@@ -87,11 +87,10 @@ async def test_pool_set_is_pinned_edited_and_unpinned_with_status_and_events(
 ) -> None:
     kube = mco
     node = "edge-pools-1"
-    uid = str(
-        kube.create_node(node, {**EDGE_ROLE, "node-role.kubernetes.io/worker": ""})["metadata"][
-            "uid"
-        ]
-    )  # type: ignore[index]
+    created = kube.create_node(node, {**EDGE_ROLE, "node-role.kubernetes.io/worker": ""})
+    metadata = created["metadata"]
+    assert isinstance(metadata, dict)
+    uid = str(metadata["uid"])
     a, b = pushed.ref(pushed.base_a), pushed.ref(pushed.base_b)
     apply(kube, pinned_image_set("edge-apps", [a]))
     apply(kube, pinned_image_set("master-only", [b]))
