@@ -38,13 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodeagent.adapters.kube import KubeApi, Obj
+from nodeagent.adapters.kube import KubeApi
+from nodeagent.cluster.api import Obj
 from nodeagent.cluster.kinds import ResourceKind
-from nodeagent.cluster.objects import FIELD_MANAGER, PullProgress
+from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.cluster.tasks import Connection, StatusReporter
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.errors import NodeAgentError
-from nodeagent.status import NodeStatus, SetStatus, conditions_for
+from nodeagent.status import NodeStatus, PullProgress, SetStatus, conditions_for
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import install_deploy
 

@@ -6,7 +6,6 @@ import pytest
 
 from nodeagent.disk import (
     Admission,
-    FilesystemSpace,
     ImageLayers,
     admit,
     admit_sets,
@@ -15,6 +14,7 @@ from nodeagent.disk import (
     reserve_for,
     unique_missing_bytes,
 )
+from nodeagent.ports import FilesystemSpace
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 

@@ -34,8 +34,9 @@ import structlog.testing
 from lightkube.core.exceptions import ApiError
 
 from nodeagent.adapters.files import mirror_directory
-from nodeagent.adapters.kube import Gone, KubeApi, Obj
+from nodeagent.adapters.kube import Gone, KubeApi
 from nodeagent.cluster import kinds
+from nodeagent.cluster.api import Obj
 from nodeagent.cluster.tasks import ClusterSpecs, Connection
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.errors import ApiRequestRejected
