@@ -17,17 +17,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import yaml
+from typing import Any
 
 from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
+from nodeagent.strict import MalformedInput, clip, load_yaml
 
 API_VERSION = "machineconfiguration.openshift.io/v1"
 KIND = "PinnedImageSet"
 MAX_IMAGES = 500
+MAX_SPEC_FILE_BYTES = 4 * 1024 * 1024
+"""A spec file larger than this is refused unread: the API server stores at most ~1.5 MiB per
+object (docs/runtime-facts.md), and a file holds a few sets at most."""
+MAX_SPEC_DEPTH = 32
+"""A PinnedImageSet is nested 4 deep (spec.pinnedImages[].name); labels and annotations add
+one. Deeper input is refused before it is composed."""
 SPEC_SUFFIXES = (".yaml", ".yml")
 _DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_NAME_LENGTH = 253
@@ -64,14 +68,18 @@ class SpecLoad:
     problems: tuple[SpecProblem, ...] = ()
 
 
-def parse_spec_text(text: str, *, source: str, is_persistent: bool) -> SpecLoad:
-    """Parse one file's text; ``source`` (the file's path) is only used in messages and results."""
-    import yaml  # noqa: PLC0415  loaded by the first spec file read, not by every import of specs
+def parse_spec_text(text: str | bytes, *, source: str, is_persistent: bool) -> SpecLoad:
+    """Parse one file's text; ``source`` (the file's path) is only used in messages and results.
 
+    The YAML is read strictly and within bounds (``strict.load_yaml``): whatever the file
+    holds, the result is sets and problems, never an exception.
+    """
     try:
-        documents = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        return SpecLoad(problems=(_yaml_problem(source, exc),))
+        documents = load_yaml(
+            text, what=clip(source, 200), max_bytes=MAX_SPEC_FILE_BYTES, max_depth=MAX_SPEC_DEPTH
+        )
+    except MalformedInput as exc:
+        return SpecLoad(problems=(SpecProblem(source, None, SpecInvalid.reason, str(exc)),))
     sets: list[PinnedImageSet] = []
     problems: list[SpecProblem] = []
     for obj in _objects(documents):
@@ -120,28 +128,15 @@ def _spec_files(directory: Path) -> list[Path]:
 
 def _load_file(path: Path, *, is_persistent: bool) -> SpecLoad:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            data = file.read(MAX_SPEC_FILE_BYTES + 1)
     except OSError as exc:
         return _file_problem(path, f"cannot read {path}: {exc.strerror}")
-    except UnicodeDecodeError as exc:
-        return _file_problem(path, f"{path} is not UTF-8 text: {exc.reason} at byte {exc.start}")
-    return parse_spec_text(text, source=str(path), is_persistent=is_persistent)
+    return parse_spec_text(data, source=str(path), is_persistent=is_persistent)
 
 
 def _file_problem(path: Path, message: str) -> SpecLoad:
     return SpecLoad(problems=(SpecProblem(str(path), None, SpecInvalid.reason, message),))
-
-
-def _yaml_problem(source: str, exc: yaml.YAMLError) -> SpecProblem:
-    import yaml  # noqa: PLC0415  (see parse_spec_text)
-
-    where = ""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        where = f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}"
-    problem = getattr(exc, "problem", None) or str(exc)
-    return SpecProblem(
-        source, None, SpecInvalid.reason, f"{source} is not valid YAML: {problem}{where}"
-    )
 
 
 def _deduplicate(loads: Iterable[SpecLoad]) -> SpecLoad:
