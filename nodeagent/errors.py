@@ -30,6 +30,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── HostFileError               HostFileError
         ├── SignatureMissing            BundleUnsigned
         ├── SignatureMalformed          BundleSignatureMalformed
+        │   └── SignatureLegacy         BundleSignatureLegacy
         ├── UnknownSigningKey           BundleSignedByUnknownKey
         ├── SignatureInvalid            BundleSignatureInvalid
         ├── KeyMalformed                SigningKeyMalformed
@@ -41,6 +42,8 @@ happened and what to do about it. Retry decisions follow the two branches::
         └── BundleError                 (a bundle nodeagent refuses)
             ├── BundleFormatUnsupported BundleFormatUnsupported
             ├── BundleManifestInvalid   BundleManifestInvalid
+            ├── BundleSetInvalid        BundleSetInvalid
+            ├── BundleArchitectureMismatch BundleArchitectureMismatch
             ├── BundleUnsafePath        BundleUnsafePath
             ├── BundleUnsafeEntry       BundleUnsafeEntry
             ├── BundleUnlistedFile      BundleUnlistedFile
@@ -221,6 +224,12 @@ class SignatureMalformed(PermanentError):
     exit_code = 65  # EX_DATAERR
 
 
+class SignatureLegacy(SignatureMalformed):
+    """A legacy (non-prehashed, "Ed") signature where only prehashed ("ED") ones are accepted."""
+
+    reason = "BundleSignatureLegacy"
+
+
 class UnknownSigningKey(PermanentError):
     """The signature names a key id that is not among the trusted keys."""
 
@@ -266,6 +275,18 @@ class BundleFormatUnsupported(BundleError):
 
 class BundleManifestInvalid(BundleError):
     reason = "BundleManifestInvalid"
+
+
+class BundleSetInvalid(BundleError):
+    """A PinnedImageSet the bundle carries is not one the node would load (name, shape, images)."""
+
+    reason = "BundleSetInvalid"
+
+
+class BundleArchitectureMismatch(BundleError):
+    """The bundle, or an image in it, is for another platform than this node's."""
+
+    reason = "BundleArchitectureMismatch"
 
 
 class BundleUnsafePath(BundleError):

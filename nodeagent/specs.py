@@ -108,6 +108,11 @@ def load_spec_dirs(dirs: Sequence[tuple[Path, bool]]) -> SpecLoad:
     return _deduplicate(loads)
 
 
+def parse_set_object(obj: Any, *, source: str, is_persistent: bool) -> PinnedImageSet:
+    """One PinnedImageSet object (a decoded document) checked as a spec file's, or SpecInvalid."""
+    return _parse_object(obj, source=source, is_persistent=is_persistent)
+
+
 def set_fingerprint(image_set: PinnedImageSet) -> str:
     """sha256 (hex) of the set's sorted image references: equal exactly when the images are."""
     text = "\n".join(sorted(str(ref) for ref in image_set.images))
@@ -190,7 +195,7 @@ def _name_of(obj: Any) -> str | None:
 
 
 def _parse_object(obj: Any, *, source: str, is_persistent: bool) -> PinnedImageSet:
-    where = f"{source}: PinnedImageSet {_name_of(obj) or '(unnamed)'}"
+    where = f"{source}: PinnedImageSet {clip(_name_of(obj) or '(unnamed)', 100)}"
     if not isinstance(obj, dict):
         raise SpecInvalid(f"{source}: a document is {_kind_of_value(obj)}, not an object")
     _check_type(obj, where)
@@ -214,8 +219,8 @@ def _check_type(obj: Mapping[Any, Any], where: str) -> None:
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     if api_version != API_VERSION or kind != KIND:
         raise SpecInvalid(
-            f"{where}: apiVersion {api_version!r} kind {kind!r} is not a PinnedImageSet; "
-            f"expected apiVersion {API_VERSION!r} and kind {KIND!r}"
+            f"{where}: apiVersion {_shown(api_version)} kind {_shown(kind)} is not a "
+            f"PinnedImageSet; expected apiVersion {API_VERSION!r} and kind {KIND!r}"
         )
 
 
@@ -237,10 +242,10 @@ def _object_name(metadata: Mapping[Any, Any], where: str) -> str:
     if name is None or name == "":
         raise SpecInvalid(f"{where}: metadata.name is missing")
     if not isinstance(name, str):
-        raise SpecInvalid(f"{where}: metadata.name must be a string, got {name!r}")
+        raise SpecInvalid(f"{where}: metadata.name must be a string, got {_shown(name)}")
     if len(name) > _MAX_NAME_LENGTH or _DNS_SUBDOMAIN_RE.fullmatch(name) is None:
         raise SpecInvalid(
-            f"{where}: metadata.name {name!r} is not a DNS subdomain (at most 253 lowercase "
+            f"{where}: metadata.name {_shown(name)} is not a DNS subdomain (at most 253 lowercase "
             "letters, digits, '-' and '.', starting and ending with a letter or digit)"
         )
     return name
@@ -253,8 +258,8 @@ def _labels(value: Any, where: str) -> Mapping[str, str]:
     for key, label in labels.items():
         if not isinstance(key, str) or not isinstance(label, str):
             raise SpecInvalid(
-                f"{where}: metadata.labels entry {key!r}: {label!r} must map a string to a "
-                'string; quote values such as "true" or "1"'
+                f"{where}: metadata.labels entry {_shown(key)}: {_shown(label)} must map a string "
+                'to a string; quote values such as "true" or "1"'
             )
     return MappingProxyType(dict(labels))
 
@@ -264,7 +269,7 @@ def _generation(value: Any, where: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise SpecInvalid(
-            f"{where}: metadata.generation must be a non-negative integer, got {value!r}"
+            f"{where}: metadata.generation must be a non-negative integer, got {_shown(value)}"
         )
     return value
 
@@ -289,12 +294,19 @@ def _images(value: Any, where: str) -> tuple[PinnedImageRef, ...]:
 
 def _image(item: Any, where: str) -> PinnedImageRef:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-        raise SpecInvalid(f"{where} must be a mapping with a string 'name', got {item!r}")
+        raise SpecInvalid(f"{where} must be a mapping with a string 'name', got {_shown(item)}")
     _check_fields(item, ("name",), "", where)
     try:
         return parse_pinned_image_ref(item["name"])
     except ImageReferenceInvalid as exc:
         raise ImageReferenceInvalid(f"{where}: {exc.message}") from exc
+
+
+def _shown(value: Any) -> str:
+    """A value from the file for a message: its repr, clipped and escaped."""
+    return clip(
+        repr(value) if not isinstance(value, (dict, list)) else f"a {type(value).__name__}", 100
+    )
 
 
 def _kind_of_value(value: Any) -> str:

@@ -1,10 +1,11 @@
 """Upgrade bundles: signed OCI content carried on removable media to a node with no registry.
 
 Flow: a medium is plugged in -> ``imports`` mounts it read-only -> ``importer`` checks
-the signature (``minisign``) and the tree against the signed manifest (``manifest``),
-admits it against the disk, serves it on loopback and points the runtime at it with a
-registries.conf mirror (``mirror``), pulls every missing image through CRI, then writes
-the bundle's PinnedImageSets where the pin path reads them. ``media`` decides which
+the signature (``minisign``), the signed manifest and the tree (``manifest``) and that
+every image is complete for this node (``content``), admits it against the disk,
+serves it on loopback and points the runtime at it with a registries.conf mirror
+(``mirror``), pulls every missing image through CRI, then writes the bundle's
+PinnedImageSets where the pin path reads them. ``media`` decides which
 udev events are bundle media. The format is docs/bundle-format.md.
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters``, wired by

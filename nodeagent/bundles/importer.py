@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 import structlog
 import yaml
 
-from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile
+from nodeagent.bundles.manifest import MAX_NAME_BYTES, BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import mirror_repositories, served_blobs, total_size_bytes
 from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
@@ -40,6 +41,7 @@ from nodeagent.errors import (
 from nodeagent.ports import FilesystemSpace, ImageRuntime, Reloader, SpaceProbe, StateStore
 from nodeagent.prepull import PrePuller, PullResult
 from nodeagent.status import BundleReport
+from nodeagent.strict import clip
 from nodeagent.units import format_bytes
 
 log = structlog.get_logger(__name__)
@@ -48,6 +50,8 @@ MIRROR_SETTLE_S = 30.0
 """How long the first pull waits for the runtime to apply the mirror after the reload."""
 PULL_DEADLINE_S = 24 * 3600.0
 """Backstop deadline of one pull from the bundle (the medium is local; no stall detector)."""
+MESSAGE_CHARS = 1000
+"""A refusal's message in the status and the journal is clipped to this (escaped)."""
 
 
 # ---------------------------------------------------------------- ports
@@ -102,7 +106,12 @@ class ImporterPorts:
 
 # ---------------------------------------------------------------- pure helpers
 def set_file_name(bundle_id: str, set_name: str) -> str:
-    return f"bundle-{bundle_id}-{set_name}.yaml"
+    """``bundle-<id>-<set>.yaml``; shortened with a hash of both when longer than NAME_MAX."""
+    name = f"bundle-{bundle_id}-{set_name}.yaml"
+    if len(name.encode()) <= MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(f"{bundle_id}/{set_name}".encode()).hexdigest()[:16]
+    return f"bundle-{bundle_id[:64]}-{set_name[:150]}-{digest}.yaml"
 
 
 def set_yaml(obj: Mapping[str, Any]) -> str:
@@ -152,7 +161,8 @@ class Importer:
         return await self._import_verified(root, manifest, report)
 
     def _reject(self, report: BundleReport, exc: NodeAgentError) -> BundleReport:
-        rejected = replace(report, state="rejected", reason=exc.reason, message=exc.message)
+        message = clip(exc.message, MESSAGE_CHARS)
+        rejected = replace(report, state="rejected", reason=exc.reason, message=message)
         return self._report(rejected, "bundle_rejected")
 
     async def _import_verified(
@@ -216,8 +226,10 @@ class Importer:
                 mirror_repositories(i.ref for i in manifest.images), server.mirror_host
             )
             await self.ports.reloader.reload()
-            first = await self._first_pull(missing[0])
+            first = await self._first_pull(missing[0], server)
             rest = [ref for ref in missing if ref not in first]
+            if server.rejections:  # a blob failed its digest: the bundle is refused, stop
+                rest = []
             results = first | await self.ports.make_puller().pull_all(rest)
         finally:
             await self._restore(server)
@@ -229,12 +241,14 @@ class Importer:
         )
         return self._outcome(root, after, server.rejections, results.values())
 
-    async def _first_pull(self, ref: str) -> dict[str, PullResult]:
+    async def _first_pull(self, ref: str, server: BundleServerPort) -> dict[str, PullResult]:
         """Pull one image alone, retrying quickly while the runtime has not applied the mirror.
 
         A reload is a signal: it returns before the runtime has re-read registries.conf, and
         a pull started too early goes to the image's own registry, which is not there. That
-        fails fast (RegistryUnavailable); retry every 0.1-1 s for up to MIRROR_SETTLE_S.
+        fails fast (RegistryUnavailable); retry every 0.1-1 s for up to MIRROR_SETTLE_S,
+        unless the server refused a blob meanwhile (the runtime then falls back to the
+        image's registry, and that failure is no sign of an unapplied mirror).
         """
         started = time.monotonic()
         delay_s = 0.1
@@ -242,7 +256,7 @@ class Importer:
             try:
                 await self.ports.runtime.pull_image(ref, None, timeout_s=PULL_DEADLINE_S)
             except RegistryUnavailable:
-                if time.monotonic() - started >= MIRROR_SETTLE_S:
+                if server.rejections or time.monotonic() - started >= MIRROR_SETTLE_S:
                     return {}
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 1.0)
@@ -293,7 +307,7 @@ class Importer:
     def _hand_over(self, manifest: BundleManifest, report: BundleReport) -> BundleReport:
         names = []
         for item in manifest.sets:
-            name = str(item.object.get("metadata", {}).get("name", ""))
+            name = item.name
             path = self.ports.specs.write_set(
                 set_file_name(manifest.bundle_id, name),
                 set_yaml(item.object),

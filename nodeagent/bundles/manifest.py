@@ -2,16 +2,18 @@
 
 Pure functions over the manifest bytes and a description of the tree; the
 adapter that walks the mounted medium and hashes its files lives in
-``nodeagent/adapters``. The format is documented in docs/bundle-format.md.
+``nodeagent/adapters``. What the images in the bundle need (completeness) is
+``nodeagent.bundles.content``. The format and every rule, with its reason code, is
+docs/bundle-format.md. Every text taken from a bundle that reaches a message is
+clipped (``strict.clip``): a 10 MB string in ``bundle.json`` stays out of the journal.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
 
 from nodeagent.errors import (  # re-exported: callers may name them bundle.X
     BundleDigestMismatch as BundleDigestMismatch,
@@ -29,6 +31,9 @@ from nodeagent.errors import (
     BundleManifestInvalid as BundleManifestInvalid,
 )
 from nodeagent.errors import (
+    BundleSetInvalid as BundleSetInvalid,
+)
+from nodeagent.errors import (
     BundleSizeMismatch as BundleSizeMismatch,
 )
 from nodeagent.errors import (
@@ -40,21 +45,34 @@ from nodeagent.errors import (
 from nodeagent.errors import (
     BundleUnsafePath as BundleUnsafePath,
 )
+from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
+from nodeagent.specs import API_VERSION, KIND, PinnedImageSet, parse_set_object
+from nodeagent.strict import MalformedInput, clip, loads_json
 
-FORMAT_VERSION = 1
-MANIFEST_NAME = "bundle.json"
-SIGNATURE_NAME = "bundle.json.minisig"
-MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+FORMAT_VERSION: Final = 1
+MANIFEST_NAME: Final = "bundle.json"
+SIGNATURE_NAME: Final = "bundle.json.minisig"
+MAX_MANIFEST_BYTES: Final = 16 * 1024 * 1024
 """Read at most this much of ``bundle.json`` before its signature is checked."""
+MAX_MANIFEST_DEPTH: Final = 16
+"""``bundle.json`` is nested 6 deep (pinnedImageSets[].object.spec.pinnedImages[].name)."""
+MAX_SIZE_BYTES: Final = (1 << 63) - 1
+"""The largest file size a filesystem can report (off_t)."""
+MAX_PATH_CHARS: Final = 1024
+MAX_NAME_BYTES: Final = 255
+"""NAME_MAX of Linux filesystems: one path component, or a file name nodeagent writes."""
 
-TOLERATED_DIRS = frozenset({"lost+found"})
-"""Directories a filesystem makes by itself (mkfs.ext4); they must be empty: any file in them
-is unlisted and refused."""
+METADATA_DIRS: Final = frozenset({"lost+found", "System Volume Information"})
+"""Directories a filesystem or an operating system makes by itself at the root of a medium
+(mkfs.ext4; Windows on FAT/exFAT). Ignored when empty; anything inside them is refused."""
 
 _DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 _HEX = re.compile(r"^[a-f0-9]{64}$")
 _BUNDLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_ARCHITECTURE = re.compile(r"^[a-z0-9_]{1,32}$")
+_CREATED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
+_LAYOUTS: Final = ("oci", "registry-v2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +93,19 @@ class ExpectedFile:
 
 @dataclass(frozen=True, slots=True)
 class BundleSet:
+    """A PinnedImageSet the bundle carries, checked as the node checks spec files."""
+
     is_persistent: bool
-    object: Mapping[str, Any]
+    image_set: PinnedImageSet = field(compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.image_set.name
+
+    @property
+    def object(self) -> dict[str, Any]:
+        """The set in the OpenShift shape: exactly what was checked, nothing else."""
+        return set_object(self.image_set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +118,26 @@ class BundleManifest:
     files: tuple[ExpectedFile, ...]
     """Every file besides the manifest and its signature: blobs and layout files."""
     sets: tuple[BundleSet, ...]
+    blobs: Mapping[str, ExpectedFile] = field(default_factory=dict)
+    """Digest → file of every blob ``blobs[]`` lists: all the content the bundle serves."""
 
     @property
     def total_size_bytes(self) -> int:
         return sum(f.size_bytes for f in self.files)
+
+
+def set_object(image_set: PinnedImageSet) -> dict[str, Any]:
+    """A valid set in the OpenShift shape, as ``bundle.json`` and a spec file hold it."""
+    metadata: dict[str, Any] = {"name": image_set.name}
+    if image_set.labels:
+        metadata["labels"] = dict(image_set.labels)
+    images = [{"name": str(ref)} for ref in image_set.images]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata,
+        "spec": {"pinnedImages": images},
+    }
 
 
 # ---------------------------------------------------------------- paths
@@ -101,14 +146,26 @@ def check_relative_path(path: str) -> str:
     parts = path.split("/")
     is_bad = (
         not path
+        or len(path) > MAX_PATH_CHARS
         or path.startswith("/")
         or "\\" in path
         or "\0" in path
-        or any(part in ("", ".", "..") for part in parts)
+        or any(part in ("", ".", "..") or _too_long(part) for part in parts)
     )
     if is_bad:
-        raise BundleUnsafePath(f"bundle manifest names an unsafe path {path!r}")
+        raise BundleUnsafePath(f"bundle manifest names an unsafe path {clip(path, 200)!r}")
     return path
+
+
+def check_file_name(name: str) -> str:
+    """Accept one file name to create in a directory: no separator, no ``..``, not too long."""
+    if "/" in name or name in ("", ".", "..") or "\0" in name or _too_long(name):
+        raise BundleUnsafePath(f"{clip(name, 200)!r} is not a safe file name")
+    return name
+
+
+def _too_long(name: str) -> bool:
+    return len(name.encode(errors="surrogateescape")) > MAX_NAME_BYTES
 
 
 def blob_path(layout: str, digest: str) -> str:
@@ -120,101 +177,174 @@ def blob_path(layout: str, digest: str) -> str:
 
 
 # ---------------------------------------------------------------- manifest
+_KINDS: Final = {bool: "a boolean", int: "an integer", str: "a string", list: "a list",
+                 dict: "an object", float: "a number", type(None): "null"}  # fmt: skip
+
+
+def _kind(value: object) -> str:
+    return _KINDS.get(type(value), type(value).__name__)
+
+
 def _need(doc: Mapping[str, Any], key: str, kind: type, where: str = "bundle.json") -> Any:
     value = doc.get(key)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise BundleManifestInvalid(f"{where}: {key} must be a {kind.__name__}")
+        shown = "missing" if key not in doc else _kind(value)
+        raise BundleManifestInvalid(f"{where}: {key} must be {_KINDS[kind]}, not {shown}")
     return value
+
+
+def _objects(doc: Mapping[str, Any], key: str, where: str = "bundle.json") -> list[Any]:
+    items: list[Any] = _need(doc, key, list, where)
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BundleManifestInvalid(f"{where} {key}[{index}] must be an object")
+    return items
 
 
 def _size(doc: Mapping[str, Any], where: str) -> int:
     size: int = _need(doc, "sizeBytes", int, where)
-    if size < 0:
-        raise BundleManifestInvalid(f"{where}: sizeBytes must not be negative")
+    if not 0 <= size <= MAX_SIZE_BYTES:
+        raise BundleManifestInvalid(f"{where}: sizeBytes must be 0 to {MAX_SIZE_BYTES}")
     return size
 
 
 def _digest(text: object, where: str) -> str:
     if not isinstance(text, str) or not _DIGEST.match(text):
-        raise BundleManifestInvalid(f"{where}: {text!r} is not a sha256:<64 hex> digest")
+        raise BundleManifestInvalid(f"{where}: {clip(text, 100)!r} is not a sha256:<64 hex> digest")
     return text
 
 
-def _images(doc: Mapping[str, Any]) -> tuple[BundleImage, ...]:
-    images = []
-    for index, item in enumerate(_need(doc, "images", list)):
-        where = f"bundle.json images[{index}]"
-        if not isinstance(item, dict):
-            raise BundleManifestInvalid(f"{where} must be an object")
+def _string(doc: Mapping[str, Any], key: str, pattern: re.Pattern[str], rule: str) -> str:
+    text: str = _need(doc, key, str)
+    if not pattern.match(text):
+        raise BundleManifestInvalid(f"bundle.json: {key} {clip(text, 100)!r} must be {rule}")
+    return text
+
+
+def _image(item: Mapping[str, Any], where: str) -> BundleImage:
+    try:
         ref = parse_pinned_image_ref(_need(item, "name", str, where))
-        digest = _digest(item.get("manifestDigest"), where)
-        images.append(BundleImage(ref, digest, _size(item, where)))
+    except ImageReferenceInvalid as exc:
+        raise BundleManifestInvalid(clip(f"{where}: {exc.message}", 400)) from None
+    digest = _digest(item.get("manifestDigest"), where)
+    if digest != ref.digest:
+        raise BundleManifestInvalid(
+            f"{where}: manifestDigest {digest} is not the digest of its name {ref}"
+        )
+    return BundleImage(ref, digest, _size(item, where))
+
+
+def _images(doc: Mapping[str, Any]) -> tuple[BundleImage, ...]:
+    images: dict[str, BundleImage] = {}
+    for index, item in enumerate(_objects(doc, "images")):
+        image = _image(item, f"bundle.json images[{index}]")
+        if images.setdefault(str(image.ref), image) is not image:
+            raise BundleManifestInvalid(f"bundle.json images[{index}]: {image.ref} listed twice")
     if not images:
         raise BundleManifestInvalid("bundle.json lists no images")
-    return tuple(images)
+    return tuple(images.values())
 
 
-def _files(doc: Mapping[str, Any], layout: str) -> tuple[ExpectedFile, ...]:
+def _blobs(doc: Mapping[str, Any], layout: str) -> dict[str, ExpectedFile]:
     files: dict[str, ExpectedFile] = {}
-    for index, item in enumerate(_need(doc, "blobs", list)):
+    for index, item in enumerate(_objects(doc, "blobs")):
         where = f"bundle.json blobs[{index}]"
-        digest = _digest(item.get("digest") if isinstance(item, dict) else None, where)
+        digest = _digest(item.get("digest"), where)
         path = blob_path(layout, digest)
+        if path in files:
+            raise BundleManifestInvalid(f"{where}: blob {digest} is listed twice")
         files[path] = ExpectedFile(path, _size(item, where), digest.removeprefix("sha256:"))
-    for index, item in enumerate(_need(doc, "files", list)):
+    return files
+
+
+def _files(
+    doc: Mapping[str, Any], layout: str, blobs: Mapping[str, ExpectedFile]
+) -> tuple[ExpectedFile, ...]:
+    files = dict(blobs)
+    blob_dir = blob_path(layout, "sha256:").partition("/sha256/")[0] + "/"
+    for index, item in enumerate(_objects(doc, "files")):
         where = f"bundle.json files[{index}]"
-        if not isinstance(item, dict):
-            raise BundleManifestInvalid(f"{where} must be an object")
         path = check_relative_path(_need(item, "path", str, where))
         hex_part = _need(item, "sha256", str, where)
         if not _HEX.match(hex_part):
             raise BundleManifestInvalid(f"{where}: sha256 must be 64 lowercase hex digits")
         if path in (MANIFEST_NAME, SIGNATURE_NAME) or path in files:
             raise BundleManifestInvalid(f"{where}: {path} is listed twice")
+        if path.startswith(blob_dir):
+            raise BundleManifestInvalid(f"{where}: {path} is a blob's place; list it in blobs")
         files[path] = ExpectedFile(path, _size(item, where), hex_part)
     return tuple(sorted(files.values(), key=lambda f: f.path))
 
 
-def _sets(doc: Mapping[str, Any]) -> tuple[BundleSet, ...]:
-    sets = []
-    for index, item in enumerate(doc.get("pinnedImageSets", [])):
+def _set(item: Mapping[str, Any], where: str) -> BundleSet:
+    is_persistent = _need(item, "persistent", bool, where)
+    try:
+        image_set = parse_set_object(item.get("object"), source=where, is_persistent=is_persistent)
+    except SpecInvalid as exc:
+        raise BundleSetInvalid(clip(exc.message, 400)) from None
+    return BundleSet(is_persistent, image_set)
+
+
+def _sets(doc: Mapping[str, Any], images: Iterable[BundleImage]) -> tuple[BundleSet, ...]:
+    carried = {image.ref for image in images}
+    sets: dict[str, BundleSet] = {}
+    items = _objects(doc, "pinnedImageSets") if "pinnedImageSets" in doc else []
+    for index, item in enumerate(items):
         where = f"bundle.json pinnedImageSets[{index}]"
-        if not isinstance(item, dict):
-            raise BundleManifestInvalid(f"{where} must be an object")
-        sets.append(
-            BundleSet(_need(item, "persistent", bool, where), _need(item, "object", dict, where))
+        found = _set(item, where)
+        if sets.setdefault(found.name, found) is not found:
+            raise BundleSetInvalid(f"{where}: PinnedImageSet {found.name} is carried twice")
+        missing = [ref for ref in found.image_set.images if ref not in carried]
+        if missing:
+            raise BundleSetInvalid(
+                f"{where}: PinnedImageSet {found.name} names {len(missing)} image(s) the bundle "
+                f"does not carry, first {missing[0]}"
+            )
+    return tuple(sets.values())
+
+
+def _document(data: bytes) -> Mapping[str, Any]:
+    try:
+        doc = loads_json(
+            data, what=MANIFEST_NAME, max_bytes=MAX_MANIFEST_BYTES, max_depth=MAX_MANIFEST_DEPTH
         )
-    return tuple(sets)
+    except MalformedInput as exc:
+        raise BundleManifestInvalid(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise BundleManifestInvalid(f"bundle.json must hold a JSON object, not {_kind(doc)}")
+    version = doc.get("formatVersion")
+    if type(version) is not int:  # not True, 1.0 or "1"
+        raise BundleManifestInvalid(
+            f"bundle.json: formatVersion must be the integer {FORMAT_VERSION}, not {_kind(version)}"
+        )
+    if version != FORMAT_VERSION:
+        raise BundleFormatUnsupported(
+            f"bundle format version {version} is not supported (this nodeagent reads "
+            f"version {FORMAT_VERSION}); use a bundle made for this nodeagent version"
+        )
+    return doc
 
 
 def parse_manifest(data: bytes) -> BundleManifest:
     """Parse ``bundle.json`` — only ever called after its signature was verified."""
-    try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleManifestInvalid(f"bundle.json is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise BundleManifestInvalid("bundle.json must hold a JSON object")
-    version = doc.get("formatVersion")
-    if version != FORMAT_VERSION:
-        raise BundleFormatUnsupported(
-            f"bundle format version {version!r} is not supported (this nodeagent reads "
-            f"version {FORMAT_VERSION}); use a bundle made for this nodeagent version"
-        )
-    bundle_id = _need(doc, "bundleId", str)
-    if not _BUNDLE_ID.match(bundle_id):
-        raise BundleManifestInvalid(f"bundleId {bundle_id!r} must be 1-128 of A-Z a-z 0-9 . _ -")
+    doc = _document(data)
+    bundle_id = _string(doc, "bundleId", _BUNDLE_ID, "1-128 of A-Z a-z 0-9 . _ -")
+    created = _string(doc, "created", _CREATED, "an RFC 3339 UTC time (…T…Z)")
+    architecture = _string(doc, "architecture", _ARCHITECTURE, "a GOARCH name such as amd64")
     layout = doc.get("layout", "oci")
-    if layout not in ("oci", "registry-v2"):
-        raise BundleManifestInvalid(f"layout {layout!r} must be 'oci' or 'registry-v2'")
+    if layout not in _LAYOUTS:
+        raise BundleManifestInvalid("bundle.json: layout must be 'oci' or 'registry-v2'")
+    images = _images(doc)
+    blobs = _blobs(doc, layout)
     return BundleManifest(
         bundle_id=bundle_id,
-        created=str(doc.get("created", "")),
-        architecture=_need(doc, "architecture", str),
+        created=created,
+        architecture=architecture,
         layout=layout,
-        images=_images(doc),
-        files=_files(doc, layout),
-        sets=_sets(doc),
+        images=images,
+        files=_files(doc, layout, blobs),
+        sets=_sets(doc, images),
+        blobs={f"sha256:{f.sha256_hex}": f for f in blobs.values()},
     )
 
 
@@ -232,14 +362,19 @@ class TreeEntry:
 
 
 def check_tree(entries: Iterable[TreeEntry], manifest: BundleManifest) -> None:
-    """Refuse a tree with unsafe, unlisted, missing or wrongly sized entries (no hashing)."""
+    """Refuse a tree with unsafe, unlisted, missing or wrongly sized entries (no hashing).
+
+    ``entries`` is consumed as it comes (a walk of the medium): the first entry that breaks
+    a rule raises, so memory stays bounded by the manifest, whatever the medium holds.
+    """
     expected = {f.path: f for f in manifest.files}
     allowed = set(expected) | {MANIFEST_NAME, SIGNATURE_NAME}
     parents = {"/".join(p.split("/")[:i]) for p in allowed for i in range(1, p.count("/") + 1)}
     seen: set[str] = set()
-    for entry in sorted(entries, key=lambda e: e.path):
+    for entry in entries:
         _check_entry(entry, expected, allowed, parents)
-        seen.add(entry.path)
+        if entry.path in expected:
+            seen.add(entry.path)
     missing = sorted(set(expected) - seen)
     if missing:
         raise BundleIncomplete(
@@ -254,17 +389,24 @@ def _check_entry(
     allowed: set[str],
     parents: set[str],
 ) -> None:
+    shown = clip(entry.path, 200)
+    top = entry.path.split("/", 1)[0]
+    if top in METADATA_DIRS and top != entry.path and top not in parents:
+        raise BundleUnlistedFile(
+            f"{shown} is inside {top}, which must be empty on a bundle medium (a filesystem "
+            "check may have put recovered files there): make the medium again"
+        )
     if entry.kind in ("symlink", "other"):
         raise BundleUnsafeEntry(
-            f"{entry.path} is a {'symbolic link' if entry.kind == 'symlink' else 'special file'}; "
+            f"{shown} is a {'symbolic link' if entry.kind == 'symlink' else 'special file'}; "
             "bundles hold only regular files and directories"
         )
     if entry.kind == "dir":
-        if entry.path not in parents and entry.path not in TOLERATED_DIRS:
-            raise BundleUnlistedFile(f"directory {entry.path} is not part of the bundle")
+        if entry.path not in parents and entry.path not in METADATA_DIRS:
+            raise BundleUnlistedFile(f"directory {shown} is not part of the bundle")
         return
     if entry.path not in allowed:
-        raise BundleUnlistedFile(f"{entry.path} is not listed in bundle.json")
+        raise BundleUnlistedFile(f"{shown} is not listed in bundle.json")
     want = expected.get(entry.path)
     if want is not None and want.size_bytes != entry.size_bytes:
         raise BundleSizeMismatch(
@@ -278,15 +420,3 @@ def check_digest(file: ExpectedFile, actual_hex: str) -> None:
             f"{file.path} does not match its digest (sha256 {actual_hex[:12]}…, "
             f"expected {file.sha256_hex[:12]}…): the bundle is damaged or was altered"
         )
-
-
-def set_images_missing(manifest: BundleManifest) -> Sequence[str]:
-    """Images the bundle's PinnedImageSets name that the bundle does not carry."""
-    carried = {str(image.ref) for image in manifest.images}
-    named = [
-        str(item.get("name", ""))
-        for s in manifest.sets
-        for item in s.object.get("spec", {}).get("pinnedImages", [])
-        if isinstance(item, dict)
-    ]
-    return sorted(set(named) - carried)

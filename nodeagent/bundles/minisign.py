@@ -37,10 +37,12 @@ from nodeagent.errors import (
     PermanentError,
     SecretKeyLocked,
     SignatureInvalid,
+    SignatureLegacy,
     SignatureMalformed,
     SignatureMissing,
     UnknownSigningKey,
 )
+from nodeagent.strict import clip
 
 UNTRUSTED_PREFIX = b"untrusted comment: "
 TRUSTED_PREFIX = b"trusted comment: "
@@ -190,14 +192,22 @@ def verify(
     trusted_keys: Mapping[bytes, PublicKey],
     *,
     legacy_max_bytes: int = LEGACY_MAX_BYTES,
+    is_legacy_allowed: bool = True,
 ) -> Verified:
     """Check ``signature_text`` over ``message`` (bytes, or a stream read to its end).
 
     The key is picked by the signature's key id. A prehashed ("ED") signature streams the
     message through BLAKE2b-512; a legacy ("Ed") one needs the whole message in memory, so
-    it is refused for messages over ``legacy_max_bytes``.
+    it is refused for messages over ``legacy_max_bytes``, and always when not
+    ``is_legacy_allowed`` (``SignatureLegacy``, before any key is looked up: bundles).
     """
     signature = parse_signature(signature_text)
+    if signature.algorithm == ALG_LEGACY and not is_legacy_allowed:
+        raise SignatureLegacy(
+            "the signature is a legacy (non-prehashed) minisign signature; bundles must be "
+            "signed prehashed: sign with nodeagent bundle create, or minisign 0.8 or later "
+            "without -l"
+        )
     key = _trusted_key(signature.key_id, trusted_keys)
     is_prehashed = signature.algorithm == ALG_PREHASHED
     signed = _blake2b_512(message) if is_prehashed else _read_bounded(message, legacy_max_bytes)
@@ -211,7 +221,7 @@ def verify(
     if not _is_valid(verifier, signature.global_signature, comment):
         raise SignatureInvalid(
             f"the trusted comment signed by key {key.key_id_hex} was altered: "
-            f"{signature.trusted_comment!r} is not what was signed"
+            f"{clip(signature.trusted_comment, 200)!r} is not what was signed"
         )
     return Verified(key.key_id, signature.trusted_comment, key.name, is_prehashed)
 

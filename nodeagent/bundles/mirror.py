@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from nodeagent.bundles.manifest import BundleManifest, ExpectedFile, blob_path
+from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import (
     DOCKER_HUB,
@@ -52,6 +52,7 @@ from nodeagent.registries import (
     MEDIA_TYPE_OCI_MANIFEST,
     normalize_registry,
 )
+from nodeagent.strict import MalformedInput, loads_json
 
 DROPIN_NAME: Final = "99-nodeagent-bundle-mirror.conf"
 """Default file name in registries.conf.d: ``.conf`` (else ignored), sorting late."""
@@ -61,12 +62,7 @@ _MIRROR_HOST: Final = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
 
 def served_blobs(manifest: BundleManifest) -> dict[str, ExpectedFile]:
     """Digest → file for every blob the manifest lists (manifests, configs, layers)."""
-    served: dict[str, ExpectedFile] = {}
-    for file in manifest.files:
-        digest = f"sha256:{file.sha256_hex}"
-        if file.path == blob_path(manifest.layout, digest):
-            served[digest] = file
-    return served
+    return dict(manifest.blobs)
 
 
 def mirror_repositories(images: Iterable[PinnedImageRef]) -> tuple[str, ...]:
@@ -140,6 +136,8 @@ _RANGE: Final = re.compile(r"^bytes=(\d*)-(\d*)$")
 _STATUS: Final = {200: "OK", 206: "Partial Content", 400: "Bad Request", 404: "Not Found",
                   405: "Method Not Allowed", 416: "Range Not Satisfiable"}  # fmt: skip
 API_VERSION_HEADER: Final = {"Docker-Distribution-API-Version": "registry/2.0"}
+MANIFEST_DEPTH: Final = 32
+"""Manifests nest 4 deep; a deeper body is not served as a manifest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,8 +269,8 @@ def response_head(status: int, headers: Mapping[str, str]) -> bytes:
 def manifest_media_type(body: bytes) -> str | None:
     """The media type of a manifest body, or None when the blob is not a manifest."""
     try:
-        doc = json.loads(body)
-    except ValueError:
+        doc = loads_json(body, what="manifest", max_bytes=len(body), max_depth=MANIFEST_DEPTH)
+    except MalformedInput:
         return None
     if not isinstance(doc, dict):
         return None

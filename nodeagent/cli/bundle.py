@@ -29,6 +29,7 @@ from nodeagent.errors import AuthFileInvalid, KeyMalformed, SecretKeyLocked, Spe
 from nodeagent.registries import Platform, node_platform
 from nodeagent.specs import PinnedImageSet, parse_spec_text
 from nodeagent.status import BundleReport, status_line
+from nodeagent.strict import clip
 from nodeagent.units import format_bytes
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 _ARCH = re.compile(r"(?:linux/)?([a-z0-9_]+)(?:/(v[0-9]+))?")
 _PROGRESS_INTERVAL_S = 0.2
+_ERROR_CHARS = 1000
 
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -82,6 +84,10 @@ def add_parser(sub: Subparsers) -> Subparsers:
     verify.add_argument(
         "--trusted-keys", type=Path, help="directory of trusted *.pub keys (default: config)"
     )
+    verify.add_argument(
+        "--arch", type=parse_platform, default=None,
+        help="the node's platform, which the bundle must be for (default: the bundle's own)",
+    )  # fmt: skip
     imports = commands.add_parser("import", help="import a bundle directory now and pin its sets")
     imports.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
     imports.add_argument("--json", action="store_true", help="print the final report as JSON")
@@ -242,7 +248,10 @@ def cmd_verify(config: Config, args: argparse.Namespace) -> int:
     progress = TerminalProgress() if sys.stderr.isatty() else None
     try:
         report = bundle_media.verify_bundle(
-            args.path, keys_dir, on_progress=progress.hashed if progress else None
+            args.path,
+            keys_dir,
+            platform=args.arch,
+            on_progress=progress.hashed if progress else None,
         )
     finally:
         if progress is not None:
@@ -252,22 +261,24 @@ def cmd_verify(config: Config, args: argparse.Namespace) -> int:
     else:
         print_report(report)
     if report.error is not None:
-        sys.stderr.write(f"error: {report.error}\n")
+        sys.stderr.write(f"error: {clip(report.error, _ERROR_CHARS)}\n")
         return report.error.exit_code
     return 0
 
 
 def print_report(report: bundle_media.VerifyReport) -> None:
+    """The report for a person; every text from the bundle goes through ``strict.clip``."""
     manifest, verified = report.manifest, report.verified
     verdict = "authentic and complete" if report.is_ok else "REFUSED"
-    _out(f"bundle {manifest.bundle_id if manifest else report.path}: {verdict}")
+    _out(f"bundle {clip(manifest.bundle_id if manifest else report.path)}: {verdict}")
     if verified is not None:
-        name = f" ({verified.key_name})" if verified.key_name else ""
-        _out(f"  signed by key {verified.key_id_hex}{name}: {verified.trusted_comment}")
+        name = f" ({clip(verified.key_name, 100)})" if verified.key_name else ""
+        comment = clip(verified.trusted_comment, 200)
+        _out(f"  signed by key {verified.key_id_hex}{name}: {comment}")
     if manifest is None:
         return
     _out(
-        f"  created {manifest.created}, architecture {manifest.architecture}, "
+        f"  created {clip(manifest.created, 40)}, architecture {clip(manifest.architecture, 40)}, "
         f"{len(manifest.images)} images, {len(manifest.sets)} PinnedImageSets"
     )
     rate = report.hashed_bytes / report.seconds / 1e6 if report.seconds > 0 else 0.0

@@ -7,6 +7,7 @@ lazily. The CLI's ``bundle import`` builds the same importer.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies
 from nodeagent.ports import PullEvent, Reloader
 from nodeagent.prepull import PrePuller
+from nodeagent.registries import node_platform
 from nodeagent.reporting import log_pull
 from nodeagent.status import BundleReport
 
@@ -69,8 +71,9 @@ def build_importer(
     is_present: Callable[[Path], bool] = lambda root: root.exists(),
 ) -> Importer:
     transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
+    platform = node_platform(os.uname().machine)
     ports = ImporterPorts(
-        verify=lambda root: check_for_import(root, config.bundles.trusted_keys_dir),
+        verify=lambda root: check_for_import(root, config.bundles.trusted_keys_dir, platform),
         runtime=cri,
         make_server=ServedBundle,
         mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),

@@ -27,6 +27,7 @@ from typing import IO, Any, Final, Protocol
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.registry.transport import MAX_MANIFEST_BYTES
 from nodeagent.authfile import AuthStore
+from nodeagent.bundles.content import IMAGE_CONFIG_TYPES
 from nodeagent.errors import ImageNotFound, InsufficientDiskSpace
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import (
@@ -39,9 +40,6 @@ from nodeagent.registries import (
 )
 from nodeagent.units import format_bytes
 
-IMAGE_CONFIG_TYPES: Final = frozenset(
-    {"application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json"}
-)
 _DIGEST: Final = re.compile(r"sha256:[a-f0-9]{64}")
 
 

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.adapters.bundles.tree import (
-    check_references,
+    check_signed_bundle,
     load_trusted_keys_dir,
     read_signed_manifest,
-    walk_tree,
 )
 from nodeagent.adapters.files import write_atomic
-from nodeagent.bundles import manifest as bundle
-from nodeagent.bundles.manifest import BundleManifest
+from nodeagent.bundles.manifest import BundleManifest, BundleUnsafePath, check_file_name
+from nodeagent.registries import Platform
+from nodeagent.strict import clip
 
 
 @dataclass(frozen=True)
@@ -24,15 +24,14 @@ class CheckedBundle:
     signed_by: str
 
 
-def check_for_import(root: Path, trusted_keys_dir: Path) -> CheckedBundle:
-    """Signature first, then the manifest's references and the tree; no blob is read here.
+def check_for_import(root: Path, trusted_keys_dir: Path, platform: Platform) -> CheckedBundle:
+    """Signature first, then the architecture, the tree and each image's completeness.
 
-    Blobs are hashed while the runtime pulls them (one read of the medium), and
-    a blob that fails is never sent whole.
+    Only manifests, configs and layout files are read here; layers are hashed while the
+    runtime pulls them (one read of the medium), and a blob that fails is never sent whole.
     """
     manifest, verified = read_signed_manifest(root, load_trusted_keys_dir(trusted_keys_dir))
-    check_references(manifest)
-    bundle.check_tree(walk_tree(root), manifest)
+    check_signed_bundle(root, manifest, platform)
     signer = verified.key_name or verified.key_id_hex
     return CheckedBundle(manifest, f"{signer} ({verified.key_id_hex})")
 
@@ -45,7 +44,12 @@ class SpecDirs:
         self.transient_dir = transient_dir
 
     def write_set(self, file_name: str, text: str, *, is_persistent: bool) -> Path:
+        """Write ``file_name`` in the spec directory; refuse a name that would land elsewhere."""
         directory = self.persistent_dir if is_persistent else self.transient_dir
-        path = directory / file_name
+        path = directory / check_file_name(file_name)
+        if path.resolve().parent != directory.resolve():
+            raise BundleUnsafePath(
+                f"{clip(file_name, 200)!r} resolves outside the spec directory {directory}"
+            )
         write_atomic(path, text.encode())
         return path

@@ -3,13 +3,20 @@
 The order is the trust order of docs/bundle-format.md:
 
 1. ``read_signed_manifest``: read ``bundle.json`` (at most 16 MiB) and its signature, both
-   regular files opened without following links, and verify the signature against the
-   trusted keys (``load_trusted_keys_dir``) before a byte of the manifest is parsed;
-2. ``walk_tree`` + ``bundle.check_tree``: every entry lstat'ed, none followed; unlisted,
+   regular files opened without following links, and verify the signature (prehashed
+   only) against the trusted keys (``load_trusted_keys_dir``) before a byte of the
+   manifest is parsed; then the architecture (``content.check_architecture``);
+2. ``walk_tree`` + ``bundle.check_tree``: every entry lstat'ed, none followed, checked as
+   the walk yields it (memory bounded by the manifest, not by the medium); unlisted,
    unsafe, missing or wrongly sized entries are refused before anything is read;
-3. ``hash_files``: every listed file streamed through sha256 and compared.
+3. ``check_contents``: every image complete for the platform (``bundles.content``), from
+   the manifests, configs and layout files, each read whole (at most 4 MiB) and checked
+   against its digest;
+4. ``hash_files``: every listed file streamed through sha256 and compared.
 
-``verify_bundle`` runs the three and returns a ``VerifyReport`` (``bundle verify``).
+``verify_bundle`` runs the four and returns a ``VerifyReport`` (``bundle verify``); the
+daemon's import runs the first three (``intake.check_for_import``) and hashes the blobs
+as it serves them.
 Files are opened with ``BundleDir.open_file``: each path component is opened relative
 to the previous one with ``O_NOFOLLOW``, so a link anywhere on the path is refused, not
 followed. ``HashingReader`` hashes what passes through it, so a reader that serves blobs
@@ -24,14 +31,14 @@ import io
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+from nodeagent.bundles import content, minisign
 from nodeagent.bundles import manifest as bundle
-from nodeagent.bundles import minisign
 from nodeagent.bundles.manifest import (
     BundleIncomplete,
     BundleManifest,
@@ -42,6 +49,8 @@ from nodeagent.bundles.manifest import (
     TreeEntry,
 )
 from nodeagent.errors import HostFileError, NodeAgentError, SignatureMalformed
+from nodeagent.registries import Platform
+from nodeagent.strict import clip
 
 READ_CHUNK_BYTES = 1 << 20
 MAX_SIGNATURE_BYTES = 16 * 1024
@@ -103,6 +112,17 @@ class BundleDir:
                 f"{file.path} is {size_bytes} bytes, bundle.json says {file.size_bytes}"
             )
         return stream
+
+    def read_listed(self, file: ExpectedFile) -> bytes:
+        """All of a listed file, checked against its size and digest (small files only)."""
+        with self.open_file(file) as stream:
+            data = _read_bounded(stream, file.path, file.size_bytes + 1)
+        if len(data) != file.size_bytes:
+            raise BundleSizeMismatch(
+                f"{file.path}: read {len(data)} bytes, bundle.json says {file.size_bytes}"
+            )
+        bundle.check_digest(file, hashlib.sha256(data).hexdigest())
+        return data
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
         """All of a small regular file (at most ``max_bytes`` + 1 read), or None when absent."""
@@ -177,42 +197,45 @@ def read_signed_manifest(
         )
     if signature is not None and len(signature) > MAX_SIGNATURE_BYTES:
         raise SignatureMalformed(f"{bundle.SIGNATURE_NAME} is larger than a minisign signature")
-    verified = minisign.verify(data, signature, trusted_keys)
+    verified = minisign.verify(data, signature, trusted_keys, is_legacy_allowed=False)
     return bundle.parse_manifest(data), verified
 
 
-def check_references(manifest: BundleManifest) -> None:
-    """Every image's manifest blob is in the bundle; every set's image is one of its images."""
-    paths = {f.path for f in manifest.files}
-    for image in manifest.images:
-        if bundle.blob_path(manifest.layout, image.manifest_digest) not in paths:
-            raise BundleManifestInvalid(
-                f"{image.ref}: its manifest {image.manifest_digest} is not among the blobs"
-            )
-    missing = bundle.set_images_missing(manifest)
-    if missing:
-        raise BundleManifestInvalid(
-            f"the bundle's PinnedImageSets name {len(missing)} image(s) it does not carry, "
-            f"first {missing[0]}"
-        )
-
-
 # ---------------------------------------------------------------- 2. the tree
-def walk_tree(root: Path) -> list[TreeEntry]:
-    """Every entry under ``root`` as lstat sees it, paths relative and ``/``-separated."""
-    entries: list[TreeEntry] = []
+def walk_tree(root: Path) -> Iterator[TreeEntry]:
+    """Every entry under ``root`` as lstat sees it, paths relative and ``/``-separated.
+
+    Yielded one at a time, a directory's entries before its subdirectories' (no order
+    within a directory): the caller refuses an entry before the walk goes on, so an
+    unlisted directory is never entered.
+    """
     pending = [""]
     while pending:
         prefix = pending.pop()
         try:
             with os.scandir(root / prefix if prefix else root) as listing:
                 for item in listing:
-                    entries.append(_entry(prefix + item.name, item))
-                    if entries[-1].kind == "dir":
+                    entry = _entry(prefix + item.name, item)
+                    yield entry
+                    if entry.kind == "dir":
                         pending.append(f"{prefix}{item.name}/")
         except OSError as err:
-            raise HostFileError(f"cannot list {root / prefix}: {err.strerror}") from err
-    return entries
+            where = clip(str(root / prefix), 300)
+            raise HostFileError(f"cannot list {where}: {err.strerror}") from err
+
+
+# ---------------------------------------------------------------- 3. the images
+def check_contents(root: Path, manifest: BundleManifest, platform: Platform) -> None:
+    """Every image complete for ``platform`` (``bundles.content``), reading only small files."""
+    with BundleDir(root) as directory:
+        content.check_content(manifest, platform, directory.read_listed)
+
+
+def check_signed_bundle(root: Path, manifest: BundleManifest, platform: Platform) -> None:
+    """After the signature: the architecture, the tree, the images (no blob hashed)."""
+    content.check_architecture(manifest, platform)
+    bundle.check_tree(walk_tree(root), manifest)
+    check_contents(root, manifest, platform)
 
 
 def _entry(path: str, item: os.DirEntry[str]) -> TreeEntry:
@@ -225,7 +248,7 @@ def _entry(path: str, item: os.DirEntry[str]) -> TreeEntry:
     return TreeEntry(path, "other")
 
 
-# ---------------------------------------------------------------- 3. every byte
+# ---------------------------------------------------------------- 4. every byte
 class ReadsInto(Protocol):
     def readinto(self, buffer: memoryview, /) -> int | None: ...
 
@@ -246,6 +269,10 @@ class HashingReader:
             raise HostFileError(f"cannot read {self.file.path}: {err.strerror}") from err
         self.sha256.update(buffer[:count])
         self.size_bytes += count
+        if self.size_bytes > self.file.size_bytes:
+            raise BundleSizeMismatch(
+                f"{self.file.path}: more than the {self.file.size_bytes} bytes bundle.json says"
+            )
         return count
 
     def read(self, size: int = READ_CHUNK_BYTES) -> bytes:
@@ -320,15 +347,10 @@ def _manifest_json(manifest: BundleManifest) -> dict[str, Any]:
             {"name": str(i.ref), "manifestDigest": i.manifest_digest, "sizeBytes": i.size_bytes}
             for i in manifest.images
         ],
-        "pinnedImageSets": [_set_name(s) for s in manifest.sets],
+        "pinnedImageSets": [s.name for s in manifest.sets],
         "files": len(manifest.files),
         "totalSizeBytes": manifest.total_size_bytes,
     }
-
-
-def _set_name(item: bundle.BundleSet) -> str:
-    metadata = item.object.get("metadata")
-    return str(metadata.get("name", "")) if isinstance(metadata, dict) else ""
 
 
 def _error_json(error: NodeAgentError) -> dict[str, Any]:
@@ -339,11 +361,16 @@ def verify_bundle(
     root: Path,
     trusted_keys_dir: Path,
     *,
+    platform: Platform | None = None,
     is_full: bool = True,
     on_progress: Progress | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> VerifyReport:
-    """Signature, tree and (when ``is_full``) every byte of the bundle at ``root``."""
+    """Signature, tree, images and (when ``is_full``) every byte of the bundle at ``root``.
+
+    ``platform``: the node's, whose architecture the bundle must have; None: the bundle's
+    own architecture (linux), for which its images must be complete.
+    """
     started_s = clock()
     state = _Progress(on_progress)
     manifest: BundleManifest | None = None
@@ -351,8 +378,7 @@ def verify_bundle(
     error: NodeAgentError | None = None
     try:
         manifest, verified = read_signed_manifest(root, load_trusted_keys_dir(trusted_keys_dir))
-        check_references(manifest)
-        bundle.check_tree(walk_tree(root), manifest)
+        check_signed_bundle(root, manifest, platform or Platform("linux", manifest.architecture))
         if is_full:
             hash_files(root, manifest, state)
     except NodeAgentError as err:

@@ -41,8 +41,8 @@ from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
 from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
-from nodeagent.registries import MEDIA_TYPE_OCI_INDEX
-from nodeagent.specs import API_VERSION, KIND, PinnedImageSet
+from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
+from nodeagent.specs import PinnedImageSet
 
 OCI_LAYOUT_BYTES: Final = b'{"imageLayoutVersion": "1.0.0"}'
 REF_NAME_ANNOTATION: Final = "org.opencontainers.image.ref.name"
@@ -98,16 +98,7 @@ def default_bundle_id(architecture: str, refs: Iterable[PinnedImageRef], sets_js
 
 def set_object(image_set: PinnedImageSet) -> dict[str, Any]:
     """A validated set in the OpenShift shape, as ``bundle.json`` carries it."""
-    metadata: dict[str, Any] = {"name": image_set.name}
-    if image_set.labels:
-        metadata["labels"] = dict(image_set.labels)
-    images = [{"name": str(ref)} for ref in image_set.images]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": metadata,
-        "spec": {"pinnedImages": images},
-    }
+    return bundle.set_object(image_set)
 
 
 def index_doc(images: Sequence[PlannedImage]) -> bytes:
@@ -170,17 +161,26 @@ def prepare_output(output_dir: Path) -> Path:
     if bundle.MANIFEST_NAME in names:
         raise HostFileError(f"{output_dir} already holds a bundle; give an empty directory")
     others = sorted(n for n in names - _RESUMABLE if not n.endswith(".tmp"))
-    if "lost+found" in others:
-        raise HostFileError(
-            f"{output_dir} holds lost+found, which bundle verify refuses as unlisted: "
-            f"remove it (rmdir {output_dir / 'lost+found'}) and run again"
-        )
+    for name in bundle.METADATA_DIRS.intersection(others):
+        if _holds_anything(output_dir / name):
+            raise HostFileError(
+                f"{output_dir / name} is not empty, and bundle verify refuses anything in it: "
+                "empty it, or give another directory"
+            )
+        others.remove(name)  # an empty one is ignored (every ext4 medium has lost+found)
     if others:
         raise HostFileError(f"{output_dir} is not empty (it holds {others[0]}); give an empty one")
     (output_dir / bundle.SIGNATURE_NAME).unlink(missing_ok=True)  # an interrupted run's
     blobs_dir = output_dir / "blobs" / "sha256"
     blobs_dir.mkdir(parents=True, exist_ok=True)
     return blobs_dir
+
+
+def _holds_anything(directory: Path) -> bool:
+    if not directory.is_dir() or directory.is_symlink():
+        return True
+    with os.scandir(directory) as listing:
+        return any(True for _ in listing)
 
 
 def _remove_unlisted(blobs_dir: Path, keep: set[str]) -> None:
@@ -226,7 +226,9 @@ async def create_bundle(
         images=images, files=_layout_files(images), sets=sets,
     )  # fmt: skip
     comment = f"nodeagent bundle {bundle_id} created {created}"
-    await asyncio.to_thread(_finish, output_dir, images, doc, secret_key, comment)
+    await asyncio.to_thread(
+        _finish, output_dir, images, doc, secret_key, comment, platform=platform
+    )
     size_bytes = bundle.parse_manifest(doc).total_size_bytes
     blob_count = len({b.digest for image in images for b in image.blobs})
     key_id = secret_key.public_key().key_id_hex
@@ -245,16 +247,16 @@ def _finish(
     doc: bytes,
     secret_key: minisign.SecretKey,
     comment: str,
+    *,
+    platform: Platform,
 ) -> None:
-    """Layout files, a check of the tree as the verifier sees it, the signature, bundle.json."""
+    """Layout files, a check of the bundle as the verifier sees it, the signature, bundle.json."""
     blobs_dir = output_dir / "blobs" / "sha256"
     _remove_unlisted(blobs_dir, {b.digest.removeprefix("sha256:") for i in images for b in i.blobs})
     _fsync_dir(blobs_dir)
     for name, data in _layout_files(images).items():
         write_atomic(output_dir / name, data)
-    manifest = bundle.parse_manifest(doc)
-    bundle_media.check_references(manifest)
-    bundle.check_tree(bundle_media.walk_tree(output_dir), manifest)
+    bundle_media.check_signed_bundle(output_dir, bundle.parse_manifest(doc), platform)
     signature = minisign.sign(doc, secret_key, trusted_comment=comment)
     write_atomic(output_dir / bundle.SIGNATURE_NAME, signature.encode())
     write_atomic(output_dir / bundle.MANIFEST_NAME, doc)  # last: now it is a bundle

@@ -288,7 +288,7 @@ TAMPERING: dict[str, tuple[Tamper, str]] = {
     "fifo": (lambda p, _: os.mkfifo(p / "pipe"), "BundleUnsafeEntry"),
     "bundle.json is a symlink": (lambda p, _: _link_out(p, "bundle.json"), "BundleUnsafeEntry"),
     "'..' path in the manifest": (_unsafe_path, "BundleUnsafePath"),
-    "set names an image not carried": (_drop_last_image, "BundleManifestInvalid"),
+    "set names an image not carried": (_drop_last_image, "BundleSetInvalid"),
     "truncated blob": (_truncate_largest_blob, "BundleSizeMismatch"),
     "flipped byte in a blob": (lambda p, _: _flip_byte(_largest_blob(p)), "BundleDigestMismatch"),
     "missing blob": (lambda p, _: _largest_blob(p).unlink(), "BundleIncomplete"),
@@ -358,16 +358,40 @@ def test_arm64_bundle_takes_the_arm64_child(
     doc = verify(output, keys, "--json").json()
     assert (doc["ok"], doc["architecture"]) == (True, "arm64")
     assert doc["bundleId"].startswith("bundle-arm64-")
+    assert verify(output, keys, "--arch", "arm64").code == 0
+    for_amd64 = verify(output, keys, "--arch", "amd64", "--json")
+    assert for_amd64.code == 65
+    assert for_amd64.json()["error"]["reason"] == "BundleArchitectureMismatch"
 
 
 def test_output_that_is_not_empty_is_refused(pushed: Pushed, keys: Keys, tmp_path: Path) -> None:
+    for junk in ("lost+found/#12", "notes.txt"):
+        (tmp_path / "o" / junk).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "o" / junk).write_text("x")
+        result = run_cli(
+            "bundle", "create", "--image", pushed.ref(pushed.base_a), "--key", keys.key,
+            "--output", tmp_path / "o", "--insecure-registry", pushed.host,
+        )  # fmt: skip
+        assert result.code == 74, result.err
+        assert ("is not empty" if junk.startswith("lost") else "holds notes.txt") in result.err
+        (tmp_path / "o" / junk).unlink()
+
+
+def test_an_empty_lost_and_found_is_ignored_by_create_and_verify(
+    pushed: Pushed, keys: Keys, tmp_path: Path
+) -> None:
+    """Every ext4 medium has one (docs/bundle-format.md R15)."""
     (tmp_path / "o" / "lost+found").mkdir(parents=True)
     result = run_cli(
         "bundle", "create", "--image", pushed.ref(pushed.base_a), "--key", keys.key,
-        "--output", tmp_path / "o",
+        "--output", tmp_path / "o", "--insecure-registry", pushed.host,
     )  # fmt: skip
-    assert result.code == 74
-    assert "rmdir" in result.err
+    assert result.code == 0, result.err
+    assert verify(tmp_path / "o", keys).code == 0
+    (tmp_path / "o" / "lost+found" / "#12").write_text("recovered")
+    refused = verify(tmp_path / "o", keys, "--json")
+    assert refused.json()["error"]["reason"] == "BundleUnlistedFile"
+    assert "inside lost+found" in refused.json()["error"]["message"]
 
 
 def test_existing_bundle_is_not_overwritten(made: Path, pushed: Pushed, keys: Keys) -> None:

@@ -68,8 +68,8 @@ async def test_registry_v2_layout_bundle_verifies_and_imports_without_registry(
         pushed = [push(registry.url, b.repository, b) for b in built]
         images: list[dict[str, object]] = [
             {"name": p.reference(registry.host), "manifestDigest": p.digest,
-             "sizeBytes": p.total_size_bytes}
-            for p in pushed
+             "sizeBytes": b.manifest.size_bytes + p.total_size_bytes}  # manifest, config, layers
+            for p, b in zip(pushed, built, strict=True)
         ]  # fmt: skip
         storage = registry.root
     bundle = tmp_path / "media"

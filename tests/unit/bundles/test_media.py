@@ -285,7 +285,7 @@ def test_reconcile_after_lost_events_removes_what_is_gone() -> None:
         ("unknown", "ro,nosuid,nodev,noexec"),
     ],
 )
-def test_mount_options(fs_type: str, options: str) -> None:
+def test_R28_mount_options(fs_type: str, options: str) -> None:
     assert mount_options(fs_type) == options
 
 

@@ -19,6 +19,7 @@ from nodeagent.errors import (
     PermanentError,
     SecretKeyLocked,
     SignatureInvalid,
+    SignatureLegacy,
     SignatureMalformed,
     SignatureMissing,
     UnknownSigningKey,
@@ -237,6 +238,15 @@ def test_legacy_signature_of_minisign_verifies() -> None:
     verified = minisign.verify(GOLDEN_MESSAGE, GOLDEN_LEGACY_SIG.encode(), TRUSTED)
     assert verified.trusted_comment == "golden legacy comment"
     assert not verified.is_prehashed
+
+
+def test_legacy_signature_is_refused_where_only_prehashed_is_allowed() -> None:
+    """Bundles (docs/bundle-format.md R3): refused before any key is looked up."""
+    with pytest.raises(SignatureLegacy, match="prehashed") as info:
+        minisign.verify(GOLDEN_MESSAGE, GOLDEN_LEGACY_SIG, {}, is_legacy_allowed=False)
+    assert info.value.reason == "BundleSignatureLegacy"
+    verified = minisign.verify(GOLDEN_MESSAGE, GOLDEN_SIG, TRUSTED, is_legacy_allowed=False)
+    assert verified.is_prehashed
 
 
 @pytest.mark.parametrize("signature", [GOLDEN_SIG, GOLDEN_LEGACY_SIG])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -10,11 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from nodeagent.adapters.bundles.tree import (
     BundleDir,
     HashingReader,
-    check_references,
+    check_contents,
+    check_signed_bundle,
     hash_files,
     load_trusted_keys_dir,
     read_signed_manifest,
@@ -28,20 +31,23 @@ from nodeagent.bundles.manifest import (
     BundleIncomplete,
     BundleManifestInvalid,
     BundleSizeMismatch,
+    BundleUnlistedFile,
     BundleUnsafeEntry,
     ExpectedFile,
     TreeEntry,
 )
 from nodeagent.errors import (
+    BundleArchitectureMismatch,
     KeyMalformed,
     SignatureInvalid,
+    SignatureLegacy,
     SignatureMalformed,
     SignatureMissing,
     UnknownSigningKey,
 )
+from nodeagent.registries import Platform
 
 LAYER = b"layer bytes " * 100_000  # 1.2 MB: two read chunks
-IMAGE = "quay.io/acme/app@sha256:" + "1" * 64
 
 
 def _sha(data: bytes) -> str:
@@ -66,27 +72,64 @@ def keys(tmp_path: Path) -> Keys:
     return Keys(tmp_path / "trusted")
 
 
+CONFIG = json.dumps({"os": "linux", "architecture": "amd64"}).encode()
+MANIFEST = json.dumps(
+    {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": f"sha256:{hashlib.sha256(CONFIG).hexdigest()}",
+            "size": len(CONFIG),
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                "digest": f"sha256:{hashlib.sha256(LAYER).hexdigest()}",
+                "size": len(LAYER),
+            }
+        ],
+    }
+).encode()
+IMAGE = f"quay.io/acme/app@sha256:{hashlib.sha256(MANIFEST).hexdigest()}"
+AMD64 = Platform("linux", "amd64")
+
+
+def _index() -> bytes:
+    entry: dict[str, str | int] = {"mediaType": "application/vnd.oci.image.manifest.v1+json"}
+    entry |= {"digest": f"sha256:{_sha(MANIFEST)}", "size": len(MANIFEST)}
+    return json.dumps({"schemaVersion": 2, "manifests": [entry]}).encode()
+
+
+def _layout_file(root: Path, name: str, data: bytes) -> dict[str, str | int]:
+    (root / name).write_bytes(data)
+    return {"path": name, "sha256": _sha(data), "sizeBytes": len(data)}
+
+
 def _write_bundle(root: Path, keys: Keys, **changes: object) -> bytes:
-    """A small valid bundle: one manifest blob, one layer blob, oci-layout."""
-    manifest_blob = json.dumps({"layers": [_sha(LAYER)]}).encode()
+    """A small valid bundle: an image (manifest, config, one layer), oci-layout, index.json."""
     blobs = root / "blobs" / "sha256"
     blobs.mkdir(parents=True)
-    (blobs / _sha(manifest_blob)).write_bytes(manifest_blob)
-    (blobs / _sha(LAYER)).write_bytes(LAYER)
-    (root / "oci-layout").write_bytes(b"{}")
+    for blob in (MANIFEST, CONFIG, LAYER):
+        (blobs / _sha(blob)).write_bytes(blob)
+    files = [
+        _layout_file(root, "oci-layout", b'{"imageLayoutVersion": "1.0.0"}'),
+        _layout_file(root, "index.json", _index()),
+    ]
+    size = len(MANIFEST) + len(CONFIG) + len(LAYER)
     doc = {
         "formatVersion": 1,
         "bundleId": "unit",
         "created": "2026-01-01T00:00:00Z",
         "architecture": "amd64",
         "images": [
-            {"name": IMAGE, "manifestDigest": f"sha256:{_sha(manifest_blob)}", "sizeBytes": 1}
+            {"name": IMAGE, "manifestDigest": f"sha256:{_sha(MANIFEST)}", "sizeBytes": size}
         ],
         "blobs": [
-            {"digest": f"sha256:{_sha(manifest_blob)}", "sizeBytes": len(manifest_blob)},
-            {"digest": f"sha256:{_sha(LAYER)}", "sizeBytes": len(LAYER)},
+            {"digest": f"sha256:{_sha(blob)}", "sizeBytes": len(blob)}
+            for blob in (MANIFEST, CONFIG, LAYER)
         ],
-        "files": [{"path": "oci-layout", "sha256": _sha(b"{}"), "sizeBytes": 2}],
+        "files": files,
         "pinnedImageSets": [],
         **changes,
     }
@@ -138,18 +181,18 @@ def test_signed_manifest_reads_and_names_the_key(root: Path, keys: Keys) -> None
     assert (verified.key_name, verified.trusted_comment) == ("factory", "unit bundle")
 
 
-def test_no_trusted_keys_names_the_signing_key(root: Path, keys: Keys) -> None:
+def test_R4_no_trusted_keys_names_the_signing_key(root: Path, keys: Keys) -> None:
     with pytest.raises(UnknownSigningKey, match=keys.public.key_id_hex):
         read_signed_manifest(root, {})
 
 
-def test_signature_is_checked_before_parsing(root: Path, keys: Keys) -> None:
+def test_R5_signature_is_checked_before_parsing(root: Path, keys: Keys) -> None:
     (root / "bundle.json").write_bytes(b"not json at all")
     with pytest.raises(SignatureInvalid):
         read_signed_manifest(root, keys.trusted())
 
 
-def test_missing_signature_and_manifest(root: Path, keys: Keys) -> None:
+def test_R2_missing_signature_and_manifest(root: Path, keys: Keys) -> None:
     (root / "bundle.json.minisig").unlink()
     with pytest.raises(SignatureMissing):
         read_signed_manifest(root, keys.trusted())
@@ -158,7 +201,7 @@ def test_missing_signature_and_manifest(root: Path, keys: Keys) -> None:
         read_signed_manifest(root, keys.trusted())
 
 
-def test_oversized_manifest_and_signature_are_refused(root: Path, keys: Keys) -> None:
+def test_R1_oversized_manifest_and_signature_are_refused(root: Path, keys: Keys) -> None:
     big = root / "bundle.json.minisig"
     with big.open("r+b") as stream:
         stream.truncate(64 * 1024)
@@ -171,7 +214,7 @@ def test_oversized_manifest_and_signature_are_refused(root: Path, keys: Keys) ->
 
 
 @pytest.mark.parametrize("name", ["bundle.json", "bundle.json.minisig"])
-def test_manifest_or_signature_as_symlink_or_fifo(root: Path, keys: Keys, name: str) -> None:
+def test_R1_manifest_or_signature_as_symlink_or_fifo(root: Path, keys: Keys, name: str) -> None:
     (root / name).rename(root.parent / name)
     (root / name).symlink_to(root.parent / name)
     with pytest.raises(BundleUnsafeEntry):
@@ -182,19 +225,37 @@ def test_manifest_or_signature_as_symlink_or_fifo(root: Path, keys: Keys, name: 
         read_signed_manifest(root, keys.trusted())
 
 
-def test_references_to_blobs_and_set_images(tmp_path: Path, keys: Keys) -> None:
-    other = "quay.io/acme/other@sha256:" + "2" * 64
-    sets = [{"persistent": True, "object": {"spec": {"pinnedImages": [{"name": other}]}}}]
-    for changes, problem in [
-        ({"images": [{"name": IMAGE, "manifestDigest": "sha256:" + "3" * 64, "sizeBytes": 1}]},
-         "is not among the blobs"),
-        ({"pinnedImageSets": sets}, "do(es)? not carry"),
-    ]:  # fmt: skip
-        root = tmp_path / problem[:6]
-        root.mkdir()
-        manifest = bundle.parse_manifest(_write_bundle(root, keys, **changes))
-        with pytest.raises(BundleManifestInvalid, match=problem):
-            check_references(manifest)
+def test_R3_legacy_signature_is_refused_for_bundles(root: Path, keys: Keys) -> None:
+    data = (root / "bundle.json").read_bytes()
+    signer = Ed25519PrivateKey.from_private_bytes(keys.secret.seed)
+    legacy = signer.sign(data)
+    lines = [
+        "untrusted comment: legacy",
+        base64.b64encode(b"Ed" + keys.secret.key_id + legacy).decode(),
+        "trusted comment: legacy",
+        base64.b64encode(signer.sign(legacy + b"legacy")).decode(),
+    ]
+    (root / "bundle.json.minisig").write_text("\n".join(lines) + "\n")
+    verified = minisign.verify(data, (root / "bundle.json.minisig").read_text(), keys.trusted())
+    assert not verified.is_prehashed  # a good signature, of the kind minisign -l makes
+    with pytest.raises(SignatureLegacy, match="prehashed"):
+        read_signed_manifest(root, keys.trusted())
+
+
+def test_R25_contents_are_read_checked_against_their_digests(root: Path, keys: Keys) -> None:
+    manifest, _ = read_signed_manifest(root, keys.trusted())
+    check_contents(root, manifest, AMD64)
+    config = root / "blobs" / "sha256" / _sha(CONFIG)
+    config.write_bytes(CONFIG.replace(b"amd64", b"AMD64"))
+    with pytest.raises(BundleDigestMismatch):
+        check_contents(root, manifest, AMD64)
+
+
+def test_R13_signed_bundle_checks_architecture_tree_and_contents(root: Path, keys: Keys) -> None:
+    manifest, _ = read_signed_manifest(root, keys.trusted())
+    check_signed_bundle(root, manifest, AMD64)
+    with pytest.raises(BundleArchitectureMismatch, match="this node is linux/arm64"):
+        check_signed_bundle(root, manifest, Platform("linux", "arm64"))
 
 
 # ---------------------------------------------------------------- the tree
@@ -213,6 +274,25 @@ def test_walk_sees_every_kind_without_following_links(tmp_path: Path) -> None:
         TreeEntry("link", "symlink"),
         TreeEntry("pipe", "other"),
     ]
+
+
+def test_R17_walk_is_lazy_and_never_enters_an_unlisted_directory(root: Path, keys: Keys) -> None:
+    junk = root / "junk"
+    junk.mkdir()
+    for n in range(200):
+        (junk / str(n)).write_bytes(b"")
+    manifest, _ = read_signed_manifest(root, keys.trusted())
+    walked: list[str] = []
+
+    def counted() -> Iterator[TreeEntry]:
+        for entry in walk_tree(root):
+            walked.append(entry.path)
+            yield entry
+
+    with pytest.raises(BundleUnlistedFile, match="directory junk"):
+        bundle.check_tree(counted(), manifest)
+    assert not any(path.startswith("junk/") for path in walked)
+    assert len(walked) <= 5  # the root's entries at most
 
 
 def test_walk_of_a_good_bundle_passes_the_tree_rules(root: Path, keys: Keys) -> None:
@@ -265,6 +345,14 @@ def test_hashing_reader_passes_the_bytes_and_checks_them() -> None:
     _read_all(flipped)
     with pytest.raises(BundleDigestMismatch, match="x does not match its digest"):
         flipped.finish()
+
+
+def test_R25_hashing_refuses_more_bytes_than_listed_as_they_come() -> None:
+    """A file that grows while hashed is refused at the first chunk past its size."""
+    expected = _expected("x", LAYER[:1000])
+    reader = HashingReader(io.BytesIO(LAYER), expected)
+    with pytest.raises(BundleSizeMismatch, match="more than the 1000 bytes"):
+        reader.read(64 * 1024)
 
 
 def test_hash_files_reports_progress_to_the_total(root: Path, keys: Keys) -> None:

@@ -186,8 +186,7 @@ def test_manifest_doc_parses_and_counts_shared_blobs_once() -> None:
     assert len(paths) == 4 + 2  # 2 manifests, the shared config and layer; 2 layout files
     assert manifest.total_size_bytes == 300 * 2 + 10 + 1000 + 2 + len(files["index.json"])
     [item] = manifest.sets
-    assert item.is_persistent is False
-    assert bundle.set_images_missing(manifest) == []
+    assert (item.is_persistent, item.object) == (False, set_object(sets[0]))
     layout = {f.path: f for f in manifest.files}["oci-layout"]
     assert layout.sha256_hex == hashlib.sha256(b"{}").hexdigest()
 
