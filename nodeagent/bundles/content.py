@@ -34,6 +34,7 @@ from nodeagent.bundles.manifest import (
     BundleManifestInvalid,
     BundleSizeMismatch,
     ExpectedFile,
+    count_values,
 )
 from nodeagent.errors import BundleArchitectureMismatch, ImageNotFound
 from nodeagent.registries import (
@@ -48,7 +49,12 @@ from nodeagent.strict import MalformedInput, clip, loads_json
 MAX_DOCUMENT_BYTES: Final = 4 << 20
 """Manifests (distribution's own limit), image configs, ``index.json`` and ``oci-layout``."""
 MAX_DOCUMENT_DEPTH: Final = 32
+MAX_DOCUMENT_VALUES: Final = 100_000
+"""Objects, arrays and commas in one document (``manifest.count_values``): an image of 200
+layers has about 1,500; 4 MiB of ``[],`` would be 1.4 million (130 MiB parsed)."""
 OCI_LAYOUT_VERSION: Final = "1.0.0"
+SCHEMA_VERSION: Final = 2
+"""Of every OCI and Docker schema 2 manifest and index, and of ``index.json``."""
 IMAGE_CONFIG_TYPES: Final = frozenset(
     {"application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json"}
 )
@@ -81,9 +87,12 @@ def read_document(file: ExpectedFile, read: ReadFile, what: str) -> dict[str, An
         raise BundleManifestInvalid(
             f"{what} is {file.size_bytes} bytes; at most {MAX_DOCUMENT_BYTES} are read"
         )
+    data = read(file)
+    if count_values(data) > MAX_DOCUMENT_VALUES:
+        raise BundleManifestInvalid(f"{what} holds more than {MAX_DOCUMENT_VALUES} values")
     try:
         doc = loads_json(
-            read(file), what=what, max_bytes=MAX_DOCUMENT_BYTES, max_depth=MAX_DOCUMENT_DEPTH
+            data, what=what, max_bytes=MAX_DOCUMENT_BYTES, max_depth=MAX_DOCUMENT_DEPTH
         )
     except MalformedInput as exc:
         raise BundleManifestInvalid(str(exc)) from None
@@ -113,6 +122,12 @@ def _list(doc: Mapping[str, Any], key: str, what: str) -> list[Any]:
     return value
 
 
+def _check_schema_version(doc: Mapping[str, Any], what: str) -> None:
+    version = doc.get("schemaVersion")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise BundleManifestInvalid(f"{what}: schemaVersion must be {SCHEMA_VERSION}")
+
+
 def _platform(item: Mapping[str, Any], what: str) -> Platform:
     found = item.get("platform", {})
     if not isinstance(found, dict):
@@ -125,6 +140,7 @@ def _platform(item: Mapping[str, Any], what: str) -> Platform:
 
 def parse_content_manifest(doc: Mapping[str, Any], what: str) -> Manifest:
     """An image manifest or an index, known by its media type or (OCI) its shape."""
+    _check_schema_version(doc, what)
     media_type = doc.get("mediaType")
     if media_type is not None and not isinstance(media_type, str):
         raise BundleManifestInvalid(f"{what}: mediaType must be a string")
@@ -188,6 +204,7 @@ def _check_oci_layout(manifest: BundleManifest, read: ReadFile) -> None:
     if layout.get("imageLayoutVersion") != OCI_LAYOUT_VERSION:
         raise BundleManifestInvalid(f"oci-layout: imageLayoutVersion must be {OCI_LAYOUT_VERSION}")
     index = read_document(files["index.json"], read, "index.json")
+    _check_schema_version(index, "index.json")
     named = set()
     for n, item in enumerate(_list(index, "manifests", "index.json")):
         found = descriptor(item, f"index.json manifests[{n}]")

@@ -57,6 +57,10 @@ MAX_MANIFEST_BYTES: Final = 16 * 1024 * 1024
 """Read at most this much of ``bundle.json`` before its signature is checked."""
 MAX_MANIFEST_DEPTH: Final = 16
 """``bundle.json`` is nested 6 deep (pinnedImageSets[].object.spec.pinnedImages[].name)."""
+MAX_MANIFEST_VALUES: Final = 250_000
+"""Objects, arrays and commas in ``bundle.json``, counted before it is parsed: a bundle of
+1,000 images and 5,000 blobs has about 25,000; 16 MiB of ``[],`` would be 5.6 million
+values and take 500 MiB to parse, 250,000 at most 45 MiB (both measured)."""
 MAX_SIZE_BYTES: Final = (1 << 63) - 1
 """The largest file size a filesystem can report (off_t)."""
 MAX_PATH_CHARS: Final = 1024
@@ -303,7 +307,16 @@ def _sets(doc: Mapping[str, Any], images: Iterable[BundleImage]) -> tuple[Bundle
     return tuple(sets.values())
 
 
+def count_values(data: bytes) -> int:
+    """An upper bound of the values a JSON text holds (commas in strings count too)."""
+    return data.count(b",") + data.count(b"[") + data.count(b"{")
+
+
 def _document(data: bytes) -> Mapping[str, Any]:
+    if count_values(data) > MAX_MANIFEST_VALUES:
+        raise BundleManifestInvalid(
+            f"bundle.json holds more than {MAX_MANIFEST_VALUES} values (objects, arrays, commas)"
+        )
     try:
         doc = loads_json(
             data, what=MANIFEST_NAME, max_bytes=MAX_MANIFEST_BYTES, max_depth=MAX_MANIFEST_DEPTH

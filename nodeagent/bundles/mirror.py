@@ -44,7 +44,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
+from nodeagent.bundles.content import MAX_DOCUMENT_VALUES
+from nodeagent.bundles.manifest import BundleManifest, ExpectedFile, count_values
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import (
     DOCKER_HUB,
@@ -266,13 +267,20 @@ def response_head(status: int, headers: Mapping[str, str]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def manifest_media_type(body: bytes) -> str | None:
-    """The media type of a manifest body, or None when the blob is not a manifest."""
+def _json_object(body: bytes) -> dict[str, object] | None:
+    if count_values(body) > MAX_DOCUMENT_VALUES:
+        return None
     try:
         doc = loads_json(body, what="manifest", max_bytes=len(body), max_depth=MANIFEST_DEPTH)
     except MalformedInput:
         return None
-    if not isinstance(doc, dict):
+    return doc if isinstance(doc, dict) else None
+
+
+def manifest_media_type(body: bytes) -> str | None:
+    """The media type of a manifest body, or None when the blob is not a manifest."""
+    doc = _json_object(body)
+    if doc is None:
         return None
     media_type = doc.get("mediaType")
     if isinstance(media_type, str) and media_type:

@@ -249,7 +249,7 @@ class Draft:
                 data = self.blob(item["digest"])
                 if data is not None:
                     used[item["digest"]] = len(data)
-        except (ValueError, KeyError, TypeError, StopIteration, RecursionError):
+        except (ValueError, KeyError, TypeError, AttributeError, StopIteration, RecursionError):
             pass
         return used
 

@@ -210,6 +210,14 @@ def test_R22_the_image_size_is_the_sum_of_its_blobs() -> None:
     assert (error.reason, "add up to" in error.message) == ("BundleSizeMismatch", True)
 
 
+def v2(**fields: Any) -> bytes:
+    """A manifest body of schema version 2 with ``fields``."""
+    return dumps({"schemaVersion": 2, **fields})
+
+
+A64 = "sha256:" + "a" * 64
+
+
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
@@ -217,23 +225,30 @@ def test_R22_the_image_size_is_the_sum_of_its_blobs() -> None:
         pytest.param(b"[" * 40 + b"]" * 40, "nested 40 deep", id="R23-depth"),
         pytest.param(b'{"schemaVersion": 2, "a": 1, "a": 2}', "duplicate key", id="R23-dup"),
         pytest.param(b"[]", "not a JSON object", id="R23-not-an-object"),
-        pytest.param(b'{"mediaType": "application/vnd.docker.distribution.manifest.v1+json"}',
+        pytest.param(dumps({"schemaVersion": 1, "config": {}, "layers": []}),
+                     "schemaVersion must be 2", id="R23-schema-version"),
+        pytest.param(dumps({"schemaVersion": True, "config": {}, "layers": []}),
+                     "schemaVersion must be 2", id="R23-schema-version-true"),
+        pytest.param(v2(mediaType="application/vnd.docker.distribution.manifest.v1+json"),
                      "neither an image manifest nor an index", id="R23-media-type"),
-        pytest.param(b'{"mediaType": 7}', "mediaType must be a string", id="R23-media-type-kind"),
-        pytest.param(b'{"config": {"digest": "../x", "size": 1}, "layers": []}',
-                     "is not sha256", id="R23-descriptor-digest"),
-        pytest.param(b'{"config": {"digest": "sha256:' + b"a" * 64 + b'", "size": true},'
-                     b' "layers": []}', "size must be", id="R23-descriptor-size"),
-        pytest.param(b'{"config": {}, "layers": {}}', "layers must be a list",
-                     id="R23-layers-list"),
-        pytest.param(b'{"manifests": [{"digest": "sha256:' + b"a" * 64 + b'", "size": 1,'
-                     b' "platform": "linux"}]}', "platform must be an object",
-                     id="R23-platform"),
+        pytest.param(v2(mediaType=7), "mediaType must be a string", id="R23-media-type-kind"),
+        pytest.param(v2(config={"digest": "../x", "size": 1}, layers=[]), "is not sha256",
+                     id="R23-descriptor-digest"),
+        pytest.param(v2(config={"digest": A64, "size": True}, layers=[]), "size must be",
+                     id="R23-descriptor-size"),
+        pytest.param(v2(config={}, layers={}), "layers must be a list", id="R23-layers-list"),
+        pytest.param(v2(manifests=[{"digest": A64, "size": 1, "platform": "linux"}]),
+                     "platform must be an object", id="R23-platform"),
     ],
 )  # fmt: skip
 def test_R23_manifests_are_strict_and_of_known_kinds(body: bytes, needle: str) -> None:
     error = refused(lambda c: c.set_top(body))
     assert (error.reason, needle in error.message) == ("BundleManifestInvalid", True), error
+
+
+def test_R23_documents_of_too_many_values_are_not_parsed() -> None:
+    error = refused(lambda c: c.set_top(b"[" + b"[]," * content.MAX_DOCUMENT_VALUES + b"[]]"))
+    assert (error.reason, "values" in error.message) == ("BundleManifestInvalid", True)
 
 
 def test_R23_documents_over_4_MiB_are_not_read() -> None:

@@ -127,6 +127,8 @@ IMAGE = {"name": REF, "manifestDigest": f"sha256:{HEX_A}", "sizeBytes": 1}
         pytest.param(GOOD.replace(b"{", b'{"x": ' + b"[" * 17 + b"]" * 17 + b",", 1),
                      "BundleManifestInvalid", "nested 18 deep", id="R6-depth"),
         pytest.param(b"[1]", "BundleManifestInvalid", "object", id="R6-not-an-object"),
+        pytest.param(GOOD.replace(b"{", b'{"x": [' + b"[]," * 250_000 + b"[]],", 1),
+                     "BundleManifestInvalid", "more than 250000 values", id="R6-values"),
     ],
 )  # fmt: skip
 def test_strict_json(data: bytes, reason: str, needle: str) -> None:
