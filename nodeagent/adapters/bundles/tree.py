@@ -25,13 +25,14 @@ followed. ``HashingReader`` hashes what passes through it, so a reader that serv
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import io
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -202,12 +203,13 @@ def read_signed_manifest(
 
 
 # ---------------------------------------------------------------- 2. the tree
-def walk_tree(root: Path) -> Iterator[TreeEntry]:
+def walk_tree(root: Path) -> Generator[TreeEntry, None, None]:
     """Every entry under ``root`` as lstat sees it, paths relative and ``/``-separated.
 
     Yielded one at a time, a directory's entries before its subdirectories' (no order
     within a directory): the caller refuses an entry before the walk goes on, so an
-    unlisted directory is never entered.
+    unlisted directory is never entered. Close it when stopping early (its directory is
+    open meanwhile).
     """
     pending = [""]
     while pending:
@@ -234,7 +236,8 @@ def check_contents(root: Path, manifest: BundleManifest, platform: Platform) -> 
 def check_signed_bundle(root: Path, manifest: BundleManifest, platform: Platform) -> None:
     """After the signature: the architecture, the tree, the images (no blob hashed)."""
     content.check_architecture(manifest, platform)
-    bundle.check_tree(walk_tree(root), manifest)
+    with contextlib.closing(walk_tree(root)) as entries:
+        bundle.check_tree(entries, manifest)
     check_contents(root, manifest, platform)
 
 
