@@ -286,12 +286,13 @@ class FakeMounter:
 
     def __init__(self, errors: Mapping[str, NodeAgentError] | None = None) -> None:
         self.errors = dict(errors or {})
+        """Per device, the error its next mount raises (once)."""
         self.mounted: list[FakeMedium] = []
         self.calls: list[tuple[str, str, Path]] = []
 
     def __call__(self, devnode: str, fs_type: str, target_dir: Path) -> FakeMedium:
         self.calls.append((devnode, fs_type, target_dir))
-        error = self.errors.get(devnode)
+        error = self.errors.pop(devnode, None)
         if error is not None:
             raise error
         medium = FakeMedium(target_dir)
@@ -305,12 +306,15 @@ class QueueSource:
     def __init__(self, existing: Sequence[MediaEvent] = ()) -> None:
         self._existing = list(existing)
         self._queue: asyncio.Queue[MediaEvent | None] = asyncio.Queue()
+        self.handled = 0
+        """Events fed that the consumer has finished handling (it asked for the next)."""
 
     def existing(self) -> list[MediaEvent]:
         return list(self._existing)
 
-    def feed(self, event: MediaEvent) -> None:
-        self._queue.put_nowait(event)
+    def feed(self, *events: MediaEvent) -> None:
+        for event in events:
+            self._queue.put_nowait(event)
 
     def close(self) -> None:
         self._queue.put_nowait(None)
@@ -321,6 +325,7 @@ class QueueSource:
     async def _events(self) -> AsyncIterator[MediaEvent]:
         while (event := await self._queue.get()) is not None:
             yield event
+            self.handled += 1
 
 
 @dataclass
