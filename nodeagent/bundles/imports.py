@@ -110,20 +110,27 @@ class MediaImports:
     def on_event(self, event: MediaEvent) -> None:
         if event.kind is MediaKind.ARRIVED:
             self.present.add(event.devnode)
-            if event.devnode not in self.tasks:
+            running = self.tasks.get(event.devnode)
+            # A removal just cancelled the device's import, which is still giving up (removing
+            # its mirror): the medium in the device now (swapped, plugged in again) is new.
+            if running is None or running.done() or running.cancelling():
                 task = self.spawn(
                     f"import {event.devnode}",
                     self._import(event),
                     on_error=lambda reason, message: self._failed(event, reason, message),
                 )
                 self.tasks[event.devnode] = task
-                task.add_done_callback(lambda _t: self.tasks.pop(event.devnode, None))
+                task.add_done_callback(lambda done: self._forget(event.devnode, done))
             return
         self.present.discard(event.devnode)
         log.info("bundle_media_removed", device=event.devnode, label=event.label)
         running = self.tasks.get(event.devnode)
         if running is not None:
             running.cancel()
+
+    def _forget(self, devnode: str, done: asyncio.Task[None]) -> None:
+        if self.tasks.get(devnode) is done:  # not the import of a medium that came after
+            del self.tasks[devnode]
 
     async def _import(self, event: MediaEvent) -> None:
         async with self.lock:
