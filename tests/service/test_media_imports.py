@@ -270,3 +270,45 @@ async def test_media_present_at_start_are_imported(tmp_path: Path) -> None:
         assert rig.source.handled == 0
     finally:
         await rig.stop()
+
+
+async def test_medium_swapped_during_an_import_is_imported(rig: Rig) -> None:
+    """udev's tracker reports a re-formatted or swapped medium as a removal then an arrival,
+    back to back: the new medium must be imported once the old import has given up."""
+    await rig.fed(arrived(uuid="1234-ABCD"))
+    await until(lambda: len(rig.importers) == 1 and len(rig.importer.calls) == 1)
+
+    await rig.fed(removed(), arrived(uuid="9999-0000"))
+    await until(lambda: len(rig.importer.calls) == 2)
+    rig.importer.release.set()
+    await rig.idle()
+
+    assert rig.importer.outcomes() == ["cancelled", "returned"]
+    assert [call.root.name for call in rig.importer.calls] == [
+        "NODEAGENT-1234-ABCD",
+        "NODEAGENT-9999-0000",
+    ]
+    assert [r.state for r in rig.reports] == ["interrupted"]
+    assert rig.imported == 1
+    assert rig.media.tasks == {}
+
+
+async def test_plugged_in_again_while_the_interrupted_import_unwinds_is_imported(rig: Rig) -> None:
+    """The real importer removes its mirror (a runtime reload, seconds) before it gives up."""
+    await rig.fed(arrived())
+    await until(lambda: len(rig.importers) == 1 and len(rig.importer.calls) == 1)
+    rig.importer.cleanup.clear()
+
+    await rig.fed(removed())
+    await until(lambda: rig.importer.outcomes() == ["cancelled"])
+    await rig.fed(arrived())
+    rig.importer.cleanup.set()
+    await until(lambda: len(rig.importer.calls) == 2)
+    rig.importer.release.set()
+    await rig.idle()
+
+    assert rig.importer.outcomes() == ["cancelled", "returned"]
+    assert rig.importer.calls[1].was_present is True
+    assert len(rig.mounter.calls) == 2
+    assert rig.mounter.mounted[0].unmounts == [True]
+    assert rig.imported == 1
