@@ -55,18 +55,29 @@ class MemoryStore:
         self.docs: dict[str, dict[str, Any]] = {
             k: copy.deepcopy(v) for k, v in (docs or {}).items()
         }
-        self.saves: list[str] = []
+        self.saves: list[tuple[str, dict[str, Any]]] = []
+        """Every document saved, in order (a copy)."""
 
     def load(self, name: str) -> dict[str, Any] | None:
         doc = self.docs.get(name)
         return None if doc is None else copy.deepcopy(doc)
 
     def save(self, name: str, obj: dict[str, Any]) -> bool:
-        self.saves.append(name)
         text = json.dumps(obj, sort_keys=True)  # what the real store could not write fails here
+        self.saves.append((name, json.loads(text)))
         is_changed = name not in self.docs or json.dumps(self.docs[name], sort_keys=True) != text
         self.docs[name] = json.loads(text)
         return is_changed
+
+
+class RecordingLine:
+    """``ports.StatusLine``: every ``STATUS=`` line, in order."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def status(self, text: str) -> None:
+        self.lines.append(text)
 
 
 class FixedSpace:

@@ -10,7 +10,8 @@ retries, backoff, boot grace and resync interval are seen as exact numbers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -27,6 +28,7 @@ from nodeagent.errors import (
 from nodeagent.pins import ConfigFile, PinService, render_dropin
 from nodeagent.prepull import PrePuller, PullPolicy
 from nodeagent.references import parse_image_ref
+from nodeagent.reporting import Reporter
 from nodeagent.specs import PinnedImageSet, SpecLoad
 from nodeagent.status import NodeStatus, SetStatus
 from nodeagent.sync import Reconciler, SyncSchedule
@@ -36,6 +38,7 @@ from tests.service.fakes_extra import (
     FlakyCrio,
     LoopClock,
     MemoryStore,
+    RecordingLine,
     RecordingReport,
     until,
 )
@@ -531,3 +534,55 @@ async def test_request_during_a_sync_is_not_lost() -> None:
 
     assert node.loop.kicked == [True, False]
     assert [t for kind, t in node.report.events if kind == "started"] == [0, 0, 600]
+
+
+# ---------------------------------------------------------------- with the real Reporter
+def reasons(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """The reasons of a status document's Ready and Degraded conditions."""
+    by_type = {c["type"]: c["reason"] for c in doc["conditions"]}
+    return by_type["Ready"], by_type["Degraded"]
+
+
+@pytest.mark.parametrize(
+    ("break_it", "reason"),
+    [
+        pytest.param(
+            lambda node: node.crio.version_script.append(unreachable()),
+            "RuntimeUnreachable",
+            id="runtime-down",
+        ),
+        pytest.param(
+            lambda node: setattr(node.reloader, "failures", 1),
+            "RuntimeReloadFailed",
+            id="reload-failed",
+        ),
+        pytest.param(
+            lambda node: node.crio.version_script.append(
+                RuntimeCallFailed("Version: rpc error: code = Internal")
+            ),
+            "RuntimeCallFailed",
+            id="runtime-refused",
+        ),
+    ],
+)
+async def test_sync_that_could_not_run_is_published_with_its_own_reason(
+    break_it: Callable[[Node], None], reason: str
+) -> None:
+    node = Node(image_set("apps", A), loop=LoopClock(park_after=2))
+    line = RecordingLine()
+    status_store = MemoryStore()
+    node.reconciler.report = Reporter(line=line, store=status_store)
+    break_it(node)
+
+    await node.run_until_parked()
+
+    published = [doc for name, doc in status_store.saves if name == "status"]
+    failed = [doc for doc in published if "lastError" in doc]
+    assert len(failed) == 1
+    assert reasons(failed[0]) == (reason, reason)
+    assert failed[0]["lastError"].startswith(f"{reason}: ")
+    assert reasons(published[-1]) == ("AllPinned", "AsExpected")
+    assert [text for text in line.lines if text.endswith(")")] == [
+        next(text for text in line.lines if text.endswith(f" ({reason})"))
+    ]
+    assert line.lines[-1] == "pinned 1/1 images"
