@@ -138,7 +138,7 @@ class MediaImports:
             log.info(
                 "bundle_media_detected", device=event.devnode, label=event.label, fs=event.fs_type
             )
-            mounted = await asyncio.to_thread(self.mount, event.devnode, event.fs_type, target)
+            mounted = await self._mount(event, target)
             self.roots[mounted.target] = event.devnode
             try:
                 report = await self.importer.import_bundle(mounted.target, source=event.devnode)
@@ -151,6 +151,23 @@ class MediaImports:
                     await asyncio.to_thread(mounted.unmount, lazy=True)
             if report.state == "imported":
                 self.on_imported()
+
+    async def _mount(self, event: MediaEvent, target: Path) -> MountedMedium:
+        """Mount in a thread; cancelled meanwhile, undo the mount the thread still makes.
+
+        A mount left behind would make the next plug-in of the medium fail (the mount
+        point is in use).
+        """
+        mounting = asyncio.ensure_future(
+            asyncio.to_thread(self.mount, event.devnode, event.fs_type, target)
+        )
+        try:
+            return await asyncio.shield(mounting)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                late = await mounting
+                await asyncio.to_thread(late.unmount, lazy=True)
+            raise
 
     def _interrupted(self, event: MediaEvent) -> None:
         gone = BundleMediaRemoved(
