@@ -12,6 +12,7 @@ import asyncio
 import copy
 import hashlib
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,9 +301,14 @@ class FakeMounter:
         """Per device, the error its next mount raises (once)."""
         self.mounted: list[FakeMedium] = []
         self.calls: list[tuple[str, str, Path]] = []
+        self.gate = threading.Event()
+        """Mounts (in their thread) wait for it: clear it to hold them, as a slow stick does."""
+        self.gate.set()
 
     def __call__(self, devnode: str, fs_type: str, target_dir: Path) -> FakeMedium:
         self.calls.append((devnode, fs_type, target_dir))
+        if not self.gate.wait(timeout=10):
+            raise AssertionError("the test never let the mount finish")
         error = self.errors.pop(devnode, None)
         if error is not None:
             raise error

@@ -312,3 +312,22 @@ async def test_plugged_in_again_while_the_interrupted_import_unwinds_is_imported
     assert len(rig.mounter.calls) == 2
     assert rig.mounter.mounted[0].unmounts == [True]
     assert rig.imported == 1
+
+
+async def test_medium_removed_while_it_is_being_mounted_is_unmounted(rig: Rig) -> None:
+    """mount(2) runs in a thread that a cancellation cannot stop: left mounted, the mount
+    point would refuse the next plug-in of the same stick."""
+    rig.mounter.gate.clear()
+    try:
+        await rig.fed(arrived())
+        await until(lambda: len(rig.mounter.calls) == 1)
+
+        await rig.fed(removed())
+    finally:
+        rig.mounter.gate.set()
+    await rig.idle()
+    await until(lambda: len(rig.mounter.mounted) == 1)
+
+    await until(lambda: rig.mounter.mounted[0].unmounts == [True])
+    assert rig.importers == []
+    assert rig.imported == 0
