@@ -28,7 +28,9 @@ from nodeagent.disk import DiskPolicy
 from nodeagent.errors import NodeAgentError, RuntimeCallFailed, RuntimeReloadFailed
 from nodeagent.prepull import PrePuller, PullPolicy
 from nodeagent.status import BundleReport
-from tests.service.fakes_extra import (
+from tests.fakes.clock import VirtualClock, run_inline
+from tests.fakes.crio import FakeCrio, MemoryDropins
+from tests.fakes.ports import (
     FakeMirror,
     FakeServer,
     FakeVerified,
@@ -36,7 +38,7 @@ from tests.service.fakes_extra import (
     MemorySpecs,
     MemoryStore,
 )
-from tests.unit.fakes import FakeCrio, MemoryDropins, RecordingReloader, VirtualClock, run_inline
+from tests.fakes.reloader import RecordingReloader
 
 MIB = 1024**2
 GIB = 1024**3

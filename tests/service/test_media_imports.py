@@ -21,7 +21,7 @@ from nodeagent.bundles.media import MediaEvent, MediaKind, mount_dir_name
 from nodeagent.daemon.supervisor import Supervisor
 from nodeagent.errors import MediaMountFailed
 from nodeagent.status import BundleReport, BundleState
-from tests.service.fakes_extra import FakeMounter, QueueSource, ScriptedImporter, until
+from tests.fakes.ports import FakeMounter, QueueSource, ScriptedImporter, until
 
 if TYPE_CHECKING:
     from nodeagent.bundles.importer import Importer

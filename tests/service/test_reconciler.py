@@ -27,12 +27,14 @@ from nodeagent.errors import (
 )
 from nodeagent.pins import ConfigFile, PinService, render_dropin
 from nodeagent.prepull import PrePuller, PullPolicy
-from nodeagent.references import parse_image_ref
+from nodeagent.references import parse_pinned_image_ref
 from nodeagent.reporting import Reporter
 from nodeagent.specs import PinnedImageSet, SpecLoad
 from nodeagent.status import NodeStatus, SetStatus
 from nodeagent.sync import Reconciler, SyncSchedule
-from tests.service.fakes_extra import (
+from tests.fakes.clock import VirtualClock, run_inline
+from tests.fakes.crio import MemoryDropins, crio_config
+from tests.fakes.ports import (
     FakeManifests,
     FixedSpace,
     FlakyCrio,
@@ -42,7 +44,7 @@ from tests.service.fakes_extra import (
     RecordingReport,
     until,
 )
-from tests.unit.fakes import MemoryDropins, RecordingReloader, VirtualClock, crio_config, run_inline
+from tests.fakes.reloader import RecordingReloader
 
 GIB = 1024**3
 MIB = 1024**2
@@ -58,7 +60,7 @@ def image_set(
 ) -> PinnedImageSet:
     return PinnedImageSet(
         name=name,
-        images=tuple(parse_image_ref(ref) for ref in refs),
+        images=tuple(parse_pinned_image_ref(ref) for ref in refs),
         generation=generation,
         source=f"/etc/nodeagent/pinnedimagesets/{name}.yaml",
         is_persistent=is_persistent,

@@ -29,8 +29,8 @@ from nodeagent.errors import (
     NodeAgentError,
     RuntimeUnreachable,
 )
-from tests.service.fakes_extra import until
-from tests.unit.fakes import VirtualClock
+from tests.fakes.clock import VirtualClock
+from tests.fakes.ports import until
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""In-memory ports the service tests need besides tests/unit/fakes.py.
+"""In-memory ports the service tests need besides the peers' fakes (crio, clock, reloader).
 
 The sync loop's virtual time (``LoopClock``), a runtime whose ``version`` fails on cue, a
 state store, a space probe, registry manifests, a recording ``SyncReport``; for bundles a
@@ -24,7 +24,7 @@ from nodeagent.disk import ImageLayers
 from nodeagent.errors import ImageNotFound, NodeAgentError
 from nodeagent.ports import FilesystemSpace, RegistryCredentials, RuntimeVersion
 from nodeagent.status import BundleReport, BundleState, NodeStatus
-from tests.unit.fakes import FakeCrio
+from tests.fakes.crio import FakeCrio
 
 
 # ---------------------------------------------------------------- runtime and state
