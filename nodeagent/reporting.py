@@ -151,7 +151,7 @@ class Reporter:
         sets = last.sets if last else ()
         status = NodeStatus(
             sets=sets,
-            conditions=conditions_for(sets, 0, error.message),
+            conditions=conditions_for(sets, 0, error.message, error.reason),
             runtime=last.runtime if last else None,
             last_error=str(error),
         )

@@ -218,13 +218,20 @@ def truncate_error(text: str) -> str:
 
 
 def conditions_for(
-    sets: Sequence[SetStatus], problems: int, runtime_error: str | None
+    sets: Sequence[SetStatus],
+    problems: int,
+    runtime_error: str | None,
+    error_reason: str = "RuntimeUnreachable",
 ) -> tuple[Condition, ...]:
-    """Ready / Progressing / Degraded from the per-set states."""
+    """Ready / Progressing / Degraded from the per-set states.
+
+    ``runtime_error`` is the message of a sync that could not run, ``error_reason`` its
+    reason code.
+    """
     progressing = [s.name for s in sets if s.state == "Progressing"]
     bad = [s for s in sets if s.state in ("Degraded", "Refused")]
     if runtime_error is not None:
-        degraded = Condition("Degraded", True, "RuntimeUnreachable", runtime_error)
+        degraded = Condition("Degraded", True, error_reason, runtime_error)
     elif bad:
         first = bad[0]
         degraded = Condition(

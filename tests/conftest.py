@@ -32,18 +32,62 @@ TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "service", "integration", "e2e")
 """tests/ folders, cheapest first: a broken unit test fails ``make test`` in seconds."""
 
+SLOW_FIXTURE_TIMEOUTS_S = {
+    "kube": 120,  # starts etcd and kube-apiserver: 3 s here, far more on a loaded machine
+    "big_images": 240,  # generates (first run: ~200 MB of gzip'ed layers) and pushes 6 images
+    "rpms": 600,  # builds the RPMs (%check runs the unit tests; a cold wheelhouse downloads)
+    "node": 600,  # unpacks the nspawn root, installs the RPMs, boots systemd, waits for units
+}
+"""Session fixtures whose setup the first test that uses them pays for: its time limit.
+
+pytest-timeout counts fixtures (``timeout_func_only = false`` in pyproject.toml): a peer
+that hangs while it starts or stops fails the test with a traceback instead of hanging
+``make test``. A test marked with a longer limit keeps its own.
+"""
+
+
+def _tier(item: pytest.Item) -> int:
+    top = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
+    return TIERS.index(top) if top in TIERS else len(TIERS)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the tiers in ``TIERS`` order (``testpaths`` is just tests/, collected by name).
+    """Run the tiers in ``TIERS`` order (``testpaths`` is just tests/, collected by name);
+    give the tests that may start a slow session fixture that fixture's time limit.
 
     The sort is stable, so each module's tests stay together and in file order.
     """
+    items.sort(key=_tier)
+    for item in items:
+        used = getattr(item, "fixturenames", ())
+        limit = max((SLOW_FIXTURE_TIMEOUTS_S.get(name, 0) for name in used), default=0)
+        mark = item.get_closest_marker("timeout")
+        marked = (mark.args or (mark.kwargs.get("timeout", 0),))[0] if mark else 0
+        if limit > marked:
+            item.add_marker(pytest.mark.timeout(limit), append=False)
 
-    def tier(item: pytest.Item) -> int:
-        top = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
-        return TIERS.index(top) if top in TIERS else len(TIERS)
 
-    items.sort(key=tier)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build what the collected tests' peers need before the first test, outside its limit.
+
+    On a fresh machine that is minutes of work (Debian packages, go builds of CRI-O and
+    kube-apiserver, the nspawn root); ``make test`` did it already (``make testenv``), and
+    then this only looks at the caches. Unit and service tests need none of it, nor does
+    ``--collect-only`` (tests/unit/test_collection.py).
+    """
+    tiers = {TIERS[_tier(item)] for item in session.items if _tier(item) < len(TIERS)}
+    if session.config.option.collectonly or not tiers & {"integration", "e2e"}:
+        return
+    from tests.testenv.__main__ import missing, prepare
+
+    nspawn_root = "e2e" in tiers
+    todo = missing(nspawn_root=nspawn_root)
+    if not todo:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    say = print if reporter is None else reporter.write_line
+    say(f"testenv: preparing {', '.join(todo)} before the first test (once, then cached)")
+    prepare(nspawn_root=nspawn_root, say=say)
 
 
 @pytest.fixture(scope="session")

@@ -110,14 +110,17 @@ class MediaImports:
     def on_event(self, event: MediaEvent) -> None:
         if event.kind is MediaKind.ARRIVED:
             self.present.add(event.devnode)
-            if event.devnode not in self.tasks:
+            running = self.tasks.get(event.devnode)
+            # A removal just cancelled the device's import, which is still giving up (removing
+            # its mirror): the medium in the device now (swapped, plugged in again) is new.
+            if running is None or running.done() or running.cancelling():
                 task = self.spawn(
                     f"import {event.devnode}",
                     self._import(event),
                     on_error=lambda reason, message: self._failed(event, reason, message),
                 )
                 self.tasks[event.devnode] = task
-                task.add_done_callback(lambda _t: self.tasks.pop(event.devnode, None))
+                task.add_done_callback(lambda done: self._forget(event.devnode, done))
             return
         self.present.discard(event.devnode)
         log.info("bundle_media_removed", device=event.devnode, label=event.label)
@@ -125,13 +128,17 @@ class MediaImports:
         if running is not None:
             running.cancel()
 
+    def _forget(self, devnode: str, done: asyncio.Task[None]) -> None:
+        if self.tasks.get(devnode) is done:  # not the import of a medium that came after
+            del self.tasks[devnode]
+
     async def _import(self, event: MediaEvent) -> None:
         async with self.lock:
             target = self.media_dir / mount_dir_name(event)
             log.info(
                 "bundle_media_detected", device=event.devnode, label=event.label, fs=event.fs_type
             )
-            mounted = await asyncio.to_thread(self.mount, event.devnode, event.fs_type, target)
+            mounted = await self._mount(event, target)
             self.roots[mounted.target] = event.devnode
             try:
                 report = await self.importer.import_bundle(mounted.target, source=event.devnode)
@@ -144,6 +151,23 @@ class MediaImports:
                     await asyncio.to_thread(mounted.unmount, lazy=True)
             if report.state == "imported":
                 self.on_imported()
+
+    async def _mount(self, event: MediaEvent, target: Path) -> MountedMedium:
+        """Mount in a thread; cancelled meanwhile, undo the mount the thread still makes.
+
+        A mount left behind would make the next plug-in of the medium fail (the mount
+        point is in use).
+        """
+        mounting = asyncio.ensure_future(
+            asyncio.to_thread(self.mount, event.devnode, event.fs_type, target)
+        )
+        try:
+            return await asyncio.shield(mounting)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                late = await mounting
+                await asyncio.to_thread(late.unmount, lazy=True)
+            raise
 
     def _interrupted(self, event: MediaEvent) -> None:
         gone = BundleMediaRemoved(

@@ -3,10 +3,14 @@
 ``FakeCrio`` implements ``nodeagent.ports.ImageRuntime`` and simulates CRI-O's
 pinning: an image is pinned when one of its names matches (``pins.pattern_matches``)
 a pattern of the ``[crio.image] pinned_images`` that the runtime last loaded,
-the last file in CRI-O's reading order that sets the key winning. It loads its
-files when it starts and on ``reload`` (SIGHUP), never on a mere write. This is
-allowed because tests/integration/adapters/cri/test_client.py makes the same pin and reload
-assertions against a real CRI-O.
+the last file in CRI-O's reading order that sets the key winning (``MemoryConfDir``
+reads a drop-in directory in that order). It loads its files when it starts and on
+``reload`` (SIGHUP), never on a mere write. Its store keeps one image per digest, under
+every name it was pulled by, and refuses references with an upper-case repository.
+
+tests/service/crio_pins_contract.py holds what it claims; the same assertions run against
+it (tests/service/test_crio_pins.py) and against a real CRI-O
+(tests/integration/adapters/cri/test_crio_pins.py).
 """
 
 from __future__ import annotations
@@ -15,15 +19,34 @@ import tomllib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from nodeagent.errors import RuntimeCallFailed
 from nodeagent.pins import ConfigFile, pattern_matches
 from nodeagent.ports import FilesystemUsage, RegistryCredentials, RuntimeVersion, StoredImage
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+IMAGES_DIR = "/var/lib/containers/storage/overlay-images"
+"""ImageFsInfo's mountpoint: ``<graphroot>/<driver>-images`` of a default CRI-O."""
+DIR_BYTES, IMAGE_METADATA_BYTES, IMAGE_METADATA_INODES = 4096, 6 * 1024, 4
+"""The metadata directory's usage: itself and, per image, its directory, manifest, config
+and signatures (about what a real CRI-O reports; the layers live elsewhere)."""
 
 
 def crio_config(patterns: Sequence[str]) -> str:
     quoted = ", ".join(f'"{p}"' for p in patterns)
     return f"[crio.image]\npinned_images = [{quoted}]\n"
+
+
+class MemoryConfDir:
+    """CRI-O's drop-in directory (``crio.conf.d``) in memory: its files by name.
+
+    CRI-O reads them with Go's ``filepath.Walk``: in bytewise order of their names.
+    """
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def texts_in_crio_order(self) -> list[str]:
+        return [self.files[name] for name in sorted(self.files, key=str.encode)]
 
 
 class MemoryDropins:
@@ -63,6 +86,20 @@ class _Image:
 
 
 PullHandler = Callable[[str], Awaitable[None]]
+
+
+def _refuse_upper_case(ref: str) -> None:
+    """CRI-O parses references first: upper case is allowed in the host and tag only."""
+    if "/" not in ref and "@" not in ref and ":" not in ref:
+        return  # an image ID
+    name = ref.partition("@")[0]
+    first, slash, rest = name.partition("/")
+    is_host = bool(slash) and ("." in first or ":" in first or first == "localhost")
+    path = rest if is_host else name
+    last = path.rpartition("/")[2]
+    repository = path.rpartition(":")[0] if ":" in last else path
+    if repository != repository.lower():
+        raise RuntimeCallFailed(f"cannot parse input: {ref!r}: repository name must be lowercase")
 
 
 class FakeCrio:
@@ -137,13 +174,23 @@ class FakeCrio:
         )
 
     def _stored(self, image: _Image) -> StoredImage:
-        digests = tuple(n for n in image.names if "@" in n)
-        tags = tuple(n for n in image.names if "@" not in n)
+        digests = tuple(sorted(n for n in image.names if "@" in n))
+        tags = tuple(sorted(n for n in image.names if "@" not in n))
         return StoredImage(image.id, tags, digests, image.size_bytes, self._is_pinned(image))
 
     def _find(self, ref: str) -> _Image | None:
+        """The image with this ID or name (names compare exactly, as in containers-storage)."""
+        _refuse_upper_case(ref)
         for image in self.images.values():
-            if image.id == ref or ref.lower() in (n.lower() for n in image.names):
+            if image.id == ref or ref in image.names:
+                return image
+        return None
+
+    def _same_digest(self, ref: str) -> _Image | None:
+        """An image stored under another name with the digest ``ref`` names."""
+        digest = ref.partition("@")[2]
+        for image in self.images.values():
+            if digest and any(n.partition("@")[2] == digest for n in image.names):
                 return image
         return None
 
@@ -181,13 +228,21 @@ class FakeCrio:
         finally:
             self.inflight -= 1
         found = self._find(ref)
+        if found is None and (found := self._same_digest(ref)) is not None:
+            found.names = (*found.names, ref)  # one image, one more name
         return found.id if found is not None else self.store(ref)
 
     async def remove_image(self, ref: str) -> None:
+        """By ID: the image. By name: that name, and the image with its last name."""
         found = self._find(ref)
-        if found is not None:
+        if found is None:
+            return
+        found.names = () if ref == found.id else tuple(n for n in found.names if n != ref)
+        if not found.names:
             del self.images[found.id]
 
     async def image_fs_info(self) -> list[FilesystemUsage]:
-        used = sum(image.size_bytes for image in self.images.values())
-        return [FilesystemUsage("/var/lib/containers/storage/overlay-images", used, 0)]
+        """Like CRI-O: the usage of the images' metadata directory, not of their layers."""
+        count = len(self.images)
+        used = DIR_BYTES + IMAGE_METADATA_BYTES * count
+        return [FilesystemUsage(IMAGES_DIR, used, 1 + IMAGE_METADATA_INODES * count)]

@@ -26,7 +26,7 @@ def collected_files() -> set[Path]:
         text=True,
         check=False,
         cwd=REPO,
-        timeout=120,
+        timeout=50,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     node_ids = [line for line in result.stdout.splitlines() if "::" in line]

@@ -25,10 +25,13 @@ from pathlib import Path
 
 import pytest
 
+import nodeagent
+
 pytest.importorskip("importlinter")
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "nodeagent"
+PACKAGE = Path(nodeagent.__file__).resolve().parent
+"""The package under test: the source tree, or the installed copy in the RPM's %check."""
 CONFIG = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
 CONTRACTS: dict[str, str] = {c["id"]: c["name"] for c in CONFIG["contracts"]}
 LAYERS = next(c for c in CONFIG["contracts"] if c["id"] == "layers")
@@ -255,7 +258,9 @@ def test_used_submodules_finds_every_spelling(source: str, used: set[str]) -> No
 def test_io_submodules_only_where_allowed() -> None:
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(
+            ".__init__"
+        )
         for submodule in used_submodules(path.read_text()):
             allowed = SUBMODULE_RULES[submodule]
             if not any(module == a or module.startswith(f"{a}.") for a in allowed):

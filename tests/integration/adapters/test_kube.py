@@ -44,7 +44,8 @@ from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import apply, install_deploy, pinned_image_set
 from tests.testenv.waiting import WaitTimeout, wait_for_async
 
-pytestmark = pytest.mark.integration
+# The first test starts this module's own etcd and kube-apiserver (``expiring``).
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 SETS = "pinnedimagesets"
 SETS_PATH = "/apis/machineconfiguration.openshift.io/v1/pinnedimagesets"

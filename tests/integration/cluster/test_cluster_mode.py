@@ -267,6 +267,7 @@ def test_a_node_cannot_write_another_nodes_status(cluster: KubeCluster) -> None:
     assert nis_b is not None and "status" not in nis_b
 
 
+@pytest.mark.timeout(240)  # 35 s here: waits out the daemon's retries while the API is down
 async def test_api_server_down_mid_sync_pins_converge_and_status_catches_up(
     cluster: KubeCluster, fresh_crio: Crio, pushed: Pushed, tmp_path: Path
 ) -> None:

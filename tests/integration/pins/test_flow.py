@@ -7,6 +7,8 @@ import time
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
 from tests.testenv.agent import Agent, pinned_image_set_yaml, set_state, set_status
@@ -114,6 +116,7 @@ async def test_tag_reference_rejected_while_valid_set_proceeds(
     assert "spec_rejected" in agent.log_text()
 
 
+@pytest.mark.timeout(150)  # 21 s here: the pull retries with their backoff, then fails
 async def test_unreachable_image_fails_alone_after_retries(
     fresh_crio: Crio, pushed: Pushed, tmp_path: Path
 ) -> None:

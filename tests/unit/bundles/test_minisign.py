@@ -1,7 +1,7 @@
 """Unit tests of the minisign module, against vectors made by Debian's minisign 0.11.
 
 The GOLDEN_* texts were written by `minisign -G -W`, `minisign -S` and `minisign -S -l`
-(see tests/integration/test_minisign_interop.py for the same checks against the live binary).
+(see tests/integration/bundles/test_minisign.py for the same checks against the live binary).
 """
 
 from __future__ import annotations

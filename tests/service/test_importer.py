@@ -1,0 +1,341 @@
+"""The bundle Importer over fake ports: its steps, reports and what it leaves behind.
+
+Real: the importer, the manifest parser, disk admission's arithmetic and the pre-puller
+(virtual time). Fake: verification (a parsed manifest, as if its signature and tree were
+checked), the runtime (``FakeCrio``), the loopback server, the registries.conf mirror
+drop-in, the reloader, free space, the spec directories and the state directory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nodeagent.bundles.importer import Importer, ImporterPorts
+from nodeagent.bundles.manifest import (
+    BundleDigestMismatch,
+    BundleError,
+    BundleManifest,
+    ExpectedFile,
+    parse_manifest,
+)
+from nodeagent.disk import DiskPolicy
+from nodeagent.errors import NodeAgentError, RuntimeCallFailed, RuntimeReloadFailed
+from nodeagent.prepull import PrePuller, PullPolicy
+from nodeagent.status import BundleReport
+from tests.fakes.clock import VirtualClock, run_inline
+from tests.fakes.crio import FakeCrio, MemoryDropins
+from tests.fakes.ports import (
+    FakeMirror,
+    FakeServer,
+    FakeVerified,
+    FixedSpace,
+    MemorySpecs,
+    MemoryStore,
+)
+from tests.fakes.reloader import RecordingReloader
+
+MIB = 1024**2
+GIB = 1024**3
+BUNDLE_ID = "line-3.2026-11-22"
+ROOT = Path("/run/nodeagent/media/NODEAGENT-1234")
+APP = "quay.io/acme/app@sha256:" + "1" * 64
+DB = "registry.example.com:5000/acme/db@sha256:" + "2" * 64
+BLOB_BYTES = {"1": 4000, "2": 3000, "3": 300 * MIB, "4": 200 * MIB}
+"""Blob digest (one hex digit repeated) -> size: the two image manifests and one layer each."""
+TOTAL = sum(BLOB_BYTES.values())
+
+
+def set_object(name: str, ref: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "PinnedImageSet",
+        "metadata": {"name": name},
+        "spec": {"pinnedImages": [{"name": ref}]},
+    }
+
+
+def manifest() -> BundleManifest:
+    doc = {
+        "formatVersion": 1,
+        "bundleId": BUNDLE_ID,
+        "created": "2026-11-22T09:30:00Z",
+        "architecture": "amd64",
+        "layout": "oci",
+        "images": [
+            {"name": APP, "manifestDigest": "sha256:" + "1" * 64, "sizeBytes": 300 * MIB + 4000},
+            {"name": DB, "manifestDigest": "sha256:" + "2" * 64, "sizeBytes": 200 * MIB + 3000},
+        ],
+        "blobs": [{"digest": "sha256:" + h * 64, "sizeBytes": n} for h, n in BLOB_BYTES.items()],
+        "files": [{"path": "oci-layout", "sha256": "5" * 64, "sizeBytes": 30}],
+        "pinnedImageSets": [
+            {"persistent": True, "object": set_object("apps", APP)},
+            {"persistent": False, "object": set_object("db", DB)},
+        ],
+    }
+    return parse_manifest(json.dumps(doc).encode())
+
+
+class Rig:
+    def __init__(self, *, available_bytes: int = 20 * GIB, reload_failures: int = 0) -> None:
+        self.clock = VirtualClock()
+        self.crio = FakeCrio(pull=self._pull)
+        self.dropins = MemoryDropins()
+        self.reloader = RecordingReloader(self.dropins, self.crio, failures=reload_failures)
+        self.mirror = FakeMirror()
+        self.specs = MemorySpecs()
+        self.store = MemoryStore()
+        self.space = FixedSpace(total_bytes=100 * GIB, available_bytes=available_bytes)
+        self.reports: list[BundleReport] = []
+        self.servers: list[FakeServer] = []
+        self.server_rejections: tuple[BundleError, ...] = ()
+        self.verify_error: NodeAgentError | None = None
+        self.is_present = True
+        self.pull_errors: dict[str, list[NodeAgentError]] = {}
+        """Per image, the errors its next pulls raise, in order."""
+        self.remove_medium_on: str | None = None
+        self.mirror_while_pulling: list[bool] = []
+        self.importer = Importer(
+            ImporterPorts(
+                verify=self._verify,
+                runtime=self.crio,
+                make_server=self._make_server,
+                mirror=self.mirror,
+                reloader=self.reloader,
+                make_puller=self._make_puller,
+                space=self.space,
+                specs=self.specs,
+                store=self.store,
+                is_present_on_media=lambda root: root == ROOT and self.is_present,
+                on_report=self.reports.append,
+            ),
+            DiskPolicy(expansion_factor=2.0, reserve_bytes=GIB),
+        )
+
+    def _verify(self, root: Path) -> FakeVerified:
+        assert root == ROOT
+        if self.verify_error is not None:
+            raise self.verify_error
+        return FakeVerified(manifest(), signed_by="factory-2026")
+
+    def _make_server(self, root: Path, blobs: Mapping[str, ExpectedFile]) -> FakeServer:
+        server = FakeServer(root, blobs, bytes_served=TOTAL, rejections=self.server_rejections)
+        self.servers.append(server)
+        return server
+
+    def _make_puller(self) -> PrePuller:
+        return PrePuller(
+            self.crio,
+            lambda _ref: None,
+            PullPolicy(attempts=2, backoff_initial_s=1.0),
+            sleep=self.clock.sleep,
+            monotonic=self.clock.monotonic,
+            rand=lambda: 0.5,
+            run_blocking=run_inline,
+        )
+
+    async def _pull(self, ref: str) -> None:
+        self.mirror_while_pulling.append(self.mirror.is_written)
+        if ref == self.remove_medium_on:
+            self.is_present = False
+        errors = self.pull_errors.get(ref)
+        if errors:
+            raise errors.pop(0)
+
+    async def run(self) -> BundleReport:
+        return await self.importer.import_bundle(ROOT, source="/dev/sdb1")
+
+    def states(self) -> list[str]:
+        return [r.state for r in self.reports]
+
+
+async def test_good_bundle_is_verified_admitted_pulled_through_the_mirror_and_handed_over() -> None:
+    rig = Rig()
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "verified", "admitted", "importing", "imported"]
+    assert report == rig.reports[-1]
+    assert (report.bundle_id, report.signed_by, report.source) == (
+        BUNDLE_ID,
+        "factory-2026",
+        "/dev/sdb1",
+    )
+    assert (report.images_total, report.images_present, report.sets) == (2, 2, ("apps", "db"))
+    assert (report.bytes_total, report.bytes_served) == (TOTAL, TOTAL)
+    assert report.reason is None
+    assert rig.reports[3].images_present == 0
+    assert sorted(rig.crio.pull_calls) == [APP, DB]
+    assert rig.mirror_while_pulling == [True, True]
+    assert rig.mirror.writes == [
+        (("quay.io/acme/app", "registry.example.com:5000/acme/db"), "127.0.0.1:5999")
+    ]
+    assert (rig.mirror.is_written, rig.mirror.removals) == (False, 1)
+    assert rig.reloader.calls == 2  # one to apply the mirror, one to drop it
+    assert len(rig.servers) == 1
+    assert rig.servers[0].calls == ["start", "close"]
+    assert sorted(rig.servers[0].blobs) == sorted("sha256:" + h * 64 for h in BLOB_BYTES)
+    written = {name: (yaml.safe_load(text), p) for name, (text, p) in rig.specs.files.items()}
+    assert written == {
+        f"bundle-{BUNDLE_ID}-apps.yaml": (set_object("apps", APP), True),
+        f"bundle-{BUNDLE_ID}-db.yaml": (set_object("db", DB), False),
+    }
+    record = rig.store.docs["bundles"]["imported"][BUNDLE_ID]
+    assert (record["images"], record["sets"]) == ([APP, DB], ["apps", "db"])
+
+
+async def test_already_imported_bundle_is_reported_so_and_pulls_nothing() -> None:
+    rig = Rig()
+    rig.crio.store(APP)
+    rig.crio.store(DB)
+    rig.store.docs["bundles"] = {"imported": {BUNDLE_ID: {"sets": ["apps", "db"]}}}
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "verified", "imported"]
+    assert report.is_already_imported is True
+    assert (report.images_present, report.images_total) == (2, 2)
+    assert rig.crio.pull_calls == []
+    assert (rig.servers, rig.mirror.writes, rig.reloader.calls) == ([], [], 0)
+    assert rig.specs.files == {}
+    assert rig.space.asked == []
+
+
+async def test_images_present_but_bundle_never_recorded_hands_over_without_the_mirror() -> None:
+    rig = Rig()
+    rig.crio.store(APP)
+    rig.crio.store(DB)
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "verified", "admitted", "imported"]
+    assert report.is_already_imported is False
+    assert rig.crio.pull_calls == []
+    assert (rig.servers, rig.mirror.writes, rig.reloader.calls) == ([], [], 0)
+    assert sorted(rig.specs.files) == [
+        f"bundle-{BUNDLE_ID}-apps.yaml",
+        f"bundle-{BUNDLE_ID}-db.yaml",
+    ]
+    assert BUNDLE_ID in rig.store.docs["bundles"]["imported"]
+
+
+async def test_insufficient_disk_rejects_before_the_mirror_is_written() -> None:
+    rig = Rig(available_bytes=GIB + 900 * MIB)  # needs 2 x 500 MiB + 1 GiB reserve
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "verified", "rejected"]
+    assert report.reason == "InsufficientDiskSpace"
+    assert report.message is not None
+    assert report.message.startswith(f"bundle {BUNDLE_ID} not enough disk space: needs 1000 MiB,")
+    assert report.message.endswith("; nothing was copied")
+    assert rig.space.asked == ["/var/lib/containers/storage/overlay-images"]
+    assert (rig.servers, rig.mirror.writes, rig.reloader.calls) == ([], [], 0)
+    assert rig.crio.pull_calls == []
+    assert rig.specs.files == {}
+    assert "bundles" not in rig.store.docs
+
+
+async def test_resumed_import_needs_space_for_the_missing_images_only() -> None:
+    rig = Rig(available_bytes=GIB + 500 * MIB)  # the whole bundle would not fit
+    rig.crio.store(APP)
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "verified", "admitted", "importing", "imported"]
+    assert rig.reports[2].images_present == 1  # admitted: APP already stored
+    assert rig.crio.pull_calls == [DB]
+    assert report.images_present == 2
+
+
+async def test_medium_removed_during_the_pulls_interrupts_and_keeps_what_was_pulled() -> None:
+    rig = Rig()
+    rig.remove_medium_on = DB
+    rig.pull_errors[DB] = [RuntimeCallFailed("reading blob sha256:4444: EIO")] * 2
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "verified", "admitted", "importing", "interrupted"]
+    assert report.reason == "BundleMediaRemoved"
+    assert report.message is not None
+    assert "1 of 2 images are in the runtime and stay" in report.message
+    assert report.images_present == 1
+    assert rig.crio.pull_calls == [APP, DB, DB]  # the pre-puller tried DB twice (attempts=2)
+    assert (rig.mirror.is_written, rig.mirror.removals, rig.reloader.calls) == (False, 1, 2)
+    assert rig.servers[0].calls == ["start", "close"]
+    assert rig.specs.files == {}
+    assert "bundles" not in rig.store.docs
+
+
+async def test_pull_failing_with_the_medium_present_rejects_with_the_pull_reason() -> None:
+    rig = Rig()
+    rig.pull_errors[DB] = [RuntimeCallFailed("manifest unknown to the mirror")] * 2
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "verified", "admitted", "importing", "rejected"]
+    assert (report.reason, report.message) == (
+        "RuntimeCallFailed",
+        "manifest unknown to the mirror",
+    )
+    assert rig.specs.files == {}
+    assert rig.mirror.is_written is False
+
+
+async def test_first_pull_failing_otherwise_than_unavailable_is_left_to_the_pre_puller() -> None:
+    rig = Rig()
+    rig.pull_errors[APP] = [RuntimeCallFailed("writing blob: unexpected EOF")]
+
+    report = await rig.run()
+
+    assert report.state == "imported"
+    assert rig.crio.pull_calls[0] == APP
+    assert sorted(rig.crio.pull_calls) == [APP, APP, DB]
+    assert rig.clock.sleeps == []  # the pre-puller's first attempt at APP succeeded
+
+
+async def test_verification_failure_rejects_with_its_reason_and_touches_nothing() -> None:
+    rig = Rig()
+    rig.verify_error = BundleDigestMismatch(
+        "blobs/sha256/3333 does not match its digest: the bundle is damaged or was altered"
+    )
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "rejected"]
+    assert report.reason == "BundleDigestMismatch"
+    assert report.message == rig.verify_error.message
+    assert report.bundle_id == ""
+    assert (rig.servers, rig.mirror.writes, rig.reloader.calls) == ([], [], 0)
+    assert rig.crio.pull_calls == []
+    assert rig.space.asked == []
+
+
+async def test_blob_refused_by_the_server_rejects_the_bundle_after_the_pulls() -> None:
+    rig = Rig()
+    rig.server_rejections = (BundleDigestMismatch("blobs/sha256/4444 does not match its digest"),)
+
+    report = await rig.run()
+
+    assert rig.states()[-1] == "rejected"
+    assert report.reason == "BundleDigestMismatch"
+    assert rig.specs.files == {}
+    assert "bundles" not in rig.store.docs
+    assert rig.mirror.is_written is False
+
+
+async def test_failed_reload_still_removes_the_mirror_and_closes_the_server() -> None:
+    rig = Rig(reload_failures=1)
+
+    with pytest.raises(RuntimeReloadFailed):
+        await rig.run()
+
+    assert rig.states() == ["detected", "verified", "admitted", "importing"]
+    assert rig.crio.pull_calls == []
+    assert (rig.mirror.is_written, rig.mirror.removals, rig.reloader.calls) == (False, 1, 2)
+    assert rig.servers[0].calls == ["start", "close"]
