@@ -77,6 +77,8 @@ _BUNDLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _ARCHITECTURE = re.compile(r"^[a-z0-9_]{1,32}$")
 _CREATED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
 _LAYOUTS: Final = ("oci", "registry-v2")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +288,20 @@ def _set(item: Mapping[str, Any], where: str) -> BundleSet:
         image_set = parse_set_object(item.get("object"), source=where, is_persistent=is_persistent)
     except SpecInvalid as exc:
         raise BundleSetInvalid(clip(exc.message, 400)) from None
+    for key, value in image_set.labels.items():
+        if not _is_label(key, value):
+            raise BundleSetInvalid(
+                f"{where}: label {clip(key, 80)!r}: {clip(value, 80)!r} is not a Kubernetes "
+                "label (a name of at most 63 characters, an optional DNS prefix, a value of "
+                "at most 63)"
+            )
     return BundleSet(is_persistent, image_set)
+
+
+def _is_label(key: str, value: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    is_key = bool(_LABEL_NAME.match(name)) and (not prefix or bool(_LABEL_PREFIX.match(prefix)))
+    return is_key and (not value or bool(_LABEL_NAME.match(value)))
 
 
 def _sets(doc: Mapping[str, Any], images: Iterable[BundleImage]) -> tuple[BundleSet, ...]:

@@ -259,6 +259,8 @@ _TABLE: list[tuple[str, str, str, Flaw]] = [
     ("PinnedImageSets", "set name of 254 characters", "BundleSetInvalid",
      the_set("metadata.name", "a" * 254)),
     ("PinnedImageSets", "set spec not an object", "BundleSetInvalid", the_set("spec", "all")),
+    ("PinnedImageSets", "set label value of 10 MB", "BundleSetInvalid",
+     the_set("metadata.labels", {"site": "x" * 10**7})),
     ("PinnedImageSets", "set of another kind", "BundleSetInvalid", the_set("kind", "ConfigMap")),
     ("PinnedImageSets", "two sets of one name", "BundleSetInvalid",
      doc(lambda m: m["pinnedImageSets"].append(copy.deepcopy(m["pinnedImageSets"][0])))),

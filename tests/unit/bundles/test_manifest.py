@@ -207,6 +207,18 @@ def test_fields(changes: dict[str, Any], reason: str, needle: str) -> None:
     assert (info.value.reason, needle in info.value.message) == (reason, True), info.value
 
 
+def labelled(labels: dict[str, str]) -> dict[str, Any]:
+    obj = set_object()
+    obj["metadata"]["labels"] = labels
+    return obj
+
+
+def test_R12_kubernetes_labels_are_kept() -> None:
+    labels = {"site": "line-3", "example.com/role": "", "a": "b.c_d-e"}
+    m = parse(manifest_doc(pinnedImageSets=[{"persistent": True, "object": labelled(labels)}]))
+    assert m.sets[0].object["metadata"]["labels"] == labels
+
+
 def _sets(*items: Any) -> dict[str, Any]:
     return {"pinnedImageSets": list(items)}
 
@@ -234,6 +246,12 @@ def _sets(*items: Any) -> dict[str, Any]:
                      "BundleSetInvalid", "does not carry", id="R12-image-not-carried"),
         pytest.param(_sets({"persistent": True, "object": set_object(images=["q.io/a:1"])}),
                      "BundleSetInvalid", "tag", id="R12-tag"),
+        pytest.param(_sets({"persistent": True, "object": labelled({"site": "x" * 64})}),
+                     "BundleSetInvalid", "Kubernetes label", id="R12-label-value"),
+        pytest.param(_sets({"persistent": True, "object": labelled({"a b": "x"})}),
+                     "BundleSetInvalid", "Kubernetes label", id="R12-label-name"),
+        pytest.param(_sets({"persistent": True, "object": labelled({"Ex.com/a": "x"})}),
+                     "BundleSetInvalid", "Kubernetes label", id="R12-label-prefix"),
     ],
 )  # fmt: skip
 def test_pinned_image_sets(changes: dict[str, Any], reason: str, needle: str) -> None:
