@@ -227,6 +227,7 @@ class PrePuller:
                         ref,
                         attempt,
                         reason=exc.reason,
+                        error=exc.message,
                         retry_in_s=round(delay, 1),
                     )
                 )

@@ -1,4 +1,4 @@
-"""The pin path's service: specs -> present? -> disk admission -> pulls -> pins -> status.
+"""The Reconciler: ``boot`` once, then ``run`` (the sync loop) of ``sync`` passes.
 
 The order keeps the node consistent at every step: nothing is pulled before
 admission, a set is pinned only when all of its images are present, pins are
@@ -6,118 +6,51 @@ written last and proven through CRI, and the ledger records a set as pinned
 only after that proof. Killed at any point, the next run redoes only what is
 missing (images already stored are skipped via the runtime's own store).
 
-``Reconciler.run`` is the sync loop: a sync on every ``request_sync`` (a spec or
-drop-in changed, a bundle was imported), a retry with backoff after a sync that
-could not run, and a full re-check every ``SyncSchedule.resync_interval_s``.
+State that can be rebuilt is rebuilt: the ledger is loaded once through
+``ledger.LedgerStore``, which sets a damaged file aside and falls back to its last
+good copy, the published status's generations and the boot pins; the first sync
+after such a rebuild also adopts what the runtime reports pinned.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime as dt
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 import structlog
 
-from nodeagent.disk import DiskAdmission, ImageLayers
+from nodeagent.disk import DiskAdmission
 from nodeagent.errors import NodeAgentError, PinsOverridden, RuntimeDoesNotPin, TransientError
-from nodeagent.ledger import Ledger
-from nodeagent.pins import PinCheck, PinService
-from nodeagent.ports import ImageRuntime, StateStore, StoredImage
+from nodeagent.ledger import Ledger, LedgerStore, LoadedLedger
+from nodeagent.pins import PinService
+from nodeagent.ports import ImageRuntime, StateStore
 from nodeagent.prepull import PrePuller, PullResult, shared_layer_leaders
-from nodeagent.specs import PinnedImageSet, SpecLoad, set_fingerprint
-from nodeagent.status import (
-    DiskStatus,
-    ImageFailure,
-    NodeStatus,
-    SetStatus,
-    interim_state,
-    node_status,
-    set_outcome,
-    status_line,
-    truncate_error,
+from nodeagent.specs import SpecLoad, set_fingerprint
+from nodeagent.status import ImageFailure, NodeStatus, SetStatus, node_status, status_line
+from nodeagent.sync.loop import (
+    Backoff,
+    SyncReport,
+    SyncSchedule,
+    Waiter,
+    log_postponed,
+    transient_cause,
+    wait_event,
+)
+from nodeagent.sync.passes import (
+    SyncPass,
+    final_set,
+    held_set,
+    index_names,
+    interim_set,
+    now_text,
+    set_refs,
+    unsized_failures,
+    wanted_pins,
 )
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SyncSchedule:
-    """When syncs run besides on a change (the sync loop's timing)."""
-
-    resync_interval_s: float = 600.0
-    """Full re-check even without changes: CRI-O may have wiped its store after a crash."""
-    retry_initial_s: float = 1.0
-    retry_max_s: float = 60.0
-    """Backoff of a sync that could not run (the runtime down): doubles up to this."""
-    boot_grace_s: float = 60.0
-    """At boot CRI-O starts after nodeagent (``Before=crio.service``): until the runtime first
-    answered, an unreachable runtime in this window is expected and logged at info, not as the
-    catalog's "runtime does not answer" warning a technician would chase."""
-
-
-class SyncReport(Protocol):
-    """Where the Reconciler reports its syncs (``reporting.Reporter``)."""
-
-    def sync_started(self) -> None: ...
-
-    def sync_progress(self, status: NodeStatus) -> None: ...
-
-    def sync_finished(self, status: NodeStatus) -> None: ...
-
-    def sync_failed(self, error: NodeAgentError) -> None: ...
-
-
-Waiter = Callable[[asyncio.Event, float], Awaitable[None]]
-"""Waits until the event is set or the seconds have passed (a virtual clock in tests)."""
-
-
-async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout_s)
-
-
-def index_names(images: Iterable[StoredImage]) -> dict[str, StoredImage]:
-    return {name.lower(): image for image in images for name in image.names()}
-
-
-def set_refs(s: PinnedImageSet) -> list[str]:
-    return [str(ref) for ref in s.images]
-
-
-@dataclass
-class _Pass:
-    """Everything one sync learns, threaded through its steps."""
-
-    specs: SpecLoad
-    ledger: Ledger
-    generations: dict[str, int]
-    released: set[str]
-    runtime: str = ""
-    stored: dict[str, StoredImage] = field(default_factory=dict)
-    failures: dict[str, ImageFailure] = field(default_factory=dict)
-    refused: dict[str, str] = field(default_factory=dict)
-    disk: DiskStatus | None = None
-    pin_error: NodeAgentError | None = None
-    check: PinCheck | None = None
-    pending: dict[str, list[str]] = field(default_factory=dict)
-    """Per set, the images missing when the sync started."""
-    to_pull: dict[str, int] = field(default_factory=dict)
-    """Per set, compressed bytes still to download (from the manifests)."""
-    layers: dict[str, ImageLayers] = field(default_factory=dict)
-    """Manifests of the images to pull, from admission."""
-    stored_layers: set[str] = field(default_factory=set)
-    """Layer digests of images the runtime already has."""
-
-    def is_present(self, ref: str) -> bool:
-        return ref.lower() in self.stored
-
-    def bytes_present(self, refs: Iterable[str]) -> int:
-        return sum(self.stored[r.lower()].size_bytes for r in refs if self.is_present(r))
 
 
 class Reconciler:
@@ -139,11 +72,12 @@ class Reconciler:
         wait: Waiter = wait_event,
     ) -> None:
         self.load_specs = load_specs
+        """Reads every spec file; run in a worker thread (big files must not stall the loop)."""
         self.runtime = runtime
         self.pins = pins
         self.puller = puller
         self.admission = admission
-        self.store = store
+        self.ledgers = LedgerStore(store, boot_id)
         self.boot_id = boot_id
         self.report = report
         self.schedule = schedule or SyncSchedule()
@@ -152,13 +86,28 @@ class Reconciler:
         self._kick = asyncio.Event()
         self.has_reached_runtime = False
         """The runtime answered at least once since this daemon started."""
+        self._loaded: LoadedLedger | None = None
+        self._ledger_now: Ledger | None = None
+        """The ledger as last loaded or saved (each sync works on a copy)."""
+        self._is_adopting = False
+        """The ledger was rebuilt: the next sync adopts what the runtime reports pinned."""
+
+    # ---------------------------------------------------------------- ledger
+    def _load(self) -> LoadedLedger:
+        if self._loaded is None:
+            self._loaded = self.ledgers.load()
+            self._ledger_now = self._loaded.ledger
+            self._is_adopting = self._loaded.is_rebuilt
+        return self._loaded
 
     def _ledger(self) -> Ledger:
-        return Ledger.for_boot(self.store.load("ledger"), self.boot_id)
+        """A copy of the current ledger for one sync (saved, it becomes the current one)."""
+        current = self._ledger_now or self._load().ledger
+        return Ledger.for_boot(current.to_json(), self.boot_id)
 
     def remembered_pins(self) -> set[str]:
         """Images pinned by persistent sets, and by transient ones of this boot."""
-        return self._ledger().pinned_images()
+        return self._load().remembered_pins()
 
     async def boot(self) -> None:
         """Re-render the pins remembered from before, ahead of anything else.
@@ -181,8 +130,10 @@ class Reconciler:
         self._kick.set()
 
     async def run(self) -> None:
-        """Sync on every request; after a failure retry with backoff; re-check periodically."""
-        delay_s = self.schedule.retry_initial_s
+        """Sync on every request; retry failures on their own schedule; re-check periodically."""
+        schedule = self.schedule
+        failed = Backoff(schedule.retry_initial_s, schedule.retry_max_s)
+        transient = Backoff(schedule.transient_retry_initial_s, schedule.transient_retry_max_s)
         booted_at = self._monotonic()
         while True:
             self._kick.clear()
@@ -191,43 +142,60 @@ class Reconciler:
             try:
                 status = await self.sync()
             except NodeAgentError as exc:
-                if isinstance(exc, TransientError):
-                    is_booting = (
-                        started - booted_at < self.schedule.boot_grace_s
-                        and not self.has_reached_runtime
-                    )
-                    _log_postponed(exc, delay_s, is_booting=is_booting)
-                    wait_s, delay_s = delay_s, min(delay_s * 2, self.schedule.retry_max_s)
-                else:
-                    log.error("sync_failed", reason=exc.reason, error=exc.message)
-                    wait_s = self.schedule.retry_max_s
+                failed_wait_s = self._failed(exc, failed, since_boot_s=started - booted_at)
                 self.report.sync_failed(exc)
-                await self._wait(self._kick, wait_s)
+                await self._wait(self._kick, failed_wait_s)
                 continue
-            delay_s = self.schedule.retry_initial_s
-            self.report.sync_finished(status)
+            failed.reset()
+            retry_s = self._next_wait(status, transient)
+            self.report.sync_finished(replace(status, retry_in_s=retry_s))
             log.info(
                 "sync_finished",
                 seconds=round(self._monotonic() - started, 1),
                 status=status_line(status),
             )
-            await self._wait(self._kick, self.schedule.resync_interval_s)
+            await self._wait(self._kick, schedule.resync_interval_s if retry_s is None else retry_s)
+
+    def _failed(self, exc: NodeAgentError, backoff: Backoff, *, since_boot_s: float) -> float:
+        """The wait after a sync that could not run: backoff if transient, a minute if not."""
+        if not isinstance(exc, TransientError):
+            log.error("sync_failed", reason=exc.reason, error=exc.message)
+            return self.schedule.retry_max_s
+        wait_s = backoff.next()
+        booting = since_boot_s < self.schedule.boot_grace_s and not self.has_reached_runtime
+        log_postponed(exc, wait_s, is_booting=booting)
+        return wait_s
+
+    def _next_wait(self, status: NodeStatus, backoff: Backoff) -> float | None:
+        """Seconds to the retry a transient failure calls for; None: wait for the resync."""
+        cause = transient_cause(status)
+        if cause is None:
+            backoff.reset()
+            return None
+        reason, message, sets = cause
+        wait_s = backoff.next()
+        log.warning(
+            "sync_retry_scheduled", reason=reason, error=message, sets=sets, retry_in_s=wait_s
+        )
+        return wait_s
 
     # ---------------------------------------------------------------- sync
     async def sync(self) -> NodeStatus:
         """One reconciliation; the caller reports its status."""
-        run = self._start()
+        run = await self._start()
         version = await self.runtime.version()
         self.has_reached_runtime = True
         run.runtime = f"{version.runtime_name} {version.runtime_version}"
         run.stored = index_names(await self.runtime.list_images())
+        if self._is_adopting:
+            self._adopt(run)
         await self._pull_missing(run)
         run.stored = index_names(await self.runtime.list_images())
         await self._pin(run)
         return self._finish(run)
 
-    def _start(self) -> _Pass:
-        specs = self.load_specs()
+    async def _start(self) -> SyncPass:
+        specs = await asyncio.to_thread(self.load_specs)
         for problem in specs.problems:
             log.warning(
                 "spec_rejected",
@@ -239,17 +207,40 @@ class Reconciler:
         ledger = self._ledger()
         generations = {
             s.name: ledger.observe_spec(
-                s.name, set_fingerprint(s), s.generation, is_persistent=s.is_persistent
+                s.name,
+                set_fingerprint(s),
+                s.generation,
+                is_persistent=s.is_persistent,
+                source=s.source,
             )
             for s in specs.sets
         }
-        gone = set(ledger.sets) - set(generations)
+        held = ledger.held(generations, (p.source for p in specs.problems))
+        gone = set(ledger.sets) - set(generations) - set(held)
         released = set(ledger.forget(gone))
         for name in sorted(gone):
             log.info("set_removed", set=name)
-        return _Pass(specs, ledger, generations, released)
+        return SyncPass(specs, ledger, generations, released, held)
 
-    async def _pull_missing(self, run: _Pass) -> None:
+    def _adopt(self, run: SyncPass) -> None:
+        """After a rebuild: a set's pinned images are those of its images the runtime reports
+        pinned; a held set the rebuild knows no images of keeps the unclaimed boot pins."""
+        claimed: set[str] = set()
+        for s in run.specs.sets:
+            record = run.ledger.entry(s.name)
+            refs = set_refs(s)
+            claimed.update(refs)
+            if not record.pinned_images:
+                pinned = [r for r in refs if run.is_present(r) and run.stored[r.lower()].is_pinned]
+                record.pinned_images = tuple(sorted(pinned))
+        orphans = tuple(sorted(set(self._load().boot_pins) - claimed))
+        for name in run.held:
+            record = run.ledger.entry(name)
+            if not record.pinned_images:
+                record.pinned_images = orphans
+        log.info("ledger_adopted_runtime_pins", sets=len(run.specs.sets), held=len(run.held))
+
+    async def _pull_missing(self, run: SyncPass) -> None:
         missing = {
             s.name: [r for r in set_refs(s) if not run.is_present(r)] for s in run.specs.sets
         }
@@ -261,6 +252,9 @@ class Reconciler:
         verdict = await self.admission.admit(missing, stored_refs)
         run.disk, run.refused, run.to_pull = verdict.disk, verdict.refused, verdict.to_pull
         run.layers, run.stored_layers = verdict.layers, verdict.stored_layers
+        run.unsized = verdict.unsized
+        for name in verdict.unsized:
+            unsized_failures(run, missing[name], verdict.unknown)
         admitted = verdict.admitted
         todo = sorted({ref for name in admitted for ref in missing[name]})
         log.info("pulls_started", images=len(todo), sets=len(admitted))
@@ -268,12 +262,12 @@ class Reconciler:
         results = await self.puller.pull_all(todo, self._waits(run, todo))
         self._record_pulls(run, results.values())
 
-    def _waits(self, run: _Pass, todo: Sequence[str]) -> dict[str, frozenset[str]]:
+    def _waits(self, run: SyncPass, todo: Sequence[str]) -> dict[str, frozenset[str]]:
         layers = {ref: run.layers[ref].layers for ref in todo if ref in run.layers}
         min_bytes = self.puller.policy.shared_layer_min_bytes
         return shared_layer_leaders(todo, layers, run.stored_layers, min_bytes)
 
-    def _record_pulls(self, run: _Pass, results: Iterable[PullResult]) -> None:
+    def _record_pulls(self, run: SyncPass, results: Iterable[PullResult]) -> None:
         for result in results:
             if not result.is_pulled:
                 run.failures[result.ref] = ImageFailure(
@@ -281,18 +275,8 @@ class Reconciler:
                 )
 
     # ---------------------------------------------------------------- pins
-    def _wanted(self, run: _Pass) -> set[str]:
-        wanted: set[str] = set()
-        for s in run.specs.sets:
-            refs = set_refs(s)
-            if all(run.is_present(r) for r in refs):
-                wanted.update(refs)
-            else:  # keep what this set had pinned until its new generation is complete
-                wanted.update(r for r in run.ledger.pinned_of(s.name) if run.is_present(r))
-        return wanted
-
-    async def _pin(self, run: _Pass) -> None:
-        wanted = self._wanted(run)
+    async def _pin(self, run: SyncPass) -> None:
+        wanted = wanted_pins(run)
         before = run.ledger.pinned_images()
         released = (run.released | before) - wanted
         try:
@@ -306,109 +290,29 @@ class Reconciler:
             log.info("image_unpinned", image=ref)
 
     # ---------------------------------------------------------------- status
-    def _interim(self, run: _Pass) -> NodeStatus:
+    def _interim(self, run: SyncPass) -> NodeStatus:
         """The status while pulls run: per set what is present, pending and refused."""
-        sets = []
-        for s in run.specs.sets:
-            refs = set_refs(s)
-            generation = run.generations[s.name]
-            record = run.ledger.entry(s.name)
-            pending = run.pending.get(s.name, [])
-            state = interim_state(
-                is_refused=s.name in run.refused,
-                pending=pending,
-                current_generation=record.current_generation,
-                generation=generation,
-            )
-            failed_generation = record.last_failed_generation
-            failed_error = record.last_failed_error
-            if state == "Refused":
-                failed_generation, failed_error = generation, run.refused[s.name]
-            sets.append(
-                SetStatus(
-                    name=s.name,
-                    source=s.source,
-                    is_persistent=s.is_persistent,
-                    state=state,
-                    desired_generation=generation,
-                    current_generation=record.current_generation,
-                    last_failed_generation=failed_generation,
-                    last_failed_error=failed_error,
-                    images_total=len(refs),
-                    images_present=len(refs) - len(pending),
-                    images_pinned=len(refs) - len(pending) if state == "Pinned" else 0,
-                    reason="InsufficientDiskSpace" if state == "Refused" else None,
-                    bytes_present=run.bytes_present(refs),
-                    bytes_to_pull=run.to_pull.get(s.name, 0),
-                    pending=tuple(pending),
-                )
-            )
-        return node_status(sets, runtime=run.runtime, disk=run.disk, updated_at=_now())
+        sets = [interim_set(run, s) for s in run.specs.sets]
+        sets += [held_set(run, name, is_final=False) for name in sorted(run.held)]
+        return self._node_status(run, sets)
 
-    def _finish(self, run: _Pass) -> NodeStatus:
-        sets = [self._set_status(run, s) for s in run.specs.sets]
-        self.store.save("ledger", run.ledger.to_json())
-        problems = [
-            {"file": p.source, "set": p.object_name or "", "reason": p.reason, "message": p.message}
-            for p in run.specs.problems
-        ]
+    def _finish(self, run: SyncPass) -> NodeStatus:
+        sets = [final_set(run, s) for s in run.specs.sets]
+        sets += [held_set(run, name, is_final=True) for name in sorted(run.held)]
+        self.ledgers.save(run.ledger)
+        self._ledger_now = run.ledger
+        self._is_adopting = False
+        return self._node_status(run, sets)
+
+    def _node_status(self, run: SyncPass, sets: Sequence[SetStatus]) -> NodeStatus:
+        loaded = self._load()
         return node_status(
             sets,
             runtime=run.runtime,
             disk=run.disk,
-            problems=problems,
+            problems=run.problems_json(),
             last_error=run.pin_error.message if run.pin_error else None,
-            updated_at=_now(),
+            updated_at=now_text(),
+            repairs=[repair.to_json() for repair in loaded.repairs],
+            boot_id=self.boot_id,
         )
-
-    def _set_status(self, run: _Pass, s: PinnedImageSet) -> SetStatus:
-        refs = set_refs(s)
-        generation = run.generations[s.name]
-        present = [r for r in refs if run.is_present(r)]
-        not_pinned = set(run.check.not_pinned) if run.check else set(refs)
-        pinned = [r for r in present if r not in not_pinned]
-        failures = tuple(run.failures[r] for r in refs if r in run.failures)
-        pin_error = run.pin_error
-        state, reason, error = set_outcome(
-            refused_error=run.refused.get(s.name),
-            failures=failures,
-            pin_error=(pin_error.reason, pin_error.message) if pin_error else None,
-            is_all_pinned=len(pinned) == len(refs),
-        )
-        if state == "Pinned":
-            if run.ledger.entry(s.name).current_generation != generation:
-                log.info("set_pinned", set=s.name, generation=generation, images=len(refs))
-            run.ledger.record_pinned(s.name, generation, refs)
-        elif error is not None:
-            run.ledger.record_failed(s.name, generation, truncate_error(error))
-            log.error("set_failed", set=s.name, generation=generation, reason=reason, error=error)
-        record = run.ledger.entry(s.name)
-        return SetStatus(
-            name=s.name,
-            source=s.source,
-            is_persistent=s.is_persistent,
-            state=state,
-            desired_generation=generation,
-            current_generation=record.current_generation,
-            last_failed_generation=record.last_failed_generation,
-            last_failed_error=record.last_failed_error,
-            images_total=len(refs),
-            images_present=len(present),
-            images_pinned=len(pinned),
-            failures=failures,
-            reason=reason,
-            bytes_present=run.bytes_present(refs),
-            bytes_to_pull=0 if len(present) == len(refs) else run.to_pull.get(s.name, 0),
-        )
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def _log_postponed(exc: TransientError, delay_s: float, *, is_booting: bool) -> None:
-    """A sync that must wait: a warning, except for the runtime not up yet at boot."""
-    if is_booting and exc.reason == "RuntimeUnreachable":
-        log.info("runtime_awaited", reason=exc.reason, retry_in_s=round(delay_s))
-        return
-    log.warning("sync_postponed", reason=exc.reason, error=exc.message, retry_in_s=round(delay_s))
