@@ -188,7 +188,7 @@ class Reporter:
         before = self.tally.waiting_cause()
         if event.step is PullStep.RETRYING and is_transient_reason(event.reason):
             self.tally.waiting[event.ref] = (event.reason or "", event.error or "")
-        else:
+        elif event.step is not PullStep.STARTED:  # a retry starting proves nothing yet
             self.tally.waiting.pop(event.ref, None)
         cause = self.tally.waiting_cause()
         base = self._sync_status

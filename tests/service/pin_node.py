@@ -130,10 +130,14 @@ class Node:
             sleep=self.clock.sleep,
             monotonic=self.clock.monotonic,
         )
+        self.store = JsonStateStore(self.state_dir)
+        self.lines = StatusLines()
+        self.reporter = Reporter(line=self.lines, store=self.store)
         puller = PrePuller(
             self.crio,
             lambda _ref: None,
             PullPolicy(attempts=attempts, backoff_initial_s=1.0, jitter=0.0),
+            on_event=self.reporter.pull_event,
             sleep=self.clock.sleep,
             monotonic=self.clock.monotonic,
             rand=lambda: 0.5,
@@ -148,9 +152,6 @@ class Node:
             credentials_for=lambda _ref: None,
             policy=DiskPolicy(expansion_factor=2.0, reserve_bytes=1 * GIB),
         )
-        self.store = JsonStateStore(self.state_dir)
-        self.lines = StatusLines()
-        self.reporter = Reporter(line=self.lines, store=self.store)
         self.reconciler = Reconciler(
             load_specs=lambda: load_spec_dirs([(self.spec_dir, True)]),
             runtime=self.crio,
