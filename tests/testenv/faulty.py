@@ -13,7 +13,8 @@ time with ``set_fault``:
   connection hangs (open, silent) until the fault changes or the test ends.
 
 ``only`` limits a fault to requests whose path contains it (``"/manifests/"``,
-``"/blobs/"``); others pass. Counters: requests seen per fault, blob bytes sent. Nothing
+``"/blobs/"``), ``agent`` to requests whose User-Agent contains it (``"nodeagent"``: the
+daemon's own manifest look-ups, not CRI-O's pulls); others pass. Counters: requests seen per fault, blob bytes sent. Nothing
 here is a stand-in: every answer that is not a fault is the real registry's.
 """
 
@@ -62,6 +63,7 @@ class RegistryFront(Service):
         self.fault = Fault.PASS
         self.status = 500
         self.only: str | None = None
+        self.agent: str | None = None
         self.stall_after_bytes = 0
         self.counters = Counters()
         self._lock = threading.Lock()
@@ -81,10 +83,11 @@ class RegistryFront(Service):
         *,
         status: int = 500,
         only: str | None = None,
+        agent: str | None = None,
         stall_after_bytes: int = 0,
     ) -> None:
         with self._changed:
-            self.fault, self.status, self.only = fault, status, only
+            self.fault, self.status, self.only, self.agent = fault, status, only, agent
             self.stall_after_bytes = stall_after_bytes
             self._changed.notify_all()
         if fault is Fault.DOWN:
@@ -141,13 +144,21 @@ class RegistryFront(Service):
 
     def _serve(self, client: socket.socket) -> None:
         with client:
+            client.settimeout(30)
+            first = client.recv(1, socket.MSG_PEEK)
+            if not first.isalpha():  # a TLS hello (containers/image tries HTTPS first):
+                client.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+                return  # answered at once, as the registry does, so HTTP is tried next
             head = _read_head(client)
             if head is None:
                 return
             path = head.split(b" ", 2)[1].decode("latin-1") if head.count(b" ") >= 2 else ""
+            agent = _header(head, b"user-agent")
             with self._lock:
                 fault = self.fault
                 if self.only is not None and self.only not in path:
+                    fault = Fault.PASS
+                if self.agent is not None and self.agent.lower() not in agent.lower():
                     fault = Fault.PASS
             self._count(fault)
             if fault is Fault.RESET:
@@ -218,6 +229,14 @@ def _read_head(sock: socket.socket, *, keep_rest: bool = False) -> bytes | None:
         return data
     head, _, _body = data.partition(b"\r\n\r\n")  # requests here (GET, HEAD) have no body
     return head + b"\r\n\r\n"
+
+
+def _header(head: bytes, name: bytes) -> str:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip().decode("latin-1")
+    return ""
 
 
 def _with_connection_close(head: bytes) -> bytes:
