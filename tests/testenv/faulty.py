@@ -14,8 +14,10 @@ time with ``set_fault``:
 
 ``only`` limits a fault to requests whose path contains it (``"/manifests/"``,
 ``"/blobs/"``), ``agent`` to requests whose User-Agent contains it (``"nodeagent"``: the
-daemon's own manifest look-ups, not CRI-O's pulls); others pass. Counters: requests seen per fault, blob bytes sent. Nothing
-here is a stand-in: every answer that is not a fault is the real registry's.
+daemon's own manifest look-ups, not CRI-O's pulls); others pass. Counters: requests
+seen per fault, blob bytes sent. Nothing here is a stand-in: every answer that is not a
+fault is the real registry's. A TLS hello is answered 400 at once, as the registry does,
+so containers/image falls back to plain HTTP without waiting for its handshake timeout.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Protocol
 import pytest
 
 from nodeagent.adapters.registry.client import RegistryClient
+from nodeagent.disk import ManifestSource
 from nodeagent.errors import ImageNotFound, RegistryError, RegistryUnavailable
 from nodeagent.registries import Platform
 from tests.conftest import Pushed
@@ -27,9 +28,14 @@ pytestmark = pytest.mark.integration
 
 
 class Side(Protocol):
-    source: FakeManifests | RegistryClient
-    ref: str
-    missing: str
+    @property
+    def source(self) -> ManifestSource: ...
+
+    @property
+    def ref(self) -> str: ...
+
+    @property
+    def missing(self) -> str: ...
 
     def down(self) -> None: ...
 
@@ -87,7 +93,7 @@ def side(request: pytest.FixtureRequest, registry: Registry, pushed: Pushed) -> 
 
 
 async def test_a_known_image_has_a_size(side: Side) -> None:
-    layers = await side.source.image_layers(side.ref)
+    layers = await side.source.image_layers(side.ref, None)
     assert layers.ref == side.ref
     assert layers.total_size_bytes > 0
 
@@ -95,21 +101,21 @@ async def test_a_known_image_has_a_size(side: Side) -> None:
 async def test_a_registry_that_refuses_connections_is_unavailable(side: Side) -> None:
     side.down()
     with pytest.raises(RegistryUnavailable) as info:
-        await side.source.image_layers(side.ref)
+        await side.source.image_layers(side.ref, None)
     assert not isinstance(info.value, RegistryError)
     side.back()
-    assert (await side.source.image_layers(side.ref)).total_size_bytes > 0
+    assert (await side.source.image_layers(side.ref, None)).total_size_bytes > 0
 
 
 @pytest.mark.parametrize("status", [500, 503])
 async def test_a_registry_answering_5xx_is_a_registry_error(side: Side, status: int) -> None:
     side.answer(status)
     with pytest.raises(RegistryError):
-        await side.source.image_layers(side.ref)
+        await side.source.image_layers(side.ref, None)
     side.back()
-    assert (await side.source.image_layers(side.ref)).total_size_bytes > 0
+    assert (await side.source.image_layers(side.ref, None)).total_size_bytes > 0
 
 
 async def test_a_digest_the_registry_lacks_is_not_found(side: Side) -> None:
     with pytest.raises(ImageNotFound):
-        await side.source.image_layers(side.missing)
+        await side.source.image_layers(side.missing, None)
