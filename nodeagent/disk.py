@@ -212,16 +212,12 @@ class DiskAdmission:
         space: SpaceProbe,
         credentials_for: Callable[[str], RegistryCredentials | None],
         policy: DiskPolicy,
-        on_image_fs: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.runtime = runtime
         self.manifests = manifests
         self.space = space
         self.credentials_for = credentials_for
         self.policy = policy
-        self.on_image_fs = on_image_fs
-        """Told the image filesystem's mountpoint when it is first seen or changes."""
-        self._image_fs: str | None = None
 
     async def admit(
         self, missing: Mapping[str, Sequence[str]], stored_refs: Iterable[str]
@@ -273,9 +269,6 @@ class DiskAdmission:
     async def _space(self) -> FilesystemSpace:
         filesystems = await self.runtime.image_fs_info()
         mountpoint = filesystems[0].mountpoint if filesystems else "/"
-        if mountpoint != self._image_fs:
-            self._image_fs = mountpoint
-            self.on_image_fs(mountpoint)
         return await asyncio.to_thread(self.space.space, mountpoint)
 
     def _log_verdict(

@@ -1,7 +1,9 @@
-"""Small host look-ups for the daemon: boot id, free and used space, auth and registries files."""
+"""Small host look-ups for the daemon: boot id, free space, pull staging files, auth and
+registries files."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import structlog
 
 from nodeagent.adapters.files import list_files, read_text_or_none, statvfs_free
 from nodeagent.authfile import AuthStore, parse_auth_file
-from nodeagent.errors import ConfigInvalid
+from nodeagent.errors import ConfigInvalid, HostFileError
 from nodeagent.ports import FilesystemSpace, RegistryCredentials
 from nodeagent.registries import insecure_registries
 
@@ -32,29 +34,54 @@ class StatvfsSpace:
         return FilesystemSpace(mountpoint, figures.total_bytes, figures.available_bytes)
 
 
-class UsedBytesProbe:
-    """``prepull.ProgressProbe``: bytes used on the filesystems pulls write to.
+STAGING_PREFIX = "container_images_"
+"""containers/image names its temporary files and directories for blobs so (its
+``internal/tmpdir``): a pull through CRI-O stages each blob it fetches in
+``<big_files_temporary_dir>/container_images_storage<random>/<n>`` (docs/runtime-facts.md)."""
 
-    Each filesystem counts once however many of the paths live on it.
+
+class StagingProbe:
+    """``prepull.ProgressProbe``: the names and sizes of the runtime's staging files.
+
+    Only pulls write there, so journald, pod logs or anything else busy on the same
+    filesystem never look like progress (docs/decisions/0005-stall-signal.md). ``dirs``
+    gives the staging directories (CRI-O's ``big_files_temporary_dir``, read again each
+    time); one missing counts as empty.
     """
 
-    def __init__(self, paths: Callable[[], Iterable[Path]]) -> None:
-        self._paths = paths
+    def __init__(self, dirs: Callable[[], Iterable[Path]]) -> None:
+        self._dirs = dirs
 
-    def used_bytes(self) -> int:
-        seen: set[int] = set()
-        used = 0
-        for path in self._paths():
+    def progress_mark(self) -> int:
+        entries: list[tuple[str, int]] = []
+        for base in self._dirs():
             try:
-                device = path.stat().st_dev
-            except OSError:
+                entries.extend(_staged(base))
+            except FileNotFoundError:
                 continue
-            if device in seen:
+            except OSError as err:
+                raise HostFileError(f"cannot list staging files in {base}: {err.strerror}") from err
+        return hash(tuple(sorted(entries)))
+
+
+def _staged(base: Path) -> list[tuple[str, int]]:
+    """(name, size) of every staging file under ``base``; a staging directory counts too."""
+    found: list[tuple[str, int]] = []
+    with os.scandir(base) as top:
+        staging = [entry for entry in top if entry.name.startswith(STAGING_PREFIX)]
+    for entry in staging:
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                found.append((entry.name, entry.stat(follow_symlinks=False).st_size))
                 continue
-            seen.add(device)
-            figures = statvfs_free(path)
-            used += figures.total_bytes - figures.free_bytes
-        return used
+            found.append((entry.name, -1))
+            with os.scandir(entry.path) as inner:
+                found.extend(
+                    (f"{entry.name}/{f.name}", f.stat(follow_symlinks=False).st_size) for f in inner
+                )
+        except FileNotFoundError:  # the pull ended while we looked: that is a change too
+            found.append((entry.name, -2))
+    return found
 
 
 class AuthFile:

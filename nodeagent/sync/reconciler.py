@@ -192,7 +192,7 @@ class Reconciler:
         await self._pull_missing(run)
         run.stored = index_names(await self.runtime.list_images())
         await self._pin(run)
-        return self._finish(run)
+        return await self._finish(run)
 
     async def _start(self) -> SyncPass:
         specs = await asyncio.to_thread(self.load_specs)
@@ -296,10 +296,10 @@ class Reconciler:
         sets += [held_set(run, name, is_final=False) for name in sorted(run.held)]
         return self._node_status(run, sets)
 
-    def _finish(self, run: SyncPass) -> NodeStatus:
+    async def _finish(self, run: SyncPass) -> NodeStatus:
         sets = [final_set(run, s) for s in run.specs.sets]
         sets += [held_set(run, name, is_final=True) for name in sorted(run.held)]
-        self.ledgers.save(run.ledger)
+        await asyncio.to_thread(self.ledgers.save, run.ledger)  # MBs and fsyncs: off the loop
         self._ledger_now = run.ledger
         self._is_adopting = False
         return self._node_status(run, sets)

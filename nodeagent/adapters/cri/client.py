@@ -24,6 +24,7 @@ from nodeagent.errors import (
     ImageNotFound,
     NodeAgentError,
     NoSpaceLeft,
+    PullStalled,
     RegistryAuthFailed,
     RegistryError,
     RegistryUnavailable,
@@ -62,11 +63,15 @@ _TEXT_RULES: Final[tuple[tuple[re.Pattern[str], type[NodeAgentError]], ...]] = (
     ),
     (re.compile(r"manifest unknown|name unknown|blob unknown|not found"), ImageNotFound),
     (re.compile(r"http status:? 5\d\d|status code:? 5\d\d"), RegistryError),
+    # CRI-O cancels a pull that made no progress for its pull_progress_timeout (when set):
+    # "storing blob to file …: happened during read: context canceled".
+    (re.compile(r"context canceled"), PullStalled),
     (
         re.compile(
             r"connection refused|connection reset|broken pipe|no such host|no route to host"
             r"|network is unreachable|i/o timeout|tls handshake|unexpected eof|server misbehaving"
             r"|timeout awaiting response headers|too many requests|http status:? 429"
+            r"|context deadline exceeded"
         ),
         RegistryUnavailable,
     ),

@@ -78,6 +78,12 @@ DIGEST = "sha256:" + "ab" * 32
             "dial tcp: lookup r.example: no such host",
             errors.RegistryUnavailable,
         ),
+        (
+            StatusCode.UNKNOWN,
+            'writing blob: storing blob to file "/var/tmp/container_images_storage3838301455/1": '
+            "happened during read: context canceled",
+            errors.PullStalled,
+        ),
         (StatusCode.UNKNOWN, "something odd", errors.RuntimeCallFailed),
         (
             StatusCode.UNKNOWN,
