@@ -20,6 +20,7 @@ from typing import Protocol
 import structlog
 
 from nodeagent.errors import NodeAgentError, is_transient_reason
+from nodeagent.ledger import save_repairing
 from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
 from nodeagent.status import (
     BundleReport,
@@ -226,7 +227,7 @@ class Reporter:
         if self.board.reports:
             doc["bundles"] = self.board.to_json()
         try:
-            self.store.save("status", doc)
+            save_repairing(self.store, "status", doc)
         except NodeAgentError as exc:  # a full or read-only state disk must not stop pinning
             log.warning("status_not_saved", reason=exc.reason, error=exc.message)
 
