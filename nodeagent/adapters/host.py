@@ -10,6 +10,7 @@ from pathlib import Path
 import structlog
 
 from nodeagent.adapters.files import list_files, read_text_or_none, statvfs_free
+from nodeagent.adapters.registry.mirrors import Route, routes_of
 from nodeagent.authfile import AuthStore, parse_auth_file
 from nodeagent.errors import ConfigInvalid, HostFileError
 from nodeagent.ports import FilesystemSpace, RegistryCredentials
@@ -112,7 +113,8 @@ class AuthFile:
 class InsecureRegistries:
     """registries.conf's insecure locations, read again when one of its files changed (as
     CRI-O reads them again at its reload), so a mirror marked insecure later is reached
-    over plain HTTP for disk admission too, without restarting nodeagent.
+    over plain HTTP for disk admission too, without restarting nodeagent. ``routes`` gives
+    its mirrors (``adapters.registry.mirrors``), read again the same way.
 
     The first read raises ``ConfigInvalid`` for a broken file; a later broken edit keeps the
     locations read last (CRI-O keeps its own until its reload fails too) and logs it once.
@@ -122,7 +124,9 @@ class InsecureRegistries:
         self.conf = conf
         self.dropin_dir = dropin_dir
         self._stamp = self._files_stamp()
-        self._value = read_insecure_registries(conf, dropin_dir)
+        texts = registries_texts(conf, dropin_dir)
+        self._value = insecure_from(texts, source=str(conf))
+        self._routes = routes_of(texts)
 
     def _files_stamp(self) -> tuple[tuple[str, int, int], ...]:
         paths = [self.conf, *list_files(self.dropin_dir, recursive=False)]
@@ -135,23 +139,38 @@ class InsecureRegistries:
             stamps.append((str(path), info.st_mtime_ns, info.st_ino))
         return tuple(stamps)
 
-    def __call__(self) -> frozenset[str]:
+    def _refresh(self) -> None:
         stamp = self._files_stamp()
-        if stamp != self._stamp:
-            self._stamp = stamp
-            try:
-                self._value = read_insecure_registries(self.conf, self.dropin_dir)
-            except ConfigInvalid as exc:
-                log.warning("registries_conf_invalid", reason=exc.reason, error=exc.message)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        texts = registries_texts(self.conf, self.dropin_dir)
+        self._routes = routes_of(texts)
+        try:
+            self._value = insecure_from(texts, source=str(self.conf))
+        except ConfigInvalid as exc:
+            log.warning("registries_conf_invalid", reason=exc.reason, error=exc.message)
+
+    def __call__(self) -> frozenset[str]:
+        self._refresh()
         return self._value
 
+    def routes(self) -> tuple[Route, ...]:
+        self._refresh()
+        return self._routes
 
-def read_insecure_registries(conf: Path, dropin_dir: Path) -> frozenset[str]:
-    """Registries marked ``insecure`` in registries.conf and its drop-ins."""
-    main = read_text_or_none(conf) or ""
-    dropins = {
-        path.name: read_text_or_none(path) or ""
-        for path in list_files(dropin_dir, recursive=False)
+
+def registries_texts(conf: Path, dropin_dir: Path) -> list[tuple[str, str]]:
+    """(name, text) of registries.conf, then its ``*.conf`` drop-ins in name order."""
+    texts = [(str(conf), read_text_or_none(conf) or "")]
+    texts += [
+        (path.name, read_text_or_none(path) or "")
+        for path in sorted(list_files(dropin_dir, recursive=False))
         if path.suffix == ".conf"
-    }
-    return insecure_registries(main, dropins, source=str(conf))
+    ]
+    return texts
+
+
+def insecure_from(texts: list[tuple[str, str]], *, source: str) -> frozenset[str]:
+    main, dropins = texts[0][1], dict(texts[1:])
+    return insecure_registries(main, dropins, source=source)

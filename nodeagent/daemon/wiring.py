@@ -87,10 +87,13 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         StagingProbe(dropins.staging_dirs),
         on_event=reporter.pull_event,
     )
+    registries = InsecureRegistries(rt.registries_conf, rt.registries_dir)
     registry = RegistryClient(
-        insecure=InsecureRegistries(rt.registries_conf, rt.registries_dir),
+        insecure=registries,
         timeout_s=rt.call_timeout_s,
         cache=ManifestCache(config.state.dir / "manifests"),
+        routes=registries.routes,
+        credentials_for=auth.credentials_for,
     )
     admission = DiskAdmission(
         runtime=cri,

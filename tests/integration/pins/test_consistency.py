@@ -19,7 +19,7 @@ from tests.conftest import Pushed
 from tests.testenv.agent import Agent, set_state, set_status
 from tests.testenv.crio import Crio
 from tests.testenv.faulty import Fault, RegistryFront
-from tests.testenv.registry import Registry
+from tests.testenv.registry import Registry, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -214,6 +214,33 @@ async def test_a_registry_outage_is_waited_out_without_the_resync(
             lambda s: set_state(s, "apps") == "Pinned", what="apps pinned", timeout_s=90
         )
     assert await pinned(fronted_crio, refs) == refs
+
+
+@pytest.mark.timeout(180)
+async def test_a_disconnected_site_sizes_its_images_through_the_registries_conf_mirror(
+    registry: Registry, pushed: Pushed, tmp_path: Path
+) -> None:
+    """The images keep a name whose registry is out of reach; registries.conf mirrors it.
+    CRI-O pulls from the mirror, and admission must size from there too, or the set would be
+    held for ever (an unknown size never counts as zero)."""
+    dead = f"127.0.0.1:{free_port()}"
+    refs = [f"{dead}/{image.repository}@{image.digest}" for image in (pushed.base_a, pushed.base_b)]
+    crio = Crio(tmp_path / "crio", insecure_registries=[registry.host, dead])
+    crio.write_files()
+    (crio.registries_dir / "50-mirror.conf").write_text(
+        f'[[registry]]\nlocation = "{dead}"\ninsecure = true\n'
+        f'[[registry.mirror]]\nlocation = "{registry.host}"\ninsecure = true\n'
+    )
+    with crio:
+        agent = Agent(tmp_path / "agent", crio)
+        agent.write_config()
+        agent.write_set("mirrored", refs)
+        with agent:
+            agent.wait_status(lambda s: set_state(s, "mirrored") == "Pinned", what="pinned")
+        assert await pinned(crio, refs) == refs
+    log = agent.log_text()
+    assert "disk_admitted" in log
+    assert "SizeUnknown" not in log
 
 
 # ---------------------------------------------------------------- CRI-O down mid-pull
