@@ -195,11 +195,11 @@ class RegistryFront(Service):
                         client.sendall(data[:allowed])
                         self._hold()
                         return
-                    client.sendall(data)
-                    sent += len(data)
-                    if is_blob:
+                    if is_blob:  # counted first: a client that has it all sees it counted
                         with self._lock:
                             self.counters.blob_bytes += len(data)
+                    client.sendall(data)
+                    sent += len(data)
                 data = upstream.recv(_CHUNK)
                 if not data:
                     return
