@@ -154,6 +154,10 @@ def run(cmd: list[str], *, what: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+TIME = "/usr/bin/time"  # GNU time: %M is the peak resident set size in KiB
+MAXRSS = "nodeagent_maxrss_kib="
+
+
 def nodeagent_cmd(config: Path, *args: str) -> list[str]:
     """What ``Agent.cli`` runs (tests/testenv/agent.py)."""
     return [sys.executable, "-m", "nodeagent", "--config", str(config), *args]
@@ -377,6 +381,7 @@ def measure_import(
         agent.trusted_keys_dir.mkdir(parents=True, exist_ok=True)
         (agent.trusted_keys_dir / "bench.pub").write_text(public)
         cmd = nodeagent_cmd(agent.config_file, "bundle", "import", str(media.mountpoint), "--json")
+        cmd = [TIME, "-f", f"{MAXRSS}%M", *cmd]  # the import's peak RSS, for the unit's MemoryMax=
         drop_caches()
         crio_before, cpu_before = cpu_s(crio.process.pid), children_cpu_s()
         busy_before, started = machine_cpu_s(), time.monotonic()
@@ -398,6 +403,10 @@ def measure_import(
             raise BenchError(f"{len(pinned)} of {len(media.refs)} images pinned after import")
         extra = phases(lines, started, ended) | crio_pulls(crio.log_path)
         extra[RETRIES] = float(sum(1 for _, line in lines if "pull_retrying:" in line))
+        extra["peak RSS MiB"] = max(
+            (int(line[len(MAXRSS) :]) / 1024 for _, line in lines if line.startswith(MAXRSS)),
+            default=0.0,
+        )
         extra["bytes served MB"] = report["bytes"]["served"] / MB
         extra["store MiB"] = tree_mib(crio.storage_root)
         imported = next((t for t, line in lines if line.startswith("bundle_imported")), None)

@@ -5,6 +5,10 @@ it is admitted when ``available - needed >= reserve``. Layers shared between
 images count once; layers of images the runtime already has count zero. The
 runtime reports usage but never capacity (CRI ``ImageFsInfo``), so free space
 comes from statvfs on the image filesystem's mountpoint.
+
+An image whose size cannot be learned (no manifest from the registry and none in
+the manifest cache) never counts as zero: its set is held (``SizeUnknown``), not
+pulled, until the size is known. Every decision is logged with its inputs.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import structlog
 
 from nodeagent.errors import NodeAgentError
 from nodeagent.ports import FilesystemSpace, ImageRuntime, RegistryCredentials, SpaceProbe
-from nodeagent.status import DiskStatus
+from nodeagent.status import DiskStatus, ImageFailure
 from nodeagent.units import format_bytes
 
 log = structlog.get_logger(__name__)
@@ -182,6 +186,19 @@ class AdmissionVerdict:
     """Manifests of the images to pull."""
     stored_layers: set[str] = field(default_factory=set)
     """Layer digests of images the runtime already has."""
+    unsized: dict[str, str] = field(default_factory=dict)
+    """Sets held because an image's size is unknown, with the sentence that says why."""
+    unknown: dict[str, ImageFailure] = field(default_factory=dict)
+    """Per image whose size is unknown, why its manifest could not be read."""
+
+
+def unsized_message(refs: Sequence[str], unknown: Mapping[str, ImageFailure]) -> str:
+    """Why a set is held: how many sizes are unknown, and the first image's cause."""
+    first = unknown[refs[0]]
+    return (
+        f"the size of {len(refs)} image(s) is unknown, so they are not pulled (an unknown "
+        f"size never counts as zero); first {first.ref}: {first.reason}: {first.message}"
+    )
 
 
 class DiskAdmission:
@@ -195,32 +212,32 @@ class DiskAdmission:
         space: SpaceProbe,
         credentials_for: Callable[[str], RegistryCredentials | None],
         policy: DiskPolicy,
-        on_image_fs: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.runtime = runtime
         self.manifests = manifests
         self.space = space
         self.credentials_for = credentials_for
         self.policy = policy
-        self.on_image_fs = on_image_fs
-        """Told the image filesystem's mountpoint when it is first seen or changes."""
-        self._image_fs: str | None = None
 
     async def admit(
         self, missing: Mapping[str, Sequence[str]], stored_refs: Iterable[str]
     ) -> AdmissionVerdict:
-        """Admit sets (name -> missing refs) greedily in name order; refuse the rest."""
-        layers = await self._layers({r for refs in missing.values() for r in refs}, is_noted=True)
-        have = await self._layers(set(stored_refs), is_noted=False)
-        filesystems = await self.runtime.image_fs_info()
-        mountpoint = filesystems[0].mountpoint if filesystems else "/"
-        if mountpoint != self._image_fs:
-            self._image_fs = mountpoint
-            self.on_image_fs(mountpoint)
-        space = await asyncio.to_thread(self.space.space, mountpoint)
+        """Admit sets (name -> missing refs) greedily in name order; refuse the rest.
+
+        A set with an image of unknown size is held (``AdmissionVerdict.unsized``).
+        """
+        wanted = {r for refs in missing.values() for r in refs}
+        layers, unknown = await self._layers(wanted, is_noted=True)
+        have, _ = await self._layers(set(stored_refs), is_noted=False)
+        space = await self._space()
         policy = self.policy
         reserve = reserve_for(space.total_bytes, policy.reserve_bytes, policy.reserve_percent)
-        by_set = {name: [layers[r] for r in refs if r in layers] for name, refs in missing.items()}
+        unsized_refs = {name: [r for r in refs if r in unknown] for name, refs in missing.items()}
+        by_set = {
+            name: [layers[r] for r in refs]
+            for name, refs in missing.items()
+            if not unsized_refs[name]
+        }
         stored = present_digests(have.values())
         verdict = admit_sets(by_set, stored, space, reserve, policy.expansion_factor)
         claimed = [image for name in verdict.admitted for image in by_set[name]]
@@ -231,7 +248,39 @@ class DiskAdmission:
             to_pull={name: unique_missing_bytes(images, stored) for name, images in by_set.items()},
             layers=layers,
             stored_layers=stored,
+            unsized={n: unsized_message(r, unknown) for n, r in unsized_refs.items() if r},
+            unknown=unknown,
         )
+        log.info(
+            "disk_admission",
+            mountpoint=space.mountpoint,
+            available_bytes=space.available_bytes,
+            total_bytes=space.total_bytes,
+            reserve_bytes=reserve,
+            expansion_factor=policy.expansion_factor,
+            to_pull_bytes=result.to_pull,
+            unsized=sorted(result.unsized),
+            admitted=result.admitted,
+            refused=list(verdict.refused),
+        )
+        self._log_verdict(result, verdict, space, reserve, need)
+        return result
+
+    async def _space(self) -> FilesystemSpace:
+        filesystems = await self.runtime.image_fs_info()
+        mountpoint = filesystems[0].mountpoint if filesystems else "/"
+        return await asyncio.to_thread(self.space.space, mountpoint)
+
+    def _log_verdict(
+        self,
+        result: AdmissionVerdict,
+        verdict: SetAdmission,
+        space: FilesystemSpace,
+        reserve: int,
+        need: int,
+    ) -> None:
+        for name, message in sorted(result.unsized.items()):
+            log.warning("disk_size_unknown", set=name, reason="SizeUnknown", error=message)
         if verdict.refused:
             message = verdict.total.describe()
             log.error(
@@ -243,7 +292,7 @@ class DiskAdmission:
                 reserve_bytes=reserve,
             )
             result.refused = dict.fromkeys(verdict.refused, message)
-        else:
+        elif verdict.admitted:
             log.info(
                 "disk_admitted",
                 needed=format_bytes(need),
@@ -251,13 +300,14 @@ class DiskAdmission:
                 reserve=format_bytes(reserve),
                 needed_bytes=need,
             )
-        return result
 
-    async def _layers(self, refs: Iterable[str], *, is_noted: bool) -> dict[str, ImageLayers]:
-        """Manifest sizes per ref; failures are logged when ``is_noted``."""
+    async def _layers(
+        self, refs: Iterable[str], *, is_noted: bool
+    ) -> tuple[dict[str, ImageLayers], dict[str, ImageFailure]]:
+        """Manifest sizes per ref, and why each other ref has none (logged when ``is_noted``)."""
         slots = asyncio.Semaphore(MANIFEST_FETCHES_AT_ONCE)
 
-        async def fetch(ref: str) -> ImageLayers | None:
+        async def fetch(ref: str) -> ImageLayers | ImageFailure:
             async with slots:
                 try:
                     return await self.manifests.image_layers(ref, self.credentials_for(ref))
@@ -266,9 +316,11 @@ class DiskAdmission:
                         log.warning(
                             "manifest_unavailable", image=ref, reason=exc.reason, error=exc.message
                         )
-                    return None
+                    return ImageFailure(ref, exc.reason, exc.message)
 
         ordered = sorted(refs)
         fetched = await asyncio.gather(*(fetch(ref) for ref in ordered))
-        pairs = zip(ordered, fetched, strict=True)
-        return {ref: found for ref, found in pairs if found is not None}
+        pairs = list(zip(ordered, fetched, strict=True))
+        known = {ref: found for ref, found in pairs if isinstance(found, ImageLayers)}
+        unknown = {ref: found for ref, found in pairs if isinstance(found, ImageFailure)}
+        return known, unknown

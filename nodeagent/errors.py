@@ -10,6 +10,8 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   ├── RuntimeUnreachable          RuntimeUnreachable
     │   ├── RuntimeTimeout              RuntimeTimeout
     │   ├── RegistryUnavailable         RegistryUnavailable
+    │   │   └── RegistryError           RegistryError (the registry answered 5xx)
+    │   ├── SizeUnknown                 SizeUnknown
     │   ├── PullStalled                 PullStalled
     │   ├── RuntimeReloadFailed         RuntimeReloadFailed
     │   ├── MediaUnmountFailed          MediaUnmountFailed
@@ -28,6 +30,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── SpecInvalid                 SpecInvalid
         │   └── ImageReferenceInvalid   ImageReferenceInvalid
         ├── HostFileError               HostFileError
+        │   └── StateFileDamaged        StateFileDamaged
         ├── SignatureMissing            BundleUnsigned
         ├── SignatureMalformed          BundleSignatureMalformed
         │   └── SignatureLegacy         BundleSignatureLegacy
@@ -116,6 +119,23 @@ class RegistryUnavailable(TransientError):
     """The registry could not be reached or answered with a server error."""
 
     reason = "RegistryUnavailable"
+    default_retry_after_s = 5.0
+
+
+class RegistryError(RegistryUnavailable):
+    """The registry answered with a server error (HTTP 5xx): it is up but failing."""
+
+    reason = "RegistryError"
+
+
+class SizeUnknown(TransientError):
+    """An image's size could not be learned (no manifest from the registry, none cached).
+
+    Disk admission never counts an unknown size as zero: the image's set is held, not
+    pulled, until its size is known again.
+    """
+
+    reason = "SizeUnknown"
     default_retry_after_s = 5.0
 
 
@@ -208,6 +228,16 @@ class HostFileError(PermanentError):
 
     reason = "HostFileError"
     exit_code = 74  # EX_IOERR
+
+
+class StateFileDamaged(HostFileError):
+    """A state file of nodeagent (ledger, status, manifest cache) cannot be decoded.
+
+    nodeagent moves it aside (``<file>.damaged-<UTC time>``, kept for the report) and
+    rebuilds the state from the spec files, the runtime and its last good copies.
+    """
+
+    reason = "StateFileDamaged"
 
 
 class SignatureMissing(PermanentError):
@@ -367,3 +397,19 @@ class ApiRequestRejected(PermanentError):
     """The API server rejected a request as invalid (4xx other than 401/403/404/409)."""
 
     reason = "ApiRequestRejected"
+
+
+def transient_reasons() -> frozenset[str]:
+    """The reason codes of every ``TransientError``: a failure with one of them may go away."""
+    found: set[str] = set()
+    pending: list[type[NodeAgentError]] = [TransientError]
+    while pending:
+        cls = pending.pop()
+        found.add(cls.reason)
+        pending.extend(cls.__subclasses__())
+    return frozenset(found)
+
+
+def is_transient_reason(reason: str | None) -> bool:
+    """Whether ``reason`` is the code of a transient error (retry soon, not at the resync)."""
+    return reason is not None and reason in transient_reasons()

@@ -23,6 +23,11 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "pins_not_effective": "2ec2615e533346d2a372262a16879e4b",
     "sync_postponed": "a96346cdafca4ee1ba4c2888ff890552",
     "api_unreachable": "0275a7867ead41dea72a6e1aafd530c3",
+    "state_file_damaged": "6094319f540a4e069592a6ec72fb37da",
+    "set_held": "ba29afab4bab4a0abaad5ae1166a9463",
+    "disk_size_unknown": "a6218fcd79e1459590880fde48d865e9",
+    "sync_retry_scheduled": "14d401b8edcc47edb6d7c700c0b064fc",
+    "pulls_waiting": "b3757c5c0b66493e89df767d9a5ce930",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 
@@ -32,6 +37,7 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
     "bundle": "NODEAGENT_BUNDLE_ID",
     "reason": "NODEAGENT_REASON",
     "device": "NODEAGENT_DEVICE",
+    "file": "NODEAGENT_FILE",
 }
 """Log fields that also become journal fields of their own, for ``journalctl FIELD=value``."""
 

@@ -101,11 +101,18 @@ class Reloader(Protocol):
 
 
 class StateStore(Protocol):
-    """Named JSON documents kept across restarts (the ledger, the status, bundle records)."""
+    """Named JSON documents kept across restarts (the ledger, the status, bundle records).
+
+    ``load`` returns None for a document never saved and raises ``HostFileError`` when it
+    cannot be read (``StateFileDamaged`` when it cannot be decoded); ``set_aside`` moves a
+    damaged document out of the way (kept beside it for the report) and says where to.
+    """
 
     def load(self, name: str) -> dict[str, Any] | None: ...
 
     def save(self, name: str, obj: dict[str, Any]) -> bool: ...
+
+    def set_aside(self, name: str) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +156,7 @@ class PullEvent:
     reason: str | None = None
     """The error's reason code (``RETRYING`` and ``FAILED``)."""
     error: str | None = None
-    """The error's message (``FAILED``)."""
+    """The error's message (``RETRYING`` and ``FAILED``)."""
     retry_in_s: float | None = None
     """Delay before the next attempt (``RETRYING``)."""
 

@@ -2,11 +2,12 @@
 
 Policy, in contrast with the machine-config-daemon's whole-sync deadline: each
 image has its own attempts with exponential backoff and jitter; a pull only
-fails for slowness when the image filesystem has stopped growing for
-``stall_timeout_s`` (there is no progress API in CRI, so growth of the bytes
-used on the image filesystem is the progress signal). A slow but healthy pull
-is never cut off. One image failing never stops the others, except a full
-disk (ENOSPC), which stops everything not yet started.
+fails for slowness when nothing it fetched has been written for
+``stall_timeout_s``. There is no progress API in CRI: the signal is the files
+pulls stage their blobs in (``ProgressProbe``), which no other writer touches
+(docs/decisions/0005-stall-signal.md). A slow but healthy pull is never cut
+off. One image failing never stops the others, except a full disk (ENOSPC),
+which stops everything not yet started.
 """
 
 from __future__ import annotations
@@ -105,13 +106,14 @@ class PullResult:
 
 
 class ProgressProbe(Protocol):
-    """Bytes used on the filesystems pulls write to (image store, temp dir).
+    """A mark that changes whenever pulls write what they fetch (``adapters.host.StagingProbe``:
+    names and sizes of the runtime's staging files).
 
     Called off the event loop (``run_blocking``). A probe that raises a
     ``NodeAgentError`` gives no signal: no pull is cancelled while it fails.
     """
 
-    def used_bytes(self) -> int: ...
+    def progress_mark(self) -> int: ...
 
 
 BlockingRunner = Callable[[Callable[[], int]], Awaitable[int]]
@@ -227,6 +229,7 @@ class PrePuller:
                         ref,
                         attempt,
                         reason=exc.reason,
+                        error=exc.message,
                         retry_in_s=round(delay, 1),
                     )
                 )
@@ -287,19 +290,19 @@ class PrePuller:
         return PullResult(ref, False, attempts, seconds, exc.reason, exc.message)
 
     async def _watch_stalls(self, run: _Run) -> None:
-        """Cancel pulls during which the image filesystem has not grown for the stall timeout."""
+        """Cancel pulls during which the staging files have not changed for the stall timeout."""
         probe = self.probe
         if probe is None:
             return
         interval_s = min(max(self.policy.stall_timeout_s / 10, 0.05), 5.0)
-        last_used = await self._used_bytes(probe, run)
+        last_mark = await self._mark(probe, run)
         while True:
             await self._sleep(interval_s)
-            used = await self._used_bytes(probe, run)
+            mark = await self._mark(probe, run)
             now = self._now()
-            if used is None or used != last_used:
-                # Growth is progress; a failed measurement is no evidence of a stall either.
-                last_used, run.last_progress_s = used, now
+            if mark is None or mark != last_mark:
+                # A change is progress; a failed measurement is no evidence of a stall either.
+                last_mark, run.last_progress_s = mark, now
             for ref, flight in list(run.inflight.items()):
                 idle_s = now - max(flight.started_s, run.last_progress_s)
                 if idle_s >= self.policy.stall_timeout_s and not flight.is_stalled:
@@ -307,10 +310,10 @@ class PrePuller:
                     flight.task.cancel()
                     log.warning("pull_stalled", image=ref, idle_s=round(idle_s))
 
-    async def _used_bytes(self, probe: ProgressProbe, run: _Run) -> int | None:
-        """The probe's figure, or None when it failed; logs the transitions only."""
+    async def _mark(self, probe: ProgressProbe, run: _Run) -> int | None:
+        """The probe's mark, or None when it failed; logs the transitions only."""
         try:
-            used = await self._run_blocking(probe.used_bytes)
+            mark = await self._run_blocking(probe.progress_mark)
         except NodeAgentError as exc:
             if not run.is_probe_failing:
                 log.warning("progress_probe_failed", reason=exc.reason, error=exc.message)
@@ -319,4 +322,4 @@ class PrePuller:
         if run.is_probe_failing:
             log.info("progress_probe_recovered")
         run.is_probe_failing = False
-        return used
+        return mark

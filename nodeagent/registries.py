@@ -34,6 +34,7 @@ from nodeagent.errors import (
     ImageReferenceInvalid,
     NodeAgentError,
     RegistryAuthFailed,
+    RegistryError,
     RegistryUnavailable,
 )
 from nodeagent.ports import RegistryCredentials
@@ -403,6 +404,11 @@ def status_error(
         )
     if status == 404:
         return ImageNotFound(f"{ref}: the registry has no such {what} (HTTP 404)")
+    if 500 <= status <= 599:
+        return RegistryError(
+            f"{ref}: the registry failed to serve the {what} (HTTP {status}); retrying later",
+            retry_after_s=retry_after_s(headers),
+        )
     return RegistryUnavailable(
         f"{ref}: the registry answered HTTP {status} for the {what}; retrying later",
         retry_after_s=retry_after_s(headers),

@@ -19,7 +19,8 @@ from typing import Protocol
 
 import structlog
 
-from nodeagent.errors import NodeAgentError
+from nodeagent.errors import NodeAgentError, is_transient_reason
+from nodeagent.ledger import save_repairing
 from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
 from nodeagent.status import (
     BundleReport,
@@ -28,6 +29,7 @@ from nodeagent.status import (
     conditions_for,
     progress_line,
     status_line,
+    waiting_conditions,
 )
 
 log = structlog.get_logger(__name__)
@@ -52,16 +54,24 @@ class PullTally:
     pulled: set[str] = field(default_factory=set)
     failed: int = 0
     is_syncing: bool = False
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Pulls waiting to retry after a transient failure: ref -> (reason, message)."""
 
     def start(self) -> None:
         self.pulling.clear()
         self.pulled.clear()
+        self.waiting.clear()
         self.failed = 0
         self.is_syncing = True
 
     def end(self) -> None:
         self.is_syncing = False
         self.pulling.clear()
+        self.waiting.clear()
+
+    def waiting_cause(self) -> tuple[str, str] | None:
+        """The (reason, message) pulls wait on, the first image's in name order; None if none."""
+        return self.waiting[min(self.waiting)] if self.waiting else None
 
     def count(self, event: PullEvent) -> None:
         if event.step is PullStep.STARTED:
@@ -130,6 +140,8 @@ class Reporter:
         self.tally = tally or PullTally()
         self.board = board or BundleBoard()
         self.last: NodeStatus | None = None
+        self._sync_status: NodeStatus | None = None
+        """The last status the sync itself made (``last`` may add a waiting cause to it)."""
 
     # ---------------------------------------------------------------- sync
     def sync_started(self) -> None:
@@ -147,26 +159,52 @@ class Reporter:
     def sync_failed(self, error: NodeAgentError) -> None:
         """A sync that could not run: the last sets stay, the error names the cause."""
         self.tally.end()
-        last = self.last
-        sets = last.sets if last else ()
-        status = NodeStatus(
-            sets=sets,
-            conditions=conditions_for(sets, 0, error.message, error.reason),
-            runtime=last.runtime if last else None,
+        last = self.last or NodeStatus(sets=(), conditions=())
+        status = replace(
+            last,
+            conditions=conditions_for(last.sets, 0, (error.reason, error.message)),
             last_error=str(error),
+            pulling=0,
+            retry_in_s=None,
         )
         self._publish(status, is_final=True)
 
     # ---------------------------------------------------------------- pulls
     def pull_event(self, event: PullEvent) -> None:
-        """A pull of the sync started or ended: the journal, STATUS= and the cluster follow."""
+        """A pull of the sync started or ended: the journal, STATUS= and the cluster follow.
+
+        While pulls wait on a transient cause (the runtime down, the registry failing), the
+        status says so: Degraded with that cause, until a pull moves again.
+        """
         log_pull(event)
         self.tally.count(event)
+        self._follow_waiting(event)
         line = self.progress_line()
         if line is not None:
             self.line.status(line)
         if self.cluster is not None:
             self.cluster.poke()
+
+    def _follow_waiting(self, event: PullEvent) -> None:
+        before = self.tally.waiting_cause()
+        if event.step is PullStep.RETRYING and is_transient_reason(event.reason):
+            self.tally.waiting[event.ref] = (event.reason or "", event.error or "")
+        elif event.step is not PullStep.STARTED:  # a retry starting proves nothing yet
+            self.tally.waiting.pop(event.ref, None)
+        cause = self.tally.waiting_cause()
+        base = self._sync_status
+        if cause == before or base is None:
+            return
+        if cause is None:
+            log.info("pulls_resumed")
+            self._publish(base, is_final=False, is_sync=False)
+            return
+        reason, message = cause
+        waiting = len(self.tally.waiting)
+        log.warning("pulls_waiting", reason=reason, error=message, images=waiting)
+        text = f"{waiting} pull(s) waiting to retry: {reason}: {message}"
+        conditions = waiting_conditions(base.conditions, reason, text)
+        self._publish(replace(base, conditions=conditions), is_final=False, is_sync=False)
 
     def progress_line(self) -> str | None:
         """'pinned 0/190 images, pulling 4, 1 failed' while pulls run (None before any status)."""
@@ -189,12 +227,14 @@ class Reporter:
         if self.board.reports:
             doc["bundles"] = self.board.to_json()
         try:
-            self.store.save("status", doc)
+            save_repairing(self.store, "status", doc)
         except NodeAgentError as exc:  # a full or read-only state disk must not stop pinning
             log.warning("status_not_saved", reason=exc.reason, error=exc.message)
 
-    def _publish(self, status: NodeStatus, *, is_final: bool) -> None:
+    def _publish(self, status: NodeStatus, *, is_final: bool, is_sync: bool = True) -> None:
         self.last = status
+        if is_sync:
+            self._sync_status = status
         self.save()
         self.line.status(status_line(status))
         if self.cluster is not None:

@@ -87,6 +87,13 @@ def parse_spec_text(text: str | bytes, *, source: str, is_persistent: bool) -> S
             sets.append(_parse_object(obj, source=source, is_persistent=is_persistent))
         except SpecInvalid as exc:
             problems.append(SpecProblem(source, _name_of(obj), exc.reason, exc.message))
+    if not sets and not problems:
+        message = (
+            f"{clip(source, 200)} holds no PinnedImageSet (empty, only comments, or caught "
+            "half-written); sets it held stay pinned until it is fixed: remove the file to "
+            "unpin them"
+        )
+        problems.append(SpecProblem(source, None, SpecInvalid.reason, message))
     return _deduplicate([SpecLoad(tuple(sets), tuple(problems))])
 
 

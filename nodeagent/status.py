@@ -123,6 +123,13 @@ class NodeStatus:
     pulling: int = 0
     updated_at: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    repairs: tuple[Mapping[str, str], ...] = ()
+    """Damaged state files set aside since the daemon started (``ledger.Repair``)."""
+    boot_id: str = ""
+    """The boot this status was made in: a rebuilt ledger trusts transient sets' generations
+    only from a status of the same boot."""
+    retry_in_s: float | None = None
+    """Seconds until the sync loop tries again after a transient failure (None: at the resync)."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -139,6 +146,12 @@ class NodeStatus:
             doc["specProblems"] = [dict(p) for p in self.problems]
         if self.last_error:
             doc["lastError"] = self.last_error
+        if self.repairs:
+            doc["stateRepairs"] = [dict(r) for r in self.repairs]
+        if self.boot_id:
+            doc["bootId"] = self.boot_id
+        if self.retry_in_s is not None:
+            doc["retryInSeconds"] = round(self.retry_in_s, 1)
         return doc | dict(self.extra)
 
     def image_totals(self) -> dict[str, int]:
@@ -218,20 +231,17 @@ def truncate_error(text: str) -> str:
 
 
 def conditions_for(
-    sets: Sequence[SetStatus],
-    problems: int,
-    runtime_error: str | None,
-    error_reason: str = "RuntimeUnreachable",
+    sets: Sequence[SetStatus], problems: int, sync_error: tuple[str, str] | None
 ) -> tuple[Condition, ...]:
     """Ready / Progressing / Degraded from the per-set states.
 
-    ``runtime_error`` is the message of a sync that could not run, ``error_reason`` its
-    reason code.
+    ``sync_error`` is the (reason, message) of a sync that could not run at all: the
+    runtime down, a state file that cannot be written ...; it names the Degraded cause.
     """
     progressing = [s.name for s in sets if s.state == "Progressing"]
     bad = [s for s in sets if s.state in ("Degraded", "Refused")]
-    if runtime_error is not None:
-        degraded = Condition("Degraded", True, error_reason, runtime_error)
+    if sync_error is not None:
+        degraded = Condition("Degraded", True, sync_error[0], sync_error[1])
     elif bad:
         first = bad[0]
         degraded = Condition(
@@ -288,13 +298,17 @@ def set_outcome(
     failures: Sequence[ImageFailure],
     pin_error: tuple[str, str] | None,
     is_all_pinned: bool,
+    unsized_error: str | None = None,
 ) -> tuple[SetState, str | None, str | None]:
     """A set's state after a sync, with the reason and error it is reported with.
 
-    ``pin_error`` is the (reason, message) of pins that did not take effect.
+    ``pin_error`` is the (reason, message) of pins that did not take effect;
+    ``unsized_error`` says why the set was held because an image's size is unknown.
     """
     if refused_error is not None:
         return "Refused", "InsufficientDiskSpace", refused_error
+    if unsized_error is not None:
+        return "Degraded", "SizeUnknown", unsized_error
     if failures:
         first = failures[0]
         text = (
@@ -309,11 +323,18 @@ def set_outcome(
 
 
 def interim_state(
-    *, is_refused: bool, pending: Sequence[str], current_generation: int | None, generation: int
+    *,
+    is_refused: bool,
+    pending: Sequence[str],
+    current_generation: int | None,
+    generation: int,
+    is_unsized: bool = False,
 ) -> SetState:
     """A set's state while the sync's pulls run."""
     if is_refused:
         return "Refused"
+    if is_unsized:
+        return "Degraded"
     if not pending and current_generation == generation:
         return "Pinned"
     return "Progressing"
@@ -327,6 +348,8 @@ def node_status(
     problems: Sequence[Mapping[str, str]] = (),
     last_error: str | None = None,
     updated_at: str = "",
+    repairs: Sequence[Mapping[str, str]] = (),
+    boot_id: str = "",
 ) -> NodeStatus:
     """The node's status from its sets: conditions derived, nothing else added."""
     return NodeStatus(
@@ -337,4 +360,18 @@ def node_status(
         problems=tuple(problems),
         last_error=last_error,
         updated_at=updated_at,
+        repairs=tuple(repairs),
+        boot_id=boot_id,
     )
+
+
+def waiting_conditions(
+    conditions: Sequence[Condition], reason: str, message: str
+) -> tuple[Condition, ...]:
+    """The conditions while pulls wait on a transient cause (the runtime down, the registry
+    failing): Degraded and not Ready, with that cause as the reason."""
+    waiting = {
+        "Degraded": Condition("Degraded", True, reason, message),
+        "Ready": Condition("Ready", False, reason, message),
+    }
+    return tuple(waiting.get(c.type, c) for c in conditions)

@@ -12,6 +12,8 @@ and ``nodeagent render-pins --write`` recreate the target before CRI-O starts
 from __future__ import annotations
 
 import os
+import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 
 from nodeagent.adapters.files import (
@@ -23,6 +25,24 @@ from nodeagent.adapters.files import (
 )
 from nodeagent.errors import HostFileError
 from nodeagent.pins import ConfigFile
+
+DEFAULT_STAGING_DIR = "/var/tmp"  # noqa: S108  containers/image's default for big files
+"""Where containers/image stages blobs when ``big_files_temporary_dir`` is not set."""
+
+
+def staging_dir_of(files: Sequence[ConfigFile]) -> str | None:
+    """``[crio.image] big_files_temporary_dir`` of the last file setting it to a non-empty
+    value; files that are not TOML are skipped (CRI-O fails on them anyway)."""
+    found: str | None = None
+    for file in files:
+        try:
+            image = tomllib.loads(file.text).get("crio", {}).get("image", {})
+        except (tomllib.TOMLDecodeError, AttributeError):
+            continue
+        value = image.get("big_files_temporary_dir") if isinstance(image, dict) else None
+        if isinstance(value, str) and value:
+            found = value
+    return found
 
 
 def _walk_key(root: Path, path: Path) -> tuple[bytes, ...]:
@@ -60,6 +80,11 @@ class CrioDropins:
         except HostFileError:
             # CRI-O fails on this file as well; the pin check reports the outcome.
             return None
+
+    def staging_dirs(self) -> list[Path]:
+        """Where CRI-O's pulls stage blobs: ``[crio.image] big_files_temporary_dir`` of the
+        last file that sets it (CRI-O's reading order), else containers/image's /var/tmp."""
+        return [Path(staging_dir_of(self.read_other_configs()) or DEFAULT_STAGING_DIR)]
 
     def read_dropin(self) -> str | None:
         return read_text_or_none(self.target)

@@ -17,19 +17,27 @@ path and what to check.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import secrets
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from nodeagent.errors import HostFileError
+from nodeagent.errors import HostFileError, StateFileDamaged
 
 DIR_MODE: Final = 0o755
 """Mode of directories ``write_atomic`` creates (before the umask)."""
 
 _TMP_SUFFIX: Final = ".tmp"
+
+DAMAGED_SUFFIX: Final = ".damaged-"
+"""Set-aside copies are ``<name>.damaged-<UTC time>``, next to the file they replace."""
+DAMAGED_KEPT: Final = 3
+"""Set-aside copies kept per file (the newest): a file damaged over and over cannot fill the
+state directory."""
 
 JsonObject = dict[str, Any]
 """A decoded JSON object, as ``json.loads`` returns it."""
@@ -179,6 +187,46 @@ def mirror_directory(directory: Path, files: dict[str, bytes], *, suffix: str) -
     return sorted(changed)
 
 
+def set_aside(path: Path, *, now: dt.datetime | None = None) -> Path | None:
+    """Rename ``path`` (a file or a directory) to ``<name>.damaged-<UTC time>`` beside it.
+
+    Returns the new path, or None when ``path`` does not exist. Only the newest
+    ``DAMAGED_KEPT`` set-aside copies of the same name are kept.
+    """
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}{DAMAGED_SUFFIX}{stamp}")
+    try:
+        if not path.exists() and not path.is_symlink():
+            return None
+        serial = 1
+        while target.exists() or target.is_symlink():
+            serial += 1
+            target = path.with_name(f"{path.name}{DAMAGED_SUFFIX}{stamp}-{serial}")
+        path.rename(target)
+        _fsync_dir(path.parent)
+        _prune_damaged(path)
+    except OSError as err:
+        raise _fail("move aside", path, err, f"check that {path.parent} is writable") from err
+    return target
+
+
+def _prune_damaged(path: Path) -> None:
+    """Remove all but the newest ``DAMAGED_KEPT`` set-aside copies (newest by their name's
+    time stamp, then serial)."""
+    prefix = f"{path.name}{DAMAGED_SUFFIX}"
+
+    def age(entry: Path) -> tuple[str, int]:
+        stamp, _, serial = entry.name.removeprefix(prefix).partition("-")
+        return stamp, int(serial) if serial.isdigit() else 1
+
+    copies = sorted((e for e in path.parent.iterdir() if e.name.startswith(prefix)), key=age)
+    for old in copies[:-DAMAGED_KEPT]:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
 def read_text_or_none(path: Path) -> str | None:
     """The UTF-8 text of ``path``, or None if it (or a symlink's target) does not exist."""
     try:
@@ -253,6 +301,12 @@ def statvfs_free(path: Path) -> DiskFigures:
     )
 
 
+_REBUILT = (
+    "; the daemon sets it aside and rebuilds it by itself (if it stays, remove it and "
+    "restart nodeagent)"
+)
+
+
 class JsonStateStore:
     """Named JSON documents in one directory, written atomically as canonical JSON.
 
@@ -270,24 +324,46 @@ class JsonStateStore:
         return self.directory / f"{name}.json"
 
     def load(self, name: str) -> JsonObject | None:
-        """The stored object, or None if it was never saved."""
+        """The stored object, or None if it was never saved.
+
+        Raises ``StateFileDamaged`` when the file cannot be decoded (not UTF-8, not JSON,
+        not an object, a directory in its place): the caller sets it aside
+        (``set_aside``) and rebuilds. Other ``HostFileError``s are I/O failures.
+        """
         path = self._path(name)
-        text = read_text_or_none(path)
-        if text is None:
-            return None
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise HostFileError(
-                f"state file {path} is not valid JSON ({err.msg} at line {err.lineno}); "
-                "remove it to let nodeagent rebuild its state"
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError as err:
+            raise StateFileDamaged(f"state file {path} is a directory{_REBUILT}") from err
+        except OSError as err:
+            raise _fail("read", path, err, "check the file's type and permissions") from err
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise StateFileDamaged(
+                f"state file {path} is not UTF-8 ({err.reason}){_REBUILT}"
+            ) from err
+        except (json.JSONDecodeError, RecursionError) as err:
+            detail = (
+                f"{err.msg} at line {err.lineno}"
+                if isinstance(err, json.JSONDecodeError)
+                else "nested too deep"
+            )
+            raise StateFileDamaged(
+                f"state file {path} is not valid JSON ({detail}){_REBUILT}"
             ) from err
         if not isinstance(value, dict):
-            raise HostFileError(
-                f"state file {path} holds a {type(value).__name__}, not an object; "
-                "remove it to let nodeagent rebuild its state"
+            raise StateFileDamaged(
+                f"state file {path} holds a {type(value).__name__}, not an object{_REBUILT}"
             )
         return value
+
+    def set_aside(self, name: str) -> str | None:
+        """Move a damaged ``<name>.json`` aside (``set_aside``); the path it went to, or None."""
+        moved = set_aside(self._path(name))
+        return None if moved is None else str(moved)
 
     def save(self, name: str, obj: JsonObject) -> bool:
         """Store ``obj``; return False if the stored bytes were already the same."""

@@ -1,15 +1,18 @@
-"""Small host look-ups for the daemon: boot id, free and used space, auth and registries files."""
+"""Small host look-ups for the daemon: boot id, free space, pull staging files, auth and
+registries files."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import structlog
 
 from nodeagent.adapters.files import list_files, read_text_or_none, statvfs_free
+from nodeagent.adapters.registry.mirrors import Route, routes_of
 from nodeagent.authfile import AuthStore, parse_auth_file
-from nodeagent.errors import ConfigInvalid
+from nodeagent.errors import ConfigInvalid, HostFileError
 from nodeagent.ports import FilesystemSpace, RegistryCredentials
 from nodeagent.registries import insecure_registries
 
@@ -32,29 +35,54 @@ class StatvfsSpace:
         return FilesystemSpace(mountpoint, figures.total_bytes, figures.available_bytes)
 
 
-class UsedBytesProbe:
-    """``prepull.ProgressProbe``: bytes used on the filesystems pulls write to.
+STAGING_PREFIX = "container_images_"
+"""containers/image names its temporary files and directories for blobs so (its
+``internal/tmpdir``): a pull through CRI-O stages each blob it fetches in
+``<big_files_temporary_dir>/container_images_storage<random>/<n>`` (docs/runtime-facts.md)."""
 
-    Each filesystem counts once however many of the paths live on it.
+
+class StagingProbe:
+    """``prepull.ProgressProbe``: the names and sizes of the runtime's staging files.
+
+    Only pulls write there, so journald, pod logs or anything else busy on the same
+    filesystem never look like progress (docs/decisions/0005-stall-signal.md). ``dirs``
+    gives the staging directories (CRI-O's ``big_files_temporary_dir``, read again each
+    time); one missing counts as empty.
     """
 
-    def __init__(self, paths: Callable[[], Iterable[Path]]) -> None:
-        self._paths = paths
+    def __init__(self, dirs: Callable[[], Iterable[Path]]) -> None:
+        self._dirs = dirs
 
-    def used_bytes(self) -> int:
-        seen: set[int] = set()
-        used = 0
-        for path in self._paths():
+    def progress_mark(self) -> int:
+        entries: list[tuple[str, int]] = []
+        for base in self._dirs():
             try:
-                device = path.stat().st_dev
-            except OSError:
+                entries.extend(_staged(base))
+            except FileNotFoundError:
                 continue
-            if device in seen:
+            except OSError as err:
+                raise HostFileError(f"cannot list staging files in {base}: {err.strerror}") from err
+        return hash(tuple(sorted(entries)))
+
+
+def _staged(base: Path) -> list[tuple[str, int]]:
+    """(name, size) of every staging file under ``base``; a staging directory counts too."""
+    found: list[tuple[str, int]] = []
+    with os.scandir(base) as top:
+        staging = [entry for entry in top if entry.name.startswith(STAGING_PREFIX)]
+    for entry in staging:
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                found.append((entry.name, entry.stat(follow_symlinks=False).st_size))
                 continue
-            seen.add(device)
-            figures = statvfs_free(path)
-            used += figures.total_bytes - figures.free_bytes
-        return used
+            found.append((entry.name, -1))
+            with os.scandir(entry.path) as inner:
+                found.extend(
+                    (f"{entry.name}/{f.name}", f.stat(follow_symlinks=False).st_size) for f in inner
+                )
+        except FileNotFoundError:  # the pull ended while we looked: that is a change too
+            found.append((entry.name, -2))
+    return found
 
 
 class AuthFile:
@@ -85,7 +113,8 @@ class AuthFile:
 class InsecureRegistries:
     """registries.conf's insecure locations, read again when one of its files changed (as
     CRI-O reads them again at its reload), so a mirror marked insecure later is reached
-    over plain HTTP for disk admission too, without restarting nodeagent.
+    over plain HTTP for disk admission too, without restarting nodeagent. ``routes`` gives
+    its mirrors (``adapters.registry.mirrors``), read again the same way.
 
     The first read raises ``ConfigInvalid`` for a broken file; a later broken edit keeps the
     locations read last (CRI-O keeps its own until its reload fails too) and logs it once.
@@ -95,7 +124,9 @@ class InsecureRegistries:
         self.conf = conf
         self.dropin_dir = dropin_dir
         self._stamp = self._files_stamp()
-        self._value = read_insecure_registries(conf, dropin_dir)
+        texts = registries_texts(conf, dropin_dir)
+        self._value = insecure_from(texts, source=str(conf))
+        self._routes = routes_of(texts)
 
     def _files_stamp(self) -> tuple[tuple[str, int, int], ...]:
         paths = [self.conf, *list_files(self.dropin_dir, recursive=False)]
@@ -108,23 +139,38 @@ class InsecureRegistries:
             stamps.append((str(path), info.st_mtime_ns, info.st_ino))
         return tuple(stamps)
 
-    def __call__(self) -> frozenset[str]:
+    def _refresh(self) -> None:
         stamp = self._files_stamp()
-        if stamp != self._stamp:
-            self._stamp = stamp
-            try:
-                self._value = read_insecure_registries(self.conf, self.dropin_dir)
-            except ConfigInvalid as exc:
-                log.warning("registries_conf_invalid", reason=exc.reason, error=exc.message)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        texts = registries_texts(self.conf, self.dropin_dir)
+        self._routes = routes_of(texts)
+        try:
+            self._value = insecure_from(texts, source=str(self.conf))
+        except ConfigInvalid as exc:
+            log.warning("registries_conf_invalid", reason=exc.reason, error=exc.message)
+
+    def __call__(self) -> frozenset[str]:
+        self._refresh()
         return self._value
 
+    def routes(self) -> tuple[Route, ...]:
+        self._refresh()
+        return self._routes
 
-def read_insecure_registries(conf: Path, dropin_dir: Path) -> frozenset[str]:
-    """Registries marked ``insecure`` in registries.conf and its drop-ins."""
-    main = read_text_or_none(conf) or ""
-    dropins = {
-        path.name: read_text_or_none(path) or ""
-        for path in list_files(dropin_dir, recursive=False)
+
+def registries_texts(conf: Path, dropin_dir: Path) -> list[tuple[str, str]]:
+    """(name, text) of registries.conf, then its ``*.conf`` drop-ins in name order."""
+    texts = [(str(conf), read_text_or_none(conf) or "")]
+    texts += [
+        (path.name, read_text_or_none(path) or "")
+        for path in sorted(list_files(dropin_dir, recursive=False))
         if path.suffix == ".conf"
-    }
-    return insecure_registries(main, dropins, source=str(conf))
+    ]
+    return texts
+
+
+def insecure_from(texts: list[tuple[str, str]], *, source: str) -> frozenset[str]:
+    main, dropins = texts[0][1], dict(texts[1:])
+    return insecure_registries(main, dropins, source=source)

@@ -20,14 +20,14 @@ from typing import Any
 from nodeagent import __version__, logs
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.crio_config import CrioDropins
-from nodeagent.adapters.files import JsonStateStore, read_text_or_none
+from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import read_boot_id
 from nodeagent.adapters.journald import JournalSink
 from nodeagent.cli import bundle as cli_bundle
 from nodeagent.config import DEFAULT_CONFIG_PATH, Config, load_config
 from nodeagent.daemon import root as daemon
 from nodeagent.errors import NodeAgentError, SpecInvalid
-from nodeagent.ledger import Ledger
+from nodeagent.ledger import LedgerStore
 from nodeagent.pins import foreign_pins, render_dropin
 from nodeagent.ports import StoredImage
 from nodeagent.specs import load_spec_dirs
@@ -95,10 +95,17 @@ def _dropins(config: Config) -> CrioDropins:
 
 
 def cmd_render_pins(config: Config, args: argparse.Namespace) -> int:
+    """The pins remembered from before, for CRI-O's start (the unit's ExecStartPre).
+
+    Never fails on damaged state: a damaged ledger is read around (its last good copy and
+    the last rendered boot pins), with a warning; the daemon sets it aside and rebuilds.
+    """
+    logs.configure(config.log.level, with_priority="JOURNAL_STREAM" in os.environ)
     dropins = _dropins(config)
-    remembered = Ledger.for_boot(JsonStateStore(config.state.dir).load("ledger"), read_boot_id())
+    store = LedgerStore(JsonStateStore(config.state.dir), read_boot_id())
+    remembered = store.load(is_repairing=False).remembered_pins()
     foreign = foreign_pins(dropins.read_other_configs())
-    text = render_dropin([*remembered.pinned_images(), *foreign.patterns])
+    text = render_dropin([*remembered, *foreign.patterns])
     if not args.write:
         print(text, end="")
         return 0
@@ -110,11 +117,10 @@ def cmd_render_pins(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_status(config: Config, args: argparse.Namespace) -> int:
-    text = read_text_or_none(config.state.dir / "status.json")
-    if text is None:
+    doc = JsonStateStore(config.state.dir).load("status")  # StateFileDamaged: exit 74
+    if doc is None:
         print("no status yet: nodeagent has not finished a sync (is the service running?)")
         return 1
-    doc = json.loads(text)
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -145,6 +151,11 @@ def print_status(doc: dict[str, Any]) -> None:
             f"invalid spec {problem['file']} ({problem['set']}): {problem['reason']}: "
             f"{problem['message']}"
         )
+    for repair in doc.get("stateRepairs", []):
+        kept = f" (kept as {repair['movedTo']})" if repair.get("movedTo") else ""
+        print(f"state rebuilt: {repair['file']}: {repair['reason']}: {repair['message']}{kept}")
+    if doc.get("retryInSeconds") is not None:
+        print(f"retrying in {doc['retryInSeconds']} s (transient failure)")
     if doc.get("lastError"):
         print(f"last error: {doc['lastError']}")
 

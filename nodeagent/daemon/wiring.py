@@ -21,8 +21,8 @@ from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import (
     AuthFile,
     InsecureRegistries,
+    StagingProbe,
     StatvfsSpace,
-    UsedBytesProbe,
     read_boot_id,
 )
 from nodeagent.adapters.registry.cache import ManifestCache
@@ -43,9 +43,6 @@ if TYPE_CHECKING:
     from nodeagent.bundles.importer import Importer
     from nodeagent.bundles.imports import MountedMedium
     from nodeagent.daemon.cluster import ClusterMode
-
-IMAGE_TEMP_DIR = Path("/var/tmp")  # noqa: S108  containers/image's temp dir for blobs
-"""Where containers/image stages blobs during a pull: its growth is pull progress too."""
 
 
 @dataclass
@@ -83,18 +80,20 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     reporter = Reporter(
         line=notifier, store=state, cluster=cluster.sink if cluster else None, tally=tally
     )
-    image_dirs: list[Path] = [IMAGE_TEMP_DIR]
     puller = PrePuller(
         cri,
         auth.credentials_for,
         policies.pull,
-        UsedBytesProbe(lambda: image_dirs),
+        StagingProbe(dropins.staging_dirs),
         on_event=reporter.pull_event,
     )
+    registries = InsecureRegistries(rt.registries_conf, rt.registries_dir)
     registry = RegistryClient(
-        insecure=InsecureRegistries(rt.registries_conf, rt.registries_dir),
+        insecure=registries,
         timeout_s=rt.call_timeout_s,
         cache=ManifestCache(config.state.dir / "manifests"),
+        routes=registries.routes,
+        credentials_for=auth.credentials_for,
     )
     admission = DiskAdmission(
         runtime=cri,
@@ -102,7 +101,6 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         space=StatvfsSpace(),
         credentials_for=auth.credentials_for,
         policy=policies.disk,
-        on_image_fs=lambda mountpoint: image_dirs.append(Path(mountpoint)),
     )
     reconciler = Reconciler(
         load_specs=lambda: load_spec_dirs(config.spec_dirs()),

@@ -70,6 +70,14 @@ class MemoryStore:
         self.docs[name] = json.loads(text)
         return is_changed
 
+    def set_aside(self, name: str) -> str | None:
+        """Like ``JsonStateStore.set_aside``: the document moves to a ``.damaged`` name."""
+        doc = self.docs.pop(name, None)
+        if doc is None:
+            return None
+        self.docs[f"{name}.damaged"] = doc
+        return f"{name}.damaged"
+
 
 class RecordingLine:
     """``ports.StatusLine``: every ``STATUS=`` line, in order."""

@@ -72,6 +72,8 @@ class Crio:
         *,
         insecure_registries: Iterable[str] = (),
         storage_root: Path | None = None,
+        staging_dir: Path | None = None,
+        image_settings: str = "",
     ) -> None:
         self.base = base
         self.etc = base / "etc"
@@ -85,6 +87,11 @@ class Crio:
         self.pid_file = base / "crio.pid"
         self.log_path = base / "crio.log"
         self.insecure_registries = list(insecure_registries)
+        self.staging_dir = staging_dir or base / "tmp"
+        """``big_files_temporary_dir``: where pulls stage blobs (not this machine's /var/tmp,
+        which other runtimes share)."""
+        self.image_settings = image_settings
+        """More ``[crio.image]`` lines (e.g. ``pull_progress_timeout = "10s"``)."""
         self.process: subprocess.Popen[bytes] | None = None
         self.binary = ensure_crio()
 
@@ -96,6 +103,7 @@ class Crio:
     def write_files(self) -> None:
         for d in ("etc/crio.conf.d", "etc/registries.conf.d", "run", "lib", "log", "empty", "bin"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
+        self.staging_dir.mkdir(parents=True, exist_ok=True)
         pinns = self.base / "bin" / "pinns"
         pinns.write_text(PINNS_PLACEHOLDER)
         pinns.chmod(0o755)
@@ -158,6 +166,8 @@ signature_policy = "{b}/etc/policy.json"
 signature_policy_dir = "{b}/etc/policies"
 pause_image = "localhost/nodeagent-test/pause:none"
 pinned_images = []
+big_files_temporary_dir = "{self.staging_dir}"
+{self.image_settings}
 
 [crio.network]
 network_dir = "{b}/empty"

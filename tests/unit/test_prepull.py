@@ -78,7 +78,7 @@ class _Probe:
     def __init__(self, used: Callable[[], int]) -> None:
         self._used = used
 
-    def used_bytes(self) -> int:
+    def progress_mark(self) -> int:
         return self._used()
 
 

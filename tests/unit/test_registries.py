@@ -13,6 +13,7 @@ from nodeagent.errors import (
     ImageReferenceInvalid,
     NodeAgentError,
     RegistryAuthFailed,
+    RegistryError,
     RegistryUnavailable,
 )
 from nodeagent.ports import RegistryCredentials
@@ -367,9 +368,9 @@ def test_parse_challenge(header: str, scheme: str, params: dict[str, str]) -> No
         (403, {}, RegistryAuthFailed, None),
         (404, {}, ImageNotFound, None),
         (429, {"retry-after": "7"}, RegistryUnavailable, 7.0),
-        (500, {}, RegistryUnavailable, 5.0),  # the class default
-        (503, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, RegistryUnavailable, 5.0),
-        (502, {"retry-after": "-3"}, RegistryUnavailable, 0.0),
+        (500, {}, RegistryError, 5.0),  # the class default
+        (503, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, RegistryError, 5.0),
+        (502, {"retry-after": "-3"}, RegistryError, 0.0),
         (400, {}, RegistryUnavailable, 5.0),
     ],
 )

@@ -75,6 +75,24 @@ def test_empty_documents_are_skipped(text: str) -> None:
     assert ([s.name for s in load.sets], load.problems) == (["a"], ())
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["", "---\n", "# saving...\n", "\n\n", "---\n---\n", '{"kind": "List", "items": []}'],
+)
+def test_a_file_that_holds_no_set_is_a_problem_not_a_removal(text: str) -> None:
+    """An editor saving in place leaves the file empty for a moment: that is no removal."""
+    load = parse(text)
+    assert load.sets == ()
+    [problem] = load.problems
+    assert (problem.source, problem.object_name, problem.reason) == (
+        "/specs/a.yaml",
+        None,
+        "SpecInvalid",
+    )
+    assert "holds no PinnedImageSet" in problem.message
+    assert "remove the file to unpin" in problem.message
+
+
 def too_many(count: int) -> list[str]:
     return [ref(n) for n in range(count)]
 

@@ -168,11 +168,10 @@ def test_error_limit_is_the_machine_config_node_limit() -> None:
 
 # ---------------------------------------------------------------- conditions_for
 def conditions(
-    sets: list[SetStatus], problems: int = 0, runtime_error: str | None = None
+    sets: list[SetStatus], problems: int = 0, sync_error: tuple[str, str] | None = None
 ) -> dict[str, tuple[bool, str, str]]:
     return {
-        c.type: (c.is_true, c.reason, c.message)
-        for c in conditions_for(sets, problems, runtime_error)
+        c.type: (c.is_true, c.reason, c.message) for c in conditions_for(sets, problems, sync_error)
     }
 
 
@@ -247,14 +246,23 @@ def test_failed_sets_take_precedence_over_spec_problems() -> None:
     assert got["Degraded"][1] == "ImageNotFound"
 
 
-def test_unreachable_runtime_takes_precedence_over_everything() -> None:
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("RuntimeUnreachable", "crio.sock: connection refused"),
+        ("HostFileError", "cannot write /var/lib/nodeagent/ledger.json: No space left on device"),
+    ],
+)
+def test_a_sync_that_could_not_run_names_its_own_cause_over_everything(
+    reason: str, message: str
+) -> None:
     got = conditions(
         [set_status("a", "Degraded", reason="ImageNotFound")],
         problems=1,
-        runtime_error="crio.sock: connection refused",
+        sync_error=(reason, message),
     )
-    assert got["Degraded"] == (True, "RuntimeUnreachable", "crio.sock: connection refused")
-    assert got["Ready"][:2] == (False, "RuntimeUnreachable")
+    assert got["Degraded"] == (True, reason, message)
+    assert got["Ready"][:2] == (False, reason)
 
 
 def test_conditions_serialize_status_as_strings() -> None:
@@ -268,7 +276,7 @@ def test_conditions_serialize_status_as_strings() -> None:
 
 # ---------------------------------------------------------------- status_line
 @pytest.mark.parametrize(
-    ("sets", "pulling", "runtime_error", "line"),
+    ("sets", "pulling", "sync_error", "line"),
     [
         ([], 0, None, "pinned 0/0 images"),
         ([set_status("a", total=3)], 0, None, "pinned 3/3 images"),
@@ -287,16 +295,16 @@ def test_conditions_serialize_status_as_strings() -> None:
         (
             [set_status("a", total=2)],
             0,
-            "connection refused",
+            ("RuntimeUnreachable", "connection refused"),
             "pinned 2/2 images (RuntimeUnreachable)",
         ),
     ],
 )
 def test_status_line(
-    sets: list[SetStatus], pulling: int, runtime_error: str | None, line: str
+    sets: list[SetStatus], pulling: int, sync_error: tuple[str, str] | None, line: str
 ) -> None:
     status = NodeStatus(
-        sets=tuple(sets), conditions=conditions_for(sets, 0, runtime_error), pulling=pulling
+        sets=tuple(sets), conditions=conditions_for(sets, 0, sync_error), pulling=pulling
     )
     assert status_line(status) == line
 
@@ -330,6 +338,9 @@ def test_progress_line_counts_live_pulls_and_failures_on_the_interim_status() ->
 
         def save(self, name: str, obj: dict[str, Any]) -> bool:
             return True
+
+        def set_aside(self, name: str) -> str | None:
+            return None
 
     line = Line()
     reporter = Reporter(line=line, store=Store())

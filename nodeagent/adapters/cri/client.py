@@ -9,6 +9,7 @@ through ``grpc_h2``, a unary gRPC client on h2, not grpcio
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Final, TypeVar
 
@@ -23,7 +24,9 @@ from nodeagent.errors import (
     ImageNotFound,
     NodeAgentError,
     NoSpaceLeft,
+    PullStalled,
     RegistryAuthFailed,
+    RegistryError,
     RegistryUnavailable,
     RuntimeCallFailed,
     RuntimeTimeout,
@@ -48,14 +51,28 @@ _RUNTIME: Final = "/runtime.v1.RuntimeService/"
 _Req = TypeVar("_Req", bound=Message)
 _Resp = TypeVar("_Resp", bound=Message)
 
-# Substrings of runtime error texts, checked in this order: a full disk
-# matters more than the registry's reaction to the partial write.
-_TEXT_RULES: Final[tuple[tuple[tuple[str, ...], type[NodeAgentError]], ...]] = (
-    (("no space left on device", "disk quota exceeded"), NoSpaceLeft),
-    (("unauthorized", "authentication required", "access denied", "denied:"), RegistryAuthFailed),
-    (("manifest unknown", "name unknown", "blob unknown", "not found"), ImageNotFound),
+# Patterns of runtime error texts (containers/image's errors as CRI-O 1.34 returns them,
+# tests/integration/adapters/cri/test_pull_errors.py), checked in this order: a full disk
+# matters more than the registry's reaction to the partial write, and a 5xx answer is the
+# registry failing (RegistryError) rather than out of reach (RegistryUnavailable).
+_TEXT_RULES: Final[tuple[tuple[re.Pattern[str], type[NodeAgentError]], ...]] = (
+    (re.compile(r"no space left on device|disk quota exceeded"), NoSpaceLeft),
     (
-        ("connection refused", "no such host", "i/o timeout", "tls handshake", "unexpected eof"),
+        re.compile(r"unauthorized|authentication required|access denied|denied:"),
+        RegistryAuthFailed,
+    ),
+    (re.compile(r"manifest unknown|name unknown|blob unknown|not found"), ImageNotFound),
+    (re.compile(r"http status:? 5\d\d|status code:? 5\d\d"), RegistryError),
+    # CRI-O cancels a pull that made no progress for its pull_progress_timeout (when set):
+    # "storing blob to file …: happened during read: context canceled".
+    (re.compile(r"context canceled"), PullStalled),
+    (
+        re.compile(
+            r"connection refused|connection reset|broken pipe|no such host|no route to host"
+            r"|network is unreachable|i/o timeout|tls handshake|unexpected eof|server misbehaving"
+            r"|timeout awaiting response headers|too many requests|http status:? 429"
+            r"|context deadline exceeded"
+        ),
         RegistryUnavailable,
     ),
 )
@@ -78,8 +95,8 @@ def classify_rpc_error(code: StatusCode, details: str) -> type[NodeAgentError]:
     if code in (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED):
         return _CODE_RULES[code]
     text = details.lower()
-    for needles, error in _TEXT_RULES:
-        if any(needle in text for needle in needles):
+    for pattern, error in _TEXT_RULES:
+        if pattern.search(text):
             return error
     return _CODE_RULES.get(code, RuntimeCallFailed)
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import structlog
 
-from nodeagent.adapters.files import write_atomic
-from nodeagent.errors import HostFileError
+from nodeagent.adapters.files import set_aside, write_atomic
+from nodeagent.errors import HostFileError, StateFileDamaged
 from nodeagent.registries import ImageManifest, Platform, is_sha256_digest
+from nodeagent.strict import clip
 
 log = structlog.get_logger(__name__)
 
@@ -76,16 +77,35 @@ class ManifestCache:
         self._store(key, {"child": child_digest})
 
     def _load(self, key: str) -> ImageManifest | str | None:
+        """The entry on disk; a damaged one is set aside (state_file_damaged) and missed."""
         if self.directory is None:
             return None
+        path = self.directory / f"{key}.json"
         try:
-            doc = json.loads((self.directory / f"{key}.json").read_bytes())
+            doc = json.loads(path.read_bytes())
             return _entry_from_json(doc)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, TypeError, KeyError) as err:
+        except (IsADirectoryError, ValueError, TypeError, KeyError, IndexError) as err:
+            self._set_aside(path, clip(str(err) or type(err).__name__, 200))
+            return None
+        except OSError as err:
             log.warning("manifest_cache_entry_ignored", entry=key, error=str(err))
             return None
+
+    def _set_aside(self, path: Path, error: str) -> None:
+        moved = None
+        try:
+            moved = set_aside(path)
+        except HostFileError as failed:
+            log.warning("state_file_not_moved", file=str(path), error=failed.message)
+        log.warning(
+            "state_file_damaged",
+            file=str(path),
+            reason=StateFileDamaged.reason,
+            error=f"manifest cache entry {path.name} cannot be decoded: {error}",
+            moved_to=None if moved is None else str(moved),
+        )
 
     def _store(self, key: str, doc: Mapping[str, Any]) -> None:
         if self.directory is None:

@@ -49,7 +49,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import structlog
+
 from nodeagent.adapters.registry.cache import ManifestCache
+from nodeagent.adapters.registry.mirrors import Route, pull_sources
 from nodeagent.adapters.registry.tls import SYSTEM_CA_DIRS, tls_context
 from nodeagent.adapters.registry.transport import (
     MAX_MANIFEST_BYTES,
@@ -59,7 +62,11 @@ from nodeagent.adapters.registry.transport import (
     exchange,
 )
 from nodeagent.disk import ImageLayers
-from nodeagent.errors import ImageNotFound, RegistryAuthFailed, RegistryUnavailable
+from nodeagent.errors import (
+    ImageNotFound,
+    RegistryAuthFailed,
+    RegistryUnavailable,
+)
 from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import (
     DOCKER_HUB,
@@ -79,6 +86,8 @@ from nodeagent.registries import (
     status_error,
     verify_digest,
 )
+
+log = structlog.get_logger(__name__)
 
 DEFAULT_TOKEN_LIFETIME_S: Final = 60.0
 """A token response without ``expires_in`` is valid this long (distribution's token spec)."""
@@ -137,6 +146,8 @@ class RegistryClient:
     ``cache``: shared ``ManifestCache`` (default: a private in-memory one).
     ``platform``: the index entry to follow (default: Linux on this machine's CPU).
     ``clock``: monotonic seconds, for token lifetimes (tests pass a virtual clock).
+    ``routes``: registries.conf's mirrors (``mirrors.routes_of``), asked before each look-up.
+    ``credentials_for``: credentials for a mirror's reference (the image's own are passed in).
     """
 
     def __init__(
@@ -149,6 +160,8 @@ class RegistryClient:
         cache: ManifestCache | None = None,
         platform: Platform | None = None,
         clock: Callable[[], float] = time.monotonic,
+        routes: Callable[[], Sequence[Route]] = tuple,
+        credentials_for: Callable[[str], RegistryCredentials | None] = lambda _ref: None,
     ) -> None:
         if callable(insecure):
             self._insecure = insecure
@@ -164,15 +177,34 @@ class RegistryClient:
         self._ssl: ssl.SSLContext | None = None
         """Made for the first HTTPS request: loading the CAs costs 1-2 MiB that HTTP never needs."""
         self._tokens: dict[tuple[str, str], _Token] = {}
+        self._routes = routes
+        self._credentials_for = credentials_for
         self._basic_hosts: set[str] = set()
 
     async def image_layers(
         self, ref: str, credentials: RegistryCredentials | None = None
     ) -> ImageLayers:
-        """Config and layer sizes of ``ref`` (``host[:port]/repo@sha256:…``) for this platform."""
-        target = self._target(ref, credentials)
-        manifest_digest, manifest = await self._image_manifest(target, target.digest)
-        return ImageLayers(ref, manifest_digest, manifest.config_size_bytes, manifest.layers)
+        """Config and layer sizes of ``ref`` (``host[:port]/repo@sha256:…``) for this platform.
+
+        Read where CRI-O would pull it from: registries.conf's mirrors for it first, then its
+        own registry (``mirrors.pull_sources``); the manifest cache before any of them. When
+        every source fails, the last one's error (the image's own registry) is raised.
+        """
+        *mirrors, own = pull_sources(ref, self._routes())
+        for source in mirrors:
+            try:
+                return await self._layers_from(ref, source, self._credentials_for(source))
+            except (RegistryUnavailable, ImageNotFound, RegistryAuthFailed) as exc:
+                log.info("mirror_unusable", image=ref, mirror=source, reason=exc.reason)
+        own_credentials = credentials if own == ref else self._credentials_for(own)
+        return await self._layers_from(ref, own, own_credentials)
+
+    async def _layers_from(
+        self, ref: str, source: str, credentials: RegistryCredentials | None
+    ) -> ImageLayers:
+        target = self._target(source, credentials)
+        digest, manifest = await self._image_manifest(target, target.digest)
+        return ImageLayers(ref, digest, manifest.config_size_bytes, manifest.layers)
 
     def _target(self, ref: str, credentials: RegistryCredentials | None) -> _Target:
         parsed = parse_docker_digest_reference(ref)

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 
 import pytest
 
 from nodeagent.adapters.files import (
+    DAMAGED_KEPT,
     JsonStateStore,
     ensure_symlink,
     list_files,
     read_text_or_none,
     remove_file,
+    set_aside,
     statvfs_free,
     write_atomic,
 )
-from nodeagent.errors import HostFileError
+from nodeagent.errors import HostFileError, StateFileDamaged
 
 # ---------------------------------------------------------------- write_atomic
 
@@ -241,11 +244,67 @@ def test_state_round_trip_is_canonical_and_private(tmp_path: Path) -> None:
     assert store.save("sync", {"a": "ä", "b": [1, 2]}) is False
 
 
-@pytest.mark.parametrize(("content", "match"), [("{", "not valid JSON"), ("[]", "not an object")])
-def test_corrupt_state_says_what_to_do(tmp_path: Path, content: str, match: str) -> None:
-    (tmp_path / "sync.json").write_text(content)
-    with pytest.raises(HostFileError, match=f"{match}.*remove it"):
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"{", "not valid JSON"),
+        (b"", "not valid JSON"),
+        (b"[]", "not an object"),
+        (b'"x"', "holds a str"),
+        (b"\xff\xfe{}", "not UTF-8"),
+        (b"[" * 100_000, "nested too deep|not valid JSON"),
+    ],
+)
+def test_damaged_state_is_state_file_damaged_and_says_what_happens(
+    tmp_path: Path, content: bytes, match: str
+) -> None:
+    (tmp_path / "sync.json").write_bytes(content)
+    with pytest.raises(StateFileDamaged, match=f"({match}).*sets it aside and rebuilds"):
         JsonStateStore(tmp_path).load("sync")
+
+
+def test_a_directory_in_place_of_a_state_file_is_damaged(tmp_path: Path) -> None:
+    (tmp_path / "sync.json").mkdir()
+    with pytest.raises(StateFileDamaged, match="is a directory"):
+        JsonStateStore(tmp_path).load("sync")
+
+
+def test_set_aside_keeps_the_damaged_file_beside_it_under_a_new_name(tmp_path: Path) -> None:
+    store = JsonStateStore(tmp_path)
+    (tmp_path / "sync.json").write_bytes(b"{")
+    moved = store.set_aside("sync")
+    assert moved is not None
+    assert Path(moved).parent == tmp_path
+    assert Path(moved).name.startswith("sync.json.damaged-")
+    assert Path(moved).read_bytes() == b"{"
+    assert store.load("sync") is None
+    assert store.set_aside("sync") is None  # nothing left to move
+
+
+def test_set_aside_moves_a_directory_and_keeps_only_the_newest_copies(tmp_path: Path) -> None:
+    path = tmp_path / "sync.json"
+    moved = []
+    for round_ in range(DAMAGED_KEPT + 2):
+        path.mkdir()
+        (path / "inside").write_text(str(round_))
+        at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=round_)
+        found = set_aside(path, now=at)
+        assert found is not None
+        moved.append(found)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(p.name for p in moved[-DAMAGED_KEPT:])
+    assert (moved[-1] / "inside").read_text() == str(DAMAGED_KEPT + 1)
+
+
+def test_set_aside_twice_in_the_same_second_keeps_both(tmp_path: Path) -> None:
+    path = tmp_path / "sync.json"
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    path.write_text("1")
+    first = set_aside(path, now=at)
+    path.write_text("2")
+    second = set_aside(path, now=at)
+    assert first is not None and second is not None
+    assert (first.read_text(), second.read_text()) == ("1", "2")
 
 
 @pytest.mark.parametrize("name", ["", ".hidden", "a/b", "../up"])

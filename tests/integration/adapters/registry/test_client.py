@@ -23,6 +23,7 @@ from structlog.testing import capture_logs
 from nodeagent.adapters.host import InsecureRegistries
 from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.client import RegistryClient
+from nodeagent.adapters.registry.mirrors import routes_of
 from nodeagent.adapters.registry.tls import tls_context
 from nodeagent.errors import ImageNotFound, RegistryAuthFailed, RegistryUnavailable
 from nodeagent.ports import RegistryCredentials
@@ -449,3 +450,47 @@ def test_system_cas_are_not_all_loaded_up_front(
     # An administrator's SSL_CERT_FILE still wins.
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     assert tls_context(None, (hashed,)).cert_store_stats()["x509"] == 1
+
+
+# ------------------------------------------------------------------------- mirrors
+
+
+async def test_an_image_is_sized_through_its_registries_conf_mirror(
+    registry: Registry, built: tuple[BuiltImage, str]
+) -> None:
+    """A disconnected site: the image's own registry is out of reach, its mirror is not."""
+    image, repository = built
+    dead = f"127.0.0.1:{free_port()}"
+    conf = (
+        f'[[registry]]\nlocation = "{dead}/mirrored"\n'
+        f'[[registry.mirror]]\nlocation = "{registry.host}/client-test"\n'
+    )
+    client = RegistryClient(
+        insecure={registry.host, dead},
+        platform=AMD64,
+        timeout_s=10.0,
+        routes=lambda: routes_of([("registries.conf", conf)]),
+    )
+    ref = f"{dead}/mirrored/{repository.removeprefix('client-test/')}@{image.digest}"
+    layers = await client.image_layers(ref)
+    assert layers.ref == ref
+    assert layers.layers == _expected_layers(image)
+
+
+async def test_a_mirror_that_cannot_serve_falls_back_to_the_image_s_own_registry(
+    registry: Registry, built: tuple[BuiltImage, str]
+) -> None:
+    image, _ = built
+    dead = f"127.0.0.1:{free_port()}"
+    conf = f'[[registry]]\nlocation = "{registry.host}"\n[[registry.mirror]]\nlocation = "{dead}"\n'
+    client = RegistryClient(
+        insecure={registry.host, dead},
+        platform=AMD64,
+        timeout_s=10.0,
+        routes=lambda: routes_of([("registries.conf", conf)]),
+    )
+    layers = await client.image_layers(_ref(registry, image))
+    assert layers.layers == _expected_layers(image)
+    unknown = f"{registry.host}/client-test/none@{MISSING}"
+    with pytest.raises(ImageNotFound):  # every source failed: the own registry's error
+        await client.image_layers(unknown)

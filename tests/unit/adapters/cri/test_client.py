@@ -43,7 +43,53 @@ DIGEST = "sha256:" + "ab" * 32
             "pinging container registry 10.0.0.1:5000: dial tcp: connect: connection refused",
             errors.RegistryUnavailable,
         ),
+        # Texts CRI-O 1.34.0 returned for a registry behind tests/testenv/faulty.py:
+        (
+            StatusCode.UNKNOWN,
+            "unable to try pulling possible OCI artifact: build image source: pinging container "
+            "registry 127.0.0.1:57171: received unexpected HTTP status: 500 Internal Server Error",
+            errors.RegistryError,
+        ),
+        (
+            StatusCode.UNKNOWN,
+            "parsing image configuration: fetching blob: received unexpected HTTP status: "
+            "503 Service Unavailable",
+            errors.RegistryError,
+        ),
+        (
+            StatusCode.UNKNOWN,
+            f"reading manifest {DIGEST} in 127.0.0.1:57171/explore/x1: received unexpected "
+            "HTTP status: 502 Bad Gateway",
+            errors.RegistryError,
+        ),
+        (
+            StatusCode.UNKNOWN,
+            'pinging container registry 127.0.0.1:57171: Get "http://127.0.0.1:57171/v2/": '
+            "read tcp 127.0.0.1:42704->127.0.0.1:57171: read: connection reset by peer",
+            errors.RegistryUnavailable,
+        ),
+        (
+            StatusCode.UNKNOWN,
+            "fetching blob: received unexpected HTTP status: 429 Too Many Requests",
+            errors.RegistryUnavailable,
+        ),
+        (
+            StatusCode.UNKNOWN,
+            "dial tcp: lookup r.example: no such host",
+            errors.RegistryUnavailable,
+        ),
+        (
+            StatusCode.UNKNOWN,
+            'writing blob: storing blob to file "/var/tmp/container_images_storage3838301455/1": '
+            "happened during read: context canceled",
+            errors.PullStalled,
+        ),
         (StatusCode.UNKNOWN, "something odd", errors.RuntimeCallFailed),
+        (
+            StatusCode.UNKNOWN,
+            "received unexpected HTTP status: 418 I'm a teapot",
+            errors.RuntimeCallFailed,
+        ),
         (StatusCode.INVALID_ARGUMENT, "bad reference", errors.RuntimeCallFailed),
         # An unreachable runtime is unreachable whatever its error text says.
         (StatusCode.UNAVAILABLE, "no space left on device", errors.RuntimeUnreachable),

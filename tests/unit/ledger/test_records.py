@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent.ledger import Ledger, SetRecord
+from nodeagent.errors import StateFileDamaged
+from nodeagent.ledger import Ledger, SetRecord, status_seeds
 
 A, B, C = (f"r.io/ns/{n}@sha256:{i:064x}" for i, n in enumerate("abc", start=1))
 
@@ -56,13 +57,25 @@ def test_for_boot_never_changes_what_it_was_given() -> None:
     assert doc == before
 
 
-@pytest.mark.parametrize(
-    "doc", [None, {}, {"bootId": "boot-1"}, {"bootId": "boot-1", "sets": []}, {"sets": None}]
-)
-def test_missing_or_malformed_ledger_starts_empty(doc: dict[str, Any] | None) -> None:
-    got = Ledger.for_boot(doc, "boot-9")
+def test_a_ledger_never_saved_starts_empty() -> None:
+    got = Ledger.for_boot(None, "boot-9")
     assert got == Ledger("boot-9")
     assert got.to_json() == {"bootId": "boot-9", "sets": {}}
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {},
+        {"bootId": "boot-1"},
+        {"bootId": "boot-1", "sets": []},
+        {"sets": None},
+        {"bootId": 7, "sets": {}},
+    ],
+)
+def test_a_ledger_of_the_wrong_shape_is_damaged_not_empty(doc: dict[str, Any]) -> None:
+    with pytest.raises(StateFileDamaged, match="no 'sets' object"):
+        Ledger.for_boot(doc, "boot-9")
 
 
 def test_ledger_without_boot_id_counts_as_another_boot() -> None:
@@ -177,17 +190,111 @@ def test_pinned_of_one_set() -> None:
 
 
 @pytest.mark.parametrize(
-    "item",
+    ("item", "match"),
     [
-        {"desiredGeneration": "2", "pinnedImages": "r.io/a"},
-        {"desiredGeneration": True, "pinnedImages": [1, None, A]},
-        {"currentGeneration": 1.5, "lastFailedError": 7},
+        ({"desiredGeneration": "2"}, "desiredGeneration must be an integer"),
+        ({"desiredGeneration": True}, "desiredGeneration must be an integer"),
+        ({"desiredGeneration": -1}, "desiredGeneration must be an integer from 0"),
+        ({"desiredGeneration": 2**63}, "desiredGeneration must be an integer from 0"),
+        ({"currentGeneration": 1.5}, "currentGeneration must be an integer"),
+        ({"pinnedImages": "r.io/a"}, "pinnedImages must be a list, got str"),
+        ({"pinnedImages": 5}, "pinnedImages must be a list, got int"),
+        ({"pinnedImages": [1, None, A]}, "pinnedImages must be a list of strings"),
+        ({"lastFailedError": 7}, "lastFailedError must be a str"),
+        ({"persistent": "yes"}, "persistent must be a bool"),
+        ({"source": ["a"]}, "source must be a str"),
+        ([1], "is a list, not an object"),
+        ("x", "is a str, not an object"),
     ],
 )
-def test_ill_typed_fields_are_read_as_absent(item: dict[str, Any]) -> None:
-    got = Ledger.for_boot({"bootId": "b", "sets": {"s": item, "bad": [1]}}, "b")
-    assert list(got.sets) == ["s"]
-    record = got.sets["s"]
-    assert isinstance(record.desired_generation, int)
-    assert record.current_generation is None
-    assert all(isinstance(image, str) for image in record.pinned_images)
+def test_an_entry_of_the_wrong_type_is_damage_named_by_entry_and_field(
+    item: Any, match: str
+) -> None:
+    """Never half-read: an image list read as its characters would unpin every image."""
+    with pytest.raises(StateFileDamaged, match=f"ledger entry 's'.*{match}"):
+        Ledger.for_boot({"bootId": "b", "sets": {"ok": {"desiredGeneration": 1}, "s": item}}, "b")
+
+
+# ---------------------------------------------------------------- sources, held sets, seeds
+def test_observe_spec_records_the_file_and_the_round_trip_keeps_it() -> None:
+    doc = Ledger("b")
+    doc.observe_spec("s", "f", None, is_persistent=True, source="/etc/x/a.yaml")
+    again = Ledger.for_boot(doc.to_json(), "b")
+    assert again.sets["s"].source == "/etc/x/a.yaml"
+    doc.observe_spec("s", "f", None, is_persistent=True)  # no source given: the known one stays
+    assert doc.sets["s"].source == "/etc/x/a.yaml"
+
+
+def held_ledger() -> Ledger:
+    doc = Ledger("b")
+    for name, source in (("a", "/d/one.yaml"), ("b", "/d/one.yaml"), ("c", "/d/two.yaml")):
+        doc.observe_spec(name, "f", None, is_persistent=True, source=source)
+    doc.observe_spec("old", "f", None, is_persistent=True)  # an older ledger: no file known
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("loaded", "problems", "held"),
+    [
+        pytest.param(set(), [], {}, id="no-problem-nothing-held"),
+        pytest.param(set(), ["/d/one.yaml"], {"a": "/d/one.yaml", "b": "/d/one.yaml"}, id="file"),
+        pytest.param({"a"}, ["/d/one.yaml"], {"b": "/d/one.yaml"}, id="one-set-still-loads"),
+        pytest.param(
+            set(),
+            ["/d"],
+            {"a": "/d/one.yaml", "b": "/d/one.yaml", "c": "/d/two.yaml"},
+            id="unlistable-directory",
+        ),
+        pytest.param(set(), ["/d/one.yaml.bak", "/dd"], {}, id="prefix-is-not-a-parent"),
+    ],
+)
+def test_held_sets_are_those_whose_file_has_a_problem_and_that_did_not_load(
+    loaded: set[str], problems: list[str], held: dict[str, str]
+) -> None:
+    assert held_ledger().held(loaded, problems) == held
+
+
+def test_seed_raises_generations_and_fills_only_what_is_unknown() -> None:
+    doc = Ledger("b")
+    doc.record_pinned("s", 3, [A])
+    doc.entry("s").desired_generation = 4
+    doc.seed("s", SetRecord(2, 2, source="/d/s.yaml", pinned_images=(B,)))
+    record = doc.sets["s"]
+    assert (record.desired_generation, record.current_generation) == (4, 3)
+    assert (record.source, record.pinned_images) == ("/d/s.yaml", (A,))
+    doc.seed("s", SetRecord(9, 8, last_failed_generation=9, last_failed_error="x"))
+    assert (record.desired_generation, record.current_generation) == (9, 8)
+    assert (record.last_failed_generation, record.last_failed_error) == (9, "x")
+
+
+def test_a_seeded_generation_without_fingerprint_is_kept_then_counts_from_there() -> None:
+    doc = Ledger("b")
+    doc.seed("s", SetRecord(7, 7))
+    assert doc.observe_spec("s", "f1", None, is_persistent=True) == 7
+    assert doc.observe_spec("s", "f1", None, is_persistent=True) == 7
+    assert doc.observe_spec("s", "f2", None, is_persistent=True) == 8
+
+
+def test_status_seeds_read_generations_files_and_boots_tolerantly() -> None:
+    status = {
+        "bootId": "boot-1",
+        "pinnedImageSets": [
+            {
+                "name": "p",
+                "desiredGeneration": 4,
+                "currentGeneration": 3,
+                "persistent": True,
+                "source": "/d/p.yaml",
+            },
+            {"name": "t", "desiredGeneration": 2, "persistent": False},
+            {"name": "bad", "desiredGeneration": "x"},
+            "not an object",
+            {"desiredGeneration": 1},
+        ],
+    }
+    this_boot = status_seeds(status, "boot-1")
+    assert sorted(this_boot) == ["p", "t"]
+    assert this_boot["p"] == SetRecord(4, 3, is_persistent=True, source="/d/p.yaml")
+    assert sorted(status_seeds(status, "boot-2")) == ["p"]  # transient sets die with the boot
+    assert status_seeds(None, "b") == {}
+    assert status_seeds({"pinnedImageSets": 3}, "b") == {}
