@@ -58,6 +58,7 @@ class NotifyListener:
         self._sock.settimeout(0.2)
         self._lock = threading.Lock()
         self._messages: list[dict[str, str]] = []
+        self._received_s: list[float] = []
         self._is_open = True
         self._thread = threading.Thread(target=self._receive, name="notify", daemon=True)
         self._thread.start()
@@ -74,6 +75,7 @@ class NotifyListener:
             fields = dict(line.split("=", 1) for line in lines if "=" in line)
             with self._lock:
                 self._messages.append(fields)
+                self._received_s.append(time.monotonic())
 
     def messages(self) -> list[dict[str, str]]:
         with self._lock:
@@ -82,6 +84,12 @@ class NotifyListener:
     def count(self) -> int:
         with self._lock:
             return len(self._messages)
+
+    def seconds_since(self, key: str) -> float | None:
+        """Seconds since the last message carrying ``key`` (``WATCHDOG``, say); None if none."""
+        with self._lock:
+            times = [t for t, m in zip(self._received_s, self._messages, strict=True) if key in m]
+        return time.monotonic() - times[-1] if times else None
 
     def statuses(self, since: int = 0) -> list[str]:
         """Every ``STATUS=`` line from message number ``since`` on."""
@@ -354,7 +362,7 @@ class DrillNode:
         self.watch.close()
         with contextlib.suppress(Exception):
             if self.agent.process is not None and self.agent.process.poll() is None:
-                self.agent.stop()
+                self.agent.stop(timeout_s=10)  # then SIGKILL: a drill may leave it stuck
         self.agent.kill()
         self.notify.close()
         self.crio.cleanup()

@@ -14,6 +14,7 @@ import pytest
 from tests.faults.conftest import NodeFactory
 from tests.faults.consistency import assert_node_consistent
 from tests.testenv.agent import pinned_image_set_yaml, set_state
+from tests.testenv.waiting import wait_for
 
 pytestmark = pytest.mark.drill
 
@@ -83,3 +84,51 @@ async def test_crash_inputs_become_spec_problems_and_pinning_goes_on(
     node.agent.wait_status(lambda s: not s.get("specProblems"), what="no spec problem left")
     await assert_node_consistent(node, sets={"steady": steady, "later": later}, since=mark)
     assert "CRITICAL" not in node.agent.log_text()
+
+
+WATCHDOG_S = 2.0
+"""The watchdog the drill's daemon gets (``WATCHDOG_USEC``); it sends WATCHDOG=1 every 1 s."""
+
+
+@pytest.mark.drill_long
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs a linear-time challenge parser (no CPU-bound parsing on the loop), "
+    "from branch parsers",
+)
+@pytest.mark.timeout(180)
+async def test_huge_auth_challenges_never_starve_the_watchdog(
+    make_node: NodeFactory, drill_images: list[str]
+) -> None:
+    node = make_node()
+    node.agent.extra_env["WATCHDOG_USEC"] = str(int(WATCHDOG_S * 1_000_000))
+    refs = [node.ref(r) for r in drill_images[:3]]
+    node.proxy.answer_errors(  # only nodeagent's look-ups: CRI-O pulls unchallenged
+        401,
+        match=lambda r: r.is_from_nodeagent,
+        headers={"WWW-Authenticate": "Bearer " + "a" * 60_000},
+    )
+    node.agent.write_set("big", refs)
+    node.agent.start()
+    node.notify.wait_ready()
+    wait_for(
+        lambda: node.notify.seconds_since("WATCHDOG") is not None,
+        timeout_s=WATCHDOG_S,
+        what="the first WATCHDOG=1",
+    )
+
+    def fed_in_time() -> bool:
+        silent_s = node.notify.seconds_since("WATCHDOG") or 0.0
+        assert silent_s < WATCHDOG_S, (
+            f"no WATCHDOG=1 for {silent_s:.1f}s: systemd would have killed the daemon"
+        )
+        return True
+
+    wait_for(  # not wait_status: there is no status file before admission is done
+        lambda: fed_in_time() and set_state(node.agent.status() or {}, "big") == "Pinned",
+        timeout_s=120,
+        interval_s=0.1,
+        what="big pinned, the watchdog fed all along",
+    )
+    assert max(len(line) for line in node.agent.log_text().splitlines()) < 4096
+    await assert_node_consistent(node, sets={"big": refs})

@@ -7,6 +7,8 @@ CRI-O, the daemon; the bundle's own registry is gone. The removal is the one ude
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +16,14 @@ from typing import Any
 
 import pytest
 
+from nodeagent.bundles import minisign
 from tests.faults.conftest import NodeFactory
-from tests.faults.consistency import assert_holding, assert_node_consistent, hold_status_names
+from tests.faults.consistency import (
+    assert_holding,
+    assert_node_consistent,
+    hold_status_names,
+    stored_images,
+)
 from tests.testenv.agent import set_state
 from tests.testenv.bundles import Factory, build_factory, ext4_media
 from tests.testenv.udev import LoopMedia, Udevd, settle
@@ -89,3 +97,58 @@ async def test_medium_pulled_mid_import_leaves_the_node_consistent_and_resumes(
     await assert_node_consistent(
         node, sets={"steady": steady, factory.set_name: factory.refs}, since=mark
     )
+
+
+def resigned_with_set_name(factory: Factory, workdir: Path, name: str) -> Path:
+    """The factory's bundle, its set renamed ``name``, signed again with the factory's key."""
+    bundle = workdir / "bundle"
+    shutil.copytree(factory.bundle, bundle)
+    doc = json.loads((bundle / "bundle.json").read_bytes())
+    doc["pinnedImageSets"][0]["object"]["metadata"]["name"] = name
+    data = json.dumps(doc).encode()
+    (bundle / "bundle.json").write_bytes(data)
+    key = minisign.parse_secret_key((factory.bundle.parent / "factory.key").read_text())
+    signature = minisign.sign(data, key, trusted_comment="nodeagent bundle line-3-test")
+    (bundle / "bundle.json.minisig").write_text(signature)
+    return bundle
+
+
+@pytest.mark.drill_long
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs set names checked on import, from branch bundle-format",
+)
+@pytest.mark.timeout(180)
+async def test_signed_bundle_with_a_path_for_a_set_name_is_refused_and_writes_nothing(
+    udevd: Udevd,
+    factory: Factory,
+    make_node: NodeFactory,
+    drill_images: list[str],
+    tmp_path: Path,
+) -> None:
+    node = make_node(watch_media=True)
+    node.agent.trusted_keys_dir.mkdir(parents=True, exist_ok=True)
+    (node.agent.trusted_keys_dir / "factory.pub").write_text(factory.public_key)
+    steady = [node.ref(drill_images[0])]
+    node.agent.write_set("steady", steady)
+    node.agent.start()
+    node.agent.wait_status(lambda s: set_state(s, "steady") == "Pinned", what="steady pinned")
+    mark = node.mark()
+    bundle = resigned_with_set_name(factory, tmp_path / "evil", "x/../../outside")
+    stick = ext4_media(tmp_path / "evil", bundle)
+    try:
+        stick.attach()
+        status = node.agent.wait_status(
+            lambda s: bundle_state(s, stick) in ("rejected", "pinned", "imported"),
+            what="the bundle judged",
+        )
+    finally:
+        subprocess.run(["umount", "--lazy", str(stick.devnode)], check=False)
+        stick.detach()
+    written = sorted(str(p) for p in node.base.rglob("*outside*"))
+    assert written == [], f"a bundle's set name put files at {written}"
+    assert bundle_state(status, stick) == "rejected"
+    assert list(node.agent.persistent_dir.glob("bundle-*")) == []
+    names = {name for image in await stored_images(node) for name in image.names()}
+    assert not names & set(factory.refs), "images of a refused bundle were imported"
+    await assert_node_consistent(node, sets={"steady": steady}, since=mark)

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -47,7 +47,12 @@ CHUNK_BYTES = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 ERROR_BODY = b'{"errors":[{"code":"UNKNOWN","message":"fault injected by the test proxy"}]}'
-REASONS = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+REASONS = {
+    401: "Unauthorized",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
 
 Fault = Literal["", "error", "stall", "reset"]
 
@@ -103,6 +108,7 @@ class _ErrorRule:
     match: Match
     remaining: int | None
     until_s: float | None
+    headers: Mapping[str, str]
 
     def applies(self, request: Request, now_s: float) -> bool:
         if self.until_s is not None and now_s >= self.until_s:
@@ -176,12 +182,14 @@ class FaultyProxy(Service):
         count: int | None = None,
         for_s: float | None = None,
         match: Match = any_request,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Answer ``status`` (no upstream request) to matching requests: the next ``count``
-        of them, or all of them for ``for_s`` seconds, or all until ``heal``."""
+        of them, or all of them for ``for_s`` seconds, or all until ``heal``; ``headers``
+        go into each answer (a ``WWW-Authenticate`` challenge with a 401, say)."""
         until = None if for_s is None else time.monotonic() + for_s
         with self._lock:
-            self._faults.errors = _ErrorRule(status, match, count, until)
+            self._faults.errors = _ErrorRule(status, match, count, until, dict(headers or {}))
 
     def stall_bodies(self, *, after_bytes: int = CHUNK_BYTES, match: Match = is_blob) -> None:
         """Relay the head and ``after_bytes`` of each matching answer's body, then nothing:
@@ -261,14 +269,14 @@ class FaultyProxy(Service):
         with self._lock:
             self._exchanges[index] = replace(self._exchanges[index], **changes)
 
-    def _error_status(self, request: Request) -> int | None:
+    def _error_rule(self, request: Request) -> _ErrorRule | None:
         with self._lock:
             rule = self._faults.errors
             if rule is None or not rule.applies(request, time.monotonic()):
                 return None
             if rule.remaining is not None:
                 rule.remaining -= 1
-            return rule.status
+            return rule
 
     def _stall_after(self, request: Request) -> int | None:
         with self._lock:
@@ -297,11 +305,11 @@ class FaultyProxy(Service):
             index = len(self._exchanges)
             self._exchanges.append(Exchange(request, time.monotonic()))
         body = await reader.readexactly(body_length) if body_length else b""
-        status = self._error_status(request)
-        if status is not None:
-            writer.write(_error_answer(status))
+        rule = self._error_rule(request)
+        if rule is not None:
+            writer.write(_error_answer(rule.status, rule.headers))
             await writer.drain()
-            self._record(index, status=status, fault="error", is_done=True)
+            self._record(index, status=rule.status, fault="error", is_done=True)
             return
         try:
             await self._relay(index, request, head + body, reader, writer)
@@ -395,11 +403,12 @@ def _with_close(head: bytes) -> bytes:
     return b"\r\n".join([lines[0], *kept, b"Connection: close"]) + b"\r\n\r\n"
 
 
-def _error_answer(status: int) -> bytes:
+def _error_answer(status: int, headers: Mapping[str, str]) -> bytes:
     reason = REASONS.get(status, "Error").encode()
+    extra = b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
     head = (
         b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-        b"Connection: close\r\n\r\n" % (status, reason, len(ERROR_BODY))
+        b"%sConnection: close\r\n\r\n" % (status, reason, len(ERROR_BODY), extra)
     )
     return head + ERROR_BODY
 

@@ -71,6 +71,19 @@ def test_answers_500_for_a_while_and_only_to_the_requests_matched(proxy: FaultyP
     assert get(proxy.host, "/v2/", user_agent="nodeagent/1.0")[0] == 200
 
 
+def test_error_answers_carry_the_headers_given(proxy: FaultyProxy) -> None:
+    challenge = "Bearer " + "a" * 60_000
+    proxy.answer_errors(401, headers={"WWW-Authenticate": challenge})
+    address, port = proxy.host.rsplit(":", 1)
+    conn = http.client.HTTPConnection(address, int(port), timeout=10)
+    try:
+        conn.request("GET", "/v2/")
+        response = conn.getresponse()
+        assert (response.status, response.getheader("WWW-Authenticate")) == (401, challenge)
+    finally:
+        conn.close()
+
+
 def test_refuses_connections_then_serves_again_on_the_same_port(proxy: FaultyProxy) -> None:
     proxy.refuse()
     with pytest.raises(ConnectionRefusedError):
