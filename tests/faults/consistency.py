@@ -73,20 +73,27 @@ def wait_status_names(node: DrillNode, reason: str, *, timeout_s: float) -> None
 
 def hold_status_names(node: DrillNode, reason: str, *, for_s: float) -> None:
     """The status names ``reason`` at every look (every 0.2 s) for ``for_s`` seconds."""
-    deadline = time.monotonic() + for_s
-    while time.monotonic() < deadline:
-        assert status_names(node, reason), (
-            f"{deadline - time.monotonic():.1f}s before the fault ends, the status no longer "
-            f"names {reason}\n{_status_detail(node)}"
-        )
-        time.sleep(0.2)
+    hold(
+        lambda: status_names(node, reason),
+        for_s=for_s,
+        what=f"the status naming {reason}",
+        detail=lambda: _status_detail(node),
+    )
 
 
-def hold(condition: Callable[[], object], *, for_s: float, what: str) -> None:
+def hold(
+    condition: Callable[[], object],
+    *,
+    for_s: float,
+    what: str,
+    detail: Callable[[], str] = lambda: "",
+) -> None:
     """``condition`` holds (truthy, no assertion failing) at every look for ``for_s`` seconds."""
     deadline = time.monotonic() + for_s
     while time.monotonic() < deadline:
-        assert condition(), f"{what} stopped holding {deadline - time.monotonic():.1f}s early"
+        assert condition(), (
+            f"{what} stopped {deadline - time.monotonic():.1f}s before the end\n{detail()}"
+        )
         time.sleep(0.2)
 
 
