@@ -79,12 +79,18 @@ def _directory(path: Path) -> None:
     (path / "x").mkdir(parents=True)
 
 
-def _wrong_entry(path: Path) -> bytes:
-    doc = json.loads(path.read_text())
-    doc["sets"]["keep"]["pinnedImages"] = 5
-    data = json.dumps(doc).encode()
-    path.write_bytes(data)
-    return data
+def _wrong_entry(value: object) -> LedgerDamage:
+    """keep's ``pinnedImages`` replaced by ``value`` (5 raised TypeError out of the sync; a
+    string was read as one image per character and rendered as pins)."""
+
+    def damage(path: Path) -> bytes:
+        doc = json.loads(path.read_text())
+        doc["sets"]["keep"]["pinnedImages"] = value
+        data = json.dumps(doc).encode()
+        path.write_bytes(data)
+        return data
+
+    return damage
 
 
 @pytest.mark.xfail(
@@ -98,7 +104,8 @@ def _wrong_entry(path: Path) -> bytes:
         pytest.param(_write(b"\xff\xfe{\x00"), id="not-utf8", marks=pytest.mark.drill_long),
         pytest.param(_write(b"[]\n"), id="a-list", marks=pytest.mark.drill_long),
         pytest.param(_directory, id="a-directory", marks=pytest.mark.drill_long),
-        pytest.param(_wrong_entry, id="wrong-entry-type", marks=pytest.mark.drill_long),
+        pytest.param(_wrong_entry(5), id="entry-a-number", marks=pytest.mark.drill_long),
+        pytest.param(_wrong_entry("quay.io/x"), id="entry-a-string", marks=pytest.mark.drill_long),
     ],
 )
 async def test_damaged_ledger_is_moved_aside_and_rebuilt_and_pinning_goes_on(
