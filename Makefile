@@ -7,9 +7,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo deps testenv lint types contracts unit integration e2e rpm proto clean
+.PHONY: test demo deps testenv lint types contracts unit integration drills e2e rpm proto clean
 
-## test: install everything, then lint, types, import contracts and all tests
+## test: install everything, then lint, types, import contracts and all tests (with a sample
+## of the fault drills: pyproject's addopts deselect the drill_long ones)
 test: deps lint types contracts
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -45,6 +46,10 @@ unit: $(VENV)/.installed
 
 integration: deps
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+## drills: every fault drill against the real daemon, CRI-O and registry (tests/faults)
+drills: deps
+	$(BIN)/python -m pytest tests/faults -m drill $(PYTEST_ARGS)
 
 ## e2e: the RPM installed in a Debian root booted under systemd-nspawn (tests/e2e)
 e2e: deps

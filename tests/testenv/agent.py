@@ -26,6 +26,7 @@ class Agent:
         extra_config: str = "",
         pull_settings: str = "",
         watch_media: bool = False,
+        is_fast_retry: bool = True,
     ) -> None:
         self.base = base
         self.crio = crio
@@ -39,6 +40,9 @@ class Agent:
         self.extra_config = extra_config
         self.pull_settings = pull_settings
         self.watch_media = watch_media
+        self.is_fast_retry = is_fast_retry
+        """Pull retries after 0.2 to 1 s (tests stay short); False keeps the daemon's defaults,
+        for the fault drills that hold a fault against the real retry schedule."""
         self.trusted_keys_dir = base / "etc" / "nodeagent" / "trusted-keys.d"
         self.media_dir = base / "run" / "nodeagent" / "media"
         self.process: subprocess.Popen[bytes] | None = None
@@ -51,6 +55,7 @@ class Agent:
         for d in (self.persistent_dir, self.transient_dir, self.state_dir):
             d.mkdir(parents=True, exist_ok=True)
         c = self.crio
+        backoff = "backoff_initial_s = 0.2\nbackoff_max_s = 1.0" if self.is_fast_retry else ""
         self.config_file.parent.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text(
             f"""[runtime]
@@ -68,8 +73,7 @@ dirs = ["{self.persistent_dir}", "{self.transient_dir}"]
 
 [pull]
 auth_file = "{self.auth_file}"
-backoff_initial_s = 0.2
-backoff_max_s = 1.0
+{backoff}
 {self.pull_settings}
 
 [disk]
@@ -139,7 +143,7 @@ media_dir = "{self.media_dir}"
         path = self.state_dir / "status.json"
         try:
             return dict(json.loads(path.read_text()))
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (OSError, json.JSONDecodeError):  # absent, or not a file (a drill damaged it)
             return None
 
     def wait_status(
