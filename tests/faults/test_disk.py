@@ -93,10 +93,6 @@ def from_nodeagent(request: Request) -> bool:
 
 
 @pytest.mark.drill_long
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs disk admission that never counts unknown sizes as zero, from branch pin-state",
-)
 @pytest.mark.timeout(180)
 async def test_sizes_unknown_hold_the_set_instead_of_filling_the_disk(
     make_disk: DiskFactory, make_node: NodeFactory, drill_images: list[str]

@@ -94,10 +94,6 @@ async def test_crio_killed_mid_pull_and_restarted_recovers(
 
 
 @pytest.mark.drill_long
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs RuntimeUnreachable in the status while CRI-O is down, from branch pin-state",
-)
 @pytest.mark.timeout(180)
 async def test_crio_down_mid_pull_is_named_in_the_status_while_it_lasts(
     make_node: NodeFactory, drill_images: list[str]

@@ -114,10 +114,6 @@ def resigned_with_set_name(factory: Factory, workdir: Path, name: str) -> Path:
 
 
 @pytest.mark.drill_long
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs set names checked on import, from branch bundle-format",
-)
 @pytest.mark.timeout(180)
 async def test_signed_bundle_with_a_path_for_a_set_name_is_refused_and_writes_nothing(
     udevd: Udevd,

@@ -78,10 +78,6 @@ async def test_power_cut_mid_pull_then_boot_in_unit_order_pins_everything_again(
     assert sorted(pulled) == sorted(keep + late)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs boot pins that survive a damaged ledger and a broken spec, from branch pin-state",
-)
 @pytest.mark.timeout(180)
 async def test_reboot_onto_a_damaged_ledger_and_a_broken_spec_keeps_the_boot_pins(
     make_node: NodeFactory, drill_images: list[str]

@@ -47,10 +47,6 @@ def recovered(node: DrillNode) -> None:
 
 
 @pytest.mark.drill_long
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs transient failures retried within a minute and named, from branch pin-state",
-)
 @pytest.mark.timeout(240)
 async def test_registry_down_20s_is_named_while_it_lasts_and_retried_within_a_minute(
     make_node: NodeFactory, drill_images: list[str]
@@ -73,10 +69,6 @@ async def test_registry_down_20s_is_named_while_it_lasts_and_retried_within_a_mi
     await assert_node_consistent(node, sets={"steady": steady, "growing": growing}, since=mark)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs registry 5xx named RegistryError and retried within a minute, from pin-state",
-)
 @pytest.mark.timeout(180)
 async def test_registry_answering_500_for_10s_is_named_and_retried_within_a_minute(
     make_node: NodeFactory, drill_images: list[str]
@@ -125,10 +117,6 @@ STALL_TIMEOUT_S = 5.0
 
 
 @pytest.mark.drill_long
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs stall detection on a signal of the pull itself, from branch pin-state",
-)
 @pytest.mark.timeout(240)
 async def test_stalled_pull_is_ended_although_another_writer_is_busy(
     busy_writer: Path, make_node: NodeFactory, drill_images: list[str]

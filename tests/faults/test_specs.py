@@ -135,10 +135,6 @@ def half_write(path: Path, good: str) -> None:
     save_in_place(path, good[: good.rindex("@sha256:") + 20])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the last good generation kept pinned on an invalid spec, from branch pin-state",
-)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("damage", "is_broken"),

@@ -93,9 +93,6 @@ def _wrong_entry(value: object) -> LedgerDamage:
     return damage
 
 
-@pytest.mark.xfail(
-    strict=True, reason="needs damaged state moved aside and rebuilt, from branch pin-state"
-)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "damage",
@@ -138,9 +135,6 @@ async def test_damaged_ledger_is_moved_aside_and_rebuilt_and_pinning_goes_on(
 
 
 @pytest.mark.drill_long
-@pytest.mark.xfail(
-    strict=True, reason="needs damaged state moved aside and rebuilt, from branch pin-state"
-)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("is_directory", [False, True], ids=["garbage", "a-directory"])
 async def test_damaged_status_file_is_moved_aside_and_rebuilt(
@@ -171,9 +165,6 @@ async def test_damaged_status_file_is_moved_aside_and_rebuilt(
 
 
 @pytest.mark.drill_long
-@pytest.mark.xfail(
-    strict=True, reason="needs damaged state moved aside and rebuilt, from branch pin-state"
-)
 @pytest.mark.timeout(120)
 async def test_damaged_manifest_cache_entry_is_moved_aside_and_rebuilt(
     make_node: NodeFactory, drill_images: list[str]
