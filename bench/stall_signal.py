@@ -1,6 +1,6 @@
 """Which signal tells a stalled pull from a slow one? Measurements for decision 0005.
 
-A real registry behind tests/testenv/faulty.py, whose blob answers stop after some bytes
+A real registry behind tests/testenv/faulty_proxy.py, whose blob answers stop after some bytes
 and hang; a fresh CRI-O 1.34.0 for each run; and a busy writer on the same filesystem
 (appending 256 KiB every 50 ms, about 5 MB/s, truncated at 32 MiB: what journald or
 chatty pod logs do). For each signal, the time from the pull's start to its
@@ -39,7 +39,7 @@ from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.host import StagingProbe
 from nodeagent.prepull import PrePuller, ProgressProbe, PullPolicy
 from tests.testenv.crio import Crio
-from tests.testenv.faulty import Fault, RegistryFront
+from tests.testenv.faulty_proxy import FaultyProxy
 from tests.testenv.images import LayerSpec, TestImage, push
 from tests.testenv.registry import Registry
 
@@ -125,7 +125,7 @@ def probe_for(signal: str, crio: Crio) -> ProgressProbe | None:
 
 
 async def stall_runs(
-    base: Path, registry: Registry, front: RegistryFront, timeout_s: float
+    base: Path, registry: Registry, front: FaultyProxy, timeout_s: float
 ) -> list[Run]:
     runs: list[Run] = []
     seed = 1000
@@ -140,12 +140,12 @@ async def stall_runs(
                 with Crio(
                     work / "crio", insecure_registries=[front.host], image_settings=ppt
                 ) as crio:
-                    front.set_fault(Fault.STALL, only="/blobs/", stall_after_bytes=after)
+                    front.stall_bodies(after_bytes=after)
                     with busy_writer(work / "crio", writer):
                         outcome, seconds = await pull_once(
                             crio, ref, probe_for(signal, crio), timeout_s, timeout_s * 4
                         )
-                    front.set_fault(Fault.PASS)
+                    front.heal()
                 runs.append(Run(signal, stall, writer, outcome, round(seconds, 1)))
                 print(runs[-1], flush=True)
     return runs
@@ -161,7 +161,7 @@ class Healthy:
 
 
 async def healthy_run(
-    base: Path, registry: Registry, front: RegistryFront, timeout_s: float, signal: str
+    base: Path, registry: Registry, front: FaultyProxy, timeout_s: float, signal: str
 ) -> Healthy:
     image = TestImage(f"stall/big-{signal}", [LayerSpec(256 * MIB, seed=77)]).build()
     ref = push(registry.url, image.repository, image).reference(front.host)
@@ -208,7 +208,7 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="stall-signal-", dir="/var/tmp") as tmp:
         base = Path(tmp)
-        with Registry(base / "registry") as registry, RegistryFront(registry.host) as front:
+        with Registry(base / "registry") as registry, FaultyProxy(registry.host) as front:
             runs = await stall_runs(base, registry, front, args.timeout_s)
             healthy = [
                 await healthy_run(base, registry, front, args.timeout_s, signal)

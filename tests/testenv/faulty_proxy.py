@@ -314,7 +314,9 @@ class FaultyProxy(Service):
         try:
             await self._relay(index, request, head + body, reader, writer)
         except (OSError, asyncio.IncompleteReadError):
-            self._record(index, fault="reset", is_done=True)
+            with self._lock:
+                stalled = self._exchanges[index].fault == "stall"
+            self._record(index, fault="stall" if stalled else "reset", is_done=True)
             raise
 
     async def _relay(

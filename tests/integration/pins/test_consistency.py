@@ -2,8 +2,8 @@
 registry: a damaged ledger with a broken spec at boot, a spec file empty for a moment,
 manifests the daemon cannot read on a small disk, a registry answering 5xx, CRI-O down.
 
-Faults come from tests/testenv/faulty.py, a front for the real registry; CRI-O reaches
-the registry only through it.
+Faults come from tests/testenv/faulty_proxy.py, a proxy in front of the real registry;
+CRI-O reaches the registry only through it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
 from tests.testenv.agent import Agent, set_state, set_status
 from tests.testenv.crio import Crio
-from tests.testenv.faulty import Fault, RegistryFront
+from tests.testenv.faulty_proxy import FaultyProxy, is_blob
 from tests.testenv.registry import Registry, free_port
 
 pytestmark = pytest.mark.integration
@@ -41,13 +41,13 @@ def condition(status: dict[str, Any], kind: str) -> tuple[str, str]:
 
 
 @pytest.fixture
-def front(registry: Registry) -> Iterator[RegistryFront]:
-    with RegistryFront(registry.host) as running:
+def front(registry: Registry) -> Iterator[FaultyProxy]:
+    with FaultyProxy(registry.host) as running:
         yield running
 
 
 @pytest.fixture
-def fronted_crio(tmp_path: Path, front: RegistryFront) -> Iterator[Crio]:
+def fronted_crio(tmp_path: Path, front: FaultyProxy) -> Iterator[Crio]:
     with Crio(tmp_path / "crio", insecure_registries=[front.host]) as running:
         yield running
 
@@ -128,11 +128,11 @@ async def test_unreadable_manifests_hold_the_set_instead_of_filling_a_small_disk
 ) -> None:
     """The fault seen: manifests answering 500 counted as 0 B, a small store filled up."""
     with (
-        RegistryFront(registry.host) as front,
+        FaultyProxy(registry.host) as front,
         Crio(tmp_path / "crio", insecure_registries=[front.host], storage_root=small_store) as crio,
     ):
         refs = [ref.replace(registry.host, front.host) for ref in big_images[:3]]
-        front.set_fault(Fault.STATUS, status=500, agent="nodeagent")  # CRI-O's pulls would work
+        front.answer_errors(500, match=lambda r: r.is_from_nodeagent)  # CRI-O's pulls would work
         agent = Agent(tmp_path / "agent", crio)
         agent.write_config()
         agent.write_set("big", refs)
@@ -149,7 +149,7 @@ async def test_unreadable_manifests_hold_the_set_instead_of_filling_a_small_disk
             assert {f["reason"] for f in item["failedImages"]} == {"RegistryError"}
             assert 0 < status["retryInSeconds"] <= 60
             assert await stored(crio) == 0
-            front.set_fault(Fault.PASS)  # sized now: too big for 48 MiB, refused
+            front.heal()  # sized now: too big for 48 MiB, refused
             status = agent.wait_status(
                 lambda s: set_state(s, "big") == "Refused", what="big refused", timeout_s=90
             )
@@ -163,10 +163,10 @@ async def test_unreadable_manifests_hold_the_set_instead_of_filling_a_small_disk
 
 @pytest.mark.timeout(240)
 async def test_blobs_answering_500_are_a_registry_error_retried_within_seconds(
-    fronted_crio: Crio, front: RegistryFront, pushed: Pushed, tmp_path: Path
+    fronted_crio: Crio, front: FaultyProxy, pushed: Pushed, tmp_path: Path
 ) -> None:
     refs = [pushed.base_a.reference(front.host)]
-    front.set_fault(Fault.STATUS, status=500, only="/blobs/")
+    front.answer_errors(500, match=is_blob)
     agent = Agent(tmp_path / "agent", fronted_crio, pull_settings="attempts = 1")
     agent.write_config()
     agent.write_set("apps", refs)
@@ -184,7 +184,7 @@ async def test_blobs_answering_500_are_a_registry_error_retried_within_seconds(
         assert condition(status, "Degraded") == ("True", "RegistryError")
         assert 0 < status["retryInSeconds"] <= 60
         agent.wait_log("sync_retry_scheduled")
-        front.set_fault(Fault.PASS)
+        front.heal()
         agent.wait_status(
             lambda s: set_state(s, "apps") == "Pinned", what="apps pinned", timeout_s=90
         )
@@ -194,10 +194,10 @@ async def test_blobs_answering_500_are_a_registry_error_retried_within_seconds(
 
 @pytest.mark.timeout(240)
 async def test_a_registry_outage_is_waited_out_without_the_resync(
-    fronted_crio: Crio, front: RegistryFront, pushed: Pushed, tmp_path: Path
+    fronted_crio: Crio, front: FaultyProxy, pushed: Pushed, tmp_path: Path
 ) -> None:
     refs = [pushed.base_b.reference(front.host)]
-    front.set_fault(Fault.DOWN)
+    front.refuse()
     agent = Agent(tmp_path / "agent", fronted_crio)
     agent.write_config()
     agent.write_set("apps", refs)
@@ -209,7 +209,7 @@ async def test_a_registry_outage_is_waited_out_without_the_resync(
         item = set_status(status, "apps")
         assert item is not None
         assert item["failedImages"][0]["reason"] == "RegistryUnavailable"
-        front.set_fault(Fault.PASS)
+        front.heal()
         agent.wait_status(
             lambda s: set_state(s, "apps") == "Pinned", what="apps pinned", timeout_s=90
         )

@@ -1,7 +1,7 @@
 """Stall detection by the pull's staging files (docs/decisions/0005-stall-signal.md), with the
 real daemon, CRI-O and registry, and another writer busy on the same filesystem.
 
-The registry's blob answers stop mid-layer and hang (tests/testenv/faulty.py). Watching the
+The registry's blob answers stop mid-layer and hang (tests/testenv/faulty_proxy.py). Watching the
 filesystem's used bytes, the busy writer would hide the stall until the 24 h backstop; the
 staging files show it within the stall timeout.
 """
@@ -21,7 +21,7 @@ from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
 from tests.testenv.agent import Agent, set_state, set_status
 from tests.testenv.crio import Crio
-from tests.testenv.faulty import Fault, RegistryFront
+from tests.testenv.faulty_proxy import FaultyProxy
 from tests.testenv.images import LayerSpec, TestImage, push
 from tests.testenv.registry import Registry
 
@@ -65,7 +65,7 @@ async def test_a_stalled_pull_is_cut_within_the_timeout_while_another_writer_is_
     image = TestImage("nodeagent-test/stall", [LayerSpec(16 * MIB, seed=4711)]).build()
     pushed_image = push(registry.url, image.repository, image)
     with (
-        RegistryFront(registry.host) as front,
+        FaultyProxy(registry.host) as front,
         Crio(tmp_path / "crio", insecure_registries=[front.host]) as crio,
     ):
         ref = pushed_image.reference(front.host)
@@ -76,7 +76,7 @@ async def test_a_stalled_pull_is_cut_within_the_timeout_while_another_writer_is_
             pull_settings=f"stall_timeout_s = {STALL_TIMEOUT_S}\nattempts = 2",
         )
         agent.write_config()
-        front.set_fault(Fault.STALL, only="/blobs/", stall_after_bytes=4 * MIB)
+        front.stall_bodies(after_bytes=4 * MIB)
         with busy_writer(crio.base) as written, agent:
             started = time.monotonic()
             agent.write_set("stalls", [ref])
@@ -95,9 +95,9 @@ async def test_a_stalled_pull_is_cut_within_the_timeout_while_another_writer_is_
             # Two attempts of 4 s each plus probe intervals and the backoff; far below what
             # the busy filesystem would have allowed (the 24 h backstop).
             assert elapsed_s < 4 * STALL_TIMEOUT_S + 10
-            assert front.counters.stalled >= 2
+            assert sum(e.fault == "stall" for e in front.exchanges()) >= 2
             assert written[0] > 5 * MIB  # the writer was busy all along
-            front.set_fault(Fault.PASS)
+            front.heal()
             agent.wait_status(
                 lambda s: set_state(s, "stalls") == "Pinned", what="pinned", timeout_s=90
             )

@@ -1,7 +1,7 @@
 """The contract tests/fakes/registry.py's ``FakeManifests`` shares with the real client.
 
 The same assertions run against ``FakeManifests`` and against ``RegistryClient`` reading
-the real registry through tests/testenv/faulty.py: a known image has a size, a registry
+the real registry through tests/testenv/faulty_proxy.py: a known image has a size, a registry
 that refuses connections raises ``RegistryUnavailable``, one answering 5xx raises
 ``RegistryError`` (a ``RegistryUnavailable`` too), a digest the registry lacks raises
 ``ImageNotFound``, and every fault ends when the registry is back.
@@ -21,7 +21,7 @@ from nodeagent.errors import ImageNotFound, RegistryError, RegistryUnavailable
 from nodeagent.registries import Platform
 from tests.conftest import Pushed
 from tests.fakes.registry import FakeManifests
-from tests.testenv.faulty import Fault, RegistryFront
+from tests.testenv.faulty_proxy import FaultyProxy
 from tests.testenv.registry import Registry
 
 pytestmark = pytest.mark.integration
@@ -46,19 +46,19 @@ class Side(Protocol):
 
 @dataclass
 class Real:
-    front: RegistryFront
+    front: FaultyProxy
     source: RegistryClient
     ref: str
     missing: str
 
     def down(self) -> None:
-        self.front.set_fault(Fault.DOWN)
+        self.front.refuse()
 
     def answer(self, status: int) -> None:
-        self.front.set_fault(Fault.STATUS, status=status)
+        self.front.answer_errors(status)
 
     def back(self) -> None:
-        self.front.set_fault(Fault.PASS)
+        self.front.heal()
 
 
 @dataclass
@@ -84,7 +84,7 @@ def side(request: pytest.FixtureRequest, registry: Registry, pushed: Pushed) -> 
         ref = pushed.ref(pushed.base_a)
         yield Fake(FakeManifests({ref: 1000}), ref, ref.split("@")[0] + "@" + missing_digest)
         return
-    with RegistryFront(registry.host) as front:
+    with FaultyProxy(registry.host) as front:
         client = RegistryClient(
             insecure={front.host}, platform=Platform("linux", "amd64"), timeout_s=10
         )

@@ -43,7 +43,7 @@ DIGEST = "sha256:" + "ab" * 32
             "pinging container registry 10.0.0.1:5000: dial tcp: connect: connection refused",
             errors.RegistryUnavailable,
         ),
-        # Texts CRI-O 1.34.0 returned for a registry behind tests/testenv/faulty.py:
+        # Texts CRI-O 1.34.0 returned for a registry behind tests/testenv/faulty_proxy.py:
         (
             StatusCode.UNKNOWN,
             "unable to try pulling possible OCI artifact: build image source: pinging container "
