@@ -31,6 +31,10 @@ STATUS = "status"
 Origin = Literal["ledger", "last-good", "rebuilt", "new"]
 
 
+MAX_LATE_REPAIRS = 10
+"""The status lists this many of the repairs made while the daemon ran (the newest)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Repair:
     """A damaged state file that was set aside (or, read-only, would have been)."""
@@ -78,6 +82,8 @@ class LedgerStore:
     def __init__(self, store: StateStore, boot_id: str) -> None:
         self.store = store
         self.boot_id = boot_id
+        self.late_repairs: list[Repair] = []
+        """Damage found by ``save`` (the file was damaged while the daemon ran)."""
 
     def load(self, *, is_repairing: bool = True) -> LoadedLedger:
         repairs: list[Repair] = []
@@ -108,8 +114,13 @@ class LedgerStore:
 
     def save(self, ledger: Ledger) -> None:
         """Write the ledger (a failure raises: the sync reports it), then its two copies (a
-        failure there is logged: the ledger itself is written)."""
+        failure there is logged: the ledger itself is written).
+
+        The file on disk is read first: one damaged while the daemon ran (the daemon works
+        from its own copy) is set aside and reported before it is replaced, not lost."""
         doc = ledger.to_json()
+        self._ledger(LEDGER, self.late_repairs, is_repairing=True)  # damaged meanwhile: kept
+        del self.late_repairs[:-MAX_LATE_REPAIRS]
         save_repairing(self.store, LEDGER, doc)
         try:
             Ledger.for_boot(self.store.load(LEDGER), self.boot_id)

@@ -313,6 +313,6 @@ class Reconciler:
             problems=run.problems_json(),
             last_error=run.pin_error.message if run.pin_error else None,
             updated_at=now_text(),
-            repairs=[repair.to_json() for repair in loaded.repairs],
+            repairs=[r.to_json() for r in (*loaded.repairs, *self.ledgers.late_repairs)],
             boot_id=self.boot_id,
         )

@@ -138,12 +138,13 @@ async def test_signed_bundle_with_a_path_for_a_set_name_is_refused_and_writes_no
             lambda s: bundle_state(s, stick) in ("rejected", "pinned", "imported"),
             what="the bundle judged",
         )
+        judged = bundle_state(status, stick)  # by device node: read it before detaching
     finally:
         subprocess.run(["umount", "--lazy", str(stick.devnode)], check=False)
         stick.detach()
     written = sorted(str(p) for p in node.base.rglob("*outside*"))
     assert written == [], f"a bundle's set name put files at {written}"
-    assert bundle_state(status, stick) == "rejected"
+    assert judged == "rejected"
     assert list(node.agent.persistent_dir.glob("bundle-*")) == []
     names = {name for image in await stored_images(node) for name in image.names()}
     assert not names & set(factory.refs), "images of a refused bundle were imported"

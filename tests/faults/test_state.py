@@ -178,9 +178,13 @@ async def test_damaged_manifest_cache_entry_is_moved_aside_and_rebuilt(
     damaged = entry.read_bytes()[:-7]
     entry.write_bytes(damaged)
 
-    node.agent.start()  # the first sync sizes the stored images too: it reads every entry
-    node.agent.wait_log("sync_finished")
+    node.agent.start()
+    # Sizing a new image reads the stored images' manifests too (their layers are not
+    # counted again), so the next admission reads every entry.
+    fresh = [node.ref(drill_images[2])]
+    node.agent.write_set("fresh", fresh)
+    node.agent.wait_status(lambda s: set_state(s, "fresh") == "Pinned", what="fresh pinned")
     assert warned_damaged(node, mark), "no warning with reason StateFileDamaged"
     assert kept_aside(node.agent.state_dir, entry.stem, damaged), "the damaged entry was not kept"
     assert json.loads(entry.read_bytes())  # rebuilt from the registry
-    await assert_node_consistent(node, sets={"keep": keep}, since=mark)
+    await assert_node_consistent(node, sets={"keep": keep, "fresh": fresh}, since=mark)

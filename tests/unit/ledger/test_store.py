@@ -84,3 +84,32 @@ def test_read_only_load_reports_damage_and_moves_nothing(tmp_path: Path) -> None
     assert [(r.file, r.moved_to) for r in loaded.repairs] == [("ledger", None)]
     assert (tmp_path / "ledger.json").read_text() == "[]"
     assert loaded.remembered_pins() == {A, B}
+
+
+@pytest.mark.parametrize(
+    "damage", [b"", b"\xff\xfe{\x00", b"[]\n", b'{"bootId": "boot-1", "sets": {"p": 5}}']
+)
+def test_a_ledger_damaged_while_the_daemon_ran_is_kept_aside_before_it_is_replaced(
+    tmp_path: Path, damage: bytes
+) -> None:
+    store = JsonStateStore(tmp_path)
+    ledgers = LedgerStore(store, "boot-1")
+    ledgers.save(pinned_ledger())
+    (tmp_path / "ledger.json").write_bytes(damage)
+    with capture_logs() as logs:
+        ledgers.save(pinned_ledger())
+    assert store.load("ledger") == pinned_ledger().to_json()
+    kept = list(tmp_path.glob("ledger.json.damaged-*"))
+    assert [path.read_bytes() for path in kept] == [damage]
+    assert [e["file"] for e in logs if e["event"] == "state_file_damaged"] == ["ledger"]
+    assert [r.file for r in ledgers.late_repairs] == ["ledger"]
+    assert ledgers.late_repairs[0].moved_to is not None
+
+
+def test_an_intact_ledger_on_disk_is_replaced_without_a_repair(tmp_path: Path) -> None:
+    ledgers = LedgerStore(JsonStateStore(tmp_path), "boot-1")
+    ledgers.save(pinned_ledger())
+    with capture_logs() as logs:
+        ledgers.save(pinned_ledger())
+    assert ledgers.late_repairs == []
+    assert [e for e in logs if e["event"] == "state_file_damaged"] == []
