@@ -130,6 +130,8 @@ class NodeStatus:
     only from a status of the same boot."""
     retry_in_s: float | None = None
     """Seconds until the sync loop tries again after a transient failure (None: at the resync)."""
+    image_loss: Mapping[str, object] | None = None
+    """Pinned images the runtime lost, found at the last sync (``sync.losses.ImageLoss``)."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -152,6 +154,8 @@ class NodeStatus:
             doc["bootId"] = self.boot_id
         if self.retry_in_s is not None:
             doc["retryInSeconds"] = round(self.retry_in_s, 1)
+        if self.image_loss is not None:
+            doc["imageLoss"] = dict(self.image_loss)
         return doc | dict(self.extra)
 
     def image_totals(self) -> dict[str, int]:
@@ -350,6 +354,7 @@ def node_status(
     updated_at: str = "",
     repairs: Sequence[Mapping[str, str]] = (),
     boot_id: str = "",
+    image_loss: Mapping[str, object] | None = None,
 ) -> NodeStatus:
     """The node's status from its sets: conditions derived, nothing else added."""
     return NodeStatus(
@@ -362,6 +367,7 @@ def node_status(
         updated_at=updated_at,
         repairs=tuple(repairs),
         boot_id=boot_id,
+        image_loss=image_loss,
     )
 
 

@@ -154,6 +154,11 @@ def print_status(doc: dict[str, Any]) -> None:
     for repair in doc.get("stateRepairs", []):
         kept = f" (kept as {repair['movedTo']})" if repair.get("movedTo") else ""
         print(f"state rebuilt: {repair['file']}: {repair['reason']}: {repair['message']}{kept}")
+    loss = doc.get("imageLoss")
+    if loss:
+        print(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")
+        if loss.get("restoredFromStore"):
+            print(f"restored {loss['restoredFromStore']} images from the local store")
     if doc.get("retryInSeconds") is not None:
         print(f"retrying in {doc['retryInSeconds']} s (transient failure)")
     if doc.get("lastError"):

@@ -53,7 +53,8 @@ async def run(config: Config) -> int:
 
 
 def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
-    """Critical: the sync loop, the spec watch, the watchdog. Optional: media, cluster."""
+    """Critical: the sync loop, the spec watch, the watchdog. Optional: the runtime socket's
+    watch, media, cluster."""
     config = wiring.config
     found = [
         Task("sync", wiring.reconciler.run, is_critical=True),
@@ -65,6 +66,13 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     ]
     if wiring.notifier.watchdog_interval_s() is not None:
         found.append(Task("watchdog", lambda: watchdog_loop(wiring.notifier), is_critical=True))
+    found.append(
+        Task(
+            "runtime-watch",
+            lambda: runtime_socket_loop(runtime_socket(config), wiring.reconciler.request_sync),
+            is_critical=False,
+        )
+    )
     if config.bundles.watch_media:
         found.append(Task("media", lambda: media_loop(wiring), is_critical=False))
     if wiring.cluster is not None:
@@ -76,6 +84,25 @@ async def watch_loop(watcher: DirectoryWatcher, request_sync: Callable[[], None]
     async for changed in watcher:
         log.info("files_changed", dirs=sorted(str(d) for d in changed))
         request_sync()
+
+
+async def runtime_socket_loop(socket: Path, request_sync: Callable[[], None]) -> None:
+    """Sync as soon as the runtime's socket appears (CRI-O started or restarted).
+
+    After a power cut CRI-O may have removed pinned images (a wiped or repaired store);
+    nodeagent finds them missing at the sync that follows the runtime's start, within
+    seconds, instead of at the end of its retry backoff or the periodic re-check. Only the
+    socket's own directory is watched, not its subdirectories (container exit files).
+    """
+    async with DirectoryWatcher([socket.parent], debounce_s=0.1) as watcher:
+        async for _changed in watcher:
+            if await asyncio.to_thread(socket.exists):
+                log.info("runtime_socket_appeared", socket=str(socket))
+                request_sync()
+
+
+def runtime_socket(config: Config) -> Path:
+    return Path(config.runtime.endpoint.removeprefix("unix://"))
 
 
 async def watchdog_loop(notifier: Notifier) -> None:

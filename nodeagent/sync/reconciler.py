@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 import structlog
 
@@ -38,6 +39,7 @@ from nodeagent.sync.loop import (
     transient_cause,
     wait_event,
 )
+from nodeagent.sync.losses import ImageLoss, find_loss, is_new, restored_count
 from nodeagent.sync.passes import (
     SyncPass,
     final_set,
@@ -51,6 +53,17 @@ from nodeagent.sync.passes import (
 )
 
 log = structlog.get_logger(__name__)
+
+
+class ImageRestorer(Protocol):
+    """Brings images back from the node's local store, without any network
+    (``bundles.restore.StoreRestorer``: the store served on loopback as a mirror)."""
+
+    def holds(self, refs: Sequence[str]) -> list[str]:
+        """Those of ``refs`` the store can restore (their manifests and blobs are in it)."""
+        ...
+
+    async def restore(self, refs: Sequence[str]) -> Mapping[str, PullResult]: ...
 
 
 class Reconciler:
@@ -70,6 +83,7 @@ class Reconciler:
         schedule: SyncSchedule | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wait: Waiter = wait_event,
+        restorer: ImageRestorer | None = None,
     ) -> None:
         self.load_specs = load_specs
         """Reads every spec file; run in a worker thread (big files must not stall the loop)."""
@@ -91,6 +105,9 @@ class Reconciler:
         """The ledger as last loaded or saved (each sync works on a copy)."""
         self._is_adopting = False
         """The ledger was rebuilt: the next sync adopts what the runtime reports pinned."""
+        self.restorer = restorer
+        self._loss: ImageLoss | None = None
+        """Pinned images found missing at the last sync (reported once, shown in the status)."""
 
     # ---------------------------------------------------------------- ledger
     def _load(self) -> LoadedLedger:
@@ -186,9 +203,13 @@ class Reconciler:
         version = await self.runtime.version()
         self.has_reached_runtime = True
         run.runtime = f"{version.runtime_name} {version.runtime_version}"
-        run.stored = index_names(await self.runtime.list_images())
+        images = await self.runtime.list_images()
+        run.stored = index_names(images)
         if self._is_adopting:
             self._adopt(run)
+        else:
+            self._note_loss(run, len(images))
+        await self._restore(run)
         await self._pull_missing(run)
         run.stored = index_names(await self.runtime.list_images())
         await self._pin(run)
@@ -239,6 +260,49 @@ class Reconciler:
             if not record.pinned_images:
                 record.pinned_images = orphans
         log.info("ledger_adopted_runtime_pins", sets=len(run.specs.sets), held=len(run.held))
+
+    def _note_loss(self, run: SyncPass, runtime_images: int) -> None:
+        loss = find_loss(run.ledger.pinned_images(), run.stored, runtime_images, now_text())
+        if loss is not None and is_new(loss, self._loss):
+            log.warning(
+                "pinned_images_lost",
+                reason=loss.reason,
+                images=len(loss.lost),
+                pinned=loss.pinned,
+                error=loss.message,
+            )
+        self._loss = loss
+
+    async def _restore(self, run: SyncPass) -> None:
+        """Missing images the local store holds come back from it first, with no network."""
+        if self.restorer is None:
+            return
+        missing = sorted({r for s in run.specs.sets for r in set_refs(s) if not run.is_present(r)})
+        held = self.restorer.holds(missing) if missing else []
+        if not held:
+            return
+        log.info("restore_started", images=len(held), source="local store")
+        results = await self.restorer.restore(held)
+        restored = [ref for ref, result in results.items() if result.is_pulled]
+        run.stored = index_names(await self.runtime.list_images())
+        if self._loss is not None:
+            count = restored_count(self._loss, {ref: True for ref in restored})
+            self._loss = replace(self._loss, restored_from_store=count)
+        failed = [r for r in results.values() if not r.is_pulled]
+        log.info(
+            "images_restored_from_store",
+            images=len(restored),
+            failed=len(failed),
+            message=f"restored {len(restored)} images from the local store",
+        )
+        for result in failed:
+            log.warning(
+                "restore_failed",
+                image=result.ref,
+                reason=result.reason,
+                error=result.message,
+                next="the image's registry",
+            )
 
     async def _pull_missing(self, run: SyncPass) -> None:
         missing = {
@@ -315,4 +379,5 @@ class Reconciler:
             updated_at=now_text(),
             repairs=[r.to_json() for r in (*loaded.repairs, *self.ledgers.late_repairs)],
             boot_id=self.boot_id,
+            image_loss=None if self._loss is None else self._loss.to_json(),
         )
