@@ -28,6 +28,8 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "disk_size_unknown": "a6218fcd79e1459590880fde48d865e9",
     "sync_retry_scheduled": "14d401b8edcc47edb6d7c700c0b064fc",
     "pulls_waiting": "b3757c5c0b66493e89df767d9a5ce930",
+    "pinned_images_lost": "bebb67fb84d74287b99c99e224cdcf27",
+    "images_restored_from_store": "c578cd8e33ef42eab0b2398242f0fdd0",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

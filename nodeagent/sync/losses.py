@@ -38,6 +38,8 @@ class ImageLoss:
     at: str
     restored_from_store: int = 0
     """Of ``lost``, brought back from the local store (filled in after the restore)."""
+    is_resolved: bool = False
+    """A later sync found none missing (the loss stays in the status until the next one)."""
 
     @property
     def message(self) -> str:
@@ -61,6 +63,7 @@ class ImageLoss:
             "imagesLost": len(self.lost),
             "imagesPinned": self.pinned,
             "restoredFromStore": self.restored_from_store,
+            "resolved": self.is_resolved,
             "message": self.message,
         }
 
@@ -83,7 +86,7 @@ def find_loss(
 
 def is_new(loss: ImageLoss, previous: ImageLoss | None) -> bool:
     """Report a loss once: not again at every retry while the same images are missing."""
-    return previous is None or set(loss.lost) - set(previous.lost) != set()
+    return previous is None or previous.is_resolved or not set(loss.lost) <= set(previous.lost)
 
 
 def restored_count(loss: ImageLoss, results: Mapping[str, bool]) -> int:

@@ -107,7 +107,8 @@ class Reconciler:
         """The ledger was rebuilt: the next sync adopts what the runtime reports pinned."""
         self.restorer = restorer
         self._loss: ImageLoss | None = None
-        """Pinned images found missing at the last sync (reported once, shown in the status)."""
+        """The last time pinned images were found missing (reported once, kept in the status
+        once they are back, marked resolved)."""
 
     # ---------------------------------------------------------------- ledger
     def _load(self) -> LoadedLedger:
@@ -263,7 +264,13 @@ class Reconciler:
 
     def _note_loss(self, run: SyncPass, runtime_images: int) -> None:
         loss = find_loss(run.ledger.pinned_images(), run.stored, runtime_images, now_text())
-        if loss is not None and is_new(loss, self._loss):
+        previous = self._loss
+        if loss is None:
+            if previous is not None and not previous.is_resolved:
+                log.info("pinned_images_back", images=len(previous.lost), reason=previous.reason)
+                self._loss = replace(previous, is_resolved=True)
+            return
+        if is_new(loss, previous):
             log.warning(
                 "pinned_images_lost",
                 reason=loss.reason,
@@ -271,7 +278,7 @@ class Reconciler:
                 pinned=loss.pinned,
                 error=loss.message,
             )
-        self._loss = loss
+            self._loss = loss
 
     async def _restore(self, run: SyncPass) -> None:
         """Missing images the local store holds come back from it first, with no network."""

@@ -7,7 +7,12 @@ tmpfiles, ``nodeagent render-pins --write``, ``nodeagent run`` until READY=1, CR
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+import shutil
+import time
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +115,55 @@ async def test_reboot_onto_a_damaged_ledger_and_a_broken_spec_keeps_the_boot_pin
     assert item is not None
     assert item["currentGeneration"] == 2
     assert "StateFileDamaged" in node.agent.current_run_log()
+
+
+def _drop_image_records(storage_root: Path, refs: list[str]) -> None:
+    """What CRI-O's storage repair does to an image it finds damaged: its record goes."""
+    digests = {ref.split("@", 1)[1] for ref in refs}
+    index = storage_root / "vfs-images" / "images.json"
+    records = json.loads(index.read_bytes())
+    kept = [r for r in records if not digests & set(r.get("digests") or [r.get("digest")])]
+    assert len(kept) == len(records) - len(refs), "the images to drop were not all found"
+    index.write_text(json.dumps(kept))
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("is_wiped", [True, False], ids=["store-wiped", "one-image-repaired-away"])
+async def test_images_lost_while_the_runtime_was_down_are_back_within_seconds_of_its_start(
+    make_node: NodeFactory, drill_images: list[str], is_wiped: bool
+) -> None:
+    """The daemon stays up; CRI-O crashes and comes back without some or all pinned images.
+    Nothing changes in the specs, so only the runtime's socket appearing tells the daemon
+    to look (the periodic re-check is 10 minutes away)."""
+    node = make_node()
+    keep = [node.ref(r) for r in drill_images[:3]]
+    node.agent.write_set("keep", keep)
+    node.agent.start()
+    node.agent.wait_status(lambda s: set_state(s, "keep") == "Pinned", what="keep pinned")
+    node.crio.kill()
+    if is_wiped:
+        shutil.rmtree(node.crio.storage_root)
+    else:
+        _drop_image_records(node.crio.storage_root, keep[1:2])
+    mark = node.mark()
+    node.crio.start()
+    started = time.monotonic()
+    node.agent.wait_log("pinned_images_lost", timeout_s=20)
+    async with CriClient(node.crio.endpoint, timeout_s=30) as cri:
+        deadline = started + 30
+        while True:
+            found = [await cri.image_status(ref) for ref in keep]
+            if all(image is not None and image.is_pinned for image in found):
+                break
+            assert time.monotonic() < deadline, f"not back and pinned: {keep}"
+            await asyncio.sleep(0.2)
+    back_s = time.monotonic() - started
+    assert back_s < 20, f"{back_s:.1f} s after the runtime started"
+    log = node.agent_log_since(mark)
+    reason = "RuntimeStorageWiped" if is_wiped else "RuntimeImagesLost"
+    assert f"pinned_images_lost: reason={reason}" in log
+    assert "runtime_socket_appeared" in log
+    status = node.agent.wait_status(lambda s: "imageLoss" in s, what="the loss in the status")
+    assert status["imageLoss"]["reason"] == reason
+    assert status["imageLoss"]["imagesLost"] == (3 if is_wiped else 1)
+    await assert_node_consistent(node, sets={"keep": keep}, since=mark)

@@ -73,7 +73,7 @@ async def test_a_wiped_runtime_is_reported_once_and_its_images_pulled_again() ->
     assert status.image_loss["reason"] == WIPED
     assert status.image_loss["restoredFromStore"] == 0
     assert by_name(status)["apps"].state == "Pinned"
-    assert again.image_loss is None  # nothing is missing any more
+    assert again.image_loss is not None and again.image_loss["resolved"] is True
     assert node.crio.pinned_names() == {A: True, B: True}
 
 
