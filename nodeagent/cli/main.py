@@ -105,6 +105,8 @@ def cmd_render_pins(config: Config, args: argparse.Namespace) -> int:
     store = LedgerStore(JsonStateStore(config.state.dir), read_boot_id())
     remembered = store.load(is_repairing=False).remembered_pins()
     foreign = foreign_pins(dropins.read_other_configs())
+    for problem in foreign.problems:  # CRI-O will refuse to start until it is fixed
+        print(f"warning: RuntimeConfigInvalid: {problem.message}", file=sys.stderr)
     text = render_dropin([*remembered, *foreign.patterns])
     if not args.write:
         print(text, end="")
