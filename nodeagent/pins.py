@@ -131,7 +131,7 @@ def pinned_images_of(text: str | bytes) -> list[str] | None:
     for item in value:
         if len(item) > MAX_PATTERN_CHARS:
             raise MalformedInput(
-                f"crio.image.pinned_images holds {clip(item, 80)!r}, not an image name pattern"
+                f"crio.image.pinned_images holds '{clip(item, 80)}', not an image name pattern"
             )
     return [item for item in value if item]
 
