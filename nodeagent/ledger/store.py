@@ -14,7 +14,13 @@ from typing import Any, Literal
 import structlog
 
 from nodeagent.errors import HostFileError, StateFileDamaged
-from nodeagent.ledger.records import Ledger, SetRecord, generation_value, typed_value
+from nodeagent.ledger.records import (
+    Ledger,
+    SetRecord,
+    generation_value,
+    image_names,
+    typed_value,
+)
 from nodeagent.ports import StateStore
 
 log = structlog.get_logger(__name__)
@@ -164,10 +170,13 @@ class LedgerStore:
 
     def _boot_pins(self, repairs: list[Repair], *, is_repairing: bool) -> set[str]:
         doc = self._read(BOOT_PINS, repairs, is_repairing=is_repairing)
-        images = doc.get("images") if isinstance(doc, dict) else None
-        if not isinstance(images, list):
+        if doc is None:
             return set()
-        return {image for image in images if isinstance(image, str)}
+        try:
+            return set(image_names(doc.get("images"), "the boot pins' images"))
+        except StateFileDamaged as exc:
+            self._damaged(BOOT_PINS, exc, repairs, is_repairing=is_repairing)
+            return set()
 
 
 def save_repairing(store: StateStore, name: str, doc: dict[str, Any]) -> None:
