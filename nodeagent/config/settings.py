@@ -74,7 +74,7 @@ class SpecSettings:
         Path("/etc/nodeagent/pinnedimagesets.d"),
         Path("/run/nodeagent/pinnedimagesets.d"),
     )
-    """Directories of PinnedImageSet YAML files, at least one. The first is persistent (its sets
+    """Directories of PinnedImageSet YAML files, 1 to 16. The first is persistent (its sets
     survive reboots), the others transient (``/run`` by default). A set defined twice is taken
     from the directory listed first."""
 

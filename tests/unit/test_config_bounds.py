@@ -59,6 +59,7 @@ CRASH_INPUTS = [
     ('[runtime]\nendpoint = ["unix:///a"]\n', "runtime.endpoint", "a string, got a list"),
     ('[state]\ndir = "/var/\\u0000lib"\n', "state.dir", "without NUL"),
     ("[bundles]\nwatch_media = 1\n", "bundles.watch_media", "true or false"),
+    ("[specs]\ndirs = [" + ", ".join(f'"/d{i}"' for i in range(17)) + "]\n", "specs.dirs", "16"),
 ]
 
 
