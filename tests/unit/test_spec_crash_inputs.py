@@ -111,11 +111,26 @@ def test_the_good_set_in_the_next_file_still_loads(
     assert [p.source for p in load.problems] == [str(tmp_path / "10-bad.yaml")]
 
 
-def test_a_file_name_with_escape_sequences_is_escaped_in_the_message(tmp_path: Path) -> None:
-    bad = tmp_path / "a\x1b[2J.yaml"
-    bad.write_text("a: !!int x\n")
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: !!int x\n",  # the file is not YAML
+        spec("{name: x}", images="[{name: 'q\x1b[2J'}]"),  # a set in it is invalid
+        spec("{name: x}", images="[{name: '" + IMAGE + "', " + "k" * 100_000 + ": 1}]"),
+        HEAD + "metadata: {name: x}\nspec: {" + "f" * 3_000_000 + ": 1}\n",
+        HEAD + "metadata: [" + "1, " * 300_000 + "1]\nspec: {}\n",
+        GOOD + "---\n" + GOOD,  # a set defined twice
+    ],
+)
+def test_file_names_and_values_are_escaped_and_clipped_in_messages(
+    tmp_path: Path, text: str
+) -> None:
+    (tmp_path / "a\x1b[2J.yaml").write_text(text)
     load = load_spec_dirs([(tmp_path, True)])
-    assert "\x1b" not in load.problems[0].message
+    assert load.problems
+    for problem in load.problems:
+        assert "\x1b" not in problem.message
+        assert len(problem.message) < 1000
 
 
 def test_a_json_spec_loads_when_it_is_strict() -> None:
