@@ -437,8 +437,9 @@ class PinService:
 
     async def _explain(self, check: PinCheck, foreign: ForeignPins) -> None:
         if foreign.overriding_files:
+            files = ", ".join(clip(path) for path in foreign.overriding_files)
             raise PinsOverridden(
-                f"{', '.join(foreign.overriding_files)} sort(s) after nodeagent's drop-in and set "
+                f"{files} sort(s) after nodeagent's drop-in and set "
                 f"pinned_images, which replaces nodeagent's list; {len(check.not_pinned)} images "
                 "are not pinned. Rename that file to sort earlier or remove its pinned_images."
             )
