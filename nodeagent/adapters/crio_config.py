@@ -30,8 +30,8 @@ DEFAULT_STAGING_DIR = "/var/tmp"  # noqa: S108  containers/image's default for b
 
 
 def staging_dir_of(files: Sequence[ConfigFile]) -> str | None:
-    """``[crio.image] big_files_temporary_dir`` of the last file setting it to a non-empty
-    value; files that are not TOML are skipped (CRI-O fails on them anyway)."""
+    """``[crio.image] big_files_temporary_dir`` of the last file setting it to an absolute
+    path; files that are not TOML are skipped (CRI-O fails on them anyway)."""
     found: str | None = None
     for file in files:
         try:
@@ -40,9 +40,14 @@ def staging_dir_of(files: Sequence[ConfigFile]) -> str | None:
         except (MalformedInput, AttributeError):
             continue
         value = image.get("big_files_temporary_dir") if isinstance(image, dict) else None
-        if isinstance(value, str) and value:
+        if isinstance(value, str) and _is_usable_dir(value):
             found = value
     return found
+
+
+def _is_usable_dir(value: str) -> bool:
+    """An absolute path the kernel can take (CRI-O would fail on any other, nodeagent skips it)."""
+    return value.startswith("/") and "\0" not in value and len(value) <= 4096
 
 
 def read_config_file(path: Path, *, is_after_ours: bool) -> ConfigFile | None:
