@@ -15,6 +15,7 @@ import structlog
 
 from nodeagent.errors import HostFileError, StateFileDamaged
 from nodeagent.ledger.records import (
+    MAX_SET_NAME_CHARS,
     Ledger,
     SetRecord,
     generation_value,
@@ -210,8 +211,9 @@ def _set_aside_if_damaged(store: StateStore, name: str) -> bool:
 def status_seeds(doc: Any, boot_id: str) -> dict[str, SetRecord]:
     """Per set, the generations, file and persistence a published status names.
 
-    Tolerant: an item of the wrong shape seeds nothing. Transient sets seed only when
-    the status was published during this boot (they are forgotten at a reboot).
+    Tolerant: an item of the wrong shape (or a name no set can have) seeds nothing.
+    Transient sets seed only when the status was published during this boot (they are
+    forgotten at a reboot).
     """
     items = doc.get("pinnedImageSets") if isinstance(doc, dict) else None
     is_this_boot = isinstance(doc, dict) and doc.get("bootId") == boot_id
@@ -230,6 +232,7 @@ def status_seeds(doc: Any, boot_id: str) -> dict[str, SetRecord]:
             )
         except StateFileDamaged:
             continue
-        if name and (record.is_persistent or is_this_boot):
+        is_name = isinstance(name, str) and 0 < len(name) <= MAX_SET_NAME_CHARS
+        if is_name and (record.is_persistent or is_this_boot):
             seeds[name] = record
     return seeds

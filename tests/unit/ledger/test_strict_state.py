@@ -95,8 +95,9 @@ def test_damaged_boot_pins_are_set_aside_not_half_read(
 def test_a_status_of_impossible_generations_seeds_nothing_from_that_set(tmp_path: Path) -> None:
     store = JsonStateStore(tmp_path)
     item = {"name": "p", "desiredGeneration": 2**64, "persistent": True}
+    long_name = {"name": "n" * 300, "desiredGeneration": 1, "persistent": True}
     good = {"name": "q", "desiredGeneration": 4, "currentGeneration": 4, "persistent": True}
-    store.save("status", {"bootId": "boot-1", "pinnedImageSets": [item, good]})
+    store.save("status", {"bootId": "boot-1", "pinnedImageSets": [item, long_name, good]})
     loaded = LedgerStore(store, "boot-1").load()
     assert list(loaded.ledger.sets) == ["q"]
     assert loaded.ledger.sets["q"].current_generation == 4
