@@ -24,6 +24,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── RuntimeCallFailed           RuntimeCallFailed
         ├── RuntimeDoesNotPin           RuntimeDoesNotPin
         ├── PinsOverridden              PinsOverridden
+        ├── RuntimeConfigInvalid        RuntimeConfigInvalid (another component's CRI-O file)
         ├── InsufficientDiskSpace       InsufficientDiskSpace
         ├── ConfigInvalid               ConfigInvalid
         ├── AuthFileInvalid             AuthFileInvalid
@@ -194,6 +195,17 @@ class PinsOverridden(PermanentError):
     """Another drop-in sorts after nodeagent's and replaces its ``pinned_images`` list."""
 
     reason = "PinsOverridden"
+
+
+class RuntimeConfigInvalid(PermanentError):
+    """Another component's CRI-O config file cannot be loaded (not TOML, too big, a wrong type).
+
+    CRI-O refuses to start or reload with it too. nodeagent names the file, keeps rendering
+    its own pins and carries that file's pins from its last good read (docs/pins.md).
+    """
+
+    reason = "RuntimeConfigInvalid"
+    exit_code = 78  # EX_CONFIG
 
 
 class InsufficientDiskSpace(PermanentError):

@@ -14,15 +14,15 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-import tomllib
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
 
-from nodeagent.errors import PinsOverridden, RuntimeDoesNotPin
+from nodeagent.errors import PinsOverridden, RuntimeConfigInvalid, RuntimeDoesNotPin
 from nodeagent.ports import ImageRuntime, Reloader, StoredImage
+from nodeagent.strict import MalformedInput, clip, loads_toml
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +35,12 @@ DROPIN_HEADER = (
 
 CRASHING_PATTERNS = frozenset({"*"})
 """Patterns that make CRI-O panic when it compiles them; never copied, never written."""
+MAX_RUNTIME_CONFIG_BYTES = 4 * 1024 * 1024
+"""A larger CRI-O config file is invalid unread (CRI-O's are a few KiB, 500 pins ~60 KiB)."""
+MAX_FOREIGN_PATTERNS = 65536
+"""More patterns in one file make it invalid rather than carried."""
+MAX_PATTERN_CHARS = 1024
+"""Longer patterns (an image name is at most ~460 characters) make the file invalid."""
 
 
 # ---------------------------------------------------------------- patterns
@@ -75,6 +81,18 @@ class ConfigFile:
     text: str
     is_after_ours: bool
     """Sorts after nodeagent's drop-in: a ``pinned_images`` here overrides ours."""
+    error: str = ""
+    """Why the file could not be read (too big, not UTF-8, a dangling link); ``text`` is empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignFileProblem:
+    """A foreign file CRI-O could not load either (reason ``RuntimeConfigInvalid``)."""
+
+    path: str
+    message: str
+    kept_patterns: tuple[str, ...] = ()
+    """Its pins from its last good read, still carried in nodeagent's drop-in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,25 +102,37 @@ class ForeignPins:
     patterns: tuple[str, ...]
     overriding_files: tuple[str, ...]
     unreadable_files: tuple[str, ...]
+    problems: tuple[ForeignFileProblem, ...] = ()
+    by_file: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The pins of each file read well: the last good read of the next call."""
 
 
-def pinned_images_of(text: str) -> list[str] | None:
+def pinned_images_of(text: str | bytes) -> list[str] | None:
     """``[crio.image] pinned_images`` of one config file, or None when the file does not set it.
 
-    Empty strings are dropped (CRI-O skips them too). Raises ``ValueError`` for
-    a file CRI-O could not load either: ``tomllib.TOMLDecodeError`` (a
-    subclass) when it is not TOML, a plain ``ValueError`` when ``crio``,
-    ``crio.image`` or ``pinned_images`` has a type CRI-O cannot decode into
-    its configuration (e.g. ``crio = 1`` or ``pinned_images = "a"``).
+    Empty strings are dropped (CRI-O skips them too). Raises ``ValueError`` (a clipped
+    message) for a file CRI-O could not load either or nodeagent will not carry: not strict
+    TOML within the size bound, a type CRI-O cannot decode (``crio = 1``,
+    ``pinned_images = "a"``), too many patterns or one too long.
     """
-    doc = tomllib.loads(text)
+    doc = loads_toml(text, what="the file", max_bytes=MAX_RUNTIME_CONFIG_BYTES)
     crio = _table(doc, "crio")
     image = _table(crio, "crio.image") if crio is not None else None
     if image is None or "pinned_images" not in image:
         return None
     value = image["pinned_images"]
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ValueError(f"crio.image.pinned_images must be a list of strings, got {value!r}")
+        shown = f"a {type(value).__name__}" if isinstance(value, list | dict) else repr(value)
+        raise MalformedInput(
+            f"crio.image.pinned_images must be a list of strings, got {clip(shown, 80)}"
+        )
+    if len(value) > MAX_FOREIGN_PATTERNS:
+        raise MalformedInput(f"crio.image.pinned_images has {len(value)} patterns, too many")
+    for item in value:
+        if len(item) > MAX_PATTERN_CHARS:
+            raise MalformedInput(
+                f"crio.image.pinned_images holds '{clip(item, 80)}', not an image name pattern"
+            )
     return [item for item in value if item]
 
 
@@ -111,32 +141,44 @@ def _table(parent: dict[str, Any], key: str) -> dict[str, Any] | None:
     value = parent.get(key.rpartition(".")[2])
     if value is None or isinstance(value, dict):
         return value
-    raise ValueError(f"{key} must be a table, got {type(value).__name__}")
+    raise MalformedInput(f"{key} must be a table, got {type(value).__name__}")
 
 
-def foreign_pins(files: Sequence[ConfigFile]) -> ForeignPins:
+def foreign_pins(
+    files: Sequence[ConfigFile], last_good: Mapping[str, tuple[str, ...]] | None = None
+) -> ForeignPins:
     """Union of every other file's pins, plus the files that sort after ours and set pins.
 
     A file that sets the key overrides ours even with an empty list. Patterns
     that crash CRI-O (``CRASHING_PATTERNS``) are left out: copied into our
     drop-in, which sorts last, a ``*`` from a file whose list another file
     replaced would become effective and make the runtime panic on reload.
+    A file that cannot be read is a problem; its pins of ``last_good`` (its last good
+    read, by path) are still carried (docs/pins.md, "Other components' drop-ins").
     """
     patterns: set[str] = set()
     overriding: list[str] = []
-    unreadable: list[str] = []
+    problems: list[ForeignFileProblem] = []
+    by_file: dict[str, tuple[str, ...]] = {}
     for file in files:
         try:
+            if file.error:
+                raise MalformedInput(file.error)
             pins = pinned_images_of(file.text)
-        except ValueError:  # tomllib.TOMLDecodeError included
-            unreadable.append(file.path)
+        except ValueError as exc:
+            kept = (last_good or {}).get(file.path, ())
+            patterns.update(kept)
+            problems.append(ForeignFileProblem(file.path, f"{clip(file.path)}: {exc}", kept))
             continue
-        if pins is None:
-            continue
-        patterns.update(p for p in pins if p not in CRASHING_PATTERNS)
-        if file.is_after_ours:
+        usable = tuple(sorted({p for p in pins or () if p not in CRASHING_PATTERNS}))
+        by_file[file.path] = usable
+        patterns.update(usable)
+        if pins is not None and file.is_after_ours:
             overriding.append(file.path)
-    return ForeignPins(tuple(sorted(patterns)), tuple(overriding), tuple(unreadable))
+    unreadable = tuple(problem.path for problem in problems)
+    return ForeignPins(
+        tuple(sorted(patterns)), tuple(overriding), unreadable, tuple(problems), by_file
+    )
 
 
 _TOML_ESCAPES = {
@@ -306,11 +348,31 @@ class PinService:
         self._monotonic = monotonic
         # A write changed the drop-in but the reload after it failed: reload next time.
         self._is_reload_owed = False
+        # Each foreign file's pins at its last good read, and the files found invalid.
+        self._last_good: dict[str, tuple[str, ...]] = {}
+        self._invalid: set[str] = set()
 
     def render(self, wanted: Collection[str]) -> tuple[str, ForeignPins]:
         """The drop-in text for ``wanted`` plus every other file's pins (no side effects)."""
-        foreign = foreign_pins(self.store.read_other_configs())
+        foreign = foreign_pins(self.store.read_other_configs(), self._last_good)
         return render_dropin([*wanted, *foreign.patterns]), foreign
+
+    def _remember(self, foreign: ForeignPins) -> None:
+        """Keep the good reads; say once when a file turns invalid and when it is fixed."""
+        self._last_good.update(foreign.by_file)
+        for problem in foreign.problems:
+            if problem.path not in self._invalid:
+                log.warning(
+                    "runtime_config_invalid",
+                    reason=RuntimeConfigInvalid.reason,
+                    file=clip(problem.path),
+                    error=problem.message,
+                    pins_kept=len(problem.kept_patterns),
+                )
+        invalid = set(foreign.unreadable_files)
+        for path in sorted(self._invalid - invalid):
+            log.info("runtime_config_valid_again", file=clip(path))
+        self._invalid = invalid
 
     def owe_reload(self) -> None:
         """Reload at the next write even if the bytes are unchanged.
@@ -332,8 +394,7 @@ class PinService:
         queued behind nodeagent's own would wait for nodeagent.
         """
         text, foreign = self.render(wanted)
-        if foreign.unreadable_files:
-            log.warning("runtime_config_unreadable", files=list(foreign.unreadable_files))
+        self._remember(foreign)
         is_changed = self.store.write_dropin(text)
         self._is_reload_owed = self._is_reload_owed or is_changed
         if not self._is_reload_owed or not is_runtime_running:
@@ -376,8 +437,9 @@ class PinService:
 
     async def _explain(self, check: PinCheck, foreign: ForeignPins) -> None:
         if foreign.overriding_files:
+            files = ", ".join(clip(path) for path in foreign.overriding_files)
             raise PinsOverridden(
-                f"{', '.join(foreign.overriding_files)} sort(s) after nodeagent's drop-in and set "
+                f"{files} sort(s) after nodeagent's drop-in and set "
                 f"pinned_images, which replaces nodeagent's list; {len(check.not_pinned)} images "
                 "are not pinned. Rename that file to sort earlier or remove its pinned_images."
             )

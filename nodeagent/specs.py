@@ -164,14 +164,15 @@ def _deduplicate(loads: Iterable[SpecLoad]) -> SpecLoad:
 
 
 def _duplicate_problem(first: PinnedImageSet, later: PinnedImageSet) -> SpecProblem:
+    first_source, later_source = clip(first.source, 200), clip(later.source, 200)
     if first.source == later.source:
         message = (
-            f"PinnedImageSet {later.name!r} is defined twice in {later.source}; keeping the first"
+            f"PinnedImageSet {later.name!r} is defined twice in {later_source}; keeping the first"
         )
     else:
         message = (
-            f"PinnedImageSet {later.name!r} in {later.source} is also defined in {first.source}; "
-            f"keeping {first.source}"
+            f"PinnedImageSet {later.name!r} in {later_source} is also defined in {first_source}; "
+            f"keeping {first_source}"
         )
     return SpecProblem(later.source, later.name, SpecInvalid.reason, message)
 
@@ -202,14 +203,15 @@ def _name_of(obj: Any) -> str | None:
 
 
 def _parse_object(obj: Any, *, source: str, is_persistent: bool) -> PinnedImageSet:
-    where = f"{source}: PinnedImageSet {clip(_name_of(obj) or '(unnamed)', 100)}"
+    shown = clip(source, 200)
+    where = f"{shown}: PinnedImageSet {clip(_name_of(obj) or '(unnamed)', 100)}"
     if not isinstance(obj, dict):
-        raise SpecInvalid(f"{source}: a document is {_kind_of_value(obj)}, not an object")
+        raise SpecInvalid(f"{shown}: a document is {_kind_of_value(obj)}, not an object")
     _check_type(obj, where)
     _check_fields(obj, _TOP_LEVEL_FIELDS, "", where)
     metadata = _mapping(obj.get("metadata"), "metadata", where)
     name = _object_name(metadata, where)
-    where = f"{source}: PinnedImageSet {name!r}"
+    where = f"{shown}: PinnedImageSet {name!r}"
     spec = _mapping(obj.get("spec"), "spec", where)
     _check_fields(spec, ("pinnedImages",), "spec.", where)
     return PinnedImageSet(
@@ -235,7 +237,8 @@ def _check_fields(obj: Mapping[Any, Any], known: Sequence[str], prefix: str, whe
     unknown = sorted(str(key) for key in obj if key not in known)
     if unknown:
         allowed = ", ".join(prefix + name for name in known)
-        raise SpecInvalid(f"{where}: unknown field {prefix}{unknown[0]} (allowed: {allowed})")
+        field = clip(prefix + unknown[0], 100)
+        raise SpecInvalid(f"{where}: unknown field {field} (allowed: {allowed})")
 
 
 def _mapping(value: Any, path: str, where: str) -> Mapping[Any, Any]:
@@ -306,7 +309,7 @@ def _image(item: Any, where: str) -> PinnedImageRef:
     try:
         return parse_pinned_image_ref(item["name"])
     except ImageReferenceInvalid as exc:
-        raise ImageReferenceInvalid(f"{where}: {exc.message}") from exc
+        raise ImageReferenceInvalid(clip(f"{where}: {exc.message}", 800)) from exc
 
 
 def _shown(value: Any) -> str:
@@ -317,6 +320,9 @@ def _shown(value: Any) -> str:
 
 
 def _kind_of_value(value: Any) -> str:
+    """The type of a value from the file, and its start (never the repr of a whole structure)."""
     if value is None:
         return "missing"
-    return f"a {type(value).__name__} ({value!r:.60})"
+    if isinstance(value, dict | list):
+        return f"a {type(value).__name__} of {len(value)} entries"
+    return f"a {type(value).__name__} ({clip(repr(value), 60)})"

@@ -12,7 +12,6 @@ and ``nodeagent render-pins --write`` recreate the target before CRI-O starts
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,26 +22,56 @@ from nodeagent.adapters.files import (
     remove_file,
     write_atomic,
 )
-from nodeagent.errors import HostFileError
-from nodeagent.pins import ConfigFile
+from nodeagent.pins import MAX_RUNTIME_CONFIG_BYTES, ConfigFile
+from nodeagent.strict import MalformedInput, loads_toml
 
 DEFAULT_STAGING_DIR = "/var/tmp"  # noqa: S108  containers/image's default for big files
 """Where containers/image stages blobs when ``big_files_temporary_dir`` is not set."""
 
 
 def staging_dir_of(files: Sequence[ConfigFile]) -> str | None:
-    """``[crio.image] big_files_temporary_dir`` of the last file setting it to a non-empty
-    value; files that are not TOML are skipped (CRI-O fails on them anyway)."""
+    """``[crio.image] big_files_temporary_dir`` of the last file setting it to an absolute
+    path; files that are not TOML are skipped (CRI-O fails on them anyway)."""
     found: str | None = None
     for file in files:
         try:
-            image = tomllib.loads(file.text).get("crio", {}).get("image", {})
-        except (tomllib.TOMLDecodeError, AttributeError):
+            doc = loads_toml(file.text, what=file.path, max_bytes=MAX_RUNTIME_CONFIG_BYTES)
+            image = doc.get("crio", {}).get("image", {})
+        except (MalformedInput, AttributeError):
             continue
         value = image.get("big_files_temporary_dir") if isinstance(image, dict) else None
-        if isinstance(value, str) and value:
+        if isinstance(value, str) and _is_usable_dir(value):
             found = value
     return found
+
+
+def _is_usable_dir(value: str) -> bool:
+    """An absolute path the kernel can take (CRI-O would fail on any other, nodeagent skips it)."""
+    return value.startswith("/") and "\0" not in value and len(value) <= 4096
+
+
+def read_config_file(path: Path, *, is_after_ours: bool) -> ConfigFile | None:
+    """One CRI-O config file, read within ``MAX_RUNTIME_CONFIG_BYTES``; None when absent.
+
+    A file CRI-O would fail on (unreadable, a dangling link, too big, not UTF-8) comes back
+    with ``error`` set: ``pins.foreign_pins`` reports it and keeps its last good pins.
+    """
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(MAX_RUNTIME_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        if not path.is_symlink():
+            return None  # removed since it was listed (or the main file is absent)
+        return ConfigFile(str(path), "", is_after_ours, error="a dangling link")
+    except OSError as err:
+        return ConfigFile(str(path), "", is_after_ours, error=f"cannot be read: {err.strerror}")
+    if len(data) > MAX_RUNTIME_CONFIG_BYTES:
+        error = f"is more than the {MAX_RUNTIME_CONFIG_BYTES} bytes nodeagent reads"
+        return ConfigFile(str(path), "", is_after_ours, error=error)
+    try:
+        return ConfigFile(str(path), data.decode("utf-8"), is_after_ours)
+    except UnicodeDecodeError as err:
+        return ConfigFile(str(path), "", is_after_ours, error=f"is not UTF-8 ({err.reason})")
 
 
 def _walk_key(root: Path, path: Path) -> tuple[bytes, ...]:
@@ -61,25 +90,18 @@ class CrioDropins:
     def read_other_configs(self) -> list[ConfigFile]:
         """The main config, then every other drop-in in the order CRI-O reads them."""
         files: list[ConfigFile] = []
-        main = read_text_or_none(self.config_file)
+        main = read_config_file(self.config_file, is_after_ours=False)
         if main is not None:
-            files.append(ConfigFile(str(self.config_file), main, is_after_ours=False))
+            files.append(main)
         ours = _walk_key(self.config_dir, self.link)
         for path in list_files(self.config_dir, recursive=True):
             if path == self.link:
                 continue
-            text = self._read_dropin(path)
-            if text is not None:
-                is_after = _walk_key(self.config_dir, path) > ours
-                files.append(ConfigFile(str(path), text, is_after_ours=is_after))
+            is_after = _walk_key(self.config_dir, path) > ours
+            dropin = read_config_file(path, is_after_ours=is_after)
+            if dropin is not None:
+                files.append(dropin)
         return files
-
-    def _read_dropin(self, path: Path) -> str | None:
-        try:
-            return read_text_or_none(path)
-        except HostFileError:
-            # CRI-O fails on this file as well; the pin check reports the outcome.
-            return None
 
     def staging_dirs(self) -> list[Path]:
         """Where CRI-O's pulls stage blobs: ``[crio.image] big_files_temporary_dir`` of the

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from nodeagent.errors import HostFileError, StateFileDamaged
+from nodeagent.strict import MalformedInput, clip, loads_json
 
 DIR_MODE: Final = 0o755
 """Mode of directories ``write_atomic`` creates (before the umask)."""
@@ -301,6 +302,10 @@ def statvfs_free(path: Path) -> DiskFigures:
     )
 
 
+MAX_STATE_FILE_BYTES: Final = 64 * 1024 * 1024
+"""A state file larger than this is damaged, unread. The largest, the ledger, holds ~150 bytes
+per pinned image: 64 MiB is ~400,000 images, far beyond any node's sets."""
+
 _REBUILT = (
     "; the daemon sets it aside and rebuilds it by itself (if it stays, remove it and "
     "restart nodeagent)"
@@ -326,13 +331,15 @@ class JsonStateStore:
     def load(self, name: str) -> JsonObject | None:
         """The stored object, or None if it was never saved.
 
-        Raises ``StateFileDamaged`` when the file cannot be decoded (not UTF-8, not JSON,
-        not an object, a directory in its place): the caller sets it aside
+        Raises ``StateFileDamaged`` when the file cannot be decoded (not UTF-8, not strict
+        JSON: duplicate keys, NaN, nesting over 32, over ``MAX_STATE_FILE_BYTES``; not an
+        object, a directory in its place): the caller sets it aside
         (``set_aside``) and rebuilds. Other ``HostFileError``s are I/O failures.
         """
         path = self._path(name)
         try:
-            data = path.read_bytes()
+            with path.open("rb") as stream:
+                data = stream.read(MAX_STATE_FILE_BYTES + 1)
         except FileNotFoundError:
             return None
         except IsADirectoryError as err:
@@ -340,20 +347,11 @@ class JsonStateStore:
         except OSError as err:
             raise _fail("read", path, err, "check the file's type and permissions") from err
         try:
-            value = json.loads(data.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise StateFileDamaged(
-                f"state file {path} is not UTF-8 ({err.reason}){_REBUILT}"
-            ) from err
-        except (json.JSONDecodeError, RecursionError) as err:
-            detail = (
-                f"{err.msg} at line {err.lineno}"
-                if isinstance(err, json.JSONDecodeError)
-                else "nested too deep"
+            value = loads_json(
+                data, what=f"state file {clip(path)}", max_bytes=MAX_STATE_FILE_BYTES, max_depth=32
             )
-            raise StateFileDamaged(
-                f"state file {path} is not valid JSON ({detail}){_REBUILT}"
-            ) from err
+        except MalformedInput as err:
+            raise StateFileDamaged(f"{err}{_REBUILT}") from err
         if not isinstance(value, dict):
             raise StateFileDamaged(
                 f"state file {path} holds a {type(value).__name__}, not an object{_REBUILT}"

@@ -37,6 +37,7 @@ from nodeagent.errors import (
     InsufficientDiskSpace,
     NodeAgentError,
     RegistryUnavailable,
+    StateFileDamaged,
 )
 from nodeagent.ports import FilesystemSpace, ImageRuntime, Reloader, SpaceProbe, StateStore
 from nodeagent.prepull import PrePuller, PullResult
@@ -185,8 +186,24 @@ class Importer:
         return self._hand_over(manifest, report)
 
     def _was_imported(self, bundle_id: str) -> bool:
-        imported = (self.ports.store.load("bundles") or {}).get("imported", {})
-        return bundle_id in imported
+        return bundle_id in self._imported_record().get("imported", {})
+
+    def _imported_record(self) -> dict[str, Any]:
+        """``bundles.json``, the bundles imported before; a damaged one is set aside and
+        starts anew (a bundle then imports again, which changes nothing it already did)."""
+        try:
+            doc = _imported_doc(self.ports.store.load("bundles"))
+        except StateFileDamaged as exc:
+            moved_to = self.ports.store.set_aside("bundles")
+            log.warning(
+                "state_file_damaged",
+                file="bundles",
+                reason=exc.reason,
+                error=exc.message,
+                moved_to=moved_to,
+            )
+            return {}
+        return doc
 
     async def _admit(
         self, manifest: BundleManifest, missing: Sequence[str], report: BundleReport
@@ -315,7 +332,7 @@ class Importer:
             )
             log.info("bundle_set_applied", bundle=manifest.bundle_id, set=name, file=str(path))
             names.append(name)
-        doc = self.ports.store.load("bundles") or {}
+        doc = self._imported_record()
         imported = doc.setdefault("imported", {})
         imported[manifest.bundle_id] = {
             "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -327,3 +344,11 @@ class Importer:
             report, state="imported", images_present=report.images_total, sets=tuple(names)
         )
         return self._report(done, "bundle_imported", images=report.images_total, sets=names)
+
+
+def _imported_doc(doc: dict[str, Any] | None) -> dict[str, Any]:
+    """``bundles.json`` as stored, or ``StateFileDamaged`` when its shape is not nodeagent's."""
+    doc = doc or {}
+    if not isinstance(doc.get("imported", {}), dict):
+        raise StateFileDamaged("state file bundles: 'imported' is not an object")
+    return doc

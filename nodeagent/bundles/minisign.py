@@ -63,6 +63,8 @@ SCRYPT_MEMLIMIT_MAX = 1 << 30
 TRUSTED_COMMENT_MAX_BYTES = 8192 - len(TRUSTED_PREFIX) - 2
 READ_CHUNK_BYTES = 1 << 20
 LEGACY_MAX_BYTES = 16 << 20
+MAX_SIGNATURE_BYTES = 16 * 1024  # four lines; the trusted comment, the longest, under 8 KiB
+MAX_KEY_TEXT_BYTES = 4096  # a key file is two lines of ~100 characters (a secret key ~250)
 
 
 class Readable(Protocol):
@@ -124,7 +126,7 @@ def key_id_hex(key_id: bytes) -> str:
 
 def parse_public_key(text: str, *, name: str | None = None) -> PublicKey:
     """A ``.pub`` file's text, or its bare base64 line."""
-    what = f"public key {name!r}" if name else "public key"
+    what = f"public key '{clip(name, 100)}'" if name else "public key"
     raw = _decode_key_line(text, what=what, size=PUBLIC_KEY_BYTES)
     if raw[:2] != ALG_LEGACY:
         raise KeyMalformed(f"{what}: algorithm {raw[:2]!r} is not Ed25519 ('Ed')")
@@ -139,8 +141,8 @@ def load_trusted_keys(texts: Mapping[str, str]) -> dict[bytes, PublicKey]:
         other = keys.get(key.key_id)
         if other is not None:
             raise KeyMalformed(
-                f"trusted keys {other.name!r} and {name!r} have the same key id "
-                f"{key.key_id_hex}: remove one of them"
+                f"trusted keys '{clip(other.name or '', 100)}' and '{clip(name, 100)}' have the "
+                f"same key id {key.key_id_hex}: remove one of them"
             )
         keys[key.key_id] = key
     return keys
@@ -166,9 +168,11 @@ def parse_secret_key(text: str, *, password: str | bytes | None = None) -> Secre
 
 def parse_signature(text: str | bytes | None) -> Signature:
     """A ``.minisig`` text: four lines, as described in the module docstring."""
-    data = text.encode() if isinstance(text, str) else text
+    data = text.encode(errors="replace") if isinstance(text, str) else text
     if data is None or not data.strip():
         raise SignatureMissing("the signature is missing or empty: sign the bundle")
+    if len(data) > MAX_SIGNATURE_BYTES:
+        raise SignatureMalformed(f"the signature is {len(data)} bytes, more than a minisign one")
     lines = [line.removesuffix(b"\r") for line in data.split(b"\n")]
     while lines and not lines[-1]:
         lines.pop()
@@ -287,12 +291,14 @@ def _n_log2(max_n: int) -> int:
 
 
 def _decode_key_line(text: str, *, what: str, size: int) -> bytes:
+    if len(text) > MAX_KEY_TEXT_BYTES:
+        raise KeyMalformed(f"{what}: {len(text)} characters, a minisign key file is under 4 KiB")
     lines = [line.strip() for line in text.strip().splitlines()]
     if len(lines) == 2 and lines[0].startswith(UNTRUSTED_PREFIX.decode()):
         lines = lines[1:]
     if len(lines) != 1:
         raise KeyMalformed(f"{what}: expected a comment line and a base64 line")
-    return _b64(lines[0].encode(), size, what, KeyMalformed)
+    return _b64(lines[0].encode(errors="replace"), size, what, KeyMalformed)
 
 
 def _b64(

@@ -26,11 +26,12 @@ from nodeagent.adapters.journald import JournalSink
 from nodeagent.cli import bundle as cli_bundle
 from nodeagent.config import DEFAULT_CONFIG_PATH, Config, load_config
 from nodeagent.daemon import root as daemon
-from nodeagent.errors import NodeAgentError, SpecInvalid
+from nodeagent.errors import NodeAgentError, SpecInvalid, StateFileDamaged
 from nodeagent.ledger import LedgerStore
 from nodeagent.pins import foreign_pins, render_dropin
 from nodeagent.ports import StoredImage
 from nodeagent.specs import load_spec_dirs
+from nodeagent.strict import clip
 from nodeagent.units import format_bytes
 
 
@@ -105,6 +106,8 @@ def cmd_render_pins(config: Config, args: argparse.Namespace) -> int:
     store = LedgerStore(JsonStateStore(config.state.dir), read_boot_id())
     remembered = store.load(is_repairing=False).remembered_pins()
     foreign = foreign_pins(dropins.read_other_configs())
+    for problem in foreign.problems:  # CRI-O will refuse to start until it is fixed
+        print(f"warning: RuntimeConfigInvalid: {problem.message}", file=sys.stderr)
     text = render_dropin([*remembered, *foreign.patterns])
     if not args.write:
         print(text, end="")
@@ -124,22 +127,33 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
-    print_status(doc)
+    try:
+        print_status(doc)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise StateFileDamaged(
+            f"the status file has an unexpected shape ({clip(exc, 80)}); the daemon sets it "
+            "aside and writes it anew at its next sync"
+        ) from exc
     return 0
+
+
+def _say(text: str) -> None:
+    """One line of the status file for a terminal: escape sequences escaped, clipped."""
+    print(clip(text, 2000))
 
 
 def print_status(doc: dict[str, Any]) -> None:
     images = doc.get("images", {})
-    print(f"updated: {doc.get('updatedAt', '?')}   runtime: {doc.get('runtime', '?')}")
+    _say(f"updated: {doc.get('updatedAt', '?')}   runtime: {doc.get('runtime', '?')}")
     for cond in doc.get("conditions", []):
-        print(f"{cond['type']:<12} {cond['status']:<6} {cond['reason']}: {cond['message']}")
-    print(
+        _say(f"{cond['type']:<12} {cond['status']:<6} {cond['reason']}: {cond['message']}")
+    _say(
         f"images: {images.get('pinned', 0)}/{images.get('total', 0)} pinned, "
         f"{images.get('failed', 0)} failed"
     )
     disk = doc.get("disk")
     if disk:
-        print(
+        _say(
             f"disk: {format_bytes(disk['availableBytes'])} available on {disk['mountpoint']}, "
             f"{format_bytes(disk['neededBytes'])} needed, "
             f"{format_bytes(disk['reserveBytes'])} kept free"
@@ -147,35 +161,35 @@ def print_status(doc: dict[str, Any]) -> None:
     for s in doc.get("pinnedImageSets", []):
         _print_set(s)
     for problem in doc.get("specProblems", []):
-        print(
+        _say(
             f"invalid spec {problem['file']} ({problem['set']}): {problem['reason']}: "
             f"{problem['message']}"
         )
     for repair in doc.get("stateRepairs", []):
         kept = f" (kept as {repair['movedTo']})" if repair.get("movedTo") else ""
-        print(f"state rebuilt: {repair['file']}: {repair['reason']}: {repair['message']}{kept}")
+        _say(f"state rebuilt: {repair['file']}: {repair['reason']}: {repair['message']}{kept}")
     loss = doc.get("imageLoss")
     if loss:
-        print(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")
+        _say(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")
         if loss.get("restoredFromStore"):
-            print(f"restored {loss['restoredFromStore']} images from the local store")
+            _say(f"restored {loss['restoredFromStore']} images from the local store")
     if doc.get("retryInSeconds") is not None:
-        print(f"retrying in {doc['retryInSeconds']} s (transient failure)")
+        _say(f"retrying in {doc['retryInSeconds']} s (transient failure)")
     if doc.get("lastError"):
-        print(f"last error: {doc['lastError']}")
+        _say(f"last error: {doc['lastError']}")
 
 
 def _print_set(s: dict[str, Any]) -> None:
     imgs = s["images"]
     gen = f"generation {s.get('currentGeneration', '-')}/{s['desiredGeneration']}"
-    print(
+    _say(
         f"set {s['name']}: {s['state']} ({gen}), images {imgs['pinned']} pinned, "
         f"{imgs['present']} present, {imgs['total']} total, {imgs['failed']} failed"
     )
     for failed in s.get("failedImages", []):
-        print(f"  {failed['reason']}: {failed['image']}: {failed['message']}")
+        _say(f"  {failed['reason']}: {failed['image']}: {failed['message']}")
     if s.get("lastFailedGenerationError") and not s.get("failedImages"):
-        print(f"  {s.get('reason', 'Failed')}: {s['lastFailedGenerationError']}")
+        _say(f"  {s.get('reason', 'Failed')}: {s['lastFailedGenerationError']}")
 
 
 def _image_row(image: StoredImage) -> str:

@@ -8,8 +8,11 @@ file means the built-in defaults. Every unknown key, wrong type or out-of-range
 value is a ``ConfigInvalid`` naming the dotted key and the file that set it.
 
 Each key's type comes from its field in ``nodeagent.config.settings``; the ranges
-are the rules at the bottom. Checks run on the paths as written, then every host
-path is re-rooted (``nodeagent.config.rerooting``).
+are the rules at the bottom (``BOUNDS``: every numeric key, stated in its field's
+docstring). Files are read strictly (``strict.loads_toml``, at most 1 MiB, nesting 8),
+strings hold at most 4096 characters, integers and sizes stay below 2^63, numbers are
+finite; a refused value is shown clipped. Checks run on the paths as written, then
+every host path is re-rooted (``nodeagent.config.rerooting``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import contextlib
 import dataclasses
 import math
 import re
-import tomllib
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,10 +30,17 @@ from nodeagent.config.rerooting import UNIX_PREFIX, reroot, reroot_sections
 from nodeagent.config.settings import DROPIN_DIR_NAME, Config
 from nodeagent.errors import ConfigInvalid
 from nodeagent.selectors import parse_selector
+from nodeagent.strict import MalformedInput, clip, loads_toml
 from nodeagent.units import parse_size
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_CONFIG_FILE_BYTES = 1024 * 1024
+"""A configuration file larger than this is refused unread; the packaged one is ~3 KiB."""
+MAX_STRING_CHARS = 4096
+"""Longest string value (PATH_MAX); longer ones are refused before any other check."""
+MAX_INTEGER = 2**63 - 1
+"""Largest integer (and size in bytes) of any key: what the kernel and CRI count in."""
 
 
 def load_config(path: Path, *, root: Path | None = None) -> Config:
@@ -57,7 +66,8 @@ _Layer = dict[str, dict[str, object]]
 
 def _read_layer(file: Path, *, is_missing_ok: bool) -> _Layer | None:
     try:
-        data = file.read_bytes()
+        with file.open("rb") as stream:
+            data = stream.read(MAX_CONFIG_FILE_BYTES + 1)
     except FileNotFoundError:
         if is_missing_ok:
             return None
@@ -65,9 +75,9 @@ def _read_layer(file: Path, *, is_missing_ok: bool) -> _Layer | None:
     except OSError as exc:
         raise ConfigInvalid(f"cannot read {file}: {exc.strerror}") from exc
     try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigInvalid(f"{file} is not valid TOML: {exc}") from exc
+        raw = loads_toml(data, what=str(file), max_bytes=MAX_CONFIG_FILE_BYTES, max_depth=8)
+    except MalformedInput as exc:
+        raise ConfigInvalid(str(exc)) from None
     return _convert_layer(raw, file)
 
 
@@ -89,7 +99,9 @@ def _convert_layer(raw: Mapping[str, Any], file: Path) -> _Layer:
         if schema is None:
             raise ConfigInvalid(_unknown_key_message(section, list(_SCHEMA), file))
         if not isinstance(table, dict):
-            raise ConfigInvalid(f"{section} in {file} must be a table [{section}], got {table!r}")
+            raise ConfigInvalid(
+                f"{section} in {file} must be a table [{section}], got {_shown(table)}"
+            )
         layer[section] = {
             key: _convert(f"{section}.{key}", value, schema, file) for key, value in table.items()
         }
@@ -105,15 +117,27 @@ def _convert(dotted: str, value: object, schema: Mapping[str, _Converter], file:
     try:
         return converter(value)
     except _WrongTypeError as exc:
-        raise ConfigInvalid(f"{dotted} in {file} must be {exc.expected}, got {value!r}") from None
+        raise ConfigInvalid(
+            f"{dotted} in {file} must be {exc.expected}, got {_shown(value)}"
+        ) from None
+
+
+def _shown(value: object) -> str:
+    """A value from a file for a message: its repr, clipped and escaped (never 10 MB of it)."""
+    if isinstance(value, dict | list):
+        return f"a {'table' if isinstance(value, dict) else 'list'}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return clip(repr(value), 120)
 
 
 def _unknown_key_message(dotted: str, known: list[str], file: Path) -> str:
     import difflib  # noqa: PLC0415  only a broken config needs it
 
-    close = difflib.get_close_matches(dotted, known, n=1)
+    shown = clip(dotted, 120)
+    close = difflib.get_close_matches(dotted, known, n=1) if len(dotted) <= 120 else []
     hint = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
-    return f"unknown key {dotted} in {file}; {hint}"
+    return f"unknown key {shown} in {file}; {hint}"
 
 
 def _merge(layers: list[tuple[Path, _Layer]]) -> tuple[_Layer, dict[str, Path]]:
@@ -152,24 +176,34 @@ def _as_bool(value: object) -> bool:
 def _as_int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _WrongTypeError("an integer")
+    if abs(value) > MAX_INTEGER:
+        raise _WrongTypeError("an integer below 2^63")
     return value
 
 
 def _as_float(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise _WrongTypeError("a number")
+    if isinstance(value, int) and abs(value) > MAX_INTEGER:
+        raise _WrongTypeError("a number below 2^63")
+    if not math.isfinite(value):
+        raise _WrongTypeError("a finite number")
     return float(value)
 
 
 def _as_str(value: object) -> str:
     if not isinstance(value, str):
         raise _WrongTypeError("a string")
+    if len(value) > MAX_STRING_CHARS:
+        raise _WrongTypeError(f"a string of at most {MAX_STRING_CHARS} characters")
     return value
 
 
 def _as_path(value: object, expected: str = "an absolute path") -> Path:
     if not isinstance(value, str) or not value.startswith("/"):
         raise _WrongTypeError(expected)
+    if len(value) > MAX_STRING_CHARS or "\0" in value:
+        raise _WrongTypeError(f"{expected} of at most {MAX_STRING_CHARS} characters, without NUL")
     return Path(value)
 
 
@@ -185,12 +219,15 @@ def _as_paths(value: object) -> tuple[Path, ...]:
 
 
 def _as_size(value: object) -> int:
-    if isinstance(value, str):
+    size: int | None = None
+    if isinstance(value, str) and len(value) <= 64:
         with contextlib.suppress(ValueError):
-            return parse_size(value)
+            size = parse_size(value)
     elif isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise _WrongTypeError('a number of bytes or a size such as "2GiB" or "500MB"')
+        size = value
+    if size is None or abs(size) > MAX_INTEGER:
+        raise _WrongTypeError('a number of bytes below 2^63 or a size such as "2GiB" or "500MB"')
+    return size
 
 
 _CONVERTERS: dict[object, _Converter] = {
@@ -227,8 +264,54 @@ def _is_file_name(name: str, _: Config) -> bool:
     return name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
-def _is_positive(value: float, _: Config) -> bool:
-    return value > 0
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bounds:
+    """The documented range of a numeric key; ``text`` is what its field docstring says."""
+
+    low: float
+    high: float
+    is_low_open: bool = False
+    unit: str = ""
+
+    @property
+    def text(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        low, high = _number(self.low), _number(self.high)
+        if self.is_low_open:
+            return f"greater than {low} and at most {high}{unit}"
+        return f"from {low} to {high}{unit}"
+
+    def __call__(self, value: float, _: Config) -> bool:
+        above = value > self.low if self.is_low_open else value >= self.low
+        return above and value <= self.high
+
+
+def _number(value: float) -> str:
+    if value == MAX_INTEGER:
+        return "2^63-1"
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+_HOUR_S = 3600.0
+_DAY_S = 86400.0
+BOUNDS: dict[str, Bounds] = {
+    "runtime.reload_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "runtime.call_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "pull.concurrency": Bounds(1, 64),
+    "pull.attempts": Bounds(1, 1000),
+    "pull.backoff_initial_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "pull.backoff_max_s": Bounds(0, _DAY_S, is_low_open=True, unit="seconds"),
+    "pull.shared_layer_min_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
+    "pull.stall_timeout_s": Bounds(0, _DAY_S, is_low_open=True, unit="seconds"),
+    "disk.expansion_factor": Bounds(1, 100),
+    "disk.reserve_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
+    "disk.reserve_percent": Bounds(0, 90),
+    "cluster.status_interval_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "cluster.progress_interval_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "cluster.heartbeat_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "cluster.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+}
+"""Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""
 
 
 def _is_node_name(name: str, _: Config) -> bool:
@@ -248,24 +331,17 @@ def _is_at_least_initial(value: float, config: Config) -> bool:
 
 
 _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
+    *((dotted, bounds.text, bounds) for dotted, bounds in BOUNDS.items()),
     ("runtime.endpoint", "unix:///<socket path>", lambda v, _: v.startswith(UNIX_PREFIX + "/")),
     ("runtime.dropin_name", "a plain file name without '/'", _is_file_name),
     ("runtime.unit", "a systemd unit name such as crio.service", _is_file_name),
-    ("runtime.reload_timeout_s", "greater than 0", _is_positive),
-    ("runtime.call_timeout_s", "greater than 0", _is_positive),
     ("specs.dirs", "distinct directories", lambda v, _: len(set(v)) == len(v)),
-    ("pull.concurrency", "at least 1", lambda v, _: v >= 1),
-    ("pull.attempts", "at least 1", lambda v, _: v >= 1),
-    ("pull.backoff_initial_s", "greater than 0", _is_positive),
+    ("specs.dirs", "at most 16 directories", lambda v, _: len(v) <= 16),
     (
         "pull.backoff_max_s",
         "at least pull.backoff_initial_s ({config.pull.backoff_initial_s})",
         _is_at_least_initial,
     ),
-    ("pull.stall_timeout_s", "greater than 0", _is_positive),
-    ("disk.expansion_factor", "at least 1", lambda v, _: v >= 1),
-    ("disk.reserve_bytes", "0 or more", lambda v, _: v >= 0),
-    ("disk.reserve_percent", "between 0 and 90", lambda v, _: 0 <= v <= 90),
     ("bundles.mirror_dropin_name", "a plain file name without '/'", _is_file_name),
     ("bundles.label_pattern", "a non-empty glob", lambda v, _: bool(v)),
     ("cluster.node_name", 'a DNS subdomain (lowercase) or ""', _is_node_name),
@@ -274,10 +350,6 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
         "a label selector as kubectl -l takes it, e.g. 'env=edge,zone in (a,b)'",
         _is_selector,
     ),
-    ("cluster.status_interval_s", "greater than 0", _is_positive),
-    ("cluster.progress_interval_s", "greater than 0", _is_positive),
-    ("cluster.heartbeat_s", "greater than 0", _is_positive),
-    ("cluster.request_timeout_s", "greater than 0", _is_positive),
     ("cluster.event_namespace", "a namespace name", lambda v, c: _is_node_name(v, c) and v),
     ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
 )
@@ -295,6 +367,8 @@ def _validate(config: Config, origins: Mapping[str, Path]) -> None:
                 or origins.get(_RELATED.get(dotted, ""))
                 or "the built-in defaults"
             )
-            shown = [str(v) for v in value] if isinstance(value, tuple) else value
+            shown = clip(repr([str(v) for v in value]), 120) if isinstance(value, tuple) else None
             must = wanted.format(config=config)
-            raise ConfigInvalid(f"{dotted} in {origin} must be {must}, got {shown!r}")
+            raise ConfigInvalid(
+                f"{dotted} in {origin} must be {must}, got {shown or _shown(value)}"
+            )

@@ -43,7 +43,8 @@ class RuntimeSettings:
     stored as None) means the unit's MainPID only."""
     reload_timeout_s: float = 60.0
     """Seconds to wait for a reload. Default 60: a reload re-reads the registries configuration
-    and re-pins every stored image, slow on a large store."""
+    and re-pins every stored image, slow on a large store.
+    Range: greater than 0 and at most 3600 seconds."""
     registries_conf: Path = Path("/etc/containers/registries.conf")
     """The registries configuration CRI-O pulls with; registries marked ``insecure`` there are
     read over plain HTTP by nodeagent's manifest look-ups too (disk admission)."""
@@ -51,7 +52,8 @@ class RuntimeSettings:
     """Drop-ins of ``registries_conf``, read in lexical order like containers/image does."""
     call_timeout_s: float = 30.0
     """Deadline in seconds of one short CRI call (version, list, status; pulls are governed by
-    ``pull.stall_timeout_s``). Default 30: ListImages of a busy node with many images."""
+    ``pull.stall_timeout_s``). Default 30: ListImages of a busy node with many images.
+    Range: greater than 0 and at most 3600 seconds."""
 
     @property
     def persistent_dropin_path(self) -> Path:
@@ -72,7 +74,7 @@ class SpecSettings:
         Path("/etc/nodeagent/pinnedimagesets.d"),
         Path("/run/nodeagent/pinnedimagesets.d"),
     )
-    """Directories of PinnedImageSet YAML files, at least one. The first is persistent (its sets
+    """Directories of PinnedImageSet YAML files, 1 to 16. The first is persistent (its sets
     survive reboots), the others transient (``/run`` by default). A set defined twice is taken
     from the directory listed first."""
 
@@ -89,15 +91,17 @@ class PullSettings:
     round trips to the registry, so over a 50 ms link throughput grows with the pulls in
     flight (4: 22 s, 6: 17 s, 8: 16 s for 50 images), while on a fast link, where CRI-O's
     CPU is the limit, 8 were 6 % slower than 4 (docs/performance.md). MCD uses 5 workers.
-    Bundle imports use at most 4 (see ``bundles_build``)."""
+    Bundle imports use at most 4 (see ``bundles_build``). Range: from 1 to 64."""
     attempts: int = 5
     """Tries per image before it is reported failed (transient errors only), at least 1.
-    Default 5, as MCD."""
+    Default 5, as MCD. Range: from 1 to 1000."""
     backoff_initial_s: float = 1.0
-    """Seconds before the second try; doubled after each failed try. Default 1, as MCD."""
+    """Seconds before the second try; doubled after each failed try. Default 1, as MCD.
+    Range: greater than 0 and at most 3600 seconds."""
     backoff_max_s: float = 60.0
     """Largest delay in seconds between tries, at least ``backoff_initial_s``. Default 60
-    (MCD: 10): gentler on a registry that is down for minutes."""
+    (MCD: 10): gentler on a registry that is down for minutes.
+    Range: greater than 0 and at most 86400 seconds."""
     shared_layer_min_bytes: int = 16 * 1024**2
     """A layer the runtime lacks, shared by several images and at least this big (compressed),
     is pulled with the first of them alone; the others start when it is done and find it
@@ -105,12 +109,12 @@ class PullSettings:
     downloads between pulls). Default 16MiB: waiting costs about one image's pull time,
     so it pays where ``concurrency - 1`` extra copies take longer than that (measured in
     docs/performance.md: small layers are cheaper to fetch twice). "0" waits for any
-    shared layer; a huge size such as "1EiB" never waits."""
+    shared layer; a huge size such as "1EiB" never waits. Range: from 0 to 2^63-1 bytes."""
     stall_timeout_s: float = 300.0
     """Seconds without growth of the image filesystem after which a pull is stalled and retried.
     Default 300. There is no overall deadline: a slow but healthy pull of a large set goes on
     (the machine-config-daemon's 2-minute prefetch timeout reports those as Degraded;
-    docs/runtime-facts.md)."""
+    docs/runtime-facts.md). Range: greater than 0 and at most 86400 seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,20 +123,22 @@ class DiskSettings:
 
     expansion_factor: float = 2.0
     """Bytes on disk per compressed layer byte, to estimate the need from manifests before
-    pulling; at least 1. Default 2, as MCD (gzip'd layers expand about 2-3 times)."""
+    pulling; at least 1. Default 2, as MCD (gzip'd layers expand about 2-3 times).
+    Range: from 1 to 100."""
     reserve_bytes: int = 2 * _GIB
     """Bytes that must stay free on the image filesystem after all admitted pulls; a number or
     a size such as ``"2GiB"``. Default 2 GiB. MCD keeps 16 GiB free, a quarter of a 64 GB edge
     disk, which refuses most sets there. The floor only has to cover what the node writes
     besides nodeagent's pulls: the kubelet pulling an application image (a few hundred MB,
     doubled on disk), container logs (rotated at 10 MiB x 5 files per container, about 1 GiB
-    for 20 containers) and the journal. On larger filesystems ``reserve_percent`` dominates."""
+    for 20 containers) and the journal. On larger filesystems ``reserve_percent`` dominates.
+    Range: from 0 to 2^63-1 bytes."""
     reserve_percent: float = 15.0
     """Percent of the filesystem's size that must stay free, 0 to 90; the larger of this and
     ``reserve_bytes`` applies. Default 15: the kubelet evicts pods below 15 % free on the image
     filesystem (``imagefs.available``, OpenShift's default too) and its image GC starts at 85 %
     used, deleting unpinned images, those pulled but not pinned yet included (the pin file is
-    written last). Staying above keeps the node out of DiskPressure."""
+    written last). Staying above keeps the node out of DiskPressure. Range: from 0 to 90."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,14 +188,15 @@ class ClusterSettings:
     association decides and this is ignored."""
     status_interval_s: float = 5.0
     """A milestone (a set pinned or failed, a condition changed) is written at most this many
-    seconds after the previous write (default 5)."""
+    seconds after the previous write (default 5). Range: greater than 0 and at most 3600 seconds."""
     progress_interval_s: float = 30.0
     """Pull progress alone (counts, bytes, images in flight) is written at most once per this
     many seconds (default 30: with 500 nodes pulling, 60 s of pulls cost the API server
-    2 writes per node instead of 12; docs/performance.md)."""
+    2 writes per node instead of 12; docs/performance.md).
+    Range: greater than 0 and at most 3600 seconds."""
     heartbeat_s: float = 60.0
     """While pulls run, the status is written at least this often, so a slow pull shows as
-    alive (default 60)."""
+    alive (default 60). Range: greater than 0 and at most 3600 seconds."""
     events: bool = True
     """Post Kubernetes Events on the Node when a set is pinned or fails (default true)."""
     event_namespace: str = "default"
@@ -198,7 +205,8 @@ class ClusterSettings:
     """Also mirror per-set generations and the ``PinnedImageSets*`` conditions into the node's
     OpenShift MachineConfigNode status (default false: the machine-config-daemon owns it)."""
     request_timeout_s: float = 30.0
-    """Timeout of one API request (watches excepted)."""
+    """Timeout of one API request (watches excepted).
+    Range: greater than 0 and at most 3600 seconds."""
 
 
 @dataclass(frozen=True, slots=True)

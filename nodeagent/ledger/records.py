@@ -20,9 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent.errors import StateFileDamaged
+from nodeagent.strict import clip
 
 MAX_GENERATION = 2**63 - 1
 """Generations are Kubernetes int64 values."""
+MAX_TEXT_CHARS = 65536
+"""Longest string field (an error text is cut at 32768 characters before it is stored)."""
+MAX_IMAGE_CHARS = 1024
+"""Longest image reference in ``pinnedImages`` (a reference is at most ~460 characters)."""
+MAX_SET_IMAGES = 10_000
+"""Images of one entry (a set holds at most 500)."""
+MAX_SET_NAME_CHARS = 253
+"""A set's name is a Kubernetes object name (DNS subdomain)."""
 
 
 @dataclass(slots=True)
@@ -45,8 +54,13 @@ class SetRecord:
         if not isinstance(doc, dict):
             raise StateFileDamaged(f"{where} is a {type(doc).__name__}, not an object")
         images = typed_value(doc, "pinnedImages", list, where) or []
-        if not all(isinstance(image, str) for image in images):
-            raise StateFileDamaged(f"{where}: pinnedImages must be a list of strings")
+        if len(images) > MAX_SET_IMAGES or not all(
+            isinstance(image, str) and 0 < len(image) <= MAX_IMAGE_CHARS for image in images
+        ):
+            raise StateFileDamaged(
+                f"{where}: pinnedImages must be a list of strings (at most {MAX_SET_IMAGES} "
+                "image names)"
+            )
         return cls(
             desired_generation=generation_value(doc, "desiredGeneration", where) or 0,
             current_generation=generation_value(doc, "currentGeneration", where),
@@ -91,12 +105,14 @@ class Ledger:
             return cls(boot_id)
         sets = doc.get("sets")
         stored_boot = doc.get("bootId")
-        if not isinstance(sets, dict) or not isinstance(stored_boot, str | None):
+        if not isinstance(sets, dict) or not _is_boot_id(stored_boot):
             raise StateFileDamaged("the ledger has no 'sets' object (or a 'bootId' not a string)")
-        records = {
-            str(name): SetRecord.from_json(item, f"ledger entry {str(name)[:100]!r}")
-            for name, item in sets.items()
-        }
+        records = {}
+        for name, item in sets.items():
+            where = f"ledger entry '{clip(name, 100)}'"
+            if not 0 < len(name) <= MAX_SET_NAME_CHARS:
+                raise StateFileDamaged(f"{where}: a set name of {len(name)} characters")
+            records[name] = SetRecord.from_json(item, where)
         if stored_boot != boot_id:
             records = {name: record for name, record in records.items() if record.is_persistent}
         return cls(boot_id, records)
@@ -213,8 +229,13 @@ class Ledger:
 
 
 def typed_value(doc: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
-    """``doc[key]`` when absent or of ``kind`` (str, bool, list); ``StateFileDamaged`` else."""
+    """``doc[key]`` when absent or of ``kind`` (str, bool, list); ``StateFileDamaged`` else.
+
+    A string holds at most ``MAX_TEXT_CHARS`` characters.
+    """
     value = doc.get(key)
+    if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+        raise StateFileDamaged(f"{where}: {key} holds {len(value)} characters, too many")
     if value is None or isinstance(value, kind):
         return value
     raise StateFileDamaged(f"{where}: {key} must be a {kind.__name__}, got {type(value).__name__}")
@@ -227,6 +248,21 @@ def generation_value(doc: Mapping[str, Any], key: str, where: str) -> int | None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GENERATION:
         raise StateFileDamaged(f"{where}: {key} must be an integer from 0 to 2^63-1")
     return value
+
+
+def _is_boot_id(value: Any) -> bool:
+    """A boot id as stored: absent, or a string of at most 128 characters (a UUID is 36)."""
+    return value is None or (isinstance(value, str) and len(value) <= 128)
+
+
+def image_names(value: Any, where: str) -> tuple[str, ...]:
+    """A stored list of image references, each bounded; ``StateFileDamaged`` otherwise."""
+    if not isinstance(value, list) or len(value) > MAX_SET_IMAGES * 100:
+        raise StateFileDamaged(f"{where} must be a list of image names")
+    for image in value:
+        if not isinstance(image, str) or not 0 < len(image) <= MAX_IMAGE_CHARS:
+            raise StateFileDamaged(f"{where} holds {clip(repr(image), 100)}, not an image name")
+    return tuple(value)
 
 
 def _max_or_none(a: int | None, b: int | None) -> int | None:

@@ -14,7 +14,14 @@ from typing import Any, Literal
 import structlog
 
 from nodeagent.errors import HostFileError, StateFileDamaged
-from nodeagent.ledger.records import Ledger, SetRecord, generation_value, typed_value
+from nodeagent.ledger.records import (
+    MAX_SET_NAME_CHARS,
+    Ledger,
+    SetRecord,
+    generation_value,
+    image_names,
+    typed_value,
+)
 from nodeagent.ports import StateStore
 
 log = structlog.get_logger(__name__)
@@ -175,10 +182,13 @@ class LedgerStore:
 
     def _boot_pins(self, repairs: list[Repair], *, is_repairing: bool) -> set[str]:
         doc = self._read(BOOT_PINS, repairs, is_repairing=is_repairing)
-        images = doc.get("images") if isinstance(doc, dict) else None
-        if not isinstance(images, list):
+        if doc is None:
             return set()
-        return {image for image in images if isinstance(image, str)}
+        try:
+            return set(image_names(doc.get("images"), "the boot pins' images"))
+        except StateFileDamaged as exc:
+            self._damaged(BOOT_PINS, exc, repairs, is_repairing=is_repairing)
+            return set()
 
 
 def save_repairing(store: StateStore, name: str, doc: dict[str, Any]) -> None:
@@ -212,8 +222,9 @@ def _set_aside_if_damaged(store: StateStore, name: str) -> bool:
 def status_seeds(doc: Any, boot_id: str) -> dict[str, SetRecord]:
     """Per set, the generations, file and persistence a published status names.
 
-    Tolerant: an item of the wrong shape seeds nothing. Transient sets seed only when
-    the status was published during this boot (they are forgotten at a reboot).
+    Tolerant: an item of the wrong shape (or a name no set can have) seeds nothing.
+    Transient sets seed only when the status was published during this boot (they are
+    forgotten at a reboot).
     """
     items = doc.get("pinnedImageSets") if isinstance(doc, dict) else None
     is_this_boot = isinstance(doc, dict) and doc.get("bootId") == boot_id
@@ -232,6 +243,7 @@ def status_seeds(doc: Any, boot_id: str) -> dict[str, SetRecord]:
             )
         except StateFileDamaged:
             continue
-        if name and (record.is_persistent or is_this_boot):
+        is_name = isinstance(name, str) and 0 < len(name) <= MAX_SET_NAME_CHARS
+        if is_name and (record.is_persistent or is_this_boot):
             seeds[name] = record
     return seeds

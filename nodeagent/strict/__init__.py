@@ -180,14 +180,28 @@ def loads_toml(
     """TOML within bounds, or ``MalformedInput``."""
     text = _decode(data, what, max_bytes)
     try:
-        doc = tomllib.loads(text)
+        doc = tomllib.loads(text, parse_float=_toml_float)
+    except MalformedInput as exc:
+        raise MalformedInput(f"{what}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise MalformedInput(f"{what} is not valid TOML: {clip(exc, 160)}") from None
+    except ValueError as exc:  # int() of more digits than Python converts
+        raise MalformedInput(f"{what} holds a number too long to read: {clip(exc, 80)}") from None
     except RecursionError:
         raise MalformedInput(f"{what} is nested deeper than TOML parsing allows") from None
     if _depth(doc, max_depth) > max_depth:
         raise MalformedInput(f"{what} is nested more than {max_depth} deep")
     return doc
+
+
+def _toml_float(text: str) -> float:
+    """A TOML float; ``inf`` and ``nan`` are TOML's own, but a literal that overflows is refused."""
+    if len(text) > 2 * MAX_INT_DIGITS:
+        raise MalformedInput(f"a number of {len(text)} characters")
+    value = float(text)
+    if math.isinf(value) and "inf" not in text:
+        raise MalformedInput(f"{clip(text, 40)} is out of range")
+    return value
 
 
 def _depth(value: Any, limit: int) -> int:

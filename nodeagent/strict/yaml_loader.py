@@ -6,8 +6,9 @@ size after alias expansion (shared nodes are counted as often as they would be e
 without expanding them; a cycle is refused); only then are values constructed.
 
 Values are plain: timestamps stay strings (``release: 2024-02-30`` is a label value, not
-a date), an explicit tag must fit its value (``!!int x`` is refused, not a crash), and
-``!!binary``, ``!!set``, ``!!omap``, ``!!pairs`` and Python tags are refused.
+a date), an explicit tag must fit its value (``!!int x`` is refused, not a crash), a key
+given twice in one mapping is refused (as kubectl does), and ``!!binary``, ``!!set``,
+``!!omap``, ``!!pairs`` and Python tags are refused.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from nodeagent.strict import MAX_INT_DIGITS, MalformedInput, _check_strings, clip
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_MERGE = "tag:yaml.org,2002:merge"
 _BASE: type[Any] = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
 _OPENS = (
     yaml.BlockSequenceStartToken,
@@ -71,6 +73,22 @@ class _Loader(_BASE):  # type: ignore[misc]  # PyYAML's loader classes come as A
                 None, None, f"{clip(value, 40)!r} is not a boolean", node.start_mark
             )
         return bool(self.bool_values[str(value).lower()])
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping whose own keys are unique (merged ``<<`` keys may be overridden)."""
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, ScalarNode) and key_node.tag != _MERGE:
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {clip(key_node.value, 80)!r}",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+        return dict(super().construct_mapping(node, deep=deep))
 
     def construct_as_string(self, node: Node) -> str:
         return str(self.construct_scalar(node))

@@ -224,6 +224,22 @@ async def test_images_present_but_bundle_never_recorded_hands_over_without_the_m
     assert BUNDLE_ID in rig.store.docs["bundles"]["imported"]
 
 
+@pytest.mark.parametrize("imported", [["line-3"], 5, "x"])
+async def test_a_damaged_import_record_is_set_aside_and_the_bundle_imports(
+    imported: object,
+) -> None:
+    rig = Rig()
+    rig.crio.store(APP)
+    rig.crio.store(DB)
+    rig.store.docs["bundles"] = {"imported": imported}
+
+    report = await rig.run()
+
+    assert report.state == "imported"
+    assert rig.store.docs["bundles.damaged"] == {"imported": imported}
+    assert list(rig.store.docs["bundles"]["imported"]) == [BUNDLE_ID]
+
+
 async def test_insufficient_disk_rejects_before_the_mirror_is_written() -> None:
     rig = Rig(available_bytes=GIB + 900 * MIB)  # needs 2 x 500 MiB + 1 GiB reserve
 

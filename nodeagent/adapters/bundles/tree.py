@@ -71,7 +71,7 @@ def load_trusted_keys_dir(directory: Path) -> dict[bytes, minisign.PublicKey]:
     """The ``*.pub`` minisign keys in ``directory``, named by file stem; none if it is missing."""
     try:
         paths = sorted(p for p in directory.iterdir() if p.name.endswith(TRUSTED_KEY_SUFFIX))
-        texts = {p.name.removesuffix(TRUSTED_KEY_SUFFIX): p.read_text() for p in paths}
+        texts = {p.name.removesuffix(TRUSTED_KEY_SUFFIX): _read_key(p) for p in paths}
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as err:
@@ -79,6 +79,12 @@ def load_trusted_keys_dir(directory: Path) -> dict[bytes, minisign.PublicKey]:
             f"cannot read the trusted keys in {directory}: {err}; check the files' permissions"
         ) from err
     return minisign.load_trusted_keys(texts)
+
+
+def _read_key(path: Path) -> str:
+    """A key file's text; a file over the bound is read only far enough to be refused."""
+    with path.open("rb") as stream:
+        return stream.read(minisign.MAX_KEY_TEXT_BYTES + 1).decode("utf-8", errors="replace")
 
 
 # ---------------------------------------------------------------- opening files safely

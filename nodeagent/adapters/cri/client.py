@@ -15,6 +15,7 @@ from typing import Final, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from nodeagent.adapters.cri import answers
 from nodeagent.adapters.cri.api import runtime_v1_pb2 as pb
 from nodeagent.adapters.cri.h2 import Channel
 from nodeagent.adapters.cri.wire import RpcError
@@ -38,12 +39,17 @@ from nodeagent.ports import (
     RuntimeVersion,
     StoredImage,
 )
+from nodeagent.strict import clip
 
 CRI_API_VERSION: Final = "v1"
 """The CRI API version sent with ``Version`` requests."""
 
-MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
-"""Receive limit: ListImages on a node with thousands of images exceeds gRPC's usual 4 MiB."""
+MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
+"""Receive limit of one answer. ListImages on a node with thousands of images exceeds gRPC's
+usual 4 MiB; 100,000 images (``answers.MAX_IMAGES``, ~300 bytes each) take ~30 MiB. A larger
+answer is refused as its length prefix arrives, before it is buffered."""
+MAX_DETAILS_CHARS: Final = 400
+"""A runtime's error text (``grpc-message``) is cut to this in messages, after classifying."""
 
 _IMAGE: Final = "/runtime.v1.ImageService/"
 _RUNTIME: Final = "/runtime.v1.RuntimeService/"
@@ -118,14 +124,8 @@ def socket_path(endpoint: str) -> str:
 
 
 def stored_image(msg: pb.Image) -> StoredImage:
-    """Convert a CRI ``Image`` message."""
-    return StoredImage(
-        id=msg.id,
-        repo_tags=tuple(msg.repo_tags),
-        repo_digests=tuple(msg.repo_digests),
-        size_bytes=msg.size,
-        is_pinned=msg.pinned,
-    )
+    """Convert a CRI ``Image`` message (range-checked: ``answers.stored_image``)."""
+    return answers.stored_image(msg)
 
 
 def auth_config(credentials: RegistryCredentials) -> pb.AuthConfig:
@@ -170,17 +170,13 @@ class CriClient:
             pb.VersionRequest(version=CRI_API_VERSION),
             pb.VersionResponse.FromString,
         )
-        return RuntimeVersion(
-            runtime_name=resp.runtime_name,
-            runtime_version=resp.runtime_version,
-            runtime_api_version=resp.runtime_api_version,
-        )
+        return answers.runtime_version(resp)
 
     async def list_images(self) -> list[StoredImage]:
         resp = await self._call(
             _IMAGE + "ListImages", pb.ListImagesRequest(), pb.ListImagesResponse.FromString
         )
-        return [stored_image(image) for image in resp.images]
+        return answers.stored_images(resp)
 
     async def image_status(self, ref: str) -> StoredImage | None:
         """The stored image ``ref`` names, or None when the runtime does not have it."""
@@ -189,7 +185,7 @@ class CriClient:
             pb.ImageStatusRequest(image=pb.ImageSpec(image=ref)),
             pb.ImageStatusResponse.FromString,
         )
-        return stored_image(resp.image) if resp.HasField("image") else None
+        return answers.stored_image(resp.image, "ImageStatus") if resp.HasField("image") else None
 
     async def pull_image(
         self,
@@ -209,7 +205,7 @@ class CriClient:
         resp = await self._call(
             _IMAGE + "PullImage", request, pb.PullImageResponse.FromString, timeout_s=timeout_s
         )
-        return resp.image_ref
+        return answers.image_ref("PullImage", resp.image_ref)
 
     async def remove_image(self, ref: str) -> None:
         """Remove ``ref``; removing an absent image is not an error."""
@@ -226,14 +222,7 @@ class CriClient:
         resp = await self._call(
             _IMAGE + "ImageFsInfo", pb.ImageFsInfoRequest(), pb.ImageFsInfoResponse.FromString
         )
-        return [
-            FilesystemUsage(
-                mountpoint=usage.fs_id.mountpoint,
-                used_bytes=usage.used_bytes.value,
-                inodes_used=usage.inodes_used.value,
-            )
-            for usage in resp.image_filesystems
-        ]
+        return answers.filesystem_usages(resp)
 
     async def _call(
         self,
@@ -251,9 +240,12 @@ class CriClient:
         except RpcError as exc:
             error = classify_rpc_error(exc.code, exc.details)
             name = method.rsplit("/", 1)[-1]
-            raise error(f"{name} on {self.endpoint}: {exc.details}") from exc
+            details = clip(exc.details, MAX_DETAILS_CHARS)
+            raise error(f"{name} on {self.endpoint}: {details}") from exc
         try:
             return decode(data)
-        except DecodeError as exc:
+        except (DecodeError, RecursionError) as exc:
             name = method.rsplit("/", 1)[-1]
-            raise RuntimeCallFailed(f"{name} on {self.endpoint}: bad response: {exc}") from exc
+            raise RuntimeCallFailed(
+                f"{name} on {self.endpoint}: bad response: {clip(exc, 200)}"
+            ) from exc

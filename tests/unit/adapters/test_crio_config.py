@@ -39,6 +39,12 @@ def files(*texts: str) -> list[ConfigFile]:
         ),
         (("crio = 1\n",), None),
         (("[crio]\nimage = 2\n",), None),
+        # Paths the kernel cannot take (a NUL raised ValueError out of the stall watch):
+        (("[crio.image]\nbig_files_temporary_dir = '/a'\n", "big_files_temporary_dir = 1"), "/a"),
+        (('[crio.image]\nbig_files_temporary_dir = "/x\\u0000y"\n',), None),
+        (("[crio.image]\nbig_files_temporary_dir = 'relative'\n",), None),
+        ((f"[crio.image]\nbig_files_temporary_dir = '/{'d' * 5000}'\n",), None),
+        (("[crio.image]\nbig_files_temporary_dir = " + "[" * 100 + "]" * 100 + "\n",), None),
     ],
 )
 def test_the_last_file_setting_the_staging_dir_wins(

@@ -252,7 +252,16 @@ def test_state_round_trip_is_canonical_and_private(tmp_path: Path) -> None:
         (b"[]", "not an object"),
         (b'"x"', "holds a str"),
         (b"\xff\xfe{}", "not UTF-8"),
-        (b"[" * 100_000, "nested too deep|not valid JSON"),
+        (b"[" * 100_000, "nested 100000 deep, more than 32"),
+        # Strict JSON (issue 13): what json.loads took, and crashes or misreads later.
+        (b'{"a": 1, "a": 2}', "duplicate key 'a'"),
+        (b'{"a": NaN}', "NaN is not a JSON number"),
+        (b'{"a": Infinity}', "Infinity is not a JSON number"),
+        (b'{"a": 1e999}', "out of range"),
+        (b'{"a": ' + b"9" * 400 + b"}", "an integer of 400 digits"),
+        (b'{"a": "q\\ud800"}', "lone surrogate"),
+        (b"\xef\xbb\xbf{}", "byte-order mark"),
+        (b'{"a": "\x00"}', "NUL"),
     ],
 )
 def test_damaged_state_is_state_file_damaged_and_says_what_happens(
