@@ -8,15 +8,24 @@ per request costs nothing that matters. ``timeout_s`` bounds the connect and
 every socket read; a cancelled caller stops waiting at once and its thread ends
 within ``timeout_s``.
 
-A body is read into memory up to ``MAX_MANIFEST_BYTES`` (and one byte more, so
-that the caller sees it was larger); a ``Sink`` takes a 200 body of any size,
-hashing and counting it on the way.
+Every answer is bounded before it is used (docs/security.md, "Registry and credential
+inputs"): at most ``MAX_HEADER_COUNT`` header fields of ``MAX_HEADER_BYTES`` in all
+(``http.client`` itself refuses a line over 64 KiB and more than 100 fields); a field
+given twice is joined with ``", "`` as RFC 9110 says (two ``WWW-Authenticate`` lines are
+one list of challenges), except ``Content-Length``, which must be one run of at most 19
+digits, given once or always the same, and no larger than the body the caller takes. A
+body is read into memory up to ``MAX_MANIFEST_BYTES`` for a 200 answer (and one byte
+more, so that the caller sees it was larger), ``MAX_ERROR_BODY_BYTES`` for any other;
+a ``Sink`` takes a 200 body up to its own bound, hashing and counting it on the way.
+An answer outside these bounds raises ``MalformedResponse`` (an ``HTTPException``, so the
+client reports the registry as unavailable).
 """
 
 from __future__ import annotations
 
 import hashlib
 import http.client
+import re
 import ssl
 import threading
 import urllib.parse
@@ -26,9 +35,16 @@ from typing import Final, Protocol
 
 from nodeagent import __version__
 from nodeagent.errors import HostFileError
+from nodeagent.registries import MAX_MANIFEST_BYTES
+from nodeagent.strict import clip
 
-MAX_MANIFEST_BYTES: Final = 4 * 1024 * 1024
-"""Larger manifest bodies are refused (containers-image uses the same limit)."""
+MAX_HEADER_BYTES: Final = 96 * 1024
+"""All header fields of one answer together (names and values); real ones take ~2 KiB."""
+MAX_HEADER_COUNT: Final = 64
+"""Header fields in one answer; real ones have ~15."""
+MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+"""The part of a non-200 answer's body that is read (nodeagent never uses it)."""
+_CONTENT_LENGTH: Final = re.compile(r"[0-9]{1,19}")
 
 DOWNLOAD_CHUNK_BYTES: Final = 1 << 20
 """A ``Sink`` reads and writes bodies in pieces of this size."""
@@ -42,6 +58,10 @@ class Response:
     headers: Mapping[str, str]
     """Lower-case names."""
     body: bytes
+
+
+class MalformedResponse(http.client.HTTPException):
+    """An answer outside the bounds of the module docstring; the message is clipped."""
 
 
 class Writable(Protocol):
@@ -69,14 +89,50 @@ def exchange(
     try:
         conn.request("GET", target, headers={"User-Agent": _USER_AGENT, **headers})
         response = conn.getresponse()
-        lowered = {name.lower(): value for name, value in response.getheaders()}
+        lowered = checked_headers(response.getheaders())
         if sink is not None and response.status == 200:
+            check_content_length(lowered, sink.max_bytes)
             sink.fill(response)
             return Response(response.status, lowered, b"")
-        body = response.read(MAX_MANIFEST_BYTES + 1)
+        limit = MAX_MANIFEST_BYTES if response.status == 200 else MAX_ERROR_BODY_BYTES
+        body = response.read(limit + 1)
         return Response(response.status, lowered, body)
     finally:
         conn.close()
+
+
+def checked_headers(fields: list[tuple[str, str]]) -> dict[str, str]:
+    """Header fields by lower-case name, repeated ones joined; ``MalformedResponse`` when
+    there are too many or they are too large (see the module docstring)."""
+    if len(fields) > MAX_HEADER_COUNT:
+        raise MalformedResponse(f"the answer has {len(fields)} header fields, more than "
+                                f"{MAX_HEADER_COUNT}")  # fmt: skip
+    total = sum(len(name) + len(value) for name, value in fields)
+    if total > MAX_HEADER_BYTES:
+        raise MalformedResponse(f"the answer's header fields take {total} bytes, more than "
+                                f"{MAX_HEADER_BYTES}")  # fmt: skip
+    joined: dict[str, str] = {}
+    for name, value in fields:
+        key = name.lower()
+        if key == "content-length" and joined.get(key, value) != value:
+            raise MalformedResponse("the answer gives two different Content-Length values")
+        joined[key] = value if key not in joined or key == "content-length" else (
+            f"{joined[key]}, {value}"
+        )  # fmt: skip
+    return joined
+
+
+def check_content_length(headers: Mapping[str, str], max_bytes: int) -> None:
+    """Refuse a ``Content-Length`` that is not a number, or above ``max_bytes``."""
+    value = headers.get("content-length")
+    if value is None:
+        return
+    if not _CONTENT_LENGTH.fullmatch(value.strip()):
+        raise MalformedResponse(f"Content-Length {clip(value, 40)!r} is not a byte count")
+    if int(value) > max_bytes:
+        raise MalformedResponse(
+            f"the body is {int(value)} bytes (Content-Length), more than the {max_bytes} allowed"
+        )
 
 
 class Sink:
