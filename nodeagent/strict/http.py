@@ -7,7 +7,7 @@
   unterminated quoted strings, a parameter given twice in one challenge, or anything
   else outside the grammar raise ``MalformedInput`` with a clipped message. One
   leniency, because registries send it: an unquoted parameter value may hold any
-  character but white space, ``,`` and ``"`` (``realm=https://auth.example.com/token``).
+  visible character but ``,`` and ``"`` (``realm=https://auth.example.com/token``).
 - ``parse_retry_after``: a ``Retry-After`` value (RFC 9110, section 10.2.3): delta
   seconds or an HTTP-date (IMF-fixdate, and the obsolete RFC 850 and asctime forms a
   recipient must accept), as seconds from ``now_s``, between 0 and
@@ -39,7 +39,7 @@ _SPACES: Final = re.compile(r"[ \t]*+")
 _QUOTED: Final = re.compile(
     r'"((?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*+)"'
 )
-_BARE_VALUE: Final = re.compile(r'[^\s,"]++')
+_BARE_VALUE: Final = re.compile(r"[\x21\x23-\x2b\x2d-\x7e\x80-\xff]++")  # not '"' nor ','
 _QUOTED_PAIR: Final = re.compile(r"\\(.)", re.DOTALL)
 
 

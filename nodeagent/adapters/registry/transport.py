@@ -88,17 +88,20 @@ def exchange(
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     try:
         conn.request("GET", target, headers={"User-Agent": _USER_AGENT, **headers})
-        response = conn.getresponse()
-        lowered = checked_headers(response.getheaders())
-        if sink is not None and response.status == 200:
-            check_content_length(lowered, sink.max_bytes)
-            sink.fill(response)
-            return Response(response.status, lowered, b"")
-        limit = MAX_MANIFEST_BYTES if response.status == 200 else MAX_ERROR_BODY_BYTES
-        body = response.read(limit + 1)
-        return Response(response.status, lowered, body)
+        with conn.getresponse() as response:  # closed even when its headers are refused
+            return _read(response, sink)
     finally:
         conn.close()
+
+
+def _read(response: http.client.HTTPResponse, sink: Sink | None) -> Response:
+    lowered = checked_headers(response.getheaders())
+    if sink is not None and response.status == 200:
+        check_content_length(lowered, sink.max_bytes)
+        sink.fill(response)
+        return Response(response.status, lowered, b"")
+    limit = MAX_MANIFEST_BYTES if response.status == 200 else MAX_ERROR_BODY_BYTES
+    return Response(response.status, lowered, response.read(limit + 1))
 
 
 def checked_headers(fields: list[tuple[str, str]]) -> dict[str, str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.errors import ConfigInvalid
 from nodeagent.adapters.registry.mirrors import Route, pull_sources, routes_of
+from nodeagent.errors import ConfigInvalid
 
 D = "@sha256:" + "d" * 64
 
