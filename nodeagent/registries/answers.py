@@ -2,7 +2,9 @@
 
 - ``pick_challenge``: the challenge to answer among a ``WWW-Authenticate`` value's
   (``nodeagent.strict.http.parse_challenges``, linear time, at most 16 KiB): ``Bearer``
-  first, then ``Basic``; a value nodeagent cannot read is ``RegistryAuthFailed``.
+  first, then ``Basic``; a value nodeagent cannot read is ``RegistryError`` (the registry
+  is up but its answer breaks the protocol: retried within a minute, like a 5xx, rather
+  than left until the resync as a refusal of the credentials would be).
 - ``basic_authorization`` answers a basic challenge.
 - ``parse_token_answer`` reads a token server's answer (distribution's token
   specification): strict JSON of at most ``MAX_TOKEN_ANSWER_BYTES`` nested at most
@@ -66,13 +68,13 @@ class TokenAnswer:
 
 def pick_challenge(header: str, *, ref: str, host: str) -> Challenge:
     """The ``Bearer`` challenge of ``header``, else the ``Basic`` one, else the first one
-    (``Challenge("")`` for none); ``RegistryAuthFailed`` when the header is malformed."""
+    (``Challenge("")`` for none); ``RegistryError`` when the header is malformed."""
     try:
         challenges = parse_challenges(header)
     except MalformedInput as err:
-        raise RegistryAuthFailed(
+        raise RegistryError(
             f"{clip(ref)}: registry {clip(host, 80)} asks for authentication nodeagent cannot "
-            f"read ({err})"
+            f"read ({err}); retrying later"
         ) from None
     for scheme in ("bearer", "basic"):
         for challenge in challenges:

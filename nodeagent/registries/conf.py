@@ -14,8 +14,9 @@ leaves them. A wrong type raises ``ConfigInvalid`` naming the file and the key.
 The v1 format (``[registries.search]``, ``[registries.insecure]``,
 ``[registries.block]``, each with a ``registries`` list of strings) is read as
 containers-image converts it: every insecure or blocked location becomes an entry
-with that prefix; a file that mixes v1 tables with v2 keys is refused, as
-containers-image refuses it.
+with that prefix. As in containers-image (docs/runtime-facts.md), only the main file may
+use it: a drop-in with v1 tables, or any file that mixes v1 tables with v2 keys, is
+refused.
 
 ``insecure_registries`` gives the locations reached over plain HTTP (entries and mirrors
 marked ``insecure = true``); ``is_insecure`` matches a name against them.
@@ -84,20 +85,20 @@ class _Bad(Exception):
 def read_registries_conf(files: Iterable[tuple[str, str]]) -> RegistriesConf:
     """Every file's entries (see the module docstring), or ``ConfigInvalid``."""
     entries: dict[str, RegistryEntry] = {}
-    for name, text in files:
+    for number, (name, text) in enumerate(files):
         try:
             doc = loads_toml(text, what=name, max_bytes=MAX_REGISTRIES_CONF_BYTES)
         except MalformedInput as err:
             raise ConfigInvalid(f"{err}; fix the file") from None
         try:
-            found = _file_entries(doc)
+            found = _file_entries(doc, is_dropin=number > 0)
         except _Bad as err:
             raise ConfigInvalid(f"{name}: {err}; fix the file") from None
         entries.update((entry.key, entry) for entry in found)
     return RegistriesConf(tuple(entries.values()))
 
 
-def _file_entries(doc: Mapping[str, Any]) -> list[RegistryEntry]:
+def _file_entries(doc: Mapping[str, Any], *, is_dropin: bool) -> list[RegistryEntry]:
     v1 = _v1_lists(doc.get("registries"))
     if any(v1.values()):
         mixed = [key for key in _V2_KEYS if key in doc]
@@ -105,6 +106,11 @@ def _file_entries(doc: Mapping[str, Any]) -> list[RegistryEntry]:
             raise _Bad(
                 f"it mixes the v1 format ([registries.*] tables) with v2 keys ({mixed[0]!r}); "
                 "containers-image refuses that: write every entry as a [[registry]] table"
+            )
+        if is_dropin:
+            raise _Bad(
+                "a drop-in must use the v2 format (containers-image refuses [registries.*] "
+                "tables there): write every entry as a [[registry]] table"
             )
         return _v1_entries(v1)
     _check_v2_keys(doc)

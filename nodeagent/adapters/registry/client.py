@@ -19,10 +19,12 @@ credentials when there are any (anonymously otherwise) and cached per
 ``(host, scope)`` for its lifetime. A ``registry_token`` is sent as the bearer
 token as it is. ``identity_token`` (OAuth2 refresh tokens) is not supported.
 
-Challenges are read by ``registries.pick_challenge`` (linear time, at most 16 KiB, a
-malformed one is ``RegistryAuthFailed``), token answers by ``registries.parse_token_answer``
-(strict JSON, bounded token and lifetime; a broken one is ``RegistryError``); a realm or a
-redirect target must be an http(s) URL of at most ``MAX_URL_CHARS`` visible characters.
+Challenges are read by ``registries.pick_challenge`` (linear time, at most 16 KiB),
+token answers by ``registries.parse_token_answer`` (strict JSON, bounded token and
+lifetime); a malformed challenge, a bearer realm that is not an http(s) URL of at most
+``MAX_URL_CHARS`` visible characters, or a broken token answer is ``RegistryError`` (the
+registry is up but its answer is broken: retried soon). A redirect target must be such
+a URL too (else ``RegistryUnavailable``).
 
 Errors name the reference, never a credential: 401/403 after auth →
 ``RegistryAuthFailed``; 404 → ``ImageNotFound``; connection failures, 429 and
@@ -69,6 +71,7 @@ from nodeagent.disk import ImageLayers
 from nodeagent.errors import (
     ImageNotFound,
     RegistryAuthFailed,
+    RegistryError,
     RegistryUnavailable,
 )
 from nodeagent.ports import RegistryCredentials
@@ -385,10 +388,10 @@ class RegistryClient:
         if target.credentials is not None and target.credentials.registry_token:
             return target.credentials.registry_token
         realm = challenge.params.get("realm", "")
-        if not _is_http_url(realm):
-            raise RegistryAuthFailed(
+        if not _is_http_url(realm):  # a broken answer, not a refusal: retried like a 5xx
+            raise RegistryError(
                 f"{clip(target.ref)}: registry {target.host} sent a bearer challenge without a "
-                f"usable realm (an http or https URL): {clip(realm, 120)!r}"
+                f"usable realm (an http or https URL): {clip(realm, 120)!r}; retrying later"
             )
         scope = challenge.params.get("scope") or target.scope
         cached = self._tokens.get((target.host, scope))

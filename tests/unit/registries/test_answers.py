@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from nodeagent.errors import RegistryAuthFailed, RegistryError
+from nodeagent.errors import RegistryError
 from nodeagent.registries import (
     DEFAULT_TOKEN_LIFETIME_S,
     TokenAnswer,
@@ -110,8 +110,9 @@ def test_pick_challenge_prefers_bearer_then_basic(header: str, scheme: str) -> N
     "header",
     ["Bearer " + "a" * 60_000, 'Bearer realm="x', 'Bearer realm="\x1b[31m"', "=x"],
 )
-def test_a_challenge_nodeagent_cannot_read_is_an_auth_failure(header: str) -> None:
-    with pytest.raises(RegistryAuthFailed, match="cannot read") as caught:
+def test_a_challenge_nodeagent_cannot_read_is_a_registry_error(header: str) -> None:
+    """Transient: a broken answer is retried within a minute, not left until the resync."""
+    with pytest.raises(RegistryError, match="cannot read") as caught:
         pick_challenge(header, ref=REF, host="reg.local")
     assert "\x1b" not in str(caught.value)
     assert len(str(caught.value)) < 600

@@ -78,6 +78,13 @@ def test_v1_blocked_and_insecure_locations_become_entries() -> None:
     )
 
 
+@pytest.mark.parametrize("table", ["search", "insecure", "block"])
+def test_a_drop_in_in_the_v1_format_is_refused(table: str) -> None:
+    text = f'[registries.{table}]\nregistries = ["a.local"]\n'
+    with pytest.raises(ConfigInvalid, match="^ConfigInvalid: 10-old.conf: a drop-in must use"):
+        insecure_registries("", {"10-old.conf": text})
+
+
 def test_a_later_drop_in_replaces_a_v1_entry_with_the_same_prefix() -> None:
     main = '[registries.insecure]\nregistries = ["a.local"]\n'
     later = '[[registry]]\nlocation = "a.local"\n'

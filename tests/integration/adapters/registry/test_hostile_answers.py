@@ -22,7 +22,6 @@ from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.errors import (
     ImageNotFound,
     NodeAgentError,
-    RegistryAuthFailed,
     RegistryError,
     RegistryUnavailable,
 )
@@ -125,7 +124,7 @@ async def test_a_60_kb_challenge_is_refused_at_once(
     server = scripted(_challenged("Bearer " + "a" * 60_000))
     started = time.process_time()
     error = await _look_up(server)
-    assert isinstance(error, RegistryAuthFailed)
+    assert isinstance(error, RegistryError)
     assert "cannot read" in error.message
     assert time.process_time() - started < 1.0
 
@@ -152,13 +151,14 @@ async def test_a_broken_token_answer_is_a_registry_error(
 @pytest.mark.parametrize(
     "realm", ["file:///etc/passwd", "http://x/t\r\nX: y", "http://[::1/t", "h" * 9000]
 )
-async def test_a_realm_that_is_no_http_url_is_an_auth_failure(
+async def test_a_realm_that_is_no_http_url_is_a_registry_error(
     scripted: Callable[[Handler], ScriptedRegistry], realm: str
 ) -> None:
     quoted = realm.replace("\r\n", "\\r\\n")
     server = scripted(_challenged(f'Bearer realm="{quoted}"'))
     error = await _look_up(server)
-    assert isinstance(error, (RegistryAuthFailed, RegistryUnavailable))
+    assert isinstance(error, RegistryError)
+    assert "usable realm" in error.message
 
 
 async def test_a_manifest_nested_1000_deep_is_image_not_found(
