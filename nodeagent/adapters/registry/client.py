@@ -62,6 +62,7 @@ from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.mirrors import Route, pull_sources
 from nodeagent.adapters.registry.tls import SYSTEM_CA_DIRS, tls_context
 from nodeagent.adapters.registry.transport import (
+    MalformedResponse,
     Response,
     Sink,
     Writable,
@@ -428,6 +429,11 @@ class RegistryClient:
         try:
             context = self._tls_context() if url.startswith("https:") else None
             return await asyncio.to_thread(exchange, url, headers, self.timeout_s, context, sink)
+        except MalformedResponse as err:
+            where = clip(urllib.parse.urlsplit(url).netloc, 120)
+            raise RegistryUnavailable(
+                f"{clip(target.ref)}: {where} answered outside nodeagent's bounds: {err}"
+            ) from err
         except (OSError, http.client.HTTPException, ValueError) as err:
             # ValueError: http.client refuses a URL or header value (control characters)
             where = clip(urllib.parse.urlsplit(url).netloc, 120)

@@ -81,7 +81,7 @@ def test_v1_blocked_and_insecure_locations_become_entries() -> None:
 @pytest.mark.parametrize("table", ["search", "insecure", "block"])
 def test_a_drop_in_in_the_v1_format_is_refused(table: str) -> None:
     text = f'[registries.{table}]\nregistries = ["a.local"]\n'
-    with pytest.raises(ConfigInvalid, match="^ConfigInvalid: 10-old.conf: a drop-in must use"):
+    with pytest.raises(ConfigInvalid, match=r"^ConfigInvalid: 10-old\.conf: a drop-in must use"):
         insecure_registries("", {"10-old.conf": text})
 
 

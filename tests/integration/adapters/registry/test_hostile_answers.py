@@ -233,3 +233,18 @@ class _Buffer:
     def write(self, data: bytes, /) -> int:
         self.into.extend(data)
         return len(data)
+
+
+async def test_a_chunked_blob_is_cut_one_byte_past_its_bound(
+    scripted: Callable[[Handler], ScriptedRegistry],
+) -> None:
+    """No Content-Length to refuse: the body is read in bounded pieces, never whole."""
+    chunks = b"".join(b"%x\r\n%s\r\n" % (10, b"x" * 10) for _ in range(1000)) + b"0\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    server = scripted(lambda _t: head + chunks)
+    sink = bytearray()
+    with pytest.raises(RegistryUnavailable, match="more than 10 B"):
+        await _client(server).fetch_to(
+            f"{server.host}/app@{DIGEST}", DIGEST, _Buffer(sink), max_bytes=10
+        )
+    assert len(sink) == 11
