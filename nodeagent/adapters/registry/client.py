@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
-import re
 import ssl
 import time
 import urllib.parse
@@ -67,6 +66,9 @@ from nodeagent.adapters.registry.transport import (
     Sink,
     Writable,
     exchange,
+    is_http_url,
+    origin,
+    redirect_url,
 )
 from nodeagent.disk import ImageLayers
 from nodeagent.errors import (
@@ -101,9 +103,6 @@ from nodeagent.strict import clip
 log = structlog.get_logger(__name__)
 
 MAX_REDIRECTS: Final = 5
-MAX_URL_CHARS: Final = 8192
-"""A longer realm or redirect target is refused (servers refuse longer request lines)."""
-_URL_TEXT: Final = re.compile(r"[\x21-\x7e]+")
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 _DOCKER_HUB_API: Final = "registry-1.docker.io"
 
@@ -145,37 +144,6 @@ def _raise_for_status(response: Response, ref: str, what: str) -> None:
     error = status_error(response.status, response.headers, ref=ref, what=what, now_s=now_s)
     if error is not None:
         raise error
-
-
-def _is_http_url(url: str) -> bool:
-    """Whether ``url`` is an absolute http(s) URL of bounded length without white space or
-    control characters (http.client would refuse those)."""
-    if len(url) > MAX_URL_CHARS or not _URL_TEXT.fullmatch(url):
-        return False
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:  # a bad IPv6 literal, say
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.netloc)
-
-
-def _redirect_url(ref: str, url: str, location: str) -> str:
-    """``location`` resolved against ``url``; ``RegistryUnavailable`` unless it is http(s)."""
-    try:
-        resolved = urllib.parse.urljoin(url, location) if len(location) <= MAX_URL_CHARS else ""
-    except ValueError:
-        resolved = ""
-    if not _is_http_url(resolved):
-        raise RegistryUnavailable(
-            f"{clip(ref)}: the registry redirected to {clip(location, 120)!r}, which is not "
-            "an http or https URL nodeagent follows"
-        )
-    return resolved
-
-
-def _origin(url: str) -> tuple[str, str]:
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme, parts.netloc.lower()
 
 
 class RegistryClient:
@@ -331,8 +299,8 @@ class RegistryClient:
             location = response.headers.get("location")
             if response.status not in _REDIRECT_STATUSES or not location:
                 return response
-            url = _redirect_url(target.ref, url, location)
-            is_own = _origin(url) == _origin(target.base_url)  # never credentials over plain HTTP
+            url = redirect_url(target.ref, url, location)
+            is_own = origin(url) == origin(target.base_url)  # never credentials over plain HTTP
             headers = self._known_auth(target) if is_own else {}
             response = await self._get(target, url, headers, sink)
         if response.status in _REDIRECT_STATUSES:
@@ -389,7 +357,7 @@ class RegistryClient:
         if target.credentials is not None and target.credentials.registry_token:
             return target.credentials.registry_token
         realm = challenge.params.get("realm", "")
-        if not _is_http_url(realm):  # a broken answer, not a refusal: retried like a 5xx
+        if not is_http_url(realm):  # a broken answer, not a refusal: retried like a 5xx
             raise RegistryError(
                 f"{clip(target.ref)}: registry {target.host} sent a bearer challenge without a "
                 f"usable realm (an http or https URL): {clip(realm, 120)!r}; retrying later"

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from nodeagent import __version__
-from nodeagent.errors import HostFileError
+from nodeagent.errors import HostFileError, RegistryUnavailable
 from nodeagent.registries import MAX_MANIFEST_BYTES
 from nodeagent.strict import clip
 
@@ -45,6 +45,9 @@ MAX_HEADER_COUNT: Final = 64
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 """The part of a non-200 answer's body that is read (nodeagent never uses it)."""
 _CONTENT_LENGTH: Final = re.compile(r"[0-9]{1,19}")
+MAX_URL_CHARS: Final = 8192
+"""A longer realm or redirect target is refused (servers refuse longer request lines)."""
+_URL_TEXT: Final = re.compile(r"[\x21-\x7e]+")
 
 DOWNLOAD_CHUNK_BYTES: Final = 1 << 20
 """A ``Sink`` reads and writes bodies in pieces of this size."""
@@ -166,3 +169,37 @@ class Sink:
                 raise HostFileError(f"cannot write {where}: {err.strerror or err}") from err
             if self.on_bytes is not None:
                 self.on_bytes(len(chunk))
+
+
+# ---------------------------------------------------------------- URLs from answers
+def is_http_url(url: str) -> bool:
+    """Whether ``url`` is an absolute http(s) URL of bounded length without white space or
+    control characters (http.client would refuse those)."""
+    if len(url) > MAX_URL_CHARS or not _URL_TEXT.fullmatch(url):
+        return False
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # a bad IPv6 literal, say
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def redirect_url(ref: str, url: str, location: str) -> str:
+    """``location`` resolved against ``url``; ``RegistryUnavailable`` (naming ``ref``) unless
+    it is an http(s) URL ``is_http_url`` accepts."""
+    try:
+        resolved = urllib.parse.urljoin(url, location) if len(location) <= MAX_URL_CHARS else ""
+    except ValueError:
+        resolved = ""
+    if not is_http_url(resolved):
+        raise RegistryUnavailable(
+            f"{clip(ref)}: the registry redirected to {clip(location, 120)!r}, which is not "
+            "an http or https URL nodeagent follows"
+        )
+    return resolved
+
+
+def origin(url: str) -> tuple[str, str]:
+    """Scheme and host of ``url``: credentials go only to the registry's own origin."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.netloc.lower()

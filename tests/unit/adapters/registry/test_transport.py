@@ -7,10 +7,15 @@ import pytest
 from nodeagent.adapters.registry.transport import (
     MAX_HEADER_BYTES,
     MAX_HEADER_COUNT,
+    MAX_URL_CHARS,
     MalformedResponse,
     check_content_length,
     checked_headers,
+    is_http_url,
+    origin,
+    redirect_url,
 )
+from nodeagent.errors import RegistryUnavailable
 
 
 def test_header_names_are_lowered_and_repeated_fields_joined() -> None:
@@ -70,4 +75,41 @@ def test_content_length_within_the_bound(value: str) -> None:
 def test_content_length_out_of_range_is_malformed(value: str, message: str) -> None:
     with pytest.raises(MalformedResponse, match=message) as caught:
         check_content_length({"content-length": value}, 1024)
+    assert "\x1b" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://auth.example.com/token?x=1", True),
+        ("http://127.0.0.1:5000/t", True),
+        ("https://" + "a" * MAX_URL_CHARS, False),
+        ("file:///etc/passwd", False),
+        ("https:///path-without-host", False),
+        ("/relative", False),
+        ("http://x/t\r\nX-Evil: 1", False),
+        ("http://x/a b", False),
+        ("http://[::1/t", False),  # urlsplit's ValueError
+        ("http://x/caf\u00e9", False),
+        ("", False),
+    ],
+)
+def test_is_http_url(url: str, expected: bool) -> None:
+    assert is_http_url(url) is expected
+
+
+def test_redirects_resolve_against_the_request() -> None:
+    base = "https://reg.local/v2/app/blobs/sha256:0"
+    assert redirect_url("ref", base, "/other") == "https://reg.local/other"
+    assert redirect_url("ref", base, "http://cdn.local/b?sig=1") == "http://cdn.local/b?sig=1"
+    assert origin("https://Reg.Local:443/x") != origin("http://reg.local:443/x")
+
+
+@pytest.mark.parametrize(
+    "location", ["file:///etc/passwd", "ftp://x/", "//[::1", "x" * (MAX_URL_CHARS + 1), "a\x1b[2J"]
+)
+def test_redirects_nodeagent_does_not_follow(location: str) -> None:
+    with pytest.raises(RegistryUnavailable, match="redirected to") as caught:
+        redirect_url("ref", "https://reg.local/v2/x", location)
+    assert len(str(caught.value)) < 400
     assert "\x1b" not in str(caught.value)
