@@ -51,7 +51,7 @@ import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -125,7 +125,7 @@ class _Target:
 
 @dataclass(slots=True)
 class _Token:
-    value: str
+    value: str = field(repr=False)  # a secret: never in a repr or a log
     expires_at_s: float
 
 
