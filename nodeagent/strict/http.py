@@ -3,7 +3,8 @@
 - ``parse_challenges``: a ``WWW-Authenticate`` value (RFC 9110, section 11.6.1) as a
   tuple of ``Challenge``: one or more challenges separated by commas, each a scheme and
   either a token68 or ``name=value`` parameters (a token or a quoted string with
-  ``\\`` escapes). Values longer than ``MAX_CHALLENGE_CHARS``, control characters,
+  ``\\`` escapes). Values longer than ``MAX_CHALLENGE_CHARS``, more than
+  ``MAX_CHALLENGES`` challenges or ``MAX_PARAMS`` parameters in one, control characters,
   unterminated quoted strings, a parameter given twice in one challenge, or anything
   else outside the grammar raise ``MalformedInput`` with a clipped message. One
   leniency, because registries send it: an unquoted parameter value may hold any
@@ -29,6 +30,10 @@ from nodeagent.strict import MalformedInput, clip
 
 MAX_CHALLENGE_CHARS: Final = 16 * 1024
 """Longer ``WWW-Authenticate`` values are refused unparsed; real ones stay under 1 KiB."""
+MAX_CHALLENGES: Final = 16
+"""More challenges in one value are refused; registries send one or two."""
+MAX_PARAMS: Final = 32
+"""More parameters in one challenge are refused; a bearer challenge has four at most."""
 MAX_RETRY_AFTER_S: Final = 3600
 """A longer wait asked for by a registry is cut to this (an hour; a resync comes sooner)."""
 _MAX_RETRY_AFTER_CHARS: Final = 64
@@ -98,6 +103,8 @@ def parse_challenges(value: str) -> tuple[Challenge, ...]:
     challenges: list[Challenge] = []
     scanner.skip_separators()
     while not scanner.at_end():
+        if len(challenges) == MAX_CHALLENGES:
+            raise scanner.fail(f"more than {MAX_CHALLENGES} challenges")
         challenges.append(_challenge(scanner))
         if not scanner.skip_separators() and not scanner.at_end():
             raise scanner.fail("expected ',' between challenges")
@@ -151,6 +158,8 @@ def _params(scanner: _Scanner) -> dict[str, str]:
         scanner.pos += 1
         scanner.skip_spaces()
         key = name.group().lower()
+        if len(params) == MAX_PARAMS:
+            raise scanner.fail(f"more than {MAX_PARAMS} parameters in one challenge")
         if key in params:
             raise scanner.fail(f"parameter {clip(key, 40)!r} given twice")
         params[key] = _param_value(scanner)

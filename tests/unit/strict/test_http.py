@@ -92,6 +92,8 @@ def test_challenges(header: str, expected: tuple[Challenge, ...]) -> None:
         ("Bearer realm=x y", "expected ','"),
         ('Basic"realm"', "expected a space after the scheme"),
         ("Bearer " + "a" * (MAX_CHALLENGE_CHARS + 1), "more than 16384"),
+        ("x," * 17, "more than 16 challenges"),
+        ("Bearer " + ",".join(f"p{i}=v" for i in range(33)), "more than 32 parameters"),
     ],
 )
 def test_malformed_challenges_are_refused_with_a_clipped_message(header: str, message: str) -> None:
@@ -110,6 +112,7 @@ HOSTILE_HEADERS = {
     "16 KiB of one token (inside the bound)": "Bearer " + "a" * (MAX_CHALLENGE_CHARS - 7),
     "16 KiB of names without values": "Bearer " + "a " * ((MAX_CHALLENGE_CHARS - 7) // 2),
     "16 KiB of short parameters": "Bearer " + "a=b," * ((MAX_CHALLENGE_CHARS - 7) // 4),
+    "16 KiB of distinct parameters": "Bearer " + ",".join(f'p{i}="v\\""' for i in range(1400)),
     "16 KiB of escapes, unterminated": 'Bearer realm="' + '\\"' * ((MAX_CHALLENGE_CHARS - 14) // 2),
     "16 KiB of commas": "," * MAX_CHALLENGE_CHARS,
     "16 KiB of schemes": "x," * (MAX_CHALLENGE_CHARS // 2),
