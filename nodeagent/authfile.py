@@ -14,6 +14,15 @@ matches and its path segments are a prefix of the image's repository, and the
 most specific key wins (most path segments, then a literal host over a
 wildcard, then the key written in normalized form, then file order).
 
+The file is read strictly (``nodeagent.strict.loads_json``: UTF-8, no duplicate keys,
+at most ``MAX_AUTH_FILE_BYTES``, nested at most ``MAX_AUTH_FILE_DEPTH`` deep). Each
+entry's fields are strings of at most ``MAX_FIELD_CHARS``; ``auth`` must be base64 (ASCII,
+padded) of UTF-8 ``username:password``; the tokens, which go into a header as they are,
+visible ASCII only. A file with one bad entry is refused whole (``AuthFileInvalid``
+naming the file and the entry's key, clipped): reading the other entries would silently
+change which credentials an image gets (a broader key would answer for it), so nothing is
+guessed; the caller keeps using no credentials from this file until it is fixed.
+
 No secret ever reaches an error message or a ``repr``: errors name the file and
 the key, and are raised ``from None`` so that no decoding exception (which holds
 the undecoded text) travels with them. Reading the file is the caller's job; a
@@ -25,7 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import fnmatch
-import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -33,8 +42,17 @@ from typing import Any, Final
 from nodeagent.errors import AuthFileInvalid
 from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import normalize_registry, parse_docker_reference
+from nodeagent.strict import MalformedInput, clip, loads_json
 
+MAX_AUTH_FILE_BYTES: Final = 4 * 1024 * 1024
+"""A larger auth file is refused; a pull secret with hundreds of registries is ~100 KiB."""
+MAX_AUTH_FILE_DEPTH: Final = 16
+"""Nesting of the auth file; it is three deep (plus what tools add in fields ignored here)."""
+MAX_FIELD_CHARS: Final = 16 * 1024
+"""A longer ``auth``, user name, password or token is refused."""
 _API_PATHS: Final = frozenset({"v1", "v2"})
+_BASE64: Final = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+_HEADER_TEXT: Final = re.compile(r"[\x21-\x7e]*")
 _TOKEN_FIELDS: Final = {"identitytoken": "identity_token", "registrytoken": "registry_token"}
 
 
@@ -85,16 +103,16 @@ class AuthStore:
         return None
 
 
-def parse_auth_file(text: str, *, source: str) -> AuthStore:
+def parse_auth_file(text: str | bytes, *, source: str) -> AuthStore:
     """Parse a docker config JSON; ``source`` (the path) names the file in errors."""
     if not text.strip():
         return AuthStore.empty(source)
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        # The message has a position but no content; the exception's .doc has everything.
-        where = f"line {err.lineno} column {err.colno}"
-        raise AuthFileInvalid(f"{source}: not valid JSON ({err.msg} at {where})") from None
+        doc = loads_json(text, what=source, max_bytes=MAX_AUTH_FILE_BYTES,
+                         max_depth=MAX_AUTH_FILE_DEPTH)  # fmt: skip
+    except MalformedInput as err:
+        # Messages of loads_json show positions and key names, never string values.
+        raise AuthFileInvalid(f"{err}; fix the file") from None
     auths = doc.get("auths", {}) if isinstance(doc, dict) else None
     if not isinstance(auths, dict):
         raise AuthFileInvalid(f"{source}: expected an object with an 'auths' object")
@@ -116,7 +134,7 @@ def normalize_key(key: str) -> tuple[str, tuple[str, ...]]:
 
 
 def _entry(source: str, key: str, value: Any) -> AuthEntry | None:
-    where = f"{source}: auths[{key!r}]"
+    where = f"{source}: auths[{clip(key, 120)!r}]"
     if not isinstance(value, dict):
         raise AuthFileInvalid(f"{where} must be an object")
     host, segments = normalize_key(key)
@@ -134,8 +152,15 @@ def _credential_fields(where: str, value: Mapping[str, Any]) -> dict[str, str]:
     for name, field_value in raw.items():
         if not isinstance(field_value, str):
             raise AuthFileInvalid(f"{where}: {name!r} must be a string")
+        if len(field_value) > MAX_FIELD_CHARS:
+            raise AuthFileInvalid(f"{where}: {name!r} is longer than {MAX_FIELD_CHARS} characters")
+    for name in _TOKEN_FIELDS:
+        if not _HEADER_TEXT.fullmatch(raw[name]):
+            raise AuthFileInvalid(
+                f"{where}: {name!r} holds white space, control or non-ASCII characters"
+            )
     fields = {
-        "auth": raw["auth"],
+        "auth": raw["auth"].strip(),
         "username": raw["username"],
         "password": raw["password"],
         **{attr: raw[name] for name, attr in _TOKEN_FIELDS.items()},
@@ -147,10 +172,15 @@ def _credential_fields(where: str, value: Mapping[str, Any]) -> dict[str, str]:
 
 def _decode_auth(where: str, auth: str) -> tuple[str, str]:
     """Split base64 ``user:password``; errors say what is wrong, never what was there."""
+    text = auth.strip()
+    if not _BASE64.fullmatch(text) or len(text) % 4:  # non-ASCII too: b64decode's ValueError
+        raise AuthFileInvalid(f"{where}: 'auth' is not base64 (A-Z, a-z, 0-9, +, /, = padding)")
     try:
-        decoded = base64.b64decode(auth.strip(), validate=True).decode()
+        decoded = base64.b64decode(text, validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
         raise AuthFileInvalid(f"{where}: 'auth' is not base64 of UTF-8 text") from None
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in decoded):
+        raise AuthFileInvalid(f"{where}: 'auth' decodes to text with control characters")
     username, colon, password = decoded.partition(":")
     if not colon or not username:
         raise AuthFileInvalid(f"{where}: 'auth' must be base64 of 'username:password'")

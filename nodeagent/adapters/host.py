@@ -10,11 +10,11 @@ from pathlib import Path
 import structlog
 
 from nodeagent.adapters.files import list_files, read_text_or_none, statvfs_free
-from nodeagent.adapters.registry.mirrors import Route, routes_of
+from nodeagent.adapters.registry.mirrors import Route, routes_from
 from nodeagent.authfile import AuthStore, parse_auth_file
 from nodeagent.errors import ConfigInvalid, HostFileError
 from nodeagent.ports import FilesystemSpace, RegistryCredentials
-from nodeagent.registries import insecure_registries
+from nodeagent.registries import insecure_locations, read_registries_conf
 
 log = structlog.get_logger(__name__)
 
@@ -116,17 +116,17 @@ class InsecureRegistries:
     over plain HTTP for disk admission too, without restarting nodeagent. ``routes`` gives
     its mirrors (``adapters.registry.mirrors``), read again the same way.
 
-    The first read raises ``ConfigInvalid`` for a broken file; a later broken edit keeps the
-    locations read last (CRI-O keeps its own until its reload fails too) and logs it once.
+    The first read raises ``ConfigInvalid`` (``HostFileError`` for a file that is not UTF-8)
+    for a broken file; a later broken edit keeps the locations and routes read last (CRI-O
+    keeps its own until its reload fails too) and logs it once.
     """
 
     def __init__(self, conf: Path, dropin_dir: Path) -> None:
         self.conf = conf
         self.dropin_dir = dropin_dir
         self._stamp = self._files_stamp()
-        texts = registries_texts(conf, dropin_dir)
-        self._value = insecure_from(texts, source=str(conf))
-        self._routes = routes_of(texts)
+        read = read_registries_conf(registries_texts(conf, dropin_dir))
+        self._value, self._routes = insecure_locations(read), routes_from(read)
 
     def _files_stamp(self) -> tuple[tuple[str, int, int], ...]:
         paths = [self.conf, *list_files(self.dropin_dir, recursive=False)]
@@ -144,12 +144,12 @@ class InsecureRegistries:
         if stamp == self._stamp:
             return
         self._stamp = stamp
-        texts = registries_texts(self.conf, self.dropin_dir)
-        self._routes = routes_of(texts)
         try:
-            self._value = insecure_from(texts, source=str(self.conf))
-        except ConfigInvalid as exc:
+            read = read_registries_conf(registries_texts(self.conf, self.dropin_dir))
+        except (ConfigInvalid, HostFileError) as exc:  # keep what was read last, as CRI-O does
             log.warning("registries_conf_invalid", reason=exc.reason, error=exc.message)
+            return
+        self._value, self._routes = insecure_locations(read), routes_from(read)
 
     def __call__(self) -> frozenset[str]:
         self._refresh()
@@ -169,8 +169,3 @@ def registries_texts(conf: Path, dropin_dir: Path) -> list[tuple[str, str]]:
         if path.suffix == ".conf"
     ]
     return texts
-
-
-def insecure_from(texts: list[tuple[str, str]], *, source: str) -> frozenset[str]:
-    main, dropins = texts[0][1], dict(texts[1:])
-    return insecure_registries(main, dropins, source=source)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.faults.conftest import NodeFactory
-from tests.faults.consistency import assert_node_consistent
+from tests.faults.consistency import assert_node_consistent, status_names
 from tests.testenv.agent import pinned_image_set_yaml, set_state
 from tests.testenv.waiting import wait_for
 
@@ -90,12 +90,11 @@ WATCHDOG_S = 2.0
 """The watchdog the drill's daemon gets (``WATCHDOG_USEC``); it sends WATCHDOG=1 every 1 s."""
 
 
+CHALLENGED_S = 20.0
+"""How long the registry answers nodeagent's look-ups with the 60 KB challenge."""
+
+
 @pytest.mark.drill_long
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs a linear-time challenge parser (no CPU-bound parsing on the loop), "
-    "from branch parsers",
-)
 @pytest.mark.timeout(180)
 async def test_huge_auth_challenges_never_starve_the_watchdog(
     make_node: NodeFactory, drill_images: list[str]
@@ -105,6 +104,7 @@ async def test_huge_auth_challenges_never_starve_the_watchdog(
     refs = [node.ref(r) for r in drill_images[:3]]
     node.proxy.answer_errors(  # only nodeagent's look-ups: CRI-O pulls unchallenged
         401,
+        for_s=CHALLENGED_S,
         match=lambda r: r.is_from_nodeagent,
         headers={"WWW-Authenticate": "Bearer " + "a" * 60_000},
     )
@@ -124,6 +124,16 @@ async def test_huge_auth_challenges_never_starve_the_watchdog(
         )
         return True
 
+    # The challenge is refused at once (RegistryError: a broken answer, retried soon): the
+    # sizes are unknown, the set is held and says so; the look-ups are retried within a
+    # minute, and succeed once the registry stops challenging.
+    wait_for(
+        lambda: fed_in_time() and status_names(node, "SizeUnknown"),
+        timeout_s=CHALLENGED_S,
+        interval_s=0.1,
+        what="the status naming SizeUnknown, the watchdog fed all along",
+    )
+    assert "cannot read" in node.agent.log_text()
     wait_for(  # not wait_status: there is no status file before admission is done
         lambda: fed_in_time() and set_state(node.agent.status() or {}, "big") == "Pinned",
         timeout_s=120,

@@ -165,9 +165,23 @@ SECRET_B64 = base64.b64encode(SECRET.encode()).decode()  # no colon: not user:pa
         ('{"auths": {"quay.io": {"auth": "/w=="}}}', "not base64 of UTF-8"),
         ('{"auths": {"quay.io": {"password": 12345}}}', "'password' must be a string"),
         ('{"auths": {"https://": {"auth": "' + _auth("a", SECRET) + '"}}}', "no registry host"),
+        # issue 13: a non-ASCII auth value ended the daemon (b64decode's ValueError)
+        ('{"auths": {"quay.io": {"auth": "' + SECRET + 'é=="}}}', "not base64"),
+        ('{"auths": {"quay.io": {"auth": "☃"}}}', "not base64"),
+        ('{"auths": {"quay.io": {"auth": "' + SECRET_B64[:-1] + '"}}}', "not base64"),
+        ('{"auths": {"quay.io": {"auth": "' + _auth("a\n", SECRET) + '"}}}', "control characters"),
+        ('{"auths": {"quay.io": {"registrytoken": "' + SECRET + '\\r\\nX: y"}}}', "white space"),
+        ('{"auths": {"quay.io": {"identitytoken": "' + SECRET + 'é"}}}', "non-ASCII"),
+        ('{"auths": {"quay.io": {"password": "' + SECRET * 2000 + '"}}}', "longer than 16384"),
+        ('{"auths": {"quay.io": {"auth": "' + SECRET_B64 + '"}, "quay.io": {}}}', "duplicate key"),
+        ('{"auths": {"quay.io": {"auth": NaN}}}', "NaN is not a JSON number"),
+        ('{"auths": {"quay.io": {"password": "\\ud800' + SECRET + '"}}}', "lone surrogate"),
+        ('{"x": ' + "[" * 600 + "]" * 600 + "}", "nested 601 deep"),
+        (b'{"auths": {"quay.io": {"password": "\xff' + SECRET.encode() + b'"}}}', "not UTF-8"),
+        (" " * (4 * 1024 * 1024 + 1) + "{}", "more than the 4194304 allowed"),
     ],
 )
-def test_bad_files_name_the_file_and_never_the_secret(text: str, message: str) -> None:
+def test_bad_files_name_the_file_and_never_the_secret(text: str | bytes, message: str) -> None:
     with pytest.raises(AuthFileInvalid) as caught:
         parse_auth_file(text, source=SOURCE)
     error = caught.value
@@ -187,3 +201,21 @@ def test_repr_of_the_store_hides_secrets() -> None:
     assert SECRET not in repr(store)
     assert _auth("alice", SECRET) not in repr(store)
     assert "quay.io" in repr(store)
+
+
+def test_one_bad_entry_refuses_the_whole_file_naming_the_entry() -> None:
+    """A half-read file would silently give an image the credentials of a broader key."""
+    auths: dict[str, object] = {
+        "quay.io": {"auth": _auth("broad", "pw")},
+        "quay.io/team": {"auth": "caf\u00e9"},
+    }
+    with pytest.raises(AuthFileInvalid, match=r"auths\['quay.io/team'\]: 'auth' is not base64"):
+        _store(auths)
+
+
+def test_a_long_key_is_clipped_in_the_message() -> None:
+    key = "quay.io/" + "\x1b[2J" * 5000
+    with pytest.raises(AuthFileInvalid) as caught:
+        _store({key: {"auth": "not base64!"}})
+    assert len(str(caught.value)) < 600
+    assert "\x1b" not in str(caught.value)

@@ -97,7 +97,7 @@ PROBES: dict[str, Probe] = {
         frozenset({"cri-api"}),
     ),
     "an HTTP client outside the registry adapter": Probe(
-        {"nodeagent/registries.py": "import http.client"}, frozenset({"http"})
+        {"nodeagent/registries/names.py": "import http.client"}, frozenset({"http"})
     ),
     "a future HTTP library in an adapter": Probe(
         {"nodeagent/adapters/kube.py": "import aiohttp"}, frozenset({"http"})

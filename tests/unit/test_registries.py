@@ -32,10 +32,10 @@ from nodeagent.registries import (
     is_insecure,
     is_sha256_digest,
     node_platform,
-    parse_challenge,
     parse_docker_digest_reference,
     parse_docker_reference,
     parse_manifest,
+    pick_challenge,
     select_platform,
     status_error,
     verify_digest,
@@ -44,6 +44,8 @@ from nodeagent.registries import (
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
 REF = f"127.0.0.1:5000/app@{DIGEST}"
+NOW_S = 1445412390.0
+"""Unix time 90 s before Wed, 21 Oct 2015 07:28:00 GMT."""
 
 # ------------------------------------------------------------------------- names
 
@@ -301,7 +303,7 @@ def test_parse_index(media_type: str) -> None:
         (json.dumps({**_image_doc(), "layers": [{"digest": DIGEST}]}).encode(), "malformed"),
         (json.dumps({**_image_doc(), "layers": [{"digest": 1, "size": 1}]}).encode(), "malformed"),
         (json.dumps({"mediaType": MEDIA_TYPE_OCI_INDEX, "manifests": [3]}).encode(), "malformed"),
-        (json.dumps({"schemaVersion": 1, "fsLayers": []}).encode(), "unsupported manifest"),
+        (json.dumps({"schemaVersion": 1, "fsLayers": []}).encode(), "only 2 is supported"),
         (json.dumps({"mediaType": "application/vnd.example+json"}).encode(), "application/vnd"),
     ],
 )
@@ -352,8 +354,8 @@ def test_accept_header_lists_every_supported_media_type() -> None:
         ("", "", {}),
     ],
 )
-def test_parse_challenge(header: str, scheme: str, params: dict[str, str]) -> None:
-    challenge = parse_challenge(header)
+def test_pick_challenge(header: str, scheme: str, params: dict[str, str]) -> None:
+    challenge = pick_challenge(header, ref=REF, host="127.0.0.1:5000")
     assert challenge.scheme == scheme
     assert dict(challenge.params) == params
 
@@ -369,8 +371,9 @@ def test_parse_challenge(header: str, scheme: str, params: dict[str, str]) -> No
         (404, {}, ImageNotFound, None),
         (429, {"retry-after": "7"}, RegistryUnavailable, 7.0),
         (500, {}, RegistryError, 5.0),  # the class default
-        (503, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, RegistryError, 5.0),
-        (502, {"retry-after": "-3"}, RegistryError, 0.0),
+        (503, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, RegistryError, 90.0),
+        (503, {"retry-after": "soon"}, RegistryError, 5.0),
+        (502, {"retry-after": "-3"}, RegistryError, 5.0),  # not a delay: the default
         (400, {}, RegistryUnavailable, 5.0),
     ],
 )
@@ -380,7 +383,7 @@ def test_status_error(
     expected: type[NodeAgentError],
     retry_after_s: float | None,
 ) -> None:
-    error = status_error(status, headers, ref=REF, what="manifest")
+    error = status_error(status, headers, ref=REF, what="manifest", now_s=NOW_S)
     assert type(error) is expected
     assert REF in str(error)
     assert f"HTTP {status}" in str(error)
@@ -389,7 +392,7 @@ def test_status_error(
 
 
 def test_status_ok_is_no_error() -> None:
-    assert status_error(200, {}, ref=REF, what="manifest") is None
+    assert status_error(200, {}, ref=REF, what="manifest", now_s=NOW_S) is None
 
 
 @pytest.mark.parametrize(

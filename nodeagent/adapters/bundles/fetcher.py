@@ -16,31 +16,31 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final, Protocol
+from typing import IO, Protocol
 
 from nodeagent.adapters.registry.client import RegistryClient
-from nodeagent.adapters.registry.transport import MAX_MANIFEST_BYTES
 from nodeagent.authfile import AuthStore
 from nodeagent.bundles.content import IMAGE_CONFIG_TYPES
 from nodeagent.errors import ImageNotFound, InsufficientDiskSpace
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import (
+    MAX_CONFIG_BYTES,
+    MAX_MANIFEST_BYTES,
     MEDIA_TYPE_OCI_INDEX,
     MEDIA_TYPE_OCI_MANIFEST,
     ManifestIndex,
     Platform,
-    parse_manifest,
+    read_image_config_platform,
+    read_manifest,
     select_platform,
 )
+from nodeagent.registries import Descriptor as Checked
+from nodeagent.strict import clip
 from nodeagent.units import format_bytes
-
-_DIGEST: Final = re.compile(r"sha256:[a-f0-9]{64}")
 
 
 class Progress(Protocol):
@@ -82,48 +82,44 @@ class PlannedImage:
 
 
 # ---------------------------------------------------------------- pure helpers
-def _descriptor(item: Any, ref: PinnedImageRef) -> Descriptor:
-    is_ok = isinstance(item, dict) and isinstance(item.get("size"), int) and item["size"] >= 0
-    digest = item.get("digest") if isinstance(item, dict) else None
-    if not is_ok or not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
-        raise ImageNotFound(f"{ref}: its manifest has a descriptor bundles cannot hold: {item!r}")
-    return Descriptor(str(item.get("mediaType", "")), digest, item["size"])
+# Manifest bodies and configs are read by ``registries.read_manifest`` and
+# ``registries.read_image_config_platform``: strict JSON, bounded, every field checked.
+def _descriptor(checked: Checked) -> Descriptor:
+    return Descriptor(checked.media_type, checked.digest, checked.size_bytes)
 
 
 def image_blobs(body: bytes, ref: PinnedImageRef) -> tuple[Descriptor, ...]:
-    """Config and layers of an image manifest body (already parsed once: it is JSON)."""
-    doc = json.loads(body)
-    return (_descriptor(doc["config"], ref), *(_descriptor(i, ref) for i in doc["layers"]))
+    """Config and layers of an image manifest body."""
+    manifest = read_manifest(body, ref=str(ref))
+    if manifest.is_index or manifest.config is None:
+        raise ImageNotFound(f"{ref}: its index names another index, not an image manifest")
+    return (_descriptor(manifest.config), *map(_descriptor, manifest.layers))
 
 
 def top_descriptor(digest: str, body: bytes, ref: PinnedImageRef) -> Descriptor:
     """The descriptor of a fetched manifest: its own ``mediaType``, else OCI's for its shape."""
-    parsed = parse_manifest(body, "", ref=str(ref))
-    is_index = isinstance(parsed, ManifestIndex)
-    fallback = MEDIA_TYPE_OCI_INDEX if is_index else MEDIA_TYPE_OCI_MANIFEST
-    return Descriptor(str(json.loads(body).get("mediaType") or fallback), digest, len(body))
+    manifest = read_manifest(body, ref=str(ref))
+    fallback = MEDIA_TYPE_OCI_INDEX if manifest.is_index else MEDIA_TYPE_OCI_MANIFEST
+    return Descriptor(manifest.media_type or fallback, digest, len(body))
 
 
 def index_child(body: bytes, platform: Platform, ref: PinnedImageRef) -> Descriptor | None:
     """For an index body, the entry for ``platform`` (the runtime picks the same); else None."""
-    parsed = parse_manifest(body, "", ref=str(ref))
-    if not isinstance(parsed, ManifestIndex):
+    manifest = read_manifest(body, ref=str(ref))
+    if not manifest.is_index:
         return None
-    digest = select_platform(parsed, platform, ref=str(ref))
-    entries = [_descriptor(item, ref) for item in json.loads(body)["manifests"]]
-    return next(entry for entry in entries if entry.digest == digest)
+    entries = tuple((d.digest, d.platform or Platform("", "")) for d in manifest.manifests)
+    digest = select_platform(ManifestIndex(entries), platform, ref=str(ref))
+    return next(_descriptor(d) for d in manifest.manifests if d.digest == digest)
 
 
 def _check_platform(config_body: bytes, platform: Platform, ref: PinnedImageRef) -> None:
-    try:
-        doc = json.loads(config_body)
-        found = (str(doc.get("os", "")), str(doc.get("architecture", "")))
-    except (ValueError, AttributeError):
-        raise ImageNotFound(f"{ref}: its image config is not a JSON object") from None
+    found = read_image_config_platform(config_body, ref=str(ref))
     if found != (platform.os, platform.architecture):
+        os_name, architecture = clip(found[0], 64), clip(found[1], 64)
         raise ImageNotFound(
-            f"{ref} is a {found[0]}/{found[1]} image and the bundle is for {platform}: give the "
-            f"digest of its {platform} image, or make the bundle with --arch {found[1]}"
+            f"{ref} is a {os_name}/{architecture} image and the bundle is for {platform}: give "
+            f"the digest of its {platform} image, or make the bundle with --arch {architecture}"
         )
 
 
@@ -213,6 +209,11 @@ class ImageFetcher:
             body = await asyncio.to_thread(self._read, child.digest)
             manifests.append(child)
         config, *layers = image_blobs(body, ref)
+        if config.media_type in IMAGE_CONFIG_TYPES and config.size_bytes > MAX_CONFIG_BYTES:
+            raise ImageNotFound(
+                f"{ref}: its image config is {format_bytes(config.size_bytes)}, more than the "
+                f"{format_bytes(MAX_CONFIG_BYTES)} a runtime reads"
+            )
         await self.fetch(ref, config, is_manifest=False)
         if config.media_type in IMAGE_CONFIG_TYPES:
             _check_platform(await asyncio.to_thread(self._read, config.digest), platform, ref)

@@ -2,7 +2,10 @@
 
 Manifests by digest never change, so ``ManifestCache`` keeps what admission
 needs (sizes, and which index entry this platform takes) forever: in memory
-and, given a directory, as one small JSON file per digest.
+and, given a directory, as one small JSON file per digest. A file is read back
+strictly (``nodeagent.strict.loads_json``, at most ``MAX_ENTRY_BYTES``, nested at most
+4 deep; digests ``sha256:<64 hex>``, sizes integers from 0 to 2^53 - 1); one that is not
+is set aside (``state_file_damaged``) and counts as a miss.
 """
 
 from __future__ import annotations
@@ -10,14 +13,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
 from nodeagent.adapters.files import set_aside, write_atomic
 from nodeagent.errors import HostFileError, StateFileDamaged
-from nodeagent.registries import ImageManifest, Platform, is_sha256_digest
-from nodeagent.strict import clip
+from nodeagent.registries import MAX_SIZE_BYTES, ImageManifest, Platform, is_sha256_digest
+from nodeagent.strict import MalformedInput, clip, loads_json
 
 log = structlog.get_logger(__name__)
 
@@ -30,14 +33,39 @@ def _child_key(digest: str, platform: Platform) -> str:
     return f"{_image_key(digest)}.{str(platform).replace('/', '-')}"
 
 
-def _entry_from_json(doc: Any) -> ImageManifest | str:
+MAX_ENTRY_BYTES: Final = 4 * 1024 * 1024
+"""A larger cache file is damaged: an entry holds what a 4 MiB manifest can list."""
+
+
+def _entry_from_json(data: bytes) -> ImageManifest | str:
+    """The entry a cache file holds; ``MalformedInput`` when it is not one."""
+    doc = loads_json(data, what="the entry", max_bytes=MAX_ENTRY_BYTES, max_depth=4)
+    if not isinstance(doc, dict):
+        raise MalformedInput("the entry is not a JSON object")
     if "child" in doc:
         child = doc["child"]
         if not isinstance(child, str) or not is_sha256_digest(child):
-            raise ValueError(f"bad child digest {child!r}")
+            raise MalformedInput("'child' is not a sha256:<64 hex> digest")
         return child
-    layers = tuple((str(digest), int(size)) for digest, size in doc["layers"])
-    return ImageManifest(int(doc["config_size_bytes"]), layers)
+    layers = doc.get("layers")
+    if not isinstance(layers, list):
+        raise MalformedInput("'layers' is not a list")
+    return ImageManifest(_size(doc.get("config_size_bytes")), tuple(map(_layer, layers)))
+
+
+def _layer(item: Any) -> tuple[str, int]:
+    if not isinstance(item, list) or len(item) != 2:
+        raise MalformedInput("a layer is not a [digest, size] pair")
+    digest, size = item
+    if not isinstance(digest, str) or not is_sha256_digest(digest):
+        raise MalformedInput("a layer's digest is not sha256:<64 hex>")
+    return digest, _size(size)
+
+
+def _size(value: Any) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_SIZE_BYTES:
+        raise MalformedInput("a size is not an integer from 0 to 2^53-1")
+    return value
 
 
 class ManifestCache:
@@ -82,11 +110,10 @@ class ManifestCache:
             return None
         path = self.directory / f"{key}.json"
         try:
-            doc = json.loads(path.read_bytes())
-            return _entry_from_json(doc)
+            return _entry_from_json(path.read_bytes())
         except FileNotFoundError:
             return None
-        except (IsADirectoryError, ValueError, TypeError, KeyError, IndexError) as err:
+        except (IsADirectoryError, MalformedInput) as err:
             self._set_aside(path, clip(str(err) or type(err).__name__, 200))
             return None
         except OSError as err:

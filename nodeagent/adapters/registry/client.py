@@ -19,9 +19,16 @@ credentials when there are any (anonymously otherwise) and cached per
 ``(host, scope)`` for its lifetime. A ``registry_token`` is sent as the bearer
 token as it is. ``identity_token`` (OAuth2 refresh tokens) is not supported.
 
+Challenges are read by ``registries.pick_challenge`` (linear time, at most 16 KiB),
+token answers by ``registries.parse_token_answer`` (strict JSON, bounded token and
+lifetime); a malformed challenge, a bearer realm that is not an http(s) URL of at most
+``MAX_URL_CHARS`` visible characters, or a broken token answer is ``RegistryError`` (the
+registry is up but its answer is broken: retried soon). A redirect target must be such
+a URL too (else ``RegistryUnavailable``).
+
 Errors name the reference, never a credential: 401/403 after auth →
 ``RegistryAuthFailed``; 404 → ``ImageNotFound``; connection failures, 429 and
-5xx → ``RegistryUnavailable`` (``Retry-After`` honoured); every one raised
+5xx → ``RegistryUnavailable`` (``Retry-After`` honoured, at most an hour); every one raised
 ``from`` its cause.
 
 Manifests by digest never change: ``ManifestCache``
@@ -39,13 +46,12 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import json
 import os
 import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -55,22 +61,27 @@ from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.mirrors import Route, pull_sources
 from nodeagent.adapters.registry.tls import SYSTEM_CA_DIRS, tls_context
 from nodeagent.adapters.registry.transport import (
-    MAX_MANIFEST_BYTES,
+    MalformedResponse,
     Response,
     Sink,
     Writable,
     exchange,
+    is_http_url,
+    origin,
+    redirect_url,
 )
 from nodeagent.disk import ImageLayers
 from nodeagent.errors import (
     ImageNotFound,
     RegistryAuthFailed,
+    RegistryError,
     RegistryUnavailable,
 )
 from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import (
     DOCKER_HUB,
     MANIFEST_ACCEPT,
+    MAX_MANIFEST_BYTES,
     Challenge,
     ImageManifest,
     ManifestIndex,
@@ -79,18 +90,17 @@ from nodeagent.registries import (
     is_insecure,
     is_sha256_digest,
     node_platform,
-    parse_challenge,
     parse_docker_digest_reference,
     parse_manifest,
+    parse_token_answer,
+    pick_challenge,
     select_platform,
     status_error,
     verify_digest,
 )
+from nodeagent.strict import clip
 
 log = structlog.get_logger(__name__)
-
-DEFAULT_TOKEN_LIFETIME_S: Final = 60.0
-"""A token response without ``expires_in`` is valid this long (distribution's token spec)."""
 
 MAX_REDIRECTS: Final = 5
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
@@ -115,7 +125,7 @@ class _Target:
 
 @dataclass(slots=True)
 class _Token:
-    value: str
+    value: str = field(repr=False)  # a secret: never in a repr or a log
     expires_at_s: float
 
 
@@ -130,7 +140,8 @@ class Fetched:
 
 
 def _raise_for_status(response: Response, ref: str, what: str) -> None:
-    error = status_error(response.status, response.headers, ref=ref, what=what)
+    now_s = time.time()  # Retry-After may be a date
+    error = status_error(response.status, response.headers, ref=ref, what=what, now_s=now_s)
     if error is not None:
         raise error
 
@@ -288,11 +299,8 @@ class RegistryClient:
             location = response.headers.get("location")
             if response.status not in _REDIRECT_STATUSES or not location:
                 return response
-            url = urllib.parse.urljoin(url, location)
-            parts = urllib.parse.urlsplit(url)
-            if parts.scheme not in ("http", "https"):
-                raise RegistryUnavailable(f"{target.ref}: redirected to unsupported {url!r}")
-            is_own = parts.netloc == urllib.parse.urlsplit(target.base_url).netloc
+            url = redirect_url(target.ref, url, location)
+            is_own = origin(url) == origin(target.base_url)  # never credentials over plain HTTP
             headers = self._known_auth(target) if is_own else {}
             response = await self._get(target, url, headers, sink)
         if response.status in _REDIRECT_STATUSES:
@@ -327,7 +335,8 @@ class RegistryClient:
 
     async def _answer(self, target: _Target, response: Response) -> str:
         """The ``Authorization`` value answering a 401 challenge."""
-        challenge = parse_challenge(response.headers.get("www-authenticate", ""))
+        header = response.headers.get("www-authenticate", "")
+        challenge = pick_challenge(header, ref=target.ref, host=target.host)
         if challenge.scheme == "basic":
             basic = basic_authorization(target.credentials) if target.credentials else None
             if basic is None:
@@ -340,16 +349,19 @@ class RegistryClient:
         if challenge.scheme == "bearer":
             return f"Bearer {await self._token(target, challenge)}"
         raise RegistryAuthFailed(
-            f"{target.ref}: registry {target.host} asks for unsupported authentication "
-            f"{challenge.scheme or '(none given)'!r}"
+            f"{clip(target.ref)}: registry {target.host} asks for unsupported authentication "
+            f"{clip(challenge.scheme or '(none given)', 60)!r}"
         )
 
     async def _token(self, target: _Target, challenge: Challenge) -> str:
         if target.credentials is not None and target.credentials.registry_token:
             return target.credentials.registry_token
         realm = challenge.params.get("realm", "")
-        if urllib.parse.urlsplit(realm).scheme not in ("http", "https"):
-            raise RegistryAuthFailed(f"{target.ref}: bearer challenge without a usable realm")
+        if not is_http_url(realm):  # a broken answer, not a refusal: retried like a 5xx
+            raise RegistryError(
+                f"{clip(target.ref)}: registry {target.host} sent a bearer challenge without a "
+                f"usable realm (an http or https URL): {clip(realm, 120)!r}; retrying later"
+            )
         scope = challenge.params.get("scope") or target.scope
         cached = self._tokens.get((target.host, scope))
         if cached is not None and cached.expires_at_s > self._clock():
@@ -370,16 +382,9 @@ class RegistryClient:
         return self._parse_token(target.ref, response.body)
 
     def _parse_token(self, ref: str, body: bytes) -> _Token:
-        try:
-            doc = json.loads(body)
-            value = doc.get("token") or doc.get("access_token")
-            lifetime_s = float(doc.get("expires_in") or DEFAULT_TOKEN_LIFETIME_S)
-        except (ValueError, AttributeError, TypeError) as err:
-            raise RegistryUnavailable(f"{ref}: the token server's answer is not JSON") from err
-        if not isinstance(value, str) or not value:
-            raise RegistryUnavailable(f"{ref}: the token server's answer holds no token")
+        answer = parse_token_answer(body, ref=ref)
         # Renew a little early so that a token never expires between check and use.
-        return _Token(value, self._clock() + lifetime_s * 0.9)
+        return _Token(answer.token, self._clock() + answer.lifetime_s * 0.9)
 
     def _tls_context(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -392,10 +397,18 @@ class RegistryClient:
         try:
             context = self._tls_context() if url.startswith("https:") else None
             return await asyncio.to_thread(exchange, url, headers, self.timeout_s, context, sink)
-        except (OSError, http.client.HTTPException) as err:
-            where = urllib.parse.urlsplit(url).netloc
-            reason = str(err) or type(err).__name__
-            raise RegistryUnavailable(f"{target.ref}: cannot reach {where}: {reason}") from err
+        except MalformedResponse as err:
+            where = clip(urllib.parse.urlsplit(url).netloc, 120)
+            raise RegistryUnavailable(
+                f"{clip(target.ref)}: {where} answered outside nodeagent's bounds: {err}"
+            ) from err
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            # ValueError: http.client refuses a URL or header value (control characters)
+            where = clip(urllib.parse.urlsplit(url).netloc, 120)
+            reason = clip(str(err) or type(err).__name__, 200)
+            raise RegistryUnavailable(
+                f"{clip(target.ref)}: cannot reach {where}: {reason}"
+            ) from err
         except asyncio.CancelledError:
             if sink is not None:  # the worker thread stops writing at its next chunk
                 sink.stopped.set()

@@ -9,21 +9,22 @@ longest ``prefix`` matching the name applies (``prefix`` defaults to ``location`
 file's entry replaces an earlier one with the same key), each mirror's ``location`` replaces
 the prefix, mirrors in order, the entry's own ``location`` last.
 
-Only plain prefixes are understood; wildcard entries (``*.example.com``) and entries of the
-wrong shape are skipped here (reading the files strictly is ``registries.insecure_registries``'
-job, which refuses them).
+The files are read strictly by ``registries.read_registries_conf`` (a broken file is
+``ConfigInvalid`` naming the file and key). Only plain prefixes route here; wildcard
+entries (``*.example.com``) are skipped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from nodeagent.registries import normalize_registry, parse_docker_digest_reference
-from nodeagent.strict import MalformedInput, loads_toml
-
-MAX_REGISTRIES_CONF_BYTES = 1024 * 1024
+from nodeagent.registries import (
+    RegistriesConf,
+    normalize_registry,
+    parse_docker_digest_reference,
+    read_registries_conf,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,37 +38,21 @@ class Route:
 
 
 def routes_of(files: Iterable[tuple[str, str]]) -> tuple[Route, ...]:
-    """The routes of registries.conf and its drop-ins, given as (name, text) in reading order."""
+    """The routes of registries.conf and its drop-ins, given as (name, text) in reading order;
+    ``ConfigInvalid`` for a broken file."""
+    return routes_from(read_registries_conf(files))
+
+
+def routes_from(conf: RegistriesConf) -> tuple[Route, ...]:
+    """The routes of read registries.conf files: one per entry with a plain prefix."""
     routes: dict[str, Route] = {}
-    for name, text in files:
-        try:
-            doc = loads_toml(text, what=name, max_bytes=MAX_REGISTRIES_CONF_BYTES)
-        except MalformedInput:
+    for entry in conf.entries:
+        key = _normalized(entry.key)
+        if not key or key.startswith("*"):
             continue
-        entries = doc.get("registry")
-        for entry in entries if isinstance(entries, list) else ():
-            route = _route(entry)
-            if route is not None:
-                routes[route.prefix] = route
+        mirrors = tuple(_normalized(mirror.location) for mirror in entry.mirrors)
+        routes[key] = Route(key, _normalized(entry.location) or key, mirrors)
     return tuple(routes.values())
-
-
-def _route(entry: Any) -> Route | None:
-    if not isinstance(entry, dict):
-        return None
-    location, prefix = entry.get("location", ""), entry.get("prefix", "")
-    if not isinstance(location, str) or not isinstance(prefix, str):
-        return None
-    key = _normalized(prefix or location)
-    if not key or key.startswith("*"):
-        return None
-    mirrors = entry.get("mirror")
-    found = [
-        _normalized(m["location"])
-        for m in (mirrors if isinstance(mirrors, list) else ())
-        if isinstance(m, dict) and isinstance(m.get("location"), str) and m["location"]
-    ]
-    return Route(key, _normalized(location) or key, tuple(found))
 
 
 def _normalized(location: str) -> str:

@@ -8,15 +8,24 @@ per request costs nothing that matters. ``timeout_s`` bounds the connect and
 every socket read; a cancelled caller stops waiting at once and its thread ends
 within ``timeout_s``.
 
-A body is read into memory up to ``MAX_MANIFEST_BYTES`` (and one byte more, so
-that the caller sees it was larger); a ``Sink`` takes a 200 body of any size,
-hashing and counting it on the way.
+Every answer is bounded before it is used (docs/security.md, "Registry and credential
+inputs"): at most ``MAX_HEADER_COUNT`` header fields of ``MAX_HEADER_BYTES`` in all
+(``http.client`` itself refuses a line over 64 KiB and more than 100 fields); a field
+given twice is joined with ``", "`` as RFC 9110 says (two ``WWW-Authenticate`` lines are
+one list of challenges), except ``Content-Length``, which must be one run of at most 19
+digits, given once or always the same, and no larger than the body the caller takes. A
+body is read into memory up to ``MAX_MANIFEST_BYTES`` for a 200 answer (and one byte
+more, so that the caller sees it was larger), ``MAX_ERROR_BODY_BYTES`` for any other;
+a ``Sink`` takes a 200 body up to its own bound, hashing and counting it on the way.
+An answer outside these bounds raises ``MalformedResponse`` (an ``HTTPException``, so the
+client reports the registry as unavailable).
 """
 
 from __future__ import annotations
 
 import hashlib
 import http.client
+import re
 import ssl
 import threading
 import urllib.parse
@@ -25,10 +34,20 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from nodeagent import __version__
-from nodeagent.errors import HostFileError
+from nodeagent.errors import HostFileError, RegistryUnavailable
+from nodeagent.registries import MAX_MANIFEST_BYTES
+from nodeagent.strict import clip
 
-MAX_MANIFEST_BYTES: Final = 4 * 1024 * 1024
-"""Larger manifest bodies are refused (containers-image uses the same limit)."""
+MAX_HEADER_BYTES: Final = 96 * 1024
+"""All header fields of one answer together (names and values); real ones take ~2 KiB."""
+MAX_HEADER_COUNT: Final = 64
+"""Header fields in one answer; real ones have ~15."""
+MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+"""The part of a non-200 answer's body that is read (nodeagent never uses it)."""
+_CONTENT_LENGTH: Final = re.compile(r"[0-9]{1,19}")
+MAX_URL_CHARS: Final = 8192
+"""A longer realm or redirect target is refused (servers refuse longer request lines)."""
+_URL_TEXT: Final = re.compile(r"[\x21-\x7e]+")
 
 DOWNLOAD_CHUNK_BYTES: Final = 1 << 20
 """A ``Sink`` reads and writes bodies in pieces of this size."""
@@ -42,6 +61,10 @@ class Response:
     headers: Mapping[str, str]
     """Lower-case names."""
     body: bytes
+
+
+class MalformedResponse(http.client.HTTPException):
+    """An answer outside the bounds of the module docstring; the message is clipped."""
 
 
 class Writable(Protocol):
@@ -68,15 +91,54 @@ def exchange(
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     try:
         conn.request("GET", target, headers={"User-Agent": _USER_AGENT, **headers})
-        response = conn.getresponse()
-        lowered = {name.lower(): value for name, value in response.getheaders()}
-        if sink is not None and response.status == 200:
-            sink.fill(response)
-            return Response(response.status, lowered, b"")
-        body = response.read(MAX_MANIFEST_BYTES + 1)
-        return Response(response.status, lowered, body)
+        with conn.getresponse() as response:  # closed even when its headers are refused
+            return _read(response, sink)
     finally:
         conn.close()
+
+
+def _read(response: http.client.HTTPResponse, sink: Sink | None) -> Response:
+    lowered = checked_headers(response.getheaders())
+    if sink is not None and response.status == 200:
+        check_content_length(lowered, sink.max_bytes)
+        sink.fill(response)
+        return Response(response.status, lowered, b"")
+    limit = MAX_MANIFEST_BYTES if response.status == 200 else MAX_ERROR_BODY_BYTES
+    return Response(response.status, lowered, response.read(limit + 1))
+
+
+def checked_headers(fields: list[tuple[str, str]]) -> dict[str, str]:
+    """Header fields by lower-case name, repeated ones joined; ``MalformedResponse`` when
+    there are too many or they are too large (see the module docstring)."""
+    if len(fields) > MAX_HEADER_COUNT:
+        raise MalformedResponse(f"the answer has {len(fields)} header fields, more than "
+                                f"{MAX_HEADER_COUNT}")  # fmt: skip
+    total = sum(len(name) + len(value) for name, value in fields)
+    if total > MAX_HEADER_BYTES:
+        raise MalformedResponse(f"the answer's header fields take {total} bytes, more than "
+                                f"{MAX_HEADER_BYTES}")  # fmt: skip
+    joined: dict[str, str] = {}
+    for name, value in fields:
+        key = name.lower()
+        if key == "content-length" and joined.get(key, value) != value:
+            raise MalformedResponse("the answer gives two different Content-Length values")
+        joined[key] = value if key not in joined or key == "content-length" else (
+            f"{joined[key]}, {value}"
+        )  # fmt: skip
+    return joined
+
+
+def check_content_length(headers: Mapping[str, str], max_bytes: int) -> None:
+    """Refuse a ``Content-Length`` that is not a number, or above ``max_bytes``."""
+    value = headers.get("content-length")
+    if value is None:
+        return
+    if not _CONTENT_LENGTH.fullmatch(value.strip()):
+        raise MalformedResponse(f"Content-Length {clip(value, 40)!r} is not a byte count")
+    if int(value) > max_bytes:
+        raise MalformedResponse(
+            f"the body is {int(value)} bytes (Content-Length), more than the {max_bytes} allowed"
+        )
 
 
 class Sink:
@@ -107,3 +169,37 @@ class Sink:
                 raise HostFileError(f"cannot write {where}: {err.strerror or err}") from err
             if self.on_bytes is not None:
                 self.on_bytes(len(chunk))
+
+
+# ---------------------------------------------------------------- URLs from answers
+def is_http_url(url: str) -> bool:
+    """Whether ``url`` is an absolute http(s) URL of bounded length without white space or
+    control characters (http.client would refuse those)."""
+    if len(url) > MAX_URL_CHARS or not _URL_TEXT.fullmatch(url):
+        return False
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # a bad IPv6 literal, say
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def redirect_url(ref: str, url: str, location: str) -> str:
+    """``location`` resolved against ``url``; ``RegistryUnavailable`` (naming ``ref``) unless
+    it is an http(s) URL ``is_http_url`` accepts."""
+    try:
+        resolved = urllib.parse.urljoin(url, location) if len(location) <= MAX_URL_CHARS else ""
+    except ValueError:
+        resolved = ""
+    if not is_http_url(resolved):
+        raise RegistryUnavailable(
+            f"{clip(ref)}: the registry redirected to {clip(location, 120)!r}, which is not "
+            "an http or https URL nodeagent follows"
+        )
+    return resolved
+
+
+def origin(url: str) -> tuple[str, str]:
+    """Scheme and host of ``url``: credentials go only to the registry's own origin."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.netloc.lower()

@@ -219,7 +219,7 @@ def test_image_blobs_are_config_then_layers() -> None:
 )
 def test_descriptors_bundles_cannot_hold_are_refused(bad: object) -> None:
     body = json.dumps({"schemaVersion": 2, "config": bad, "layers": []}).encode()
-    with pytest.raises(ImageNotFound, match="descriptor"):
+    with pytest.raises(ImageNotFound, match=r"manifest is malformed: config"):
         image_blobs(body, APP)
 
 

@@ -22,7 +22,26 @@ def test_entries_are_read_back_by_another_process(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    [b"", b"{", b"\xff", b"[]", b'{"layers": 5, "config_size_bytes": 1}', b'{"child": 3}'],
+    [
+        b"",
+        b"{",
+        b"\xff",
+        b"[]",
+        b'{"layers": 5, "config_size_bytes": 1}',
+        b'{"child": 3}',
+        b'{"child": "sha256:../x"}',
+        b'{"layers": [], "config_size_bytes": "12"}',  # int("12") was accepted
+        b'{"layers": [], "config_size_bytes": -1}',
+        b'{"layers": [], "config_size_bytes": 1.5}',
+        b'{"layers": [], "config_size_bytes": true}',
+        b'{"layers": [["sha256:' + b"b" * 64 + b'", 1, 2]], "config_size_bytes": 1}',
+        b'{"layers": [[5, 1]], "config_size_bytes": 1}',
+        b'{"layers": [["sha256:' + b"b" * 64 + b'", 9007199254740992]], "config_size_bytes": 1}',
+        b'{"layers": [], "config_size_bytes": 1, "layers": []}',
+        b'{"layers": [], "config_size_bytes": ' + b"9" * 4301 + b"}",
+        b'{"layers": ' + b"[" * 1000 + b"]" * 1000 + b', "config_size_bytes": 1}',
+        b"{}",
+    ],
 )
 def test_a_damaged_entry_is_set_aside_logged_and_missed(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / f"{DIGEST.replace(':', '-')}.json"

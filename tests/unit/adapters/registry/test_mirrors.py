@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nodeagent.adapters.registry.mirrors import Route, pull_sources, routes_of
+from nodeagent.errors import ConfigInvalid
 
 D = "@sha256:" + "d" * 64
 
@@ -83,6 +84,11 @@ def test_pull_sources_follow_the_longest_prefix_mirrors_first(ref: str, sources:
         '[[registry]]\nlocation = "q.io"\n[[registry.mirror]]\nlocation = 7',
     ],
 )
-def test_files_or_entries_of_the_wrong_shape_route_nothing(text: str) -> None:
-    routes = routes_of([("bad", text)])
-    assert all(route.mirrors == () for route in routes)
+def test_files_or_entries_of_the_wrong_shape_are_refused_naming_the_file(text: str) -> None:
+    with pytest.raises(ConfigInvalid, match=r"^ConfigInvalid: 50-bad\.conf"):
+        routes_of([("main", CONF), ("50-bad.conf", text)])
+
+
+def test_wildcard_prefixes_route_nothing() -> None:
+    text = '[[registry]]\nprefix = "*.example.com"\n[[registry.mirror]]\nlocation = "m.local"\n'
+    assert routes_of([("main", text)]) == ()
