@@ -163,7 +163,10 @@ async def test_images_lost_while_the_runtime_was_down_are_back_within_seconds_of
     reason = "RuntimeStorageWiped" if is_wiped else "RuntimeImagesLost"
     assert f"pinned_images_lost: reason={reason}" in log
     assert "runtime_socket_appeared" in log
-    status = node.agent.wait_status(lambda s: "imageLoss" in s, what="the loss in the status")
+    status = node.agent.wait_status(
+        lambda s: "imageLoss" in s and set_state(s, "keep") == "Pinned",
+        what="keep pinned again, the loss in the status",
+    )
     assert status["imageLoss"]["reason"] == reason
     assert status["imageLoss"]["imagesLost"] == (3 if is_wiped else 1)
     await assert_node_consistent(node, sets={"keep": keep}, since=mark)
