@@ -439,6 +439,11 @@ class StoreSourceMismatch(StoreError):
     reason = "StoreSourceMismatch"
     exit_code = 65  # EX_DATAERR
 
+    def __init__(self, message: str, *, is_size: bool = False) -> None:
+        super().__init__(message)
+        self.is_size = is_size
+        """The size was wrong (else the digest)."""
+
 
 class StoreRecordDamaged(StoreError):
     """A record of the store (a bundle's record, the index, the removal marks) cannot be read;
