@@ -1,0 +1,278 @@
+"""copy_bundle, removal and verify on a real tmp filesystem, with signed generated bundles."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeagent.adapters.store import keeper
+from nodeagent.adapters.store.blobs import BlobStore
+from nodeagent.adapters.store.copier import StoreLimits, copy_bundle
+from nodeagent.adapters.store.records import StoreRecords
+from nodeagent.bundles.manifest import BundleDigestMismatch, BundleManifestInvalid
+from nodeagent.errors import InsufficientDiskSpace, StoreFull
+from nodeagent.store.keeping import KeepRules
+from nodeagent.store.progress import ByteProgress
+from tests.testenv.waiting import wait_for
+from tests.unit.adapters.store.signed import Keys, Signed, image, signed_bundle
+
+MIB = 1 << 20
+GRACE_S = 600.0
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> Keys:
+    return Keys.make(tmp_path / "trusted")
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    return tmp_path / "layer-cache"
+
+
+def _bundle(tmp_path: Path, keys: Keys, cache: Path, name: str, **kwargs: str) -> Signed:
+    """Bundle ``name``: a shared base layer (seed 1) plus a layer of its own."""
+    own_seed = sum(name.encode())
+    app = image(f"example/{name}", [(MIB, 1), (2 * MIB, own_seed)], cache)
+    return signed_bundle(
+        tmp_path / name, keys, [app], bundle_id=name, set_name=f"set-{name}", **kwargs
+    )
+
+
+def _copy(store: Path, bundle: Signed, keys: Keys) -> keeper.Verified:
+    copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    return keeper.verify(store)
+
+
+def test_a_bundle_is_copied_whole_and_named_in_the_oci_index(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    bundle = _bundle(tmp_path, keys, cache, "alpha", channel="stable")
+    store = tmp_path / "store"
+    shown: list[ByteProgress] = []
+    result = copy_bundle(
+        store, bundle.root, bundle.manifest, keys.trusted_dir, on_progress=shown.append
+    )
+    total = sum(f.size_bytes for f in bundle.manifest.blobs.values())
+    count = len(bundle.manifest.blobs)  # the manifest, the config and two layers
+    assert (result.blobs_copied, result.bytes_copied, result.bytes_read) == (count, total, total)
+    assert set(BlobStore(store).stored()) == set(bundle.manifest.blobs)
+    assert shown[-1].is_final and shown[-1].done_bytes == total
+    index = json.loads((store / "index.json").read_text())
+    names = [m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]]
+    assert names == [str(i.ref) for i in bundle.manifest.images]
+    kept = store / "bundles" / "alpha"
+    assert (kept / "bundle.json").read_bytes() == (bundle.root / "bundle.json").read_bytes()
+    assert (kept / "bundle.json.minisig").read_bytes() == (
+        bundle.root / "bundle.json.minisig"
+    ).read_bytes()
+    (record,) = StoreRecords(store).load().records
+    assert (record.key_id, record.channel, record.sets) == (
+        keys.key_id_hex,
+        "stable",
+        ("set-alpha",),
+    )
+    again = copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    assert (again.blobs_copied, again.blobs_present, again.bytes_read) == (0, count, 0)
+
+
+def test_shared_layers_are_stored_once_and_unpinning_frees_only_own_blobs(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    alpha = _bundle(tmp_path, keys, cache, "alpha", created="2026-01-01T00:00:00Z")
+    beta = _bundle(tmp_path, keys, cache, "beta", created="2026-02-01T00:00:00Z")
+    store = tmp_path / "store"
+    copy_bundle(store, alpha.root, alpha.manifest, keys.trusted_dir)
+    second = copy_bundle(store, beta.root, beta.manifest, keys.trusted_dir)
+    shared = set(alpha.manifest.blobs) & set(beta.manifest.blobs)
+    assert len(shared) == 1  # the base layer
+    assert second.blobs_present == 1 and second.bytes_copied < sum(
+        f.size_bytes for f in beta.manifest.blobs.values()
+    )
+    assert set(BlobStore(store).stored()) == set(alpha.manifest.blobs) | set(beta.manifest.blobs)
+
+    rules = KeepRules(gc_grace_s=GRACE_S, keep_newest_per_channel=True)
+    now = keeper.inspect_store(store, (), rules, 0).verdicts[0].record.accepted_at_s + GRACE_S
+    pinned = {"set-beta"}  # set-alpha was unpinned
+    first = keeper.collect(store, pinned, rules, now)
+    assert first.removed == ()  # marked only: the grace period starts now
+    marked = set(first.view.removals.marks)
+    assert marked == set(alpha.manifest.blobs) - shared
+    early = keeper.collect(store, pinned, rules, now + GRACE_S - 1)
+    assert early.removed == ()
+    late = keeper.collect(store, pinned, rules, now + GRACE_S)
+    assert set(late.removed) == marked
+    assert set(BlobStore(store).stored()) == set(beta.manifest.blobs)
+    assert (store / "bundles" / "alpha" / "bundle.json").exists()  # the signed manifest stays
+    index = json.loads((store / "index.json").read_text())
+    assert [m["digest"] for m in index["manifests"]] == [beta.manifest.images[0].manifest_digest]
+    assert keeper.verify(store).is_ok
+
+
+def test_the_size_cap_refuses_before_the_first_byte(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    bundle = _bundle(tmp_path, keys, cache, "alpha")
+    store = tmp_path / "store"
+    with pytest.raises(StoreFull, match=r"raise \[store\] max_bytes"):
+        copy_bundle(
+            store,
+            bundle.root,
+            bundle.manifest,
+            keys.trusted_dir,
+            limits=StoreLimits(max_bytes=2 * MIB),
+        )
+    with pytest.raises(InsufficientDiskSpace, match="image store"):
+        copy_bundle(
+            store,
+            bundle.root,
+            bundle.manifest,
+            keys.trusted_dir,
+            limits=StoreLimits(reserve_bytes=1 << 60),
+        )
+    assert BlobStore(store).stored() == {}
+    assert list((store / "tmp").iterdir()) == []
+    assert not (store / "bundles" / "alpha").exists()
+
+
+def test_a_damaged_blob_on_the_medium_refuses_the_bundle(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    bundle = _bundle(tmp_path, keys, cache, "alpha")
+    layer = max(bundle.manifest.blobs.items(), key=lambda item: item[1].size_bytes)[0]
+    path = bundle.blob_file(layer)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    store = tmp_path / "store"
+    with pytest.raises(BundleDigestMismatch):
+        copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    assert layer not in BlobStore(store).stored()
+    assert not (store / "bundles" / "alpha").exists()
+    assert list((store / "tmp").iterdir()) == []
+
+
+def test_a_medium_whose_manifest_changed_is_refused(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    alpha = _bundle(tmp_path, keys, cache, "alpha")
+    beta = _bundle(tmp_path, keys, cache, "beta")
+    with pytest.raises(BundleManifestInvalid, match="no longer the one verified"):
+        copy_bundle(tmp_path / "store", alpha.root, beta.manifest, keys.trusted_dir)
+
+
+def test_verify_finds_removes_and_reports_a_blob_corrupted_on_disk(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    bundle = _bundle(tmp_path, keys, cache, "alpha")
+    store = tmp_path / "store"
+    assert _copy(store, bundle, keys).is_ok
+    victim = bundle.manifest.images[0].manifest_digest
+    path = BlobStore(store).path(victim)
+    path.write_bytes(path.read_bytes().replace(b"schemaVersion", b"schemaVersioN"))
+    report = keeper.verify(store)
+    assert [digest for digest, _ in report.corrupt] == [victim]
+    assert report.checked == len(bundle.manifest.blobs)
+    assert victim not in BlobStore(store).stored()
+    assert json.loads((store / "index.json").read_text())["manifests"] == []
+    again = copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    assert again.blobs_copied == 1  # fetched again from a source that has it
+    assert keeper.verify(store).is_ok
+
+
+def test_a_damaged_record_is_set_aside_and_rebuilt(tmp_path: Path, keys: Keys, cache: Path) -> None:
+    bundle = _bundle(tmp_path, keys, cache, "alpha", channel="edge")
+    store = tmp_path / "store"
+    copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    (store / "bundles" / "alpha" / "record.json").write_text('{"recordVersion": 1, "x": NaN}')
+    loaded = StoreRecords(store).load()
+    assert [r.channel for r in loaded.records] == ["edge"]
+    assert loaded.repairs == ("alpha: record damaged, rebuilt from its bundle.json",)
+    assert any(
+        p.name.startswith("record.json.damaged-") for p in (store / "bundles/alpha").iterdir()
+    )
+
+
+_CHILD = """
+import sys, time
+from pathlib import Path
+from nodeagent.adapters.store import copier
+from nodeagent.bundles.manifest import parse_manifest
+
+original = copier._MediumReader.readinto
+def slow(self, buffer):  # a slow medium, so the copy can be killed in the middle of a blob
+    time.sleep(0.02)
+    return original(self, buffer[: 128 << 10])
+copier._MediumReader.readinto = slow
+medium, store, keys = map(Path, sys.argv[1:4])
+manifest = parse_manifest((medium / "bundle.json").read_bytes())
+copier.copy_bundle(store, medium, manifest, keys)
+"""
+
+
+def test_a_copy_killed_mid_blob_resumes_without_reading_the_prefix_again(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    app = image("example/big", [(4 * MIB, 7), (4 * MIB, 8)], cache)
+    bundle = signed_bundle(tmp_path / "big", keys, [app], bundle_id="big", set_name="big")
+    store = tmp_path / "store"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(bundle.root), str(store), str(keys.trusted_dir)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+    def partials() -> dict[str, tuple[int, float]]:
+        return BlobStore(store).partials() if (store / "tmp").exists() else {}
+
+    try:
+        wait_for(
+            lambda: any(size >= MIB for size, _ in partials().values()),
+            timeout_s=60,
+            what="the child to be in the middle of a layer",
+        )
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    left = {digest: size for digest, (size, _) in partials().items()}
+    assert left and not (store / "bundles" / "big" / "record.json").exists()
+    stored_before = BlobStore(store).stored()
+    result = copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    missing = {d: f.size_bytes for d, f in bundle.manifest.blobs.items() if d not in stored_before}
+    assert result.bytes_copied == sum(missing.values())
+    assert result.bytes_read == sum(missing.values()) - sum(left.values())
+    assert keeper.verify(store).is_ok
+    assert set(BlobStore(store).stored()) == set(bundle.manifest.blobs)
+
+
+@pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
+def test_skopeo_reads_a_stored_image_by_its_reference(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    bundle = _bundle(tmp_path, keys, cache, "alpha")
+    store = tmp_path / "store"
+    copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    ref = str(bundle.manifest.images[0].ref)
+    shown = subprocess.run(
+        ["skopeo", "inspect", "--raw", f"oci:{store}:{ref}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["layers"][0]["digest"] in bundle.manifest.blobs
+    copied = subprocess.run(
+        ["skopeo", "copy", f"oci:{store}:{ref}", f"dir:{tmp_path / 'out'}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert copied.returncode == 0, copied.stderr
