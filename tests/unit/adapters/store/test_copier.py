@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -12,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.adapters.bundles.server import BundleServer
 from nodeagent.adapters.store import keeper
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import StoreLimits, copy_bundle
 from nodeagent.adapters.store.records import StoreRecords
+from nodeagent.adapters.store.source import served_from_store
 from nodeagent.bundles.manifest import BundleDigestMismatch, BundleManifestInvalid
 from nodeagent.errors import InsufficientDiskSpace, StoreFull
 from nodeagent.store.keeping import KeepRules
@@ -276,3 +279,41 @@ def test_skopeo_reads_a_stored_image_by_its_reference(
         timeout=60,
     )
     assert copied.returncode == 0, copied.stderr
+
+
+async def _fetch(port: int, path: str) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    head, _, body = response.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_the_loopback_bundle_server_serves_from_the_store_and_refuses_damage(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    bundle = _bundle(tmp_path, keys, cache, "alpha")
+    store = tmp_path / "store"
+    copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    shutil.rmtree(bundle.root)  # the stick is gone
+    image_ref = bundle.manifest.images[0]
+    layer = max(bundle.manifest.blobs.items(), key=lambda item: item[1].size_bytes)[0]
+    damaged = BlobStore(store).path(layer)
+    good = damaged.read_bytes()
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        async with BundleServer(store, served_from_store(bundle.manifest)) as server:
+            manifest = await _fetch(
+                server.port, f"/v2/example/alpha/manifests/{image_ref.manifest_digest}"
+            )
+            blob = await _fetch(server.port, f"/v2/example/alpha/blobs/{layer}")
+            return [manifest, blob, *([] if server.rejections else [(0, b"")])]
+
+    manifest, blob, *_ = asyncio.run(scenario())
+    assert manifest[0] == 200 and blob == (200, good)
+    damaged.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    results = asyncio.run(scenario())
+    assert len(results[1][1]) < len(good)  # the last chunk is held back: never whole
+    assert len(results) == 2  # and the server reported the damage
