@@ -68,6 +68,16 @@ PROBES: dict[str, Probe] = {
     "one feature imports another": Probe(
         {"nodeagent/bundles/manifest.py": "import nodeagent.cluster"}, frozenset({"layers"})
     ),
+    "the store imports the bundle feature": Probe(
+        {"nodeagent/store/keeping.py": "import nodeagent.bundles"}, frozenset({"layers"})
+    ),
+    "the store's pure rules open files through an adapter": Probe(
+        {"nodeagent/store/layout.py": "import nodeagent.adapters.store.blobs"},
+        frozenset({"adapters-only-from-root"}),
+    ),
+    "the store adapter speaks HTTP": Probe(
+        {"nodeagent/adapters/store/copier.py": "import urllib.request"}, frozenset({"http"})
+    ),
     "the pin path imports the CLI": Probe(
         {"nodeagent/pins.py": "import nodeagent.cli"},
         frozenset({"layers", "adapters-never-reach-back"}),  # adapters import the pin path
