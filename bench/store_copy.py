@@ -221,9 +221,13 @@ def measure_all(opts: argparse.Namespace, work: Path) -> dict[str, object]:
     size = max(64 * MIB, bundle_bytes * 2)
     with loop_fs(work / "medium.img", work / "medium", size_bytes=size, content=bundle) as medium:
         shutil.rmtree(bundle)
-        with loop_fs(work / "store.img", work / "store-fs", size_bytes=size, content=None) as fs:
+        store_size = 3 * size
+        with loop_fs(
+            work / "store.img", work / "store-fs", size_bytes=store_size, content=None
+        ) as fs:
             measures = []
             for _ in range(opts.rounds):
+                shutil.rmtree(fs.mountpoint / "store", ignore_errors=True)
                 measures += [measure_read(medium), measure_write(medium, fs.mountpoint)]
                 measures.append(measure_copy(medium, fs.mountpoint / "store", keys))
             if opts.throttle_mbps:

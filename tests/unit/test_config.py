@@ -354,7 +354,9 @@ def test_without_root_paths_are_taken_as_written(tmp_path: Path) -> None:
 
 
 def test_store_dir_defaults_under_the_state_dir_and_follows_the_root(tmp_path: Path) -> None:
-    config = load(tmp_path, {str(MAIN): '[state]\ndir = "/srv/state"\n[store]\nmax_bytes = "2GiB"\n'})
+    config = load(
+        tmp_path, {str(MAIN): '[state]\ndir = "/srv/state"\n[store]\nmax_bytes = "2GiB"\n'}
+    )
     assert config.store_dir == tmp_path / "srv/state/store"
     assert config.store.max_bytes == 2 * 1024**3
     moved = load(tmp_path, {str(MAIN): '[store]\npath = "/data/store"\n'})

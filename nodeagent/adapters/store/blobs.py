@@ -27,6 +27,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -131,6 +132,7 @@ class BlobStore:
         self.blob_dir = root / layout.BLOBS_DIR
         self.tmp_dir = root / layout.TMP_DIR
         self.chunk_bytes = chunk_bytes
+        self._hashing: ThreadPoolExecutor | None = None
 
     def ensure(self) -> None:
         """Create the directories (the layout files are ``records``')."""
@@ -254,8 +256,11 @@ class BlobStore:
                     "nothing was stored",
                     is_size=True,
                 )
-            hasher.update(buffer[:count])
-            _write_all(job.fd, buffer[:count], self.tmp_dir)
+            hashing = self._hasher_thread().submit(hasher.update, buffer[:count])
+            try:
+                _write_all(job.fd, buffer[:count], self.tmp_dir)
+            finally:
+                hashing.result()  # before the buffer is read into again
             done += count
             job.on_bytes(count)
         if done != job.size_bytes:
@@ -265,6 +270,19 @@ class BlobStore:
                 is_size=True,
             )
         return done - offset
+
+    def _hasher_thread(self) -> ThreadPoolExecutor:
+        """One thread hashing a chunk while the caller writes it (both release the GIL):
+        measured 0.33 s writing plus 0.16 s hashing for 210 MB, one after the other."""
+        if self._hashing is None:
+            self._hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-hash")
+        return self._hashing
+
+    def close(self) -> None:
+        """End the hashing thread (it is started again when needed)."""
+        if self._hashing is not None:
+            self._hashing.shutdown(wait=True)
+            self._hashing = None
 
     def commit(self, filled: Filled) -> None:
         """fsync, rename into ``blobs/sha256``, fsync the directory: the blob is stored."""

@@ -25,8 +25,7 @@ The importer then imports from the store through the loopback server
 from __future__ import annotations
 
 import fcntl
-import io
-import os
+import functools
 import struct
 import time
 from collections import deque
@@ -40,7 +39,8 @@ import structlog
 
 from nodeagent.adapters.bundles.tree import MAX_SIGNATURE_BYTES, BundleDir, load_trusted_keys_dir
 from nodeagent.adapters.files import statvfs_free
-from nodeagent.adapters.store.blobs import BlobStore, Filled, StoreLock
+from nodeagent.adapters.store.blobs import CHUNK_BYTES, BlobStore, Filled, StoreLock
+from nodeagent.adapters.store.prefetch import Planned, Prefetcher
 from nodeagent.adapters.store.records import StoreRecords, record_for
 from nodeagent.bundles import minisign
 from nodeagent.bundles.manifest import (
@@ -56,7 +56,7 @@ from nodeagent.bundles.manifest import (
     parse_manifest,
 )
 from nodeagent.disk import admit
-from nodeagent.errors import HostFileError, InsufficientDiskSpace, StoreSourceMismatch
+from nodeagent.errors import InsufficientDiskSpace, StoreSourceMismatch
 from nodeagent.ports import FilesystemSpace
 from nodeagent.store.keeping import check_cap, size_cap
 from nodeagent.store.progress import ByteProgress, ProgressMeter
@@ -157,21 +157,6 @@ def disk_order(
     return [(digest, by_digest[digest]) for _, digest in sorted(keyed)]
 
 
-class _MediumReader:
-    """A blob file on the medium from an offset on, counting what is read."""
-
-    def __init__(self, stream: io.FileIO, path: str, counter: list[int]) -> None:
-        self.stream, self.path, self.counter = stream, path, counter
-
-    def readinto(self, buffer: memoryview) -> int:
-        try:
-            count = self.stream.readinto(buffer) or 0
-        except OSError as err:
-            raise HostFileError(f"cannot read {self.path} on the medium: {err.strerror}") from err
-        self.counter[0] += count
-        return count
-
-
 def read_signed(
     medium_root: Path, trusted_keys_dir: Path
 ) -> tuple[BundleManifest, minisign.Verified, bytes, bytes]:
@@ -218,6 +203,7 @@ def copy_bundle(
     on_progress: Callable[[ByteProgress], None] = lambda _p: None,
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
+    chunk_bytes: int = CHUNK_BYTES,
 ) -> CopyResult:
     """Copy every blob of the verified ``manifest`` the store lacks from ``medium_root``."""
     started_s = clock()
@@ -226,7 +212,7 @@ def copy_bundle(
         raise BundleManifestInvalid(
             f"bundle.json on {medium_root} is no longer the one verified; plug the medium in again"
         )
-    store = BlobStore(store_root)
+    store = BlobStore(store_root, chunk_bytes=chunk_bytes)
     records = StoreRecords(store_root)
     with StoreLock(store_root):
         store.ensure()
@@ -242,13 +228,11 @@ def copy_bundle(
             present=plan.present,
             bytes=format_bytes(plan.missing_bytes),
         )
-        counter = [0]
         with BundleDir(medium_root) as medium:
-            _copy_blobs(
+            read_bytes = _copy_blobs(
                 store,
                 medium,
                 disk_order(medium, plan.missing),
-                counter,
                 lambda n: _tick(meter, n, clock, on_progress),
             )
         record = record_for(
@@ -269,7 +253,7 @@ def copy_bundle(
         bundle=manifest.bundle_id,
         blobs=len(plan.missing),
         bytes=format_bytes(plan.missing_bytes),
-        read=format_bytes(counter[0]),
+        read=format_bytes(read_bytes),
         seconds=round(seconds, 1),
     )
     return CopyResult(
@@ -277,7 +261,7 @@ def copy_bundle(
         len(plan.missing),
         plan.present,
         plan.missing_bytes,
-        counter[0],
+        read_bytes,
         seconds,
         final,
     )
@@ -294,32 +278,37 @@ def _tick(
         on_progress(shown)
 
 
-def _opener(stream: io.FileIO, path: str, counter: list[int]) -> Callable[[int], _MediumReader]:
-    def open_at(offset: int) -> _MediumReader:
-        stream.seek(offset)
-        return _MediumReader(stream, path, counter)
-
-    return open_at
-
-
 def _copy_blobs(
     store: BlobStore,
     medium: BundleDir,
     ordered: list[tuple[str, ExpectedFile]],
-    counter: list[int],
     on_bytes: Callable[[int], None],
-) -> None:
+) -> int:
+    """Copy ``ordered`` (read ahead in a thread, committed in another); the bytes read."""
+    partials = store.partials()
+    planned = [
+        Planned(digest, file, _resume_offset(partials.get(digest), file.size_bytes))
+        for digest, file in ordered
+    ]
+    prefetcher = Prefetcher(medium, planned, store.chunk_bytes)
     committer = _Committer(store)
+    prefetcher.start()
     try:
-        for digest, file in ordered:
-            with medium.open_file(file) as stream:
-                os.posix_fadvise(stream.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                open_at = _opener(stream, file.path, counter)
-                try:
-                    filled = store.fill(digest, file.size_bytes, open_at, on_bytes)
-                except StoreSourceMismatch as err:
-                    kind = BundleSizeMismatch if err.is_size else BundleDigestMismatch
-                    raise kind(f"{file.path}: {err.message}") from err
+        for blob in planned:
+            opener = functools.partial(prefetcher.source, blob.digest)
+            try:
+                filled = store.fill(blob.digest, blob.file.size_bytes, opener, on_bytes)
+            except StoreSourceMismatch as err:
+                kind = BundleSizeMismatch if err.is_size else BundleDigestMismatch
+                raise kind(f"{blob.file.path}: {err.message}") from err
             committer.submit(filled)
     finally:
+        prefetcher.close()
+        store.close()
         committer.drain()
+    return prefetcher.bytes_read
+
+
+def _resume_offset(partial: tuple[int, float] | None, size_bytes: int) -> int:
+    """Where ``BlobStore.fill`` resumes: the partial's size, unless it is too long."""
+    return partial[0] if partial is not None and partial[0] <= size_bytes else 0

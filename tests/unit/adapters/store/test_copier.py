@@ -206,17 +206,18 @@ def test_a_damaged_record_is_set_aside_and_rebuilt(tmp_path: Path, keys: Keys, c
 _CHILD = """
 import sys, time
 from pathlib import Path
-from nodeagent.adapters.store import copier
+from nodeagent.adapters.store import copier, prefetch
 from nodeagent.bundles.manifest import parse_manifest
 
-original = copier._MediumReader.readinto
-def slow(self, buffer):  # a slow medium, so the copy can be killed in the middle of a blob
+original = prefetch.Prefetcher._put
+def slow(self, digest, item):  # a slow medium, so the copy can be killed in the middle of a blob
     time.sleep(0.02)
-    return original(self, buffer[: 128 << 10])
-copier._MediumReader.readinto = slow
+    return original(self, digest, item)
+prefetch.Prefetcher._put = slow
+prefetch.QUEUE_CHUNKS = 1
 medium, store, keys = map(Path, sys.argv[1:4])
 manifest = parse_manifest((medium / "bundle.json").read_bytes())
-copier.copy_bundle(store, medium, manifest, keys)
+copier.copy_bundle(store, medium, manifest, keys, chunk_bytes=128 << 10)
 """
 
 
