@@ -17,6 +17,7 @@ Measurements (MB/s: blob bytes / wall time):
 * ``copy``: ``adapters.store.copier.copy_bundle`` (signature, admission, each blob read
   once, hashed, written, fsynced, renamed; records and index): (c);
   bytes read from the medium's device during it, from ``/sys/block/loopN/stat``;
+* ``sha256 (memory)``: hashing as many bytes from memory, the CPU floor of any verified copy;
 * with ``--throttle-mbps``: ``read`` and ``copy`` again with this process in a cgroup v1
   ``blkio`` group whose ``blkio.throttle.read_bps_device`` limits the medium's loop device
   (a USB-stick-like rate).
@@ -28,6 +29,7 @@ rate >= 0.9 x the throttle.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -187,6 +189,16 @@ def measure_write(medium: Loop, store_fs: Path) -> Measure:
     return Measure("write", seconds, sum(sizes))
 
 
+def measure_hash(size_bytes: int) -> Measure:
+    """SHA-256 of as many bytes, from memory: the CPU floor of any verified copy."""
+    data = memoryview(os.urandom(CHUNK_BYTES))
+    hasher = hashlib.sha256()
+    started = time.monotonic()
+    for offset in range(0, size_bytes, CHUNK_BYTES):
+        hasher.update(data[: min(CHUNK_BYTES, size_bytes - offset)])
+    return Measure("sha256 (memory)", time.monotonic() - started, size_bytes)
+
+
 def measure_copy(medium: Loop, store: Path, keys: Path, name: str = "copy") -> Measure:
     if store.exists():
         shutil.rmtree(store)
@@ -230,6 +242,7 @@ def measure_all(opts: argparse.Namespace, work: Path) -> dict[str, object]:
                 shutil.rmtree(fs.mountpoint / "store", ignore_errors=True)
                 measures += [measure_read(medium), measure_write(medium, fs.mountpoint)]
                 measures.append(measure_copy(medium, fs.mountpoint / "store", keys))
+                measures.append(measure_hash(measures[-1].size_bytes))
             if opts.throttle_mbps:
                 progress(f"throttling reads from {medium.devnode} to {opts.throttle_mbps} MB/s")
                 with throttled(medium.dev, int(opts.throttle_mbps * MB)):
@@ -253,7 +266,8 @@ def summarize(
     read, write, copy = (_best(measures, n) for n in ("read", "write", "copy"))
     assert read and write and copy
     doc: dict[str, object] = {
-        "machine": f"{platform.node()} {os.cpu_count()} CPUs, kernel {platform.release()}",
+        "machine": f"{platform.node()} {os.cpu_count()} CPUs, kernel {platform.release()}, "
+        f"load average {os.getloadavg()[0]:.1f}",
         "shared_disk": "yes: both loop images are files on the same disk",
         "bundle_bytes": bundle_bytes,
         "measures": [asdict(m) | {"mb_per_s": round(m.mb_per_s, 1)} for m in measures],

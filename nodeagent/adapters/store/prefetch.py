@@ -4,10 +4,12 @@ Measured (bench/store_copy.py, 0.2 GB, loop devices on one disk): reading, then 
 and writing each chunk in turn took 1.97x the slower of a raw read and a raw write; the
 medium sat idle while a chunk was hashed and written. ``Prefetcher`` reads the blobs in
 copy order, each from the offset the copy resumes at, into a bounded queue of chunks
-(``QUEUE_CHUNKS`` x the chunk size of memory at most), and hands them out per blob through
-``source(digest)``: the medium is read once, sequentially, without pause. A blob whose
-copy has to start again from byte 0 (a resumed partial that did not match) is read again
-directly, once. Closing stops the thread and drops what it had read.
+(``QUEUE_CHUNKS`` x the chunk size of memory), and hands them out per blob through
+``source(digest)``: the medium is read once, sequentially, without pause. The chunk
+buffers are a pool of ``QUEUE_CHUNKS``, reused (a fresh 4 MiB object per chunk costs a
+page fault per page). A blob whose copy has to start again from byte 0 (a resumed partial
+that did not match) is read again directly, once. Closing stops the thread and drops what
+it had read.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from nodeagent.bundles.manifest import ExpectedFile
 from nodeagent.errors import HostFileError, NodeAgentError
 
 QUEUE_CHUNKS: Final = 8
-_END: Final = b""
+_END: Final = memoryview(b"")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +49,10 @@ class Prefetcher:
         self.planned = list(planned)
         self.chunk_bytes = chunk_bytes
         self.bytes_read = 0
-        self._chunks: queue.Queue[tuple[str, bytes | BaseException]] = queue.Queue(QUEUE_CHUNKS)
+        self._chunks: queue.Queue[tuple[str, memoryview | BaseException]] = queue.Queue()
+        self._free: queue.Queue[bytearray] = queue.Queue()
+        for _ in range(QUEUE_CHUNKS):  # reused: a fresh 4 MiB object per chunk costs page faults
+            self._free.put(bytearray(chunk_bytes))
         self._stop = threading.Event()
         self._used: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="store-prefetch", daemon=True)
@@ -57,17 +62,23 @@ class Prefetcher:
 
     def close(self) -> None:
         self._stop.set()
-        while self._thread.is_alive():
-            with contextlib.suppress(queue.Empty):  # unblock a put waiting for room
-                self._chunks.get(timeout=0.1)
-        self._thread.join()
+        self._thread.join()  # it waits for a free buffer at most 0.1 s at a time
 
-    def _put(self, digest: str, item: bytes | BaseException) -> None:
+    def _put(self, digest: str, item: memoryview | BaseException) -> None:
+        if self._stop.is_set():
+            raise _Stop
+        self._chunks.put((digest, item))
+
+    def _buffer(self) -> bytearray:
+        """A free chunk buffer, waiting for the consumer to hand one back."""
         while not self._stop.is_set():
-            with contextlib.suppress(queue.Full):
-                self._chunks.put((digest, item), timeout=0.1)
-                return
+            with contextlib.suppress(queue.Empty):
+                return self._free.get(timeout=0.1)
         raise _Stop
+
+    def give_back(self, item: memoryview) -> None:
+        if isinstance(item.obj, bytearray):
+            self._free.put(item.obj)
 
     def _run(self) -> None:
         try:
@@ -83,9 +94,14 @@ class Prefetcher:
         try:
             with self.medium.open_file(blob.file) as stream:
                 stream.seek(blob.offset)
-                while chunk := stream.read(self.chunk_bytes):
-                    self.bytes_read += len(chunk)
-                    self._put(blob.digest, chunk)
+                while True:
+                    buffer = self._buffer()
+                    count = stream.readinto(buffer) or 0
+                    if not count:
+                        self._free.put(buffer)
+                        break
+                    self.bytes_read += count
+                    self._put(blob.digest, memoryview(buffer)[:count])
         except OSError as err:
             self._put(blob.digest, _read_error(blob.file.path, err))
             raise _Stop from err
@@ -93,6 +109,9 @@ class Prefetcher:
             self._put(blob.digest, err)
             raise _Stop from err
         self._put(blob.digest, _END)
+
+    def take(self) -> tuple[str, memoryview | BaseException]:
+        return self._chunks.get()
 
     def source(self, digest: str, offset: int) -> _Source:
         """The blob from ``offset``: prefetched the first time, read directly after that."""
@@ -114,21 +133,26 @@ class _Source:
 class _Queued(_Source):
     def __init__(self, owner: Prefetcher, digest: str) -> None:
         self.owner, self.digest = owner, digest
+        self.chunk = memoryview(b"")
         self.pending = memoryview(b"")
         self.is_done = False
 
     def readinto(self, buffer: memoryview, /) -> int:
         if not self.pending and not self.is_done:
-            digest, item = self.owner._chunks.get()
+            self.owner.give_back(self.chunk)
+            digest, item = self.owner.take()
             if isinstance(item, BaseException):
                 raise item
             if digest != self.digest:
                 raise RuntimeError(f"prefetched {digest} while copying {self.digest}")
-            self.pending = memoryview(item)
+            self.chunk = self.pending = item
             self.is_done = not item
         count = min(len(buffer), len(self.pending))
         buffer[:count] = self.pending[:count]
         self.pending = self.pending[count:]
+        if not self.pending:
+            self.owner.give_back(self.chunk)
+            self.chunk = memoryview(b"")
         return count
 
 
