@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from nodeagent import logs
 from nodeagent.adapters.store.copier import copy_bundle
 from nodeagent.bundles import minisign
 from nodeagent.bundles.manifest import parse_manifest
@@ -301,6 +302,7 @@ def main() -> int:
     parser.add_argument("--throttle-mbps", type=float, default=0.0)
     parser.add_argument("--json", action="store_true")
     opts = parser.parse_args()
+    logs.configure("warning")  # stderr; stdout is the report
     if os.geteuid() != 0:
         print("bench.store_copy mounts loop devices and drops caches: run it as root")
         return 2

@@ -64,7 +64,7 @@ from nodeagent.units import format_bytes
 
 log = structlog.get_logger(__name__)
 
-COMMITS_IN_FLIGHT: Final = 2
+COMMITS_IN_FLIGHT: Final = 4
 """Blobs written and waiting for their fsync and rename while the next is read."""
 _FS_IOC_FIEMAP: Final = 0xC020660B
 _FIEMAP_HEAD: Final = struct.Struct("=QQIIII")
