@@ -91,7 +91,7 @@ PROBES: dict[str, Probe] = {
         frozenset({"adapters-only-from-root"}),
     ),
     "a new top-level package without a layer": Probe(
-        {"nodeagent/store/__init__.py": '"""Image store."""'}, frozenset({"layers"})
+        {"nodeagent/newfeature/__init__.py": '"""A feature."""'}, frozenset({"layers"})
     ),
     "udev outside the udev adapter": Probe(
         {"nodeagent/bundles/media.py": "import pyudev"}, frozenset({"udev"})
