@@ -12,7 +12,7 @@ import structlog
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import copy_bundle
 from nodeagent.cli.main import main
-from tests.unit.adapters.store.signed import Keys, Signed, image, signed_bundle
+from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
 
 MIB = 1 << 20
 

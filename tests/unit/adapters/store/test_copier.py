@@ -23,8 +23,8 @@ from nodeagent.bundles.manifest import BundleDigestMismatch, BundleManifestInval
 from nodeagent.errors import InsufficientDiskSpace, StoreFull
 from nodeagent.store.keeping import KeepRules
 from nodeagent.store.progress import ByteProgress
+from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
 from tests.testenv.waiting import wait_for
-from tests.unit.adapters.store.signed import Keys, Signed, image, signed_bundle
 
 MIB = 1 << 20
 GRACE_S = 600.0

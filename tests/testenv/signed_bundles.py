@@ -1,4 +1,4 @@
-"""Signed bundles of generated images in a tmp directory, for the store's adapter tests."""
+"""Signed OCI-layout bundles of generated images, made in-process (no registry, no CLI)."""
 
 from __future__ import annotations
 
