@@ -107,11 +107,17 @@ class StoreView:
 
 
 def inspect_store(
-    root: Path, pinned_sets: Iterable[str], rules: KeepRules, now_s: float
+    root: Path,
+    pinned_sets: Iterable[str],
+    rules: KeepRules,
+    now_s: float,
+    *,
+    is_repairing: bool = False,
 ) -> StoreView:
-    """What is kept and why, read only (nothing marked, nothing removed)."""
+    """What is kept and why: read only (nothing marked, removed or repaired) unless
+    ``is_repairing`` (the caller holds the store lock)."""
     blobs, records = BlobStore(root), StoreRecords(root)
-    loaded = records.load()
+    loaded = records.load(is_repairing=is_repairing)
     verdicts = decide(loaded.records, pinned_sets, rules, now_s)
     stored = blobs.stored()
     plan = plan_removals(
@@ -135,7 +141,7 @@ def collect(
     now_s = time.time() if now_s is None else now_s
     blobs, records = BlobStore(root), StoreRecords(root)
     with StoreLock(root):
-        view = inspect_store(root, pinned_sets, rules, now_s)
+        view = inspect_store(root, pinned_sets, rules, now_s, is_repairing=True)
         freed = 0
         for digest in view.removals.remove:
             if blobs.remove(digest):

@@ -98,15 +98,16 @@ class StoreRecords:
         text = canonical_json(record.to_json())
         write_atomic(directory / layout.RECORD_NAME, text)
 
-    def load(self) -> LoadedRecords:
-        """Every bundle's record, by bundle id; damaged ones set aside and rebuilt."""
+    def load(self, *, is_repairing: bool = True) -> LoadedRecords:
+        """Every bundle's record, by bundle id; damaged ones set aside and rebuilt (without
+        ``is_repairing``, for a reader without the store lock: rebuilt in memory only)."""
         records: list[BundleRecord] = []
         repairs: list[str] = []
         for bundle_id in self._bundle_ids():
             try:
                 record = self._load_one(bundle_id)
             except StoreRecordDamaged as err:
-                record = self._rebuild(bundle_id, err, repairs)
+                record = self._rebuild(bundle_id, err, repairs, is_repairing=is_repairing)
             if record is not None:
                 records.append(record)
         return LoadedRecords(tuple(records), tuple(repairs))
@@ -132,17 +133,18 @@ class StoreRecords:
         return record
 
     def _rebuild(
-        self, bundle_id: str, error: StoreRecordDamaged, repairs: list[str]
+        self, bundle_id: str, error: StoreRecordDamaged, repairs: list[str], *, is_repairing: bool
     ) -> BundleRecord | None:
         directory = self.bundle_path(bundle_id)
-        moved = set_aside(directory / layout.RECORD_NAME)
-        log.warning(
-            "store_record_damaged",
-            bundle=bundle_id,
-            reason=error.reason,
-            error=error.message,
-            moved_to=str(moved),
-        )
+        if is_repairing:
+            moved = set_aside(directory / layout.RECORD_NAME)
+            log.warning(
+                "store_record_damaged",
+                bundle=bundle_id,
+                reason=error.reason,
+                error=error.message,
+                moved_to=str(moved),
+            )
         try:
             manifest_bytes = _read_bounded(directory / layout.MANIFEST_NAME, 16 << 20)
             signature = _read_bounded(directory / layout.SIGNATURE_NAME, 16 << 10)
@@ -154,6 +156,9 @@ class StoreRecords:
             repairs.append(f"{bundle_id}: record damaged and not rebuilt ({err.reason})")
             return None
         record = record_for(manifest, key_id, "", self.top_manifest_types(manifest), 0.0)
+        if not is_repairing:
+            repairs.append(f"{bundle_id}: record damaged, read from its bundle.json for now")
+            return record
         self.write_bundle(record, manifest_bytes, signature)
         repairs.append(f"{bundle_id}: record damaged, rebuilt from its bundle.json")
         return record
@@ -172,12 +177,14 @@ class StoreRecords:
         return types
 
     # ------------------------------------------------------------ removal marks
-    def load_marks(self) -> dict[str, float]:
+    def load_marks(self, *, is_repairing: bool = True) -> dict[str, float]:
         path = self.root / layout.MARKS_NAME
         try:
             doc = _json(path, layout.MAX_RECORD_BYTES)
             return {} if doc is None else layout.marks_from_json(doc)
         except StoreRecordDamaged as err:
+            if not is_repairing:
+                return {}
             moved = set_aside(path)
             log.warning(
                 "store_record_damaged",

@@ -195,6 +195,10 @@ def test_a_damaged_record_is_set_aside_and_rebuilt(tmp_path: Path, keys: Keys, c
     store = tmp_path / "store"
     copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
     (store / "bundles" / "alpha" / "record.json").write_text('{"recordVersion": 1, "x": NaN}')
+    shown = keeper.inspect_store(store, (), KeepRules(), 0.0)  # read only: nothing moved
+    assert shown.repairs == ("alpha: record damaged, read from its bundle.json for now",)
+    assert [v.record.channel for v in shown.verdicts] == ["edge"]
+    assert len(list((store / "bundles/alpha").iterdir())) == 3
     loaded = StoreRecords(store).load()
     assert [r.channel for r in loaded.records] == ["edge"]
     assert loaded.repairs == ("alpha: record damaged, rebuilt from its bundle.json",)
