@@ -75,3 +75,18 @@ def test_store_verify_reports_and_removes_a_corrupt_blob_and_exits_74(
     assert "StoreBlobCorrupt" in captured.err
     assert victim not in store.stored()
     assert main(["--root", str(root), "store", "verify"]) == 0
+
+
+def test_text_from_names_is_escaped_on_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "root"
+    keys = Keys.make(tmp_path / "trusted")
+    (keys.trusted_dir / "factory.pub").rename(keys.trusted_dir / "evil\x1b[2J\u202e.pub")
+    app = image("example/evil", [(MIB, 3)], tmp_path / "cache")
+    bundle = signed_bundle(tmp_path / "evil", keys, [app], bundle_id="evil", set_name="s")
+    copy_bundle(root / "var/lib/nodeagent/store", bundle.root, bundle.manifest, keys.trusted_dir)
+    assert main(["--root", str(root), "store"]) == 0
+    out = capsys.readouterr().out
+    assert "evil" in out
+    assert "\x1b" not in out and "\u202e" not in out

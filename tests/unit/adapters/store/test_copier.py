@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -322,3 +323,27 @@ def test_the_loopback_bundle_server_serves_from_the_store_and_refuses_damage(
     results = asyncio.run(scenario())
     assert len(results[1][1]) < len(good)  # the last chunk is held back: never whole
     assert len(results) == 2  # and the server reported the damage
+
+
+def test_progress_comes_at_most_every_two_seconds_and_once_at_the_end(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    app = image("example/many", [(MIB, n) for n in range(40, 52)], cache)  # 12 layers
+    bundle = signed_bundle(tmp_path / "many", keys, [app], bundle_id="many", set_name="many")
+    ticks = iter(range(10_000))
+    shown: list[ByteProgress] = []
+    copy_bundle(
+        tmp_path / "store",
+        bundle.root,
+        bundle.manifest,
+        keys.trusted_dir,
+        on_progress=shown.append,
+        clock=lambda: next(ticks) * 0.25,  # every look at the clock: a quarter second later
+        chunk_bytes=256 << 10,
+    )
+    total = sum(f.size_bytes for f in bundle.manifest.blobs.values())
+    assert shown[-1].is_final and shown[-1].done_bytes == total
+    steps = [later.elapsed_s - earlier.elapsed_s for earlier, later in pairwise(shown[:-1])]
+    assert len(shown) > 3 and min(steps) >= 2.0
+    assert all(p.rate_bytes_per_s and p.eta_s is not None for p in shown[:-1])
+    assert [p.done_bytes for p in shown] == sorted(p.done_bytes for p in shown)
