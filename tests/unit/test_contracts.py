@@ -75,6 +75,9 @@ PROBES: dict[str, Probe] = {
         {"nodeagent/store/layout.py": "import nodeagent.adapters.store.blobs"},
         frozenset({"adapters-only-from-root"}),
     ),
+    "a file lock outside the store adapter": Probe(
+        {"nodeagent/adapters/files.py": "import fcntl"}, frozenset({"fcntl"})
+    ),
     "the store adapter speaks HTTP": Probe(
         {"nodeagent/adapters/store/copier.py": "import urllib.request"}, frozenset({"http"})
     ),
