@@ -173,13 +173,15 @@ class StoreSettings:
     max_bytes: int = 0
     """Size cap of the store's blobs: a number or a size such as ``"40GiB"``. A copy that would
     pass it is refused before its first byte (``StoreFull``). ``0`` (default): no cap of its
-    own; the filesystem's free space and ``[disk]`` reserve still apply."""
+    own; the filesystem's free space and ``[disk]`` reserve still apply.
+    Range: from 0 to 2^63-1 bytes."""
     max_percent: float = 0.0
     """Size cap as a percentage of the store filesystem's size, 0 to 100; with ``max_bytes``
-    the smaller applies. ``0`` (default): none."""
+    the smaller applies. ``0`` (default): none. Range: from 0 to 100."""
     gc_grace_s: float = 3600.0
     """Seconds a blob nothing kept refers to stays before it is removed, at least 0. Default one
-    hour: a bundle being imported, or a set re-added soon after, finds its blobs still there."""
+    hour: a bundle being imported, or a set re-added soon after, finds its blobs still there.
+    Range: from 0 to 2592000 seconds."""
     keep_newest_per_channel: bool = True
     """Keep the newest bundle of each signing key and channel even when none of its sets is
     pinned any more (for peers, and to re-pin without the stick). Default true."""
