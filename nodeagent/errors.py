@@ -43,6 +43,12 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── KubeconfigInvalid           KubeconfigInvalid
         ├── ApiAccessDenied             ApiAccessDenied
         ├── ApiRequestRejected          ApiRequestRejected
+        ├── StoreError                  (the node's image store, docs/store.md)
+        │   ├── StoreFull               StoreFull (the [store] size cap)
+        │   ├── StoreBlobCorrupt        StoreBlobCorrupt (a stored blob fails its digest)
+        │   ├── StoreBlobMissing        StoreBlobMissing
+        │   ├── StoreSourceMismatch     StoreSourceMismatch (bytes offered for a digest are not it)
+        │   └── StoreRecordDamaged      StoreRecordDamaged
         └── BundleError                 (a bundle nodeagent refuses)
             ├── BundleFormatUnsupported BundleFormatUnsupported
             ├── BundleManifestInvalid   BundleManifestInvalid
@@ -409,6 +415,53 @@ class ApiRequestRejected(PermanentError):
     """The API server rejected a request as invalid (4xx other than 401/403/404/409)."""
 
     reason = "ApiRequestRejected"
+
+
+class StoreError(PermanentError):
+    """The node's image store (docs/store.md) refused or lost something."""
+
+    reason = "StoreError"
+    exit_code = 74  # EX_IOERR
+
+
+class StoreFull(StoreError):
+    """The blobs to copy would take the store past its size cap (``[store] max_bytes`` or
+    ``max_percent``); refused before the first byte is written."""
+
+    reason = "StoreFull"
+    exit_code = 73  # EX_CANTCREAT
+
+
+class StoreBlobCorrupt(StoreError):
+    """A stored blob no longer matches its digest (damaged on disk); it is removed, not served."""
+
+    reason = "StoreBlobCorrupt"
+
+
+class StoreBlobMissing(StoreError):
+    """The store holds no blob by that digest."""
+
+    reason = "StoreBlobMissing"
+
+
+class StoreSourceMismatch(StoreError):
+    """Bytes offered for a digest (from a medium or a registry) are longer, shorter or other
+    than that digest: nothing was stored."""
+
+    reason = "StoreSourceMismatch"
+    exit_code = 65  # EX_DATAERR
+
+    def __init__(self, message: str, *, is_size: bool = False) -> None:
+        super().__init__(message)
+        self.is_size = is_size
+        """The size was wrong (else the digest)."""
+
+
+class StoreRecordDamaged(StoreError):
+    """A record of the store (a bundle's record, the index, the removal marks) cannot be read;
+    it is set aside and rebuilt from what the store holds."""
+
+    reason = "StoreRecordDamaged"
 
 
 def transient_reasons() -> frozenset[str]:

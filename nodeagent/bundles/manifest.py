@@ -77,6 +77,9 @@ _BUNDLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _ARCHITECTURE = re.compile(r"^[a-z0-9_]{1,32}$")
 _CREATED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
 _LAYOUTS: Final = ("oci", "registry-v2")
+_CHANNEL = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+DEFAULT_CHANNEL: Final = "default"
+"""The channel of a bundle whose ``bundle.json`` names none."""
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -126,6 +129,9 @@ class BundleManifest:
     sets: tuple[BundleSet, ...]
     blobs: Mapping[str, ExpectedFile] = field(default_factory=dict)
     """Digest → file of every blob ``blobs[]`` lists: all the content the bundle serves."""
+    channel: str = DEFAULT_CHANNEL
+    """The optional ``channel`` (a release line of the signing key); the node store keeps the
+    newest bundle of each key and channel."""
 
     @property
     def total_size_bytes(self) -> int:
@@ -362,6 +368,9 @@ def parse_manifest(data: bytes) -> BundleManifest:
     layout = doc.get("layout", "oci")
     if layout not in _LAYOUTS:
         raise BundleManifestInvalid("bundle.json: layout must be 'oci' or 'registry-v2'")
+    channel = DEFAULT_CHANNEL
+    if "channel" in doc:
+        channel = _string(doc, "channel", _CHANNEL, "1-64 of A-Z a-z 0-9 . _ -")
     images = _images(doc)
     blobs = _blobs(doc, layout)
     return BundleManifest(
@@ -373,6 +382,7 @@ def parse_manifest(data: bytes) -> BundleManifest:
         files=_files(doc, layout, blobs),
         sets=_sets(doc, images),
         blobs={f"sha256:{f.sha256_hex}": f for f in blobs.values()},
+        channel=channel,
     )
 
 

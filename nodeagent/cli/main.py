@@ -24,6 +24,7 @@ from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import read_boot_id
 from nodeagent.adapters.journald import JournalSink
 from nodeagent.cli import bundle as cli_bundle
+from nodeagent.cli import store as cli_store
 from nodeagent.config import DEFAULT_CONFIG_PATH, Config, load_config
 from nodeagent.daemon import root as daemon
 from nodeagent.errors import NodeAgentError, SpecInvalid, StateFileDamaged
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     pull = sub.add_parser("pull", help="pull images through the runtime (by digest)")
     pull.add_argument("images", nargs="+", metavar="IMAGE")
     cli_bundle.add_parser(sub)
+    cli_store.add_parser(sub)
     return parser
 
 
@@ -256,6 +258,7 @@ COMMANDS = {
     "runtime": cmd_runtime,
     "pull": cmd_pull,
     "bundle": cli_bundle.cmd_bundle,
+    "store": cli_store.cmd_store,
 }
 
 

@@ -23,3 +23,4 @@ from nodeagent.config.settings import PullSettings as PullSettings
 from nodeagent.config.settings import RuntimeSettings as RuntimeSettings
 from nodeagent.config.settings import SpecSettings as SpecSettings
 from nodeagent.config.settings import StateSettings as StateSettings
+from nodeagent.config.settings import StoreSettings as StoreSettings

@@ -344,6 +344,9 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
     ),
     ("bundles.mirror_dropin_name", "a plain file name without '/'", _is_file_name),
     ("bundles.label_pattern", "a non-empty glob", lambda v, _: bool(v)),
+    ("store.max_bytes", "from 0 (no cap) to 2^63-1 bytes", lambda v, _: 0 <= v < 2**63),
+    ("store.max_percent", "from 0 (no cap) to 100", lambda v, _: 0 <= v <= 100),
+    ("store.gc_grace_s", "from 0 to 2592000 seconds", lambda v, _: 0 <= v <= 30 * 86400),
     ("cluster.node_name", 'a DNS subdomain (lowercase) or ""', _is_node_name),
     (
         "cluster.set_selector",

@@ -170,6 +170,33 @@ class BundleSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreSettings:
+    """The node's verified image store (``[store]``, docs/store.md)."""
+
+    path: Path | None = None
+    """Directory of the store, an OCI image layout outside the runtime's storage so that a
+    runtime wipe leaves it alone. ``""`` (the default, stored as None): ``<state.dir>/store``."""
+    max_bytes: int = 0
+    """Size cap of the store's blobs: a number or a size such as ``"40GiB"``. A copy that would
+    pass it is refused before its first byte (``StoreFull``). ``0`` (default): no cap of its
+    own; the filesystem's free space and ``[disk]`` reserve still apply.
+    Range: from 0 to 2^63-1 bytes."""
+    max_percent: float = 0.0
+    """Size cap as a percentage of the store filesystem's size, 0 to 100; with ``max_bytes``
+    the smaller applies. ``0`` (default): none. Range: from 0 to 100."""
+    gc_grace_s: float = 3600.0
+    """Seconds a blob nothing kept refers to stays before it is removed, at least 0. Default one
+    hour: a bundle being imported, or a set re-added soon after, finds its blobs still there.
+    Range: from 0 to 2592000 seconds."""
+    keep_newest_per_channel: bool = True
+    """Keep the newest bundle of each signing key and channel even when none of its sets is
+    pinned any more (for peers, and to re-pin without the stick). Default true."""
+    registry_sets: bool = False
+    """Also keep the blobs of sets pulled from a registry in the store, so they can be restored
+    offline. Default false (not wired yet: bundle content only)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSettings:
     """Cluster mode (``[cluster]``): PinnedImageSets from the Kubernetes API, status back to it."""
 
@@ -233,6 +260,8 @@ class Config:
     """``[state]``: nodeagent's persistent state."""
     bundles: BundleSettings = field(default_factory=BundleSettings)
     """``[bundles]``: upgrade bundles on removable media."""
+    store: StoreSettings = field(default_factory=StoreSettings)
+    """``[store]``: the node's verified image store."""
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     """``[cluster]``: PinnedImageSets from the Kubernetes API and per-node status."""
     log: LogSettings = field(default_factory=LogSettings)
@@ -249,6 +278,11 @@ class Config:
         """The built-in defaults, every host path re-rooted under ``root`` when given."""
         source = reroot(DEFAULT_CONFIG_PATH, root)
         return reroot_sections(cls(source=source, dropin_dir=source.parent / DROPIN_DIR_NAME), root)
+
+    @property
+    def store_dir(self) -> Path:
+        """The image store's directory: ``[store] path``, else ``<state.dir>/store``."""
+        return self.store.path or self.state.dir / "store"
 
     @property
     def specs_persistent_dir(self) -> Path:

@@ -218,6 +218,9 @@ WRONG_TYPES = [
     ('[specs]\ndirs = ["/a", "b"]\n', "specs.dirs", "must be a non-empty list of absolute paths"),
     ('[disk]\nreserve_bytes = "lots"\n', "disk.reserve_bytes", 'size such as "2GiB"'),
     ("[disk]\nreserve_bytes = 1.5\n", "disk.reserve_bytes", "must be a number of bytes"),
+    ('[store]\nmax_bytes = "huge"\n', "store.max_bytes", 'size such as "2GiB"'),
+    ('[store]\nkeep_newest_per_channel = "yes"\n', "store.keep_newest_per_channel", "true or"),
+    ('[store]\npath = "store"\n', "store.path", 'must be an absolute path or ""'),
     ("pull = 3\n", "pull", "must be a table [pull], got 3"),
 ]
 
@@ -260,6 +263,10 @@ OUT_OF_RANGE = [
     ('[runtime]\nendpoint = "unix://crio.sock"\n', "runtime.endpoint", "unix:///<socket path>"),
     ('[specs]\ndirs = ["/a", "/a"]\n', "specs.dirs", "distinct directories, got ['/a', '/a']"),
     ('[log]\nlevel = "verbose"\n', "log.level", "one of debug, info, warning, error"),
+    ("[store]\nmax_bytes = -1\n", "store.max_bytes", "from 0 (no cap) to 2^63-1 bytes"),
+    ("[store]\nmax_percent = 101\n", "store.max_percent", "from 0 (no cap) to 100"),
+    ("[store]\ngc_grace_s = -5\n", "store.gc_grace_s", "from 0 to 2592000 seconds"),
+    ("[store]\ngc_grace_s = 1e300\n", "store.gc_grace_s", "from 0 to 2592000 seconds"),
     (
         "[pull]\nbackoff_initial_s = 10\nbackoff_max_s = 5\n",
         "pull.backoff_max_s",
@@ -345,3 +352,13 @@ def test_without_root_paths_are_taken_as_written(tmp_path: Path) -> None:
         tmp_path / "config.d",
         (path,),
     )
+
+
+def test_store_dir_defaults_under_the_state_dir_and_follows_the_root(tmp_path: Path) -> None:
+    config = load(
+        tmp_path, {str(MAIN): '[state]\ndir = "/srv/state"\n[store]\nmax_bytes = "2GiB"\n'}
+    )
+    assert config.store_dir == tmp_path / "srv/state/store"
+    assert config.store.max_bytes == 2 * 1024**3
+    moved = load(tmp_path, {str(MAIN): '[store]\npath = "/data/store"\n'})
+    assert moved.store_dir == tmp_path / "data/store"

@@ -68,6 +68,19 @@ PROBES: dict[str, Probe] = {
     "one feature imports another": Probe(
         {"nodeagent/bundles/manifest.py": "import nodeagent.cluster"}, frozenset({"layers"})
     ),
+    "the store imports the bundle feature": Probe(
+        {"nodeagent/store/keeping.py": "import nodeagent.bundles"}, frozenset({"layers"})
+    ),
+    "the store's pure rules open files through an adapter": Probe(
+        {"nodeagent/store/layout.py": "import nodeagent.adapters.store.blobs"},
+        frozenset({"adapters-only-from-root"}),
+    ),
+    "a file lock outside the store adapter": Probe(
+        {"nodeagent/adapters/files.py": "import fcntl"}, frozenset({"fcntl"})
+    ),
+    "the store adapter speaks HTTP": Probe(
+        {"nodeagent/adapters/store/copier.py": "import urllib.request"}, frozenset({"http"})
+    ),
     "the pin path imports the CLI": Probe(
         {"nodeagent/pins.py": "import nodeagent.cli"},
         frozenset({"layers", "adapters-never-reach-back"}),  # adapters import the pin path
@@ -81,7 +94,7 @@ PROBES: dict[str, Probe] = {
         frozenset({"adapters-only-from-root"}),
     ),
     "a new top-level package without a layer": Probe(
-        {"nodeagent/store/__init__.py": '"""Image store."""'}, frozenset({"layers"})
+        {"nodeagent/newfeature/__init__.py": '"""A feature."""'}, frozenset({"layers"})
     ),
     "udev outside the udev adapter": Probe(
         {"nodeagent/bundles/media.py": "import pyudev"}, frozenset({"udev"})

@@ -89,6 +89,14 @@ def test_unknown_fields_are_ignored_and_layout_defaults_to_oci() -> None:
     assert parse(doc).layout == "oci"
 
 
+def test_R8_channel_is_optional_defaults_and_has_its_form() -> None:
+    assert parse(manifest_doc()).channel == bundle.DEFAULT_CHANNEL == "default"
+    assert parse(manifest_doc(channel="stable-4.16")).channel == "stable-4.16"
+    for bad in ("", "a/b", "x" * 65, 4, None):
+        with pytest.raises(bundle.BundleManifestInvalid, match="channel"):
+            parse(manifest_doc(channel=bad))
+
+
 def test_registry_v2_layout_places_blobs_in_data_files() -> None:
     m = parse(manifest_doc(layout="registry-v2", files=[]))
     assert f"docker/registry/v2/blobs/sha256/aa/{HEX_A}/data" in [f.path for f in m.files]

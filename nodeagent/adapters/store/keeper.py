@@ -1,0 +1,215 @@
+"""What the store keeps (``inspect_store``), removing the rest (``collect``), ``verify``.
+
+The rules are ``nodeagent.store.keeping``'s; this module reads the records, the blobs and
+the marks, and applies the plan: a blob is removed only after ``gc_grace_s`` unreferenced
+(its mark, the time it was first found so, is kept in ``gc-marks.json``); a partial blob
+nothing refers to goes once it is older than the grace period. The signed manifests and
+records are never removed. ``index.json`` is rewritten afterwards so it names only images
+whose top manifest is still stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from nodeagent.adapters.store.blobs import BlobStore, StoreLock
+from nodeagent.adapters.store.records import StoreRecords
+from nodeagent.errors import StoreBlobCorrupt
+from nodeagent.store.keeping import (
+    BundleVerdict,
+    KeepRules,
+    RemovalPlan,
+    decide,
+    plan_removals,
+    referenced,
+)
+from nodeagent.units import format_bytes
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class StoreView:
+    """The store as ``nodeagent store`` shows it: each bundle with its verdict, the space."""
+
+    root: Path
+    verdicts: tuple[BundleVerdict, ...]
+    stored: dict[str, int]
+    """Digest → size of every stored blob."""
+    removals: RemovalPlan
+    partial_bytes: int
+    repairs: tuple[str, ...] = ()
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(self.stored.values())
+
+    @property
+    def releasable_bytes(self) -> int:
+        """Blobs nothing kept refers to (removed after the grace period)."""
+        gone = set(self.removals.marks) | set(self.removals.remove)
+        return sum(size for digest, size in self.stored.items() if digest in gone)
+
+    def own_bytes(self, verdict: BundleVerdict) -> tuple[int, int]:
+        """(bytes only this bundle refers to, bytes it shares with other bundles), stored."""
+        others = {d for v in self.verdicts if v is not verdict for d in v.record.digests}
+        own = shared = 0
+        for digest in verdict.record.digests:
+            size = self.stored.get(digest, 0)
+            if digest in others:
+                shared += size
+            else:
+                own += size
+        return own, shared
+
+    def to_json(self) -> dict[str, Any]:
+        bundles = []
+        for verdict in self.verdicts:
+            record = verdict.record
+            own, shared = self.own_bytes(verdict)
+            bundles.append(
+                {
+                    "bundleId": record.bundle_id,
+                    "keyId": record.key_id,
+                    "keyName": record.key_name,
+                    "channel": record.channel,
+                    "created": record.created,
+                    "kept": verdict.is_kept,
+                    "reasons": list(verdict.reasons),
+                    "why": verdict.describe(),
+                    "pinnedSets": list(verdict.pinned_sets),
+                    "sets": list(record.sets),
+                    "images": [image.name for image in record.images],
+                    "sizeBytes": record.size_bytes,
+                    "ownBytes": own,
+                    "sharedBytes": shared,
+                }
+            )
+        return {
+            "path": str(self.root),
+            "storedBytes": self.stored_bytes,
+            "blobs": len(self.stored),
+            "releasableBytes": self.releasable_bytes,
+            "partialBytes": self.partial_bytes,
+            "removals": [
+                {"digest": d, "sizeBytes": self.stored.get(d, 0), "removeAt": round(at)}
+                for d, at in sorted(self.removals.held.items())
+            ],
+            "bundles": bundles,
+            "repairs": list(self.repairs),
+        }
+
+
+def inspect_store(
+    root: Path,
+    pinned_sets: Iterable[str],
+    rules: KeepRules,
+    now_s: float,
+    *,
+    is_repairing: bool = False,
+) -> StoreView:
+    """What is kept and why: read only (nothing marked, removed or repaired) unless
+    ``is_repairing`` (the caller holds the store lock)."""
+    blobs, records = BlobStore(root), StoreRecords(root)
+    loaded = records.load(is_repairing=is_repairing)
+    verdicts = decide(loaded.records, pinned_sets, rules, now_s)
+    stored = blobs.stored()
+    plan = plan_removals(
+        stored, referenced(verdicts), records.load_marks(), rules.gc_grace_s, now_s
+    )
+    partial_bytes = sum(size for size, _ in blobs.partials().values())
+    return StoreView(root, verdicts, stored, plan, partial_bytes, loaded.repairs)
+
+
+@dataclass(frozen=True)
+class Collected:
+    removed: tuple[str, ...]
+    freed_bytes: int
+    view: StoreView
+
+
+def collect(
+    root: Path, pinned_sets: Iterable[str], rules: KeepRules, now_s: float | None = None
+) -> Collected:
+    """Mark unreferenced blobs, remove those marked a grace period ago, rewrite the index."""
+    now_s = time.time() if now_s is None else now_s
+    blobs, records = BlobStore(root), StoreRecords(root)
+    with StoreLock(root):
+        view = inspect_store(root, pinned_sets, rules, now_s, is_repairing=True)
+        freed = 0
+        for digest in view.removals.remove:
+            if blobs.remove(digest):
+                freed += view.stored[digest]
+        keep = referenced(view.verdicts)
+        for digest, (_size, mtime) in blobs.partials().items():
+            if digest not in keep and now_s - mtime >= rules.gc_grace_s:
+                blobs.remove_partial(digest)
+        records.save_marks(view.removals.marks)
+        records.refresh_index((v.record for v in view.verdicts), set(blobs.stored()))
+    if view.removals.remove:
+        log.info("store_blobs_removed", blobs=len(view.removals.remove), freed=format_bytes(freed))
+    return Collected(view.removals.remove, freed, view)
+
+
+@dataclass(frozen=True)
+class Verified:
+    """``verify``'s answer: every stored blob hashed; the corrupt ones, removed."""
+
+    checked: int
+    checked_bytes: int
+    corrupt: tuple[tuple[str, str], ...]
+    """(digest, message) of each blob that failed its digest (and was removed)."""
+    seconds: float
+
+    @property
+    def is_ok(self) -> bool:
+        return not self.corrupt
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.is_ok,
+            "checkedBlobs": self.checked,
+            "checkedBytes": self.checked_bytes,
+            "seconds": round(self.seconds, 3),
+            "corrupt": [
+                {"digest": digest, "reason": StoreBlobCorrupt.reason, "message": message}
+                for digest, message in self.corrupt
+            ],
+        }
+
+
+def verify(
+    root: Path,
+    on_bytes: Callable[[int, int], None] = lambda _done, _total: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Verified:
+    """Re-hash every stored blob; remove (and report) each that no longer matches its digest."""
+    started_s = clock()
+    blobs, records = BlobStore(root), StoreRecords(root)
+    corrupt: list[tuple[str, str]] = []
+    done = 0
+    with StoreLock(root):
+        stored = blobs.stored()
+        total = sum(stored.values())
+
+        def count(n: int) -> None:
+            nonlocal done
+            done += n
+            on_bytes(done, total)
+
+        for digest in sorted(stored):
+            try:
+                blobs.check(digest, count)
+            except StoreBlobCorrupt as err:
+                blobs.remove(digest)
+                corrupt.append((digest, err.message))
+                log.error("store_blob_corrupt", digest=digest, reason=err.reason, error=err.message)
+        if corrupt:
+            records.refresh_index(records.load().records, set(blobs.stored()))
+    return Verified(len(stored), done, tuple(corrupt), clock() - started_s)

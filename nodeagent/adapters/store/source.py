@@ -1,0 +1,38 @@
+"""The store as a blob source: for the loopback bundle server, and for any reader.
+
+The store's blob paths are the OCI layout's (``blobs/sha256/<hex>``), so the loopback
+server the importer uses for a medium (``adapters.bundles.server.BundleServer``) serves
+from the store unchanged: ``BundleServer(store_root, served_from_store(manifest))``. It
+opens each path beneath the root without following links, checks the size, and hashes
+each blob as it sends it, holding the last chunk back until the digest matched
+(``adapters.bundles.streamer``): a blob damaged in the store never reaches the runtime
+whole. ``open_blob`` is the same promise for a reader in the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
+from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
+from nodeagent.store import layout
+
+
+def served_from_store(manifest: BundleManifest) -> dict[str, ExpectedFile]:
+    """Digest → the blob's file in the store, for every blob the verified manifest lists."""
+    return store_files({digest: file.size_bytes for digest, file in manifest.blobs.items()})
+
+
+def store_files(sizes: Mapping[str, int]) -> dict[str, ExpectedFile]:
+    """Digest → ``ExpectedFile`` at ``blobs/sha256/<hex>`` with its size and digest."""
+    return {
+        digest: ExpectedFile(layout.blob_path(digest), size, digest.removeprefix("sha256:"))
+        for digest, size in sizes.items()
+    }
+
+
+def open_blob(store_root: Path, digest: str) -> VerifiedBlob:
+    """A stored blob, verified while it is read (``StoreBlobCorrupt`` at its end if damaged,
+    ``StoreBlobMissing`` when absent)."""
+    return BlobStore(store_root).open_verified(digest)

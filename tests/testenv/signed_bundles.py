@@ -1,0 +1,75 @@
+"""Signed OCI-layout bundles of generated images, made in-process (no registry, no CLI)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodeagent.bundles import minisign
+from nodeagent.bundles.manifest import BundleManifest, parse_manifest
+from nodeagent.specs import API_VERSION, KIND
+from tests.testenv.images import BuiltImage, LayerSpec, TestImage
+from tests.testenv.oci_layout import write_oci_layout
+
+HOST = "registry.example:5000"
+
+
+@dataclass(frozen=True)
+class Keys:
+    trusted_dir: Path
+    secret: minisign.SecretKey
+    key_id_hex: str
+
+    @classmethod
+    def make(cls, directory: Path) -> Keys:
+        public, secret = minisign.generate_keypair(comment="store tests")
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "factory.pub").write_text(public)
+        key = minisign.parse_secret_key(secret)
+        return cls(directory, key, key.public_key().key_id_hex)
+
+
+@dataclass(frozen=True)
+class Signed:
+    root: Path
+    manifest: BundleManifest
+    images: tuple[BuiltImage, ...]
+
+    def blob_file(self, digest: str) -> Path:
+        return self.root / "blobs" / "sha256" / digest.removeprefix("sha256:")
+
+
+def image(name: str, sizes: Sequence[tuple[int, int]], cache: Path) -> BuiltImage:
+    """An image of layers ``(size, seed)``: equal pairs make equal (shared) layers."""
+    return TestImage(name, [LayerSpec(size, seed) for size, seed in sizes]).build(cache)
+
+
+def signed_bundle(
+    root: Path,
+    keys: Keys,
+    images: Sequence[BuiltImage],
+    *,
+    bundle_id: str,
+    set_name: str,
+    created: str = "2026-01-01T00:00:00Z",
+    channel: str | None = None,
+) -> Signed:
+    """An OCI-layout bundle of ``images`` carrying one set of them, signed by ``keys``."""
+    layout = write_oci_layout(root, HOST, images, bundle_id=bundle_id)
+    doc = json.loads((root / "bundle.json").read_text())
+    refs = [{"name": layout.ref(i)} for i in images]
+    spec = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": set_name},
+        "spec": {"pinnedImages": refs},
+    }
+    doc |= {"created": created, "pinnedImageSets": [{"persistent": True, "object": spec}]}
+    if channel is not None:
+        doc["channel"] = channel
+    data = json.dumps(doc, indent=1).encode()
+    (root / "bundle.json").write_bytes(data)
+    (root / "bundle.json.minisig").write_text(minisign.sign(data, keys.secret, trusted_comment="t"))
+    return Signed(root, parse_manifest(data), tuple(images))
