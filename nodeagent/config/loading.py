@@ -310,6 +310,9 @@ BOUNDS: dict[str, Bounds] = {
     "cluster.progress_interval_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
     "cluster.heartbeat_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
     "cluster.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "store.max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
+    "store.max_percent": Bounds(0, 100),
+    "store.gc_grace_s": Bounds(0, 30 * _DAY_S, unit="seconds"),
 }
 """Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""
 
@@ -344,9 +347,6 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
     ),
     ("bundles.mirror_dropin_name", "a plain file name without '/'", _is_file_name),
     ("bundles.label_pattern", "a non-empty glob", lambda v, _: bool(v)),
-    ("store.max_bytes", "from 0 (no cap) to 2^63-1 bytes", lambda v, _: 0 <= v < 2**63),
-    ("store.max_percent", "from 0 (no cap) to 100", lambda v, _: 0 <= v <= 100),
-    ("store.gc_grace_s", "from 0 to 2592000 seconds", lambda v, _: 0 <= v <= 30 * 86400),
     ("cluster.node_name", 'a DNS subdomain (lowercase) or ""', _is_node_name),
     (
         "cluster.set_selector",

@@ -263,8 +263,8 @@ OUT_OF_RANGE = [
     ('[runtime]\nendpoint = "unix://crio.sock"\n', "runtime.endpoint", "unix:///<socket path>"),
     ('[specs]\ndirs = ["/a", "/a"]\n', "specs.dirs", "distinct directories, got ['/a', '/a']"),
     ('[log]\nlevel = "verbose"\n', "log.level", "one of debug, info, warning, error"),
-    ("[store]\nmax_bytes = -1\n", "store.max_bytes", "from 0 (no cap) to 2^63-1 bytes"),
-    ("[store]\nmax_percent = 101\n", "store.max_percent", "from 0 (no cap) to 100"),
+    ("[store]\nmax_bytes = -1\n", "store.max_bytes", "from 0 to 2^63-1 bytes"),
+    ("[store]\nmax_percent = 101\n", "store.max_percent", "from 0 to 100"),
     ("[store]\ngc_grace_s = -5\n", "store.gc_grace_s", "from 0 to 2592000 seconds"),
     ("[store]\ngc_grace_s = 1e300\n", "store.gc_grace_s", "from 0 to 2592000 seconds"),
     (

@@ -171,7 +171,13 @@ def _written(tmp_path: Path, text: str) -> Path:
 
 def _field_docs(source: str) -> dict[str, str]:
     """``section.key`` → the field's docstring, whitespace collapsed."""
-    tables = {"Runtime": "runtime", "Pull": "pull", "Disk": "disk", "Cluster": "cluster"}
+    tables = {
+        "Runtime": "runtime",
+        "Pull": "pull",
+        "Disk": "disk",
+        "Cluster": "cluster",
+        "Store": "store",
+    }
     found: dict[str, str] = {}
     for cls in ast.parse(source).body:
         if not isinstance(cls, ast.ClassDef) or cls.name.removesuffix("Settings") not in tables:
