@@ -26,6 +26,7 @@ from nodeagent.status import (
     BundleReport,
     NodeStatus,
     PullProgress,
+    bundle_line,
     conditions_for,
     progress_line,
     status_line,
@@ -216,8 +217,15 @@ class Reporter:
 
     # ---------------------------------------------------------------- bundles
     def bundle_report(self, report: BundleReport) -> None:
+        """Into the status file; while copying or importing also the STATUS= line (the
+        copier sends progress at most every 2 s: one write each, not one per blob)."""
         self.board.update(report)
         self.save()
+        line = bundle_line(report)
+        if line is not None:
+            self.line.status(line)
+        elif report.state in ("imported", "rejected", "interrupted") and self.last is not None:
+            self.line.status(status_line(self.last))
 
     # ---------------------------------------------------------------- output
     def save(self) -> None:

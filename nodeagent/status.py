@@ -186,6 +186,8 @@ BundleState = Literal[
     "detected",
     "verified",
     "admitted",
+    "storing",
+    "stored",
     "importing",
     "imported",
     "pinned",
@@ -210,6 +212,12 @@ class BundleReport:
     message: str | None = None
     is_already_imported: bool = False
     sets: tuple[str, ...] = ()
+    progress: Mapping[str, object] | None = None
+    """Bytes of the current step (storing, importing): ``progress.ByteProgress.to_json``."""
+    progress_text: str = ""
+    """The same for a person: '312 MiB of 1 GiB (30 %), 38.2 MB/s, about 18 s left'."""
+    is_medium_removable: bool = False
+    """The bundle is in the node's store: the medium may be removed."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -223,6 +231,10 @@ class BundleReport:
         }
         if self.is_already_imported:
             doc["alreadyImported"] = True
+        if self.progress is not None:
+            doc["progress"] = dict(self.progress) | {"text": self.progress_text}
+        if self.is_medium_removable:
+            doc["mediumRemovable"] = True
         if self.reason:
             doc |= {"reason": self.reason, "message": self.message or ""}
         return doc
@@ -293,6 +305,19 @@ def status_line(status: NodeStatus) -> str:
     if degraded is not None:
         line += f" ({degraded.reason})"
     return line
+
+
+def bundle_line(report: BundleReport) -> str | None:
+    """STATUS= while a bundle is copied or imported, or None (the sync's line stands)."""
+    name = report.bundle_id or report.source
+    progress = f": {report.progress_text}" if report.progress_text else ""
+    if report.state == "storing":
+        return f"bundle {name}: copying to the image store{progress}"
+    if report.state == "stored":
+        return f"bundle {name} stored: the medium may be removed"
+    if report.state == "importing":
+        return f"bundle {name}: importing {report.images_total} images{progress}"
+    return None
 
 
 # ---------------------------------------------------------------- builders

@@ -2,7 +2,10 @@
 
 Steps, each reported (journal event and status): detected -> verified (signature
 by a trusted key, then the tree) -> admitted (disk, from the manifest's exact
-sizes) -> importing (the bundle served read-only on loopback, the runtime
+sizes: the store's copy and the unpacked images together) -> storing (every blob
+the node's image store lacks copied from the medium in one pass, hashed while
+copied) -> stored (the medium may be removed) -> importing (the bundle served
+read-only on loopback from the store, the runtime
 pointed at it by a registries.conf mirror, every missing image pulled by its
 original name through CRI, so the runtime's own digest checks apply) ->
 imported (the bundle's PinnedImageSets written to the spec directories; the
@@ -41,6 +44,7 @@ from nodeagent.errors import (
 )
 from nodeagent.ports import FilesystemSpace, ImageRuntime, Reloader, SpaceProbe, StateStore
 from nodeagent.prepull import PrePuller, PullResult
+from nodeagent.progress import DEFAULT_INTERVAL_S, ByteProgress, ProgressMeter
 from nodeagent.status import BundleReport
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
@@ -84,6 +88,24 @@ class MirrorPort(Protocol):
     def remove(self) -> bool: ...
 
 
+class ImageStorePort(Protocol):
+    """The node's image store (``adapters.store.node_store.NodeImageStore``); blocking calls
+    run in a worker thread."""
+
+    @property
+    def root(self) -> Path: ...
+
+    def missing_bytes(self, manifest: BundleManifest) -> int: ...
+
+    def shares_filesystem(self, path: str) -> bool: ...
+
+    def copy(
+        self, medium: Path, manifest: BundleManifest, on_progress: Callable[[ByteProgress], None]
+    ) -> object: ...
+
+    def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
+
+
 class SpecSink(Protocol):
     """Writes a bundle's PinnedImageSet into the persistent or transient spec directory."""
 
@@ -103,6 +125,8 @@ class ImporterPorts:
     store: StateStore
     is_present_on_media: Callable[[Path], bool] = lambda root: root.exists()
     on_report: Callable[[BundleReport], None] = field(default=lambda _r: None)
+    image_store: ImageStorePort | None = None
+    """With a store, the bundle is copied into it first and imported from there."""
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -172,18 +196,62 @@ class Importer:
         refs = [str(image.ref) for image in manifest.images]
         missing = [ref for ref in refs if await self.ports.runtime.image_status(ref) is None]
         report = replace(report, images_present=len(refs) - len(missing))
-        if not missing and self._was_imported(manifest.bundle_id):
+        store = self.ports.image_store
+        to_store = 0 if store is None else await asyncio.to_thread(store.missing_bytes, manifest)
+        if not missing and not to_store and self._was_imported(manifest.bundle_id):
             done = replace(report, state="imported", is_already_imported=True)
             return self._report(done, "bundle_already_imported", images=len(refs))
         try:
-            await self._admit(manifest, missing, report)
+            await self._admit(manifest, missing, report, to_store)
         except InsufficientDiskSpace as exc:
             return self._reject(report, exc)
+        source, files = root, served_blobs(manifest)
+        if store is not None:
+            report = await self._store(store, root, manifest, report, to_store)
+            if report.state == "rejected":
+                return report
+            source, files = store.root, store.served_files(manifest)
         if missing:
-            report = await self._pull_through_mirror(root, manifest, missing, report)
+            report = await self._pull_through_mirror(source, files, manifest, missing, report)
             if report.state in ("rejected", "interrupted"):
                 return report
         return self._hand_over(manifest, report)
+
+    async def _store(
+        self,
+        store: ImageStorePort,
+        root: Path,
+        manifest: BundleManifest,
+        report: BundleReport,
+        to_store: int,
+    ) -> BundleReport:
+        """Copy what the store lacks from the medium; then the medium may be removed."""
+        if to_store:
+            storing = replace(report, state="storing")
+            self._report(storing, "bundle_storing", bytes=format_bytes(to_store))
+            loop = asyncio.get_running_loop()
+
+            def on_progress(progress: ByteProgress) -> None:
+                loop.call_soon_threadsafe(self._progress, storing, progress)
+
+            try:
+                await asyncio.to_thread(store.copy, root, manifest, on_progress)
+            except NodeAgentError as exc:
+                return self._reject(replace(report, progress=None), exc)
+        stored = replace(report, state="stored", is_medium_removable=True, progress=None)
+        return self._report(
+            stored,
+            "bundle_stored",
+            bytes=format_bytes(to_store),
+            message="the bundle is in the node's image store: the medium may be removed",
+        )
+
+    def _progress(self, report: BundleReport, progress: ByteProgress) -> None:
+        """A step's bytes for the status file and STATUS= (the reporter paces nothing more:
+        the meter gives one at most every 2 s)."""
+        self.ports.on_report(
+            replace(report, progress=progress.to_json(), progress_text=progress.describe())
+        )
 
     def _was_imported(self, bundle_id: str) -> bool:
         return bundle_id in self._imported_record().get("imported", {})
@@ -206,13 +274,20 @@ class Importer:
         return doc
 
     async def _admit(
-        self, manifest: BundleManifest, missing: Sequence[str], report: BundleReport
+        self, manifest: BundleManifest, missing: Sequence[str], report: BundleReport, to_store: int
     ) -> None:
+        """The unpacked images, plus the store's copy when both share a filesystem (the store
+        checks its own filesystem and size cap again before its first byte)."""
         filesystems = await self.ports.runtime.image_fs_info()
         mountpoint = filesystems[0].mountpoint if filesystems else "/"
         space: FilesystemSpace = await asyncio.to_thread(self.ports.space.space, mountpoint)
         reserve = reserve_for(space.total_bytes, self.disk.reserve_bytes, self.disk.reserve_percent)
         need = needed_bytes(missing_bytes(manifest, missing), self.disk.expansion_factor)
+        store = self.ports.image_store
+        shares = store is not None and to_store > 0
+        if shares and store is not None:
+            shares = await asyncio.to_thread(store.shares_filesystem, mountpoint)
+        need += to_store if shares else 0
         verdict = admit(need, space, reserve)
         if not verdict.is_admitted:
             raise InsufficientDiskSpace(
@@ -227,17 +302,24 @@ class Importer:
         )
 
     async def _pull_through_mirror(
-        self, root: Path, manifest: BundleManifest, missing: Sequence[str], report: BundleReport
+        self,
+        source: Path,
+        files: Mapping[str, ExpectedFile],
+        manifest: BundleManifest,
+        missing: Sequence[str],
+        report: BundleReport,
     ) -> BundleReport:
-        server = self.ports.make_server(root, served_blobs(manifest))
+        server = self.ports.make_server(source, files)
         await server.start()
         importing = replace(report, state="importing")
+        total = missing_bytes(manifest, missing)
         self._report(
             importing,
             "bundle_importing",
             images=len(missing),
-            bytes=format_bytes(report.bytes_total),
+            bytes=format_bytes(total),
         )
+        ticker = asyncio.create_task(self._serving_progress(server, importing, total))
         try:
             self.ports.mirror.write(
                 mirror_repositories(i.ref for i in manifest.images), server.mirror_host
@@ -249,14 +331,31 @@ class Importer:
                 rest = []
             results = first | await self.ports.make_puller().pull_all(rest)
         finally:
+            ticker.cancel()
             await self._restore(server)
         pulled = sum(1 for r in results.values() if r.is_pulled)
         after = replace(
             importing,
             images_present=report.images_present + pulled,
             bytes_served=server.bytes_served(),
+            progress=None,
         )
-        return self._outcome(root, after, server.rejections, results.values())
+        medium = None if self.ports.image_store is not None else source  # stored: no medium
+        return self._outcome(medium, after, server.rejections, results.values())
+
+    async def _serving_progress(
+        self, server: BundleServerPort, report: BundleReport, total: int
+    ) -> None:
+        """The import's bytes (what the runtime fetched from the server) every 2 s."""
+        meter = ProgressMeter(total, time.monotonic())
+        served = 0
+        while True:
+            await asyncio.sleep(DEFAULT_INTERVAL_S)
+            now = server.bytes_served()
+            shown = meter.advance(now - served, time.monotonic())
+            served = now
+            if shown is not None:
+                self._progress(replace(report, bytes_served=now), shown)
 
     async def _first_pull(self, ref: str, server: BundleServerPort) -> dict[str, PullResult]:
         """Pull one image alone, retrying quickly while the runtime has not applied the mirror.
@@ -294,7 +393,7 @@ class Importer:
 
     def _outcome(
         self,
-        root: Path,
+        medium: Path | None,
         report: BundleReport,
         rejections: Sequence[BundleError],
         results: Iterable[PullResult],
@@ -304,7 +403,7 @@ class Importer:
         failed = [r for r in results if not r.is_pulled]
         if not failed:
             return report
-        if not self.ports.is_present_on_media(root):
+        if medium is not None and not self.ports.is_present_on_media(medium):
             gone = BundleMediaRemoved(
                 f"the medium was removed during the import; {report.images_present} of "
                 f"{report.images_total} images are in the runtime and stay; plug it in again "

@@ -19,6 +19,8 @@ from nodeagent.adapters.bundles.server import BundleServer
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
+from nodeagent.adapters.store.copier import StoreLimits
+from nodeagent.adapters.store.node_store import NodeImageStore
 from nodeagent.bundles.importer import Importer, ImporterPorts
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.config import Config
@@ -56,6 +58,13 @@ class ServedBundle:
         await self._server.close()
 
 
+def node_store(config: Config) -> NodeImageStore:
+    """The node's image store, with the ``[store]`` caps and the ``[disk]`` reserve."""
+    store, disk = config.store, config.disk
+    limits = StoreLimits(store.max_bytes, store.max_percent, disk.reserve_bytes)
+    return NodeImageStore(config.store_dir, config.bundles.trusted_keys_dir, limits)
+
+
 def _log_pull(event: PullEvent) -> None:
     """Each image's steps in the journal, marked as coming from the bundle."""
     log_pull(event, source="bundle")
@@ -87,5 +96,6 @@ def build_importer(
         store=JsonStateStore(config.state.dir),
         is_present_on_media=is_present,
         on_report=report,
+        image_store=node_store(config),
     )
     return Importer(ports, policies.disk)

@@ -12,7 +12,6 @@ Pure parts only, in this package:
   ``index.json`` they render to;
 - ``keeping``: which bundles are kept and why, which blobs nothing kept refers to, when
   those are removed (a grace period, from a recorded mark: no sleeping), the size cap;
-- ``progress``: bytes done of a total, MB/s over a sliding window, ETA, throttled.
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters.store``, wired by
 ``nodeagent.daemon`` and ``nodeagent.cli``):

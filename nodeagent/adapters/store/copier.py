@@ -17,7 +17,7 @@
    the bundle rule's own code (``BundleDigestMismatch``, ``BundleSizeMismatch``);
 5. writes the signed manifest, signature and record, then ``index.json``.
 
-Progress is reported in bytes (``store.progress``), at most every 2 s and once at the end.
+Progress is reported in bytes (``nodeagent.progress``), at most every 2 s and once at the end.
 The importer then imports from the store through the loopback server
 (``adapters.store.source.served_from_store``): the medium may be removed.
 """
@@ -58,8 +58,8 @@ from nodeagent.bundles.manifest import (
 from nodeagent.disk import admit
 from nodeagent.errors import InsufficientDiskSpace, StoreSourceMismatch
 from nodeagent.ports import FilesystemSpace
+from nodeagent.progress import ByteProgress, ProgressMeter
 from nodeagent.store.keeping import check_cap, size_cap
-from nodeagent.store.progress import ByteProgress, ProgressMeter
 from nodeagent.units import format_bytes
 
 log = structlog.get_logger(__name__)

@@ -22,8 +22,8 @@ from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.adapters.store.source import served_from_store
 from nodeagent.bundles.manifest import BundleDigestMismatch, BundleManifestInvalid
 from nodeagent.errors import InsufficientDiskSpace, StoreFull
+from nodeagent.progress import ByteProgress
 from nodeagent.store.keeping import KeepRules
-from nodeagent.store.progress import ByteProgress
 from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
 from tests.testenv.waiting import wait_for
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.store.progress import ByteProgress, ProgressMeter, eta_s
+from nodeagent.progress import ByteProgress, ProgressMeter, eta_s
 
 MB = 1_000_000
 

@@ -1,0 +1,132 @@
+"""The bundle Importer with the node's image store: stick to store first, then the import
+runs from the store and the medium may leave (issue 14).
+
+The importer and its rig are those of ``test_importer`` (fake runtime, server, mirror,
+reloader, space); the store is ``MemoryImageStore``, which holds digests in memory,
+reports progress as the real copier does, and can fail as the real one fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
+from nodeagent.errors import NodeAgentError, StoreFull
+from nodeagent.progress import ByteProgress
+from tests.service.test_importer import APP, BLOB_BYTES, DB, GIB, MIB, ROOT, TOTAL, Rig
+
+STORE = Path("/var/lib/nodeagent/store")
+
+
+class MemoryImageStore:
+    """``importer.ImageStorePort`` in memory."""
+
+    def __init__(self, rig: Rig, *, held: set[str] | None = None, shares: bool = False) -> None:
+        self.rig = rig
+        self.held = set(held or ())
+        self.shares = shares
+        self.error: NodeAgentError | None = None
+        self.copies = 0
+        self.remove_medium_after_copy = False
+
+    @property
+    def root(self) -> Path:
+        return STORE
+
+    def missing_bytes(self, manifest: BundleManifest) -> int:
+        return sum(f.size_bytes for d, f in manifest.blobs.items() if d not in self.held)
+
+    def shares_filesystem(self, path: str) -> bool:
+        return self.shares
+
+    def copy(
+        self, medium: Path, manifest: BundleManifest, on_progress: Callable[[ByteProgress], None]
+    ) -> object:
+        assert medium == ROOT and self.rig.is_present
+        if self.error is not None:
+            raise self.error
+        self.copies += 1
+        total = self.missing_bytes(manifest)
+        on_progress(ByteProgress(total // 2, total, 40e6, total / 2 / 40e6, 1.0))
+        self.held |= set(manifest.blobs)
+        on_progress(ByteProgress(total, total, 40e6, 0.0, 2.0, is_final=True))
+        if self.remove_medium_after_copy:
+            self.rig.is_present = False
+        return None
+
+    def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]:
+        return {
+            d: ExpectedFile(f"blobs/sha256/{d.removeprefix('sha256:')}", f.size_bytes, d[7:])
+            for d, f in manifest.blobs.items()
+        }
+
+
+def with_store(rig: Rig, **kwargs: object) -> MemoryImageStore:
+    store = MemoryImageStore(rig, **kwargs)  # type: ignore[arg-type]
+    rig.importer.ports.image_store = store
+    return store
+
+
+async def test_the_bundle_is_stored_first_then_imported_from_the_store_without_the_medium() -> None:
+    rig = Rig()
+    store = with_store(rig)
+    store.remove_medium_after_copy = True  # pulled out as soon as "may be removed" appears
+
+    report = await rig.run()
+
+    assert rig.states() == [
+        "detected", "verified", "admitted", "storing", "storing", "storing", "stored",
+        "importing", "imported",
+    ]  # fmt: skip
+    stored = rig.reports[6]
+    assert stored.is_medium_removable and stored.to_json()["mediumRemovable"] is True
+    progress = rig.reports[4].to_json()["progress"]
+    assert progress["doneBytes"] == TOTAL // 2
+    assert progress["totalBytes"] == TOTAL
+    assert "MB/s" in progress["text"]
+    assert rig.servers[0].root == STORE  # served from the store, not the medium
+    assert sorted(rig.crio.pull_calls) == [APP, DB]
+    assert report.state == "imported" and report.sets == ("apps", "db")
+    assert store.copies == 1
+
+
+async def test_a_store_that_holds_the_bundle_copies_nothing_and_frees_the_medium_at_once() -> None:
+    rig = Rig()
+    store = with_store(rig, held={"sha256:" + h * 64 for h in BLOB_BYTES})
+
+    report = await rig.run()
+
+    assert store.copies == 0
+    assert "storing" not in rig.states()
+    assert "stored" in rig.states()
+    assert report.state == "imported"
+
+
+async def test_a_full_store_refuses_the_bundle_before_anything_is_pulled_or_applied() -> None:
+    rig = Rig()
+    store = with_store(rig)
+    store.error = StoreFull("bundle line-3 needs 500 MiB; the store's cap of 100 MiB is reached")
+
+    report = await rig.run()
+
+    assert (report.state, report.reason) == ("rejected", "StoreFull")
+    assert rig.crio.pull_calls == []
+    assert rig.specs.files == {}
+    assert rig.servers == []
+
+
+async def test_store_and_images_on_one_filesystem_are_admitted_together() -> None:
+    # 1.4 GiB free: the unpacked images (2 x 500 MiB) fit with the 1 GiB reserve only
+    # without the store's copy of 500 MiB on the same filesystem.
+    images_need = 2 * TOTAL  # expansion factor 2
+    free = images_need + GIB + 100 * MIB
+    rig = Rig(available_bytes=free)
+    with_store(rig, shares=True)
+    refused = await rig.run()
+    assert (refused.state, refused.reason) == ("rejected", "InsufficientDiskSpace")
+    assert rig.crio.pull_calls == []
+
+    apart = Rig(available_bytes=free)
+    with_store(apart, shares=False)
+    assert (await apart.run()).state == "imported"
