@@ -31,7 +31,14 @@ import structlog
 import yaml
 
 from nodeagent.bundles.manifest import MAX_NAME_BYTES, BundleError, BundleManifest, ExpectedFile
-from nodeagent.bundles.mirror import mirror_repositories, served_blobs, total_size_bytes
+from nodeagent.bundles.mirror import served_blobs, total_size_bytes
+from nodeagent.bundles.serving import (
+    MIRROR_LOCK,
+    BundleServerPort,
+    MirrorPort,
+    MirrorPullPorts,
+    pull_via_mirror,
+)
 from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
     BundleMediaRemoved as BundleMediaRemoved,
@@ -39,7 +46,6 @@ from nodeagent.errors import (
 from nodeagent.errors import (
     InsufficientDiskSpace,
     NodeAgentError,
-    RegistryUnavailable,
     StateFileDamaged,
 )
 from nodeagent.ports import FilesystemSpace, ImageRuntime, Reloader, SpaceProbe, StateStore
@@ -51,10 +57,6 @@ from nodeagent.units import format_bytes
 
 log = structlog.get_logger(__name__)
 
-MIRROR_SETTLE_S = 30.0
-"""How long the first pull waits for the runtime to apply the mirror after the reload."""
-PULL_DEADLINE_S = 24 * 3600.0
-"""Backstop deadline of one pull from the bundle (the medium is local; no stall detector)."""
 MESSAGE_CHARS = 1000
 """A refusal's message in the status and the journal is clipped to this (escaped)."""
 
@@ -66,26 +68,6 @@ class VerifiedBundle(Protocol):
 
     @property
     def signed_by(self) -> str: ...
-
-
-class BundleServerPort(Protocol):
-    @property
-    def mirror_host(self) -> str: ...
-
-    @property
-    def rejections(self) -> tuple[BundleError, ...]: ...
-
-    def bytes_served(self) -> int: ...
-
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class MirrorPort(Protocol):
-    def write(self, repositories: Iterable[str], mirror_host: str) -> bool: ...
-
-    def remove(self) -> bool: ...
 
 
 class ImageStorePort(Protocol):
@@ -309,6 +291,20 @@ class Importer:
         missing: Sequence[str],
         report: BundleReport,
     ) -> BundleReport:
+        await MIRROR_LOCK.acquire()
+        try:
+            return await self._pull_locked(source, files, manifest, missing, report)
+        finally:
+            MIRROR_LOCK.release()
+
+    async def _pull_locked(
+        self,
+        source: Path,
+        files: Mapping[str, ExpectedFile],
+        manifest: BundleManifest,
+        missing: Sequence[str],
+        report: BundleReport,
+    ) -> BundleReport:
         server = self.ports.make_server(source, files)
         await server.start()
         importing = replace(report, state="importing")
@@ -320,19 +316,15 @@ class Importer:
             bytes=format_bytes(total),
         )
         ticker = asyncio.create_task(self._serving_progress(server, importing, total))
+        session = MirrorPullPorts(
+            self.ports.runtime, self.ports.mirror, self.ports.reloader, self.ports.make_puller
+        )
         try:
-            self.ports.mirror.write(
-                mirror_repositories(i.ref for i in manifest.images), server.mirror_host
+            results = await pull_via_mirror(
+                session, server, (i.ref for i in manifest.images), missing, source="bundle"
             )
-            await self.ports.reloader.reload()
-            first = await self._first_pull(missing[0], server)
-            rest = [ref for ref in missing if ref not in first]
-            if server.rejections:  # a blob failed its digest: the bundle is refused, stop
-                rest = []
-            results = first | await self.ports.make_puller().pull_all(rest)
         finally:
             ticker.cancel()
-            await self._restore(server)
         pulled = sum(1 for r in results.values() if r.is_pulled)
         after = replace(
             importing,
@@ -356,40 +348,6 @@ class Importer:
             served = now
             if shown is not None:
                 self._progress(replace(report, bytes_served=now), shown)
-
-    async def _first_pull(self, ref: str, server: BundleServerPort) -> dict[str, PullResult]:
-        """Pull one image alone, retrying quickly while the runtime has not applied the mirror.
-
-        A reload is a signal: it returns before the runtime has re-read registries.conf, and
-        a pull started too early goes to the image's own registry, which is not there. That
-        fails fast (RegistryUnavailable); retry every 0.1-1 s for up to MIRROR_SETTLE_S,
-        unless the server refused a blob meanwhile (the runtime then falls back to the
-        image's registry, and that failure is no sign of an unapplied mirror).
-        """
-        started = time.monotonic()
-        delay_s = 0.1
-        while True:
-            try:
-                await self.ports.runtime.pull_image(ref, None, timeout_s=PULL_DEADLINE_S)
-            except RegistryUnavailable:
-                if server.rejections or time.monotonic() - started >= MIRROR_SETTLE_S:
-                    return {}
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 1.0)
-                continue
-            except NodeAgentError:
-                return {}  # the pre-puller tries it again and reports the reason
-            seconds = time.monotonic() - started
-            log.info("image_pulled", image=ref, source="bundle", seconds=round(seconds, 1))
-            return {ref: PullResult(ref, True, 1, seconds)}
-
-    async def _restore(self, server: BundleServerPort) -> None:
-        """Remove the mirror and reload, whatever happened: the node must not keep it."""
-        try:
-            if self.ports.mirror.remove():
-                await self.ports.reloader.reload()
-        finally:
-            await server.close()
 
     def _outcome(
         self,

@@ -23,6 +23,8 @@ from nodeagent.adapters.store.copier import StoreLimits
 from nodeagent.adapters.store.node_store import NodeImageStore
 from nodeagent.bundles.importer import Importer, ImporterPorts
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
+from nodeagent.bundles.restore import StoreRestorer
+from nodeagent.bundles.serving import MirrorPullPorts
 from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies
 from nodeagent.ports import PullEvent, Reloader
@@ -65,6 +67,12 @@ def node_store(config: Config) -> NodeImageStore:
     return NodeImageStore(config.store_dir, config.bundles.trusted_keys_dir, limits)
 
 
+def _local_puller(cri: CriClient, policies: Policies) -> PrePuller:
+    """Pulls from nodeagent's own loopback server: anonymous (no registry credentials go
+    to it), with the bundle pull policy."""
+    return PrePuller(cri, lambda _ref: None, policies.bundle_pull, on_event=_log_pull)
+
+
 def _log_pull(event: PullEvent) -> None:
     """Each image's steps in the journal, marked as coming from the bundle."""
     log_pull(event, source="bundle")
@@ -87,10 +95,7 @@ def build_importer(
         make_server=ServedBundle,
         mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),
         reloader=reloader,
-        # The mirror is anonymous: no registry credentials go to it.
-        make_puller=lambda: PrePuller(
-            cri, lambda _ref: None, policies.bundle_pull, on_event=_log_pull
-        ),
+        make_puller=lambda: _local_puller(cri, policies),
         space=StatvfsSpace(),
         specs=SpecDirs(config.specs_persistent_dir, transient or config.specs_persistent_dir),
         store=JsonStateStore(config.state.dir),
@@ -99,3 +104,18 @@ def build_importer(
         image_store=node_store(config),
     )
     return Importer(ports, policies.disk)
+
+
+def build_restorer(
+    config: Config, policies: Policies, cri: CriClient, reloader: Reloader
+) -> StoreRestorer:
+    """Images back from the node's store through the same loopback server and mirror."""
+    session = MirrorPullPorts(
+        runtime=cri,
+        mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),
+        reloader=reloader,
+        make_puller=lambda: PrePuller(
+            cri, lambda _ref: None, policies.bundle_pull, on_event=_log_pull
+        ),
+    )
+    return StoreRestorer(node_store(config), ServedBundle, session)

@@ -22,7 +22,7 @@ from nodeagent.adapters.inotify import DirectoryWatcher
 from nodeagent.adapters.systemd import Notifier
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
-from nodeagent.daemon.wiring import Wiring, build
+from nodeagent.daemon.wiring import Wiring, build, has_bundles
 from nodeagent.errors import NodeAgentError
 
 log = structlog.get_logger(__name__)
@@ -54,7 +54,7 @@ async def run(config: Config) -> int:
 
 def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     """Critical: the sync loop, the spec watch, the watchdog. Optional: the runtime socket's
-    watch, media, cluster."""
+    watch, the store's collection, media, cluster."""
     config = wiring.config
     found = [
         Task("sync", wiring.reconciler.run, is_critical=True),
@@ -73,6 +73,7 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
             is_critical=False,
         )
     )
+    found.append(Task("store-gc", lambda: store_gc_loop(wiring), is_critical=False))
     if config.bundles.watch_media:
         found.append(Task("media", lambda: media_loop(wiring), is_critical=False))
     if wiring.cluster is not None:
@@ -112,6 +113,28 @@ async def watchdog_loop(notifier: Notifier) -> None:
     while True:
         notifier.watchdog()
         await asyncio.sleep(interval_s / 2)
+
+
+def store_gc_interval_s(gc_grace_s: float) -> float:
+    """How often the store is collected: half the grace period, from 10 s to 10 minutes."""
+    return min(max(gc_grace_s / 2, 10.0), 600.0)
+
+
+async def store_gc_loop(wiring: Wiring) -> None:
+    """Remove store blobs nothing kept refers to, once unreferenced for the grace period
+    (docs/store.md). Only a store holding a bundle loads the store's code."""
+    store = wiring.config.store
+    interval_s = store_gc_interval_s(store.gc_grace_s)
+    while True:
+        await asyncio.sleep(interval_s)
+        if not await asyncio.to_thread(has_bundles, wiring.config.store_dir):
+            continue
+        from nodeagent.adapters.store import keeper  # noqa: PLC0415  (a stored bundle)
+        from nodeagent.store.keeping import KeepRules  # noqa: PLC0415
+
+        rules = KeepRules(store.gc_grace_s, store.keep_newest_per_channel)
+        pinned = wiring.reconciler.pinned_sets()
+        await asyncio.to_thread(keeper.collect, wiring.config.store_dir, pinned, rules)
 
 
 async def media_loop(wiring: Wiring) -> None:

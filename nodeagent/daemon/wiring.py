@@ -10,7 +10,8 @@ without media never imports lightkube, pyudev or the importer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +35,7 @@ from nodeagent.daemon.policies import Policies, policies_from
 from nodeagent.daemon.supervisor import Supervisor
 from nodeagent.disk import DiskAdmission
 from nodeagent.pins import PinService
-from nodeagent.prepull import PrePuller
+from nodeagent.prepull import PrePuller, PullResult
 from nodeagent.reporting import PullTally, Reporter
 from nodeagent.specs import load_spec_dirs
 from nodeagent.sync import Reconciler
@@ -42,6 +43,7 @@ from nodeagent.sync import Reconciler
 if TYPE_CHECKING:
     from nodeagent.bundles.importer import Importer
     from nodeagent.bundles.imports import MountedMedium
+    from nodeagent.bundles.restore import StoreRestorer
     from nodeagent.daemon.cluster import ClusterMode
 
 
@@ -112,6 +114,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         boot_id=read_boot_id(),
         report=reporter,
         schedule=policies.schedule,
+        restorer=LazyRestorer(config.store_dir, lambda: _restorer(config, policies, cri, reloader)),
     )
     supervisor = Supervisor()
 
@@ -143,6 +146,46 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         media,
         cluster,
     )
+
+
+class LazyRestorer:
+    """``sync.reconciler.ImageRestorer`` that loads the store's restorer (the loopback
+    server, the mirror) only once the store holds a bundle: idle nodes without one never
+    import it."""
+
+    def __init__(self, store_dir: Path, build: Callable[[], StoreRestorer]) -> None:
+        self.store_dir = store_dir
+        self._build = build
+        self._built: StoreRestorer | None = None
+
+    def _restorer(self) -> StoreRestorer:
+        if self._built is None:
+            self._built = self._build()
+        return self._built
+
+    async def holds(self, refs: Sequence[str]) -> list[str]:
+        if not await asyncio.to_thread(has_bundles, self.store_dir):
+            return []
+        return await self._restorer().holds(refs)
+
+    async def restore(self, refs: Sequence[str]) -> Mapping[str, PullResult]:
+        return await self._restorer().restore(refs)
+
+
+def has_bundles(store_dir: Path) -> bool:
+    """Whether the node's image store holds an accepted bundle (a directory look)."""
+    try:
+        return any((store_dir / "bundles").iterdir())
+    except OSError:
+        return False
+
+
+def _restorer(
+    config: Config, policies: Policies, cri: CriClient, reloader: RuntimeReloader
+) -> StoreRestorer:
+    from nodeagent.daemon.bundles import build_restorer  # noqa: PLC0415  (a stored bundle)
+
+    return build_restorer(config, policies, cri, reloader)
 
 
 def _mount(devnode: str, fs_type: str, target_dir: Path) -> MountedMedium:

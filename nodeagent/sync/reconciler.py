@@ -59,7 +59,7 @@ class ImageRestorer(Protocol):
     """Brings images back from the node's local store, without any network
     (``bundles.restore.StoreRestorer``: the store served on loopback as a mirror)."""
 
-    def holds(self, refs: Sequence[str]) -> list[str]:
+    async def holds(self, refs: Sequence[str]) -> list[str]:
         """Those of ``refs`` the store can restore (their manifests and blobs are in it)."""
         ...
 
@@ -122,6 +122,11 @@ class Reconciler:
         """A copy of the current ledger for one sync (saved, it becomes the current one)."""
         current = self._ledger_now or self._load().ledger
         return Ledger.for_boot(current.to_json(), self.boot_id)
+
+    def pinned_sets(self) -> set[str]:
+        """Names of the sets that pin images now (the store keeps the bundles they came in)."""
+        ledger = self._ledger_now or self._load().ledger
+        return {name for name, record in ledger.sets.items() if record.pinned_images}
 
     def remembered_pins(self) -> set[str]:
         """Images pinned by persistent sets, and by transient ones of this boot."""
@@ -285,7 +290,7 @@ class Reconciler:
         if self.restorer is None:
             return
         missing = sorted({r for s in run.specs.sets for r in set_refs(s) if not run.is_present(r)})
-        held = self.restorer.holds(missing) if missing else []
+        held = await self.restorer.holds(missing) if missing else []
         if not held:
             return
         log.info("restore_started", images=len(held), source="local store")

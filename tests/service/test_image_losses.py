@@ -27,7 +27,7 @@ class MemoryRestorer:
         self.failing = set(failing)
         self.calls: list[list[str]] = []
 
-    def holds(self, refs: Sequence[str]) -> list[str]:
+    async def holds(self, refs: Sequence[str]) -> list[str]:
         return [ref for ref in refs if ref in self.held]
 
     async def restore(self, refs: Sequence[str]) -> Mapping[str, PullResult]:

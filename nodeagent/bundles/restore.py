@@ -1,0 +1,82 @@
+"""Pinned images back from the node's image store, with no network and no stick.
+
+After a power cut CRI-O may have wiped or repaired away images nodeagent had pinned;
+the sync finds them missing (``sync.losses``) and asks ``StoreRestorer`` first: the
+store is served on loopback exactly as a bundle is at its import (``serving``), every
+blob hashed as it is sent, and the runtime pulls each image by its own name through a
+mirror of its repository. What the store lacks (or a blob that fails its digest) is left
+to the image's registry. Restores take no part in node readiness gates or pacing meant
+for registry pulls: after a power cut the node may be NotReady because its images are
+gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from nodeagent.bundles.manifest import ExpectedFile
+from nodeagent.bundles.serving import (
+    MIRROR_LOCK,
+    BundleServerPort,
+    MirrorPullPorts,
+    pull_via_mirror,
+)
+from nodeagent.prepull import PullResult
+from nodeagent.references import parse_pinned_image_ref
+
+log = structlog.get_logger(__name__)
+
+
+class Restorable(Protocol):
+    @property
+    def refs(self) -> tuple[str, ...]: ...
+
+    @property
+    def files(self) -> dict[str, ExpectedFile]: ...
+
+
+class StoreSource(Protocol):
+    """The store as the restorer reads it (``adapters.store.node_store.NodeImageStore``);
+    ``restorable`` is blocking."""
+
+    @property
+    def root(self) -> Path: ...
+
+    def restorable(self, refs: Sequence[str]) -> Restorable: ...
+
+
+class StoreRestorer:
+    """``sync.reconciler.ImageRestorer`` over the node's image store."""
+
+    def __init__(
+        self,
+        source: StoreSource,
+        make_server: Callable[[Path, Mapping[str, ExpectedFile]], BundleServerPort],
+        session: MirrorPullPorts,
+    ) -> None:
+        self.source = source
+        self.make_server = make_server
+        self.session = session
+
+    async def holds(self, refs: Sequence[str]) -> list[str]:
+        found = await asyncio.to_thread(self.source.restorable, refs)
+        return list(found.refs)
+
+    async def restore(self, refs: Sequence[str]) -> Mapping[str, PullResult]:
+        found = await asyncio.to_thread(self.source.restorable, refs)
+        wanted = [ref for ref in refs if ref in set(found.refs)]
+        if not wanted:
+            return {}
+        async with MIRROR_LOCK:
+            server = self.make_server(self.source.root, found.files)
+            await server.start()
+            images = [parse_pinned_image_ref(ref) for ref in wanted]
+            results = await pull_via_mirror(self.session, server, images, wanted, source="store")
+            for rejected in server.rejections:
+                log.warning("store_blob_refused", reason=rejected.reason, error=rejected.message)
+        return results

@@ -1,0 +1,116 @@
+"""Pulling images from blobs nodeagent serves itself: a bundle's, or the node's store's.
+
+The runtime pulls each image by its original name; a registries.conf mirror drop-in
+points those repositories at the loopback server for the duration, so the runtime's own
+digest checks apply and the images are stored under their real names. One session at a
+time (``MIRROR_LOCK``): the importer and the restorer share the one drop-in file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from nodeagent.bundles.manifest import BundleError
+from nodeagent.bundles.mirror import mirror_repositories
+from nodeagent.errors import NodeAgentError, RegistryUnavailable
+from nodeagent.ports import ImageRuntime, Reloader
+from nodeagent.prepull import PrePuller, PullResult
+from nodeagent.references import PinnedImageRef
+
+log = structlog.get_logger(__name__)
+
+MIRROR_SETTLE_S = 30.0
+"""How long the first pull waits for the runtime to apply the mirror after the reload."""
+PULL_DEADLINE_S = 24 * 3600.0
+"""Backstop deadline of one pull from a local source (no stall detector)."""
+MIRROR_LOCK = asyncio.Lock()
+"""Held for a whole session: one mirror drop-in, one server behind it."""
+
+
+class BundleServerPort(Protocol):
+    @property
+    def mirror_host(self) -> str: ...
+
+    @property
+    def rejections(self) -> tuple[BundleError, ...]: ...
+
+    def bytes_served(self) -> int: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class MirrorPort(Protocol):
+    def write(self, repositories: Iterable[str], mirror_host: str) -> bool: ...
+
+    def remove(self) -> bool: ...
+
+
+@dataclass
+class MirrorPullPorts:
+    runtime: ImageRuntime
+    mirror: MirrorPort
+    reloader: Reloader
+    make_puller: Callable[[], PrePuller]
+
+
+async def pull_via_mirror(
+    ports: MirrorPullPorts,
+    server: BundleServerPort,
+    images: Iterable[PinnedImageRef],
+    missing: Sequence[str],
+    *,
+    source: str,
+) -> Mapping[str, PullResult]:
+    """Pull ``missing`` through a mirror of ``images``' repositories at the started
+    ``server``; the mirror is removed (and the runtime reloaded) whatever happens."""
+    try:
+        ports.mirror.write(mirror_repositories(images), server.mirror_host)
+        await ports.reloader.reload()
+        first = await _first_pull(ports.runtime, missing[0], server, source)
+        rest = [ref for ref in missing if ref not in first]
+        if server.rejections:  # a blob failed its digest: stop
+            rest = []
+        return first | dict(await ports.make_puller().pull_all(rest))
+    finally:
+        try:
+            if ports.mirror.remove():
+                await ports.reloader.reload()
+        finally:
+            await server.close()
+
+
+async def _first_pull(
+    runtime: ImageRuntime, ref: str, server: BundleServerPort, source: str
+) -> dict[str, PullResult]:
+    """Pull one image alone, retrying quickly while the runtime has not applied the mirror.
+
+    A reload is a signal: it returns before the runtime has re-read registries.conf, and
+    a pull started too early goes to the image's own registry, which may not be there.
+    That fails fast (RegistryUnavailable); retry every 0.1-1 s for up to MIRROR_SETTLE_S,
+    unless the server refused a blob meanwhile (the runtime then falls back to the
+    image's registry, and that failure is no sign of an unapplied mirror).
+    """
+    started = time.monotonic()
+    delay_s = 0.1
+    while True:
+        try:
+            await runtime.pull_image(ref, None, timeout_s=PULL_DEADLINE_S)
+        except RegistryUnavailable:
+            if server.rejections or time.monotonic() - started >= MIRROR_SETTLE_S:
+                return {}
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 1.0)
+            continue
+        except NodeAgentError:
+            return {}  # the pre-puller tries it again and reports the reason
+        seconds = time.monotonic() - started
+        log.info("image_pulled", image=ref, source=source, seconds=round(seconds, 1))
+        return {ref: PullResult(ref, True, 1, seconds)}
