@@ -16,12 +16,14 @@ import pytest
 
 from nodeagent.cli.main import main
 from nodeagent.config import Config, load_config, reroot
+from nodeagent.config import settings as settings_module
 from nodeagent.config.loading import BOUNDS, MAX_CONFIG_FILE_BYTES
 from nodeagent.errors import ConfigInvalid
 
 MAIN = Path("/etc/nodeagent/config.toml")
 DROPIN = "/etc/nodeagent/config.d/50-site.toml"
-SETTINGS = Path(__file__).parents[2] / "nodeagent" / "config" / "settings.py"
+SETTINGS = Path(settings_module.__file__)
+"""The module imported (the installed one in the RPM's %check, which has no source tree)."""
 
 
 def refusal(root: Path, host_file: str, text: str) -> str:
