@@ -30,6 +30,7 @@ from nodeagent.ports import ImageRuntime, StateStore
 from nodeagent.prepull import PrePuller, PullResult, shared_layer_leaders
 from nodeagent.specs import SpecLoad, set_fingerprint
 from nodeagent.status import ImageFailure, NodeStatus, SetStatus, node_status, status_line
+from nodeagent.sync.copies import RegistryStore, admitted_only, registry_wants
 from nodeagent.sync.loop import (
     Backoff,
     SyncReport,
@@ -84,6 +85,7 @@ class Reconciler:
         monotonic: Callable[[], float] = time.monotonic,
         wait: Waiter = wait_event,
         restorer: ImageRestorer | None = None,
+        registry_store: RegistryStore | None = None,
     ) -> None:
         self.load_specs = load_specs
         """Reads every spec file; run in a worker thread (big files must not stall the loop)."""
@@ -106,6 +108,8 @@ class Reconciler:
         self._is_adopting = False
         """The ledger was rebuilt: the next sync adopts what the runtime reports pinned."""
         self.restorer = restorer
+        self.registry_store = registry_store
+        """``[store] registry_sets``: registry sets go through the store (``sync.copies``)."""
         self._loss: ImageLoss | None = None
         """The last time pinned images were found missing (reported once, kept in the status
         once they are back, marked resolved)."""
@@ -291,6 +295,7 @@ class Reconciler:
             return
         missing = sorted({r for s in run.specs.sets for r in set_refs(s) if not run.is_present(r)})
         held = await self.restorer.holds(missing) if missing else []
+        held += await self._store_from_registry(run, set(missing) - set(held))
         if not held:
             return
         log.info("restore_started", images=len(held), source="local store")
@@ -315,6 +320,37 @@ class Reconciler:
                 error=result.message,
                 next="the image's registry",
             )
+
+    async def _store_from_registry(self, run: SyncPass, to_fetch: set[str]) -> list[str]:
+        """Registry images fetched into the store once (admitted for the runtime's disk first),
+        to be pulled from there; a failure leaves them to the registry pull, said once."""
+        if self.registry_store is None:
+            return []
+        pinned = {name: record.pinned_images for name, record in run.ledger.sets.items()}
+        sets = registry_wants(((s.name, set_refs(s)) for s in run.specs.sets), pinned, to_fetch)
+        wanted = {s.name: list(s.missing) for s in sets if s.missing}
+        verdict = None
+        if wanted:
+            stored_refs = [ref for ref in run.stored if "@sha256:" in ref]
+            verdict = await self.admission.admit(wanted, stored_refs)
+            sets = admitted_only(sets, verdict.admitted)
+        outcome = await self.registry_store.store(sets, verdict.disk if verdict else None)
+        for failure in outcome.failures:
+            log.warning(
+                "registry_set_not_stored",
+                set=failure.set_name,
+                reason=failure.reason,
+                error=failure.message,
+                next="pulled from the image's registry, not kept in the local store",
+            )
+        if outcome.fetched_bytes:
+            log.info(
+                "registry_images_stored",
+                images=len(outcome.refs),
+                bytes=outcome.fetched_bytes,
+                message=f"kept {len(outcome.refs)} registry images in the local store",
+            )
+        return [ref for ref in outcome.refs if ref in to_fetch]
 
     async def _pull_missing(self, run: SyncPass) -> None:
         missing = {
