@@ -20,9 +20,9 @@ import asyncio
 import datetime as dt
 import errno
 import io
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +53,6 @@ from nodeagent.sync.copies import SetImages, StoredFromRegistry, StoreFailure
 
 QUEUED_CHUNKS: Final = 8
 """Chunks waiting between the registry download and the store write (a few MB at most)."""
-_POLL_S: Final = 0.5
 
 
 class _FetchStopped(Exception):
@@ -62,41 +61,50 @@ class _FetchStopped(Exception):
 
 class ChunkPipe:
     """The registry client writes chunks (its worker thread); ``BlobStore.fill`` reads them
-    (another): a bounded queue, so a blob is never whole in memory. ``end`` is called once
-    the download returned, with its error if it failed; the reader then sees the end."""
+    (another): at most ``QUEUED_CHUNKS`` wait, so a blob is never whole in memory. ``end``
+    is called once the download returned, with its error if it failed; the reader then
+    sees the end of the blob, or ``_FetchStopped``. A reader that stopped (``close_reader``)
+    makes the next write fail at once, so the download does not wait for it."""
 
     def __init__(self) -> None:
-        self._chunks: queue.Queue[bytes] = queue.Queue(maxsize=QUEUED_CHUNKS)
+        self._ready = threading.Condition()
+        self._chunks: deque[bytes] = deque()
         self._left = memoryview(b"")
-        self._is_reader_gone = threading.Event()
-        self._is_ended = threading.Event()
+        self._is_reader_gone = False
+        self._is_ended = False
         self._error: BaseException | None = None
 
     def write(self, data: bytes) -> int:
-        while not self._is_reader_gone.is_set():
-            try:
-                self._chunks.put(bytes(data), timeout=_POLL_S)
-            except queue.Full:
-                continue
-            return len(data)
-        raise BrokenPipeError(errno.EPIPE, "the store stopped reading this blob")
+        with self._ready:
+            while len(self._chunks) >= QUEUED_CHUNKS and not self._is_reader_gone:
+                self._ready.wait()
+            if self._is_reader_gone:
+                raise BrokenPipeError(errno.EPIPE, "the store stopped reading this blob")
+            self._chunks.append(bytes(data))
+            self._ready.notify_all()
+        return len(data)
 
     def end(self, error: BaseException | None = None) -> None:
-        self._error = error
-        self._is_ended.set()
+        with self._ready:
+            self._is_ended, self._error = True, error
+            self._ready.notify_all()
 
     def close_reader(self) -> None:
-        self._is_reader_gone.set()
+        with self._ready:
+            self._is_reader_gone = True
+            self._ready.notify_all()
 
     def readinto(self, buffer: memoryview) -> int:
-        while not self._left:
-            try:
-                self._left = memoryview(self._chunks.get(timeout=_POLL_S))
-            except queue.Empty:
-                if self._is_ended.is_set() and self._chunks.empty():
+        if not self._left:
+            with self._ready:
+                while not self._chunks and not self._is_ended:
+                    self._ready.wait()
+                if not self._chunks:
                     if self._error is not None:
                         raise _FetchStopped(str(self._error)) from self._error
                     return 0
+                self._left = memoryview(self._chunks.popleft())
+                self._ready.notify_all()
         count = min(len(buffer), len(self._left))
         buffer[:count] = self._left[:count]
         self._left = self._left[count:]
