@@ -4,14 +4,16 @@
 loaded from a spec (a set a stored bundle carried is left to its bundle), the images to
 fetch are planned as ``nodeagent bundle create`` plans them (``adapters.bundles.fetcher``:
 the manifest its digest names, for an index also this node's platform child, the config,
-the layers). Manifests and configs (bounded, a few KB) are read whole to be parsed, from
-the store when it holds them; the plan's missing bytes are admitted before the first
-byte is written (the ``[store]`` cap, then the store filesystem's free space minus the
+the layers). Manifests (bounded, a few KB) are read whole to be parsed, from the store
+when it holds them; the plan's missing bytes are admitted before the first blob is
+fetched or written (the ``[store]`` cap, then the store filesystem's free space minus the
 ``[disk]`` reserve, plus what the runtime's images need when both share that
 filesystem). Each blob then streams from the registry client's worker thread through a
 bounded queue into ``BlobStore.fill`` (hashed while written, renamed into ``blobs/`` by
 ``commit`` only when its digest matches). Last the set's record (``sets/<name>/``) and
-``index.json`` are written. One writer at a time: the store lock is held for the pass.
+``index.json`` are written. The image config (bounded) is read whole too, first, and
+must be for this node's platform before the image's other blobs are written. One writer
+at a time: the store lock is held for the pass.
 """
 
 from __future__ import annotations
@@ -113,16 +115,22 @@ class ChunkPipe:
 
 @dataclass(frozen=True, slots=True)
 class _Planned:
-    """One image: its top manifest, and every blob (small ones with their bytes)."""
+    """One image: its top manifest, and every blob (manifests with their bytes; the image
+    config, read and checked for the platform when it is written; the rest streamed)."""
 
     image: StoredImage
     small: dict[str, tuple[Descriptor, bytes]]
+    config: Descriptor | None
     streamed: dict[str, Descriptor]
 
     @property
+    def descriptors(self) -> list[Descriptor]:
+        config = [self.config] if self.config is not None else []
+        return [d for d, _ in self.small.values()] + config + list(self.streamed.values())
+
+    @property
     def blobs(self) -> tuple[BlobRef, ...]:
-        found = [d for d, _ in self.small.values()] + list(self.streamed.values())
-        return tuple(BlobRef(d.digest, d.size_bytes) for d in found)
+        return tuple(BlobRef(d.digest, d.size_bytes) for d in self.descriptors)
 
 
 CredentialsFor = Callable[[str], RegistryCredentials | None]
@@ -220,8 +228,7 @@ class RegistrySets:
         return list(wanted.missing), need
 
     def _missing(self, plans: Sequence[_Planned]) -> dict[str, Descriptor]:
-        every = {d.digest: d for p in plans for d, _ in p.small.values()}
-        every |= {d.digest: d for p in plans for d in p.streamed.values()}
+        every = {d.digest: d for p in plans for d in p.descriptors}
         return {k: d for k, d in every.items() if not self.blobs.has(d.digest, d.size_bytes)}
 
     def _admit(self, set_name: str, need_bytes: int, images_need: DiskStatus | None) -> None:
@@ -260,23 +267,26 @@ class RegistrySets:
             small[child.digest] = (child, body)
         config, *layers = image_blobs(body, ref)
         streamed = {d.digest: d for d in layers if d.digest not in small}
+        checked: Descriptor | None = config
         if config.media_type not in IMAGE_CONFIG_TYPES:
-            streamed[config.digest] = config
+            streamed[config.digest], checked = config, None
         elif config.size_bytes > MAX_CONFIG_BYTES:
             raise ImageNotFound(f"{ref}: its image config is larger than a runtime reads")
-        else:
-            config_body = await self._small(
-                text, config.digest, config.size_bytes, is_offline=is_offline, is_blob=True
-            )
-            found = read_image_config_platform(config_body, ref=str(ref))
-            if found != (self.platform.os, self.platform.architecture):
-                raise ImageNotFound(
-                    f"{ref} is a {clip(found[0], 64)}/{clip(found[1], 64)} image and this node "
-                    f"is {self.platform}: pin the digest of its {self.platform} image"
-                )
-            small[config.digest] = (config, config_body)
         image = StoredImage(text, top.digest, top.size_bytes, top.media_type)
-        return _Planned(image, small, streamed)
+        return _Planned(image, small, checked, streamed)
+
+    async def _checked_config(self, text: str, config: Descriptor) -> bytes:
+        """The image config (store or registry), refused unless it is for this node."""
+        body = await self._small(
+            text, config.digest, config.size_bytes, is_offline=False, is_blob=True
+        )
+        found = read_image_config_platform(body, ref=text)
+        if found != (self.platform.os, self.platform.architecture):
+            raise ImageNotFound(
+                f"{clip(text, 300)} is a {clip(found[0], 64)}/{clip(found[1], 64)} image and "
+                f"this node is {self.platform}: pin the digest of its {self.platform} image"
+            )
+        return body
 
     async def _small(
         self,
@@ -316,6 +326,12 @@ class RegistrySets:
 
     # ------------------------------------------------------------ writing
     async def _write(self, plan: _Planned, missing: dict[str, Descriptor]) -> None:
+        """The config first (checked for this node's platform), the manifests, the rest."""
+        if plan.config is not None:
+            body = await self._checked_config(plan.image.name, plan.config)
+            if plan.config.digest in missing:
+                await asyncio.to_thread(self._fill_bytes, plan.config, body)
+                missing.pop(plan.config.digest)
         for digest, (descriptor, body) in plan.small.items():
             if digest in missing:
                 await asyncio.to_thread(self._fill_bytes, descriptor, body)
