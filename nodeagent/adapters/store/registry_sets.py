@@ -49,7 +49,13 @@ from nodeagent.registries import (
 )
 from nodeagent.status import DiskStatus
 from nodeagent.store.keeping import check_cap, size_cap
-from nodeagent.store.layout import BlobRef, BundleRecord, StoredImage, registry_record
+from nodeagent.store.layout import (
+    BlobRef,
+    BundleRecord,
+    StoredImage,
+    is_set_name,
+    registry_record,
+)
 from nodeagent.strict import clip
 from nodeagent.sync.copies import SetImages, StoredFromRegistry, StoreFailure
 
@@ -161,13 +167,15 @@ class RegistrySets:
         if not any(self._has_work(s, loaded.records) for s in sets):
             return StoredFromRegistry()
         lock = StoreLock(self.root)
-        await asyncio.to_thread(lock.__enter__)
+        await _acquire(lock)
         try:
             return await self._store_locked(sets, images_need)
         finally:
             lock.__exit__(None, None, None)
 
     def _has_work(self, wanted: SetImages, records: Sequence[BundleRecord]) -> bool:
+        if not is_set_name(wanted.name):
+            return False  # specs admit DNS subdomains only; anything else has no record path
         if any(not r.is_registry and wanted.name in r.sets for r in records):
             return False  # a bundle's set: its blobs come with the bundle
         previous = next((r for r in records if r.is_registry and r.bundle_id == wanted.name), None)
@@ -213,7 +221,8 @@ class RegistrySets:
         kept_plans = [plan for i in retained if (plan := await self._plan_stored(i.name))]
         missing = self._missing(plans)
         need = sum(d.size_bytes for d in missing.values())
-        await asyncio.to_thread(self._admit, wanted.name, need, images_need)
+        if need:  # pruning alone adds nothing, even to a store over a lowered cap
+            await asyncio.to_thread(self._admit, wanted.name, need, images_need)
         for plan in plans:
             await self._write(plan, missing)
         now_s = self.clock()
@@ -375,6 +384,17 @@ class RegistrySets:
             raise
         pipe.end()
         await filling
+
+
+async def _acquire(lock: StoreLock) -> None:
+    """Take the store lock in a worker thread; cancelled while waiting, it is released as
+    soon as the thread gets it (never held by nobody)."""
+    taking = asyncio.ensure_future(asyncio.to_thread(lock.__enter__))
+    try:
+        await asyncio.shield(taking)
+    except asyncio.CancelledError:
+        taking.add_done_callback(lambda _done: lock.__exit__(None, None, None))
+        raise
 
 
 async def _settle(filling: asyncio.Future[None]) -> NodeAgentError | None:

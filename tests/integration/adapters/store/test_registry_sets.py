@@ -151,7 +151,9 @@ async def test_a_bundle_set_is_left_to_its_bundle_and_a_set_record_follows_its_i
     (kept,) = [r for r in records.load().records if r.is_registry]
     assert sorted(i.name for i in kept.images) == sorted([a, b])
     # the new generation pinned: the record follows, a's own layer is no longer claimed
-    await fetcher.store([SetImages("apps", (b,), (), (b,))], None)
+    # (even with a cap lowered below what the store holds: pruning adds nothing)
+    lowered = sets_of(store, front, limits=StoreLimits(max_bytes=1))
+    assert (await lowered.store([SetImages("apps", (b,), (), (b,))], None)).failures == ()
     (kept,) = [r for r in records.load().records if r.is_registry]
     assert [i.name for i in kept.images] == [b]
     own_a = pushed.base_a.layer_digests[-1]
