@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +91,14 @@ async def test_a_registry_set_is_fetched_once_into_the_store_and_restored_with_t
                 crio.kill()
                 shutil.rmtree(crio.storage_root)
                 crio.start()
+                started_s = time.monotonic()
                 agent.wait_status(
                     lambda s: is_back(s, "apps", len(refs)),
                     what="every image back from the local store",
                     timeout_s=120,
                 )
+                # noticed when CRI-O's socket appeared, not at the 10-minute resync
+                assert time.monotonic() - started_s < 60
                 assert await pinned(crio, refs) == refs
                 assert len(front.exchanges()) == seen  # not one request reached the registry
                 log = agent.current_run_log()
