@@ -16,7 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import structlog
+
 from nodeagent.status import DiskStatus
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +86,26 @@ def admitted_only(sets: Sequence[SetImages], admitted: Iterable[str]) -> list[Se
     """The sets, with nothing to fetch for those the runtime's disk admission refused."""
     names = set(admitted)
     return [s if s.name in names else SetImages(s.name, s.refs, (), s.pinned) for s in sets]
+
+
+def log_outcome(outcome: StoredFromRegistry, todo: Sequence[str]) -> list[str]:
+    """Say what a pass stored and each set it could not (a warning with its reason code,
+    the images then go to the registry pull); the images of ``todo`` now in the store."""
+    for failure in outcome.failures:
+        log.warning(
+            "registry_set_not_stored",
+            set=failure.set_name,
+            reason=failure.reason,
+            error=failure.message,
+            next="pulled from the image's registry, not kept in the local store",
+        )
+    held = set(outcome.refs)
+    stored = [ref for ref in todo if ref in held]
+    if stored:
+        log.info(
+            "registry_images_stored",
+            images=len(stored),
+            bytes=outcome.fetched_bytes,
+            message=f"kept {len(stored)} registry images in the local store",
+        )
+    return stored

@@ -29,8 +29,15 @@ from nodeagent.pins import PinService
 from nodeagent.ports import ImageRuntime, StateStore
 from nodeagent.prepull import PrePuller, PullResult, shared_layer_leaders
 from nodeagent.specs import SpecLoad, set_fingerprint
-from nodeagent.status import ImageFailure, NodeStatus, SetStatus, node_status, status_line
-from nodeagent.sync.copies import RegistryStore, admitted_only, registry_wants
+from nodeagent.status import (
+    DiskStatus,
+    ImageFailure,
+    NodeStatus,
+    SetStatus,
+    node_status,
+    status_line,
+)
+from nodeagent.sync.copies import RegistryStore, admitted_only, log_outcome, registry_wants
 from nodeagent.sync.loop import (
     Backoff,
     SyncReport,
@@ -295,7 +302,6 @@ class Reconciler:
             return
         missing = sorted({r for s in run.specs.sets for r in set_refs(s) if not run.is_present(r)})
         held = await self.restorer.holds(missing) if missing else []
-        held += await self._store_from_registry(run, set(missing) - set(held))
         if not held:
             return
         log.info("restore_started", images=len(held), source="local store")
@@ -321,36 +327,32 @@ class Reconciler:
                 next="the image's registry",
             )
 
-    async def _store_from_registry(self, run: SyncPass, to_fetch: set[str]) -> list[str]:
-        """Registry images fetched into the store once (admitted for the runtime's disk first),
-        to be pulled from there; a failure leaves them to the registry pull, said once."""
-        if self.registry_store is None:
-            return []
+    async def _through_store(
+        self, run: SyncPass, todo: list[str], disk: DiskStatus | None, admitted: Sequence[str] = ()
+    ) -> list[str]:
+        """``[store] registry_sets``: admitted registry images are fetched into the store once
+        and pulled from there; what is left (a failure, said once per sync) goes to the
+        registry pull. Every sync also hands the store each set's images and pins (its
+        records follow them). Returns the images still to pull."""
+        if self.registry_store is None or self.restorer is None:
+            return todo
         pinned = {name: record.pinned_images for name, record in run.ledger.sets.items()}
-        sets = registry_wants(((s.name, set_refs(s)) for s in run.specs.sets), pinned, to_fetch)
-        wanted = {s.name: list(s.missing) for s in sets if s.missing}
-        verdict = None
-        if wanted:
-            stored_refs = [ref for ref in run.stored if "@sha256:" in ref]
-            verdict = await self.admission.admit(wanted, stored_refs)
-            sets = admitted_only(sets, verdict.admitted)
-        outcome = await self.registry_store.store(sets, verdict.disk if verdict else None)
-        for failure in outcome.failures:
-            log.warning(
-                "registry_set_not_stored",
-                set=failure.set_name,
-                reason=failure.reason,
-                error=failure.message,
-                next="pulled from the image's registry, not kept in the local store",
-            )
-        if outcome.fetched_bytes:
-            log.info(
-                "registry_images_stored",
-                images=len(outcome.refs),
-                bytes=outcome.fetched_bytes,
-                message=f"kept {len(outcome.refs)} registry images in the local store",
-            )
-        return [ref for ref in outcome.refs if ref in to_fetch]
+        sets = registry_wants(((s.name, set_refs(s)) for s in run.specs.sets), pinned, todo)
+        outcome = await self.registry_store.store(admitted_only(sets, admitted), disk)
+        stored = log_outcome(outcome, todo)
+        if not stored:
+            return todo
+        results = await self.restorer.restore(stored)
+        for result in results.values():
+            if not result.is_pulled:
+                log.warning(
+                    "restore_failed",
+                    image=result.ref,
+                    reason=result.reason,
+                    error=result.message,
+                    next="the image's registry",
+                )
+        return [ref for ref in todo if not (ref in results and results[ref].is_pulled)]
 
     async def _pull_missing(self, run: SyncPass) -> None:
         missing = {
@@ -359,6 +361,7 @@ class Reconciler:
         missing = {name: refs for name, refs in missing.items() if refs}
         run.pending = missing
         if not missing:
+            await self._through_store(run, [], None)
             return
         stored_refs = [ref for ref in run.stored if "@sha256:" in ref]
         verdict = await self.admission.admit(missing, stored_refs)
@@ -371,6 +374,7 @@ class Reconciler:
         todo = sorted({ref for name in admitted for ref in missing[name]})
         log.info("pulls_started", images=len(todo), sets=len(admitted))
         self.report.sync_progress(self._interim(run))
+        todo = await self._through_store(run, todo, verdict.disk, admitted)
         results = await self.puller.pull_all(todo, self._waits(run, todo))
         self._record_pulls(run, results.values())
 

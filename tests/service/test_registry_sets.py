@@ -112,4 +112,15 @@ async def test_images_the_store_holds_already_are_restored_not_fetched() -> None
     await node.reconciler.sync()
     (sets, _), *_ = fetcher.calls
     assert sets == [SetImages("apps", (A, B), (B,), ())]
-    assert sorted(restorer.calls[0]) == [A, B]
+    assert restorer.calls == [[A], [B]]  # A restored first; B admitted, fetched, pulled
+    assert node.crio.pull_calls == []
+
+
+async def test_a_refused_set_is_reported_once_per_sync() -> None:
+    node = Node(image_set("big", B, C), available_bytes=2 * GIB)
+    node.manifests.sizes[B] = node.manifests.sizes[C] = 1 * GIB
+    wired(node)
+    with capture_logs() as logs:
+        await node.reconciler.sync()
+    assert [e["event"] for e in logs].count("disk_refused") == 1
+    assert [e["event"] for e in logs].count("disk_admission") == 1

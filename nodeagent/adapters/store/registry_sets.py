@@ -219,7 +219,7 @@ class RegistrySets:
         retained = [i for i in previous.images if i.name in keep] if previous else []
         plans = [await self._plan(ref) for ref in wanted.missing]
         kept_plans = [plan for i in retained if (plan := await self._plan_stored(i.name))]
-        missing = self._missing(plans)
+        missing = await asyncio.to_thread(self._missing, plans)
         need = sum(d.size_bytes for d in missing.values())
         if need:  # pruning alone adds nothing, even to a store over a lowered cap
             await asyncio.to_thread(self._admit, wanted.name, need, images_need)
