@@ -30,6 +30,7 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "pulls_waiting": "b3757c5c0b66493e89df767d9a5ce930",
     "pinned_images_lost": "bebb67fb84d74287b99c99e224cdcf27",
     "images_restored_from_store": "c578cd8e33ef42eab0b2398242f0fdd0",
+    "registry_set_not_stored": "d8c2b0a72c774ef7ae4faa2e560d0a1f",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

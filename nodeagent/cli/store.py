@@ -85,7 +85,7 @@ def print_view(view: keeper.StoreView) -> None:
         f"{format_bytes(view.partial_bytes)} in unfinished copies"
     )
     if not view.verdicts:
-        print("no bundles stored")
+        print("no bundles or registry sets stored")
     for verdict in view.verdicts:
         _print_bundle(view, verdict)
     if view.removals.held:
@@ -99,11 +99,17 @@ def _print_bundle(view: keeper.StoreView, verdict: BundleVerdict) -> None:
     record = verdict.record
     own, shared = view.own_bytes(verdict)
     key = clip(record.key_name, 60) or record.key_id
-    print(
-        f"bundle {clip(record.bundle_id, 130)} (key {key} {record.key_id}, channel "
-        f"{clip(record.channel, 70)}, created {clip(record.created, 40)}): "
-        + clip(verdict.describe())
-    )
+    if record.is_registry:
+        print(
+            f"registry set {clip(record.bundle_id, 260)} (fetched {clip(record.created, 40)}): "
+            + clip(verdict.describe())
+        )
+    else:
+        print(
+            f"bundle {clip(record.bundle_id, 130)} (key {key} {record.key_id}, channel "
+            f"{clip(record.channel, 70)}, created {clip(record.created, 40)}): "
+            + clip(verdict.describe())
+        )
     sets = ", ".join(clip(name, 100) for name in record.sets) or "none"
     print(
         f"  {format_bytes(own)} its own, {format_bytes(shared)} shared with other bundles; "

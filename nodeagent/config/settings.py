@@ -192,8 +192,11 @@ class StoreSettings:
     """Keep the newest bundle of each signing key and channel even when none of its sets is
     pinned any more (for peers, and to re-pin without the stick). Default true."""
     registry_sets: bool = False
-    """Also keep the blobs of sets pulled from a registry in the store, so they can be restored
-    offline. Default false (not wired yet: bundle content only)."""
+    """Also keep the images of sets loaded from specs (not from a bundle) in the store: their
+    blobs are fetched once from the registry into the store and pulled into the runtime from
+    there, so they can be restored offline too. Costs a second copy of their compressed
+    layers on the store's filesystem. A fetch the store refuses (``StoreFull``, no space) or
+    that fails falls back to the registry pull. Default false: bundle content only."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 A module of its own so that a daemon that never sees a bundle never loads the importer,
 the loopback server, the mirror drop-in and their dependencies; ``wiring`` imports it
-lazily. The CLI's ``bundle import`` builds the same importer.
+lazily. The CLI's ``bundle import`` builds the same importer. The store's restorer and
+the registry sets' fetcher (``[store] registry_sets``) are built here too, when needed.
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ from nodeagent.adapters.bundles.server import BundleServer
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
+from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.store.copier import StoreLimits
 from nodeagent.adapters.store.node_store import NodeImageStore
+from nodeagent.adapters.store.registry_sets import RegistrySets
 from nodeagent.bundles.importer import Importer, ImporterPorts
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MirrorPullPorts
 from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies
-from nodeagent.ports import PullEvent, Reloader
+from nodeagent.ports import PullEvent, RegistryCredentials, Reloader
 from nodeagent.prepull import PrePuller
 from nodeagent.registries import node_platform
 from nodeagent.reporting import log_pull
@@ -104,6 +107,18 @@ def build_importer(
         image_store=node_store(config),
     )
     return Importer(ports, policies.disk)
+
+
+def build_registry_store(
+    config: Config,
+    registry: RegistryClient,
+    credentials_for: Callable[[str], RegistryCredentials | None],
+) -> RegistrySets:
+    """``[store] registry_sets``: registry sets' blobs fetched once into the node's store, by
+    the daemon's registry client (its credentials, insecure hosts and registries.conf routes)."""
+    platform = node_platform(os.uname().machine)
+    limits = node_store(config).limits
+    return RegistrySets(config.store_dir, registry, credentials_for, platform, limits)
 
 
 def build_restorer(

@@ -5,7 +5,8 @@ Nothing here decides anything: policies come from the configuration
 status is published by ``reporting.Reporter``. Each service receives its collaborators
 in its constructor. Cluster mode and the bundle importer are built from modules loaded
 only when they are on (``daemon.cluster``, ``daemon.bundles``), so a standalone node
-without media never imports lightkube, pyudev or the importer.
+without media never imports lightkube, pyudev or the importer; the store's code loads only
+once the store holds something or ``[store] registry_sets`` has images to fetch.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from nodeagent.pins import PinService
 from nodeagent.prepull import PrePuller, PullResult
 from nodeagent.reporting import PullTally, Reporter
 from nodeagent.specs import load_spec_dirs
+from nodeagent.status import DiskStatus
 from nodeagent.sync import Reconciler
+from nodeagent.sync.copies import RegistryStore, SetImages, StoredFromRegistry
 
 if TYPE_CHECKING:
     from nodeagent.bundles.importer import Importer
@@ -115,6 +118,11 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         report=reporter,
         schedule=policies.schedule,
         restorer=LazyRestorer(config.store_dir, lambda: _restorer(config, policies, cri, reloader)),
+        registry_store=(
+            LazyRegistryStore(config.store_dir, lambda: _registry_store(config, registry, auth))
+            if config.store.registry_sets
+            else None
+        ),
     )
     supervisor = Supervisor()
 
@@ -172,10 +180,40 @@ class LazyRestorer:
         return await self._restorer().restore(refs)
 
 
+class LazyRegistryStore:
+    """``sync.copies.RegistryStore`` (``[store] registry_sets``) that loads the store's code
+    only once a sync has images to fetch, or the store holds something to prune."""
+
+    def __init__(self, store_dir: Path, build: Callable[[], RegistryStore]) -> None:
+        self.store_dir = store_dir
+        self._build = build
+        self._built: RegistryStore | None = None
+
+    async def store(
+        self, sets: Sequence[SetImages], images_need: DiskStatus | None
+    ) -> StoredFromRegistry:
+        if self._built is None:
+            if not any(s.missing for s in sets) and not await asyncio.to_thread(
+                has_registry_sets, self.store_dir
+            ):
+                return StoredFromRegistry()
+            self._built = self._build()
+        return await self._built.store(sets, images_need)
+
+
 def has_bundles(store_dir: Path) -> bool:
-    """Whether the node's image store holds an accepted bundle (a directory look)."""
+    """Whether the node's image store holds an accepted bundle or a registry set's record
+    (a directory look): only then is the store's code loaded."""
+    return _has_entries(store_dir / "bundles") or has_registry_sets(store_dir)
+
+
+def has_registry_sets(store_dir: Path) -> bool:
+    return _has_entries(store_dir / "sets")
+
+
+def _has_entries(directory: Path) -> bool:
     try:
-        return any((store_dir / "bundles").iterdir())
+        return any(directory.iterdir())
     except OSError:
         return False
 
@@ -186,6 +224,12 @@ def _restorer(
     from nodeagent.daemon.bundles import build_restorer  # noqa: PLC0415  (a stored bundle)
 
     return build_restorer(config, policies, cri, reloader)
+
+
+def _registry_store(config: Config, registry: RegistryClient, auth: AuthFile) -> RegistryStore:
+    from nodeagent.daemon.bundles import build_registry_store  # noqa: PLC0415  (registry_sets)
+
+    return build_registry_store(config, registry, auth.credentials_for)
 
 
 def _mount(devnode: str, fs_type: str, target_dir: Path) -> MountedMedium:

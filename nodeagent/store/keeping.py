@@ -10,6 +10,11 @@ Keep rules (docs/store.md), over the bundle records and the sets pinned now:
 - the signed manifest, signature and record of every accepted bundle are always kept
   (small; anti-rollback needs them): only blobs are ever removed.
 
+A registry set's record (``[store] registry_sets``) follows the first two rules: kept
+while its set is pinned, and for the grace period after its blobs were fetched (the pull
+into the runtime and the pinning come after). It has no key or channel (``newest`` never
+applies); once released, its record goes with it (``adapters.store.keeper.collect``).
+
 Blobs that no kept bundle refers to are marked with the time they were first found so,
 and removed once they have been unreferenced for ``gc_grace_s`` (``plan_removals``); a
 blob referred to again loses its mark. Nothing here sleeps or reads a clock: ``now_s``
@@ -53,13 +58,16 @@ class BundleVerdict:
     def describe(self) -> str:
         """Why, in one phrase a technician reads: ``kept: set line-3 is pinned``."""
         if not self.reasons:
+            if self.record.is_registry:
+                return "released: its set is not pinned (fetched again from its registry)"
             return "released: no set pinned (its signed manifest stays)"
         parts = []
         for reason in self.reasons:
             if reason == "pinned":
                 parts.append(f"set {', '.join(self.pinned_sets)} pinned")
             elif reason == "recent":
-                parts.append("copied within the grace period")
+                done = "fetched" if self.record.is_registry else "copied"
+                parts.append(f"{done} within the grace period")
             else:
                 parts.append(f"newest of key {self.record.key_id} channel {self.record.channel}")
         return "kept: " + "; ".join(parts)
@@ -81,6 +89,8 @@ def newest_per_channel(records: Iterable[BundleRecord]) -> set[str]:
     """The id of the newest bundle of each (signing key, channel)."""
     newest: dict[tuple[str, str], BundleRecord] = {}
     for record in records:
+        if record.is_registry:
+            continue  # no key, no channel: a registry set is kept while it is pinned
         key = (record.key_id, record.channel)
         if key not in newest or created_order(record) > created_order(newest[key]):
             newest[key] = record

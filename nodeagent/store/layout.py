@@ -10,6 +10,8 @@ reading the layout ignore::
     bundles/<bundle-id>/bundle.json     the signed manifest, byte for byte
     bundles/<bundle-id>/bundle.json.minisig
     bundles/<bundle-id>/record.json     ``BundleRecord``: key, channel, sets, images, blobs
+    sets/<set-name>/record.json         a registry set's record (``[store] registry_sets``):
+                                        a ``BundleRecord`` with ``source`` "registry"
     gc-marks.json                       when each unreferenced blob was first found so
     tmp/<hex>.partial                   a blob being written (resumed after a crash)
 
@@ -24,7 +26,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from nodeagent.errors import StoreRecordDamaged
 from nodeagent.strict import clip
@@ -34,6 +36,7 @@ OCI_LAYOUT_BYTES: Final = b'{"imageLayoutVersion":"1.0.0"}'
 INDEX_NAME: Final = "index.json"
 BLOBS_DIR: Final = "blobs/sha256"
 BUNDLES_DIR: Final = "bundles"
+SETS_DIR: Final = "sets"
 TMP_DIR: Final = "tmp"
 MARKS_NAME: Final = "gc-marks.json"
 RECORD_NAME: Final = "record.json"
@@ -51,6 +54,8 @@ _DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 _BUNDLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _CHANNEL = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _KEY_ID = re.compile(r"^[A-F0-9]{1,16}$")
+_SET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""A PinnedImageSet's name: a DNS subdomain (``specs``), at most 253 characters."""
 _MEDIA_PART = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
 _MEDIA_TYPE = re.compile(rf"^{_MEDIA_PART}/{_MEDIA_PART}$")
 
@@ -61,6 +66,10 @@ def is_digest(text: object) -> bool:
 
 def is_bundle_id(text: object) -> bool:
     return isinstance(text, str) and _BUNDLE_ID.match(text) is not None and text not in (".", "..")
+
+
+def is_set_name(text: object) -> bool:
+    return isinstance(text, str) and len(text) <= 253 and _SET_NAME.fullmatch(text) is not None
 
 
 def blob_path(digest: str) -> str:
@@ -88,7 +97,17 @@ def bundle_dir(bundle_id: str) -> str:
     return f"{BUNDLES_DIR}/{bundle_id}"
 
 
+def set_dir(set_name: str) -> str:
+    """``sets/<set-name>``: a registry set's record (a DNS subdomain only: no ``/`` or ``..``)."""
+    if not is_set_name(set_name):
+        raise ValueError(f"{clip(set_name, 100)!r} is not a set name")
+    return f"{SETS_DIR}/{set_name}"
+
+
 # ---------------------------------------------------------------- records
+RecordSource = Literal["bundle", "registry"]
+
+
 @dataclass(frozen=True, slots=True)
 class BlobRef:
     digest: str
@@ -108,7 +127,10 @@ class StoredImage:
 
 @dataclass(frozen=True, slots=True)
 class BundleRecord:
-    """What the store remembers of an accepted bundle (``bundles/<id>/record.json``)."""
+    """What the store remembers of an accepted bundle (``bundles/<id>/record.json``), or of a
+    set whose blobs were fetched from its registry (``sets/<name>/record.json``, ``source``
+    "registry": ``bundle_id`` is then the set's name, the only set; no key, no channel, no
+    signed manifest beside it)."""
 
     bundle_id: str
     key_id: str
@@ -121,6 +143,11 @@ class BundleRecord:
     sets: tuple[str, ...]
     images: tuple[StoredImage, ...]
     blobs: tuple[BlobRef, ...]
+    source: RecordSource = "bundle"
+
+    @property
+    def is_registry(self) -> bool:
+        return self.source == "registry"
 
     @property
     def size_bytes(self) -> int:
@@ -131,12 +158,19 @@ class BundleRecord:
         return frozenset(blob.digest for blob in self.blobs)
 
     def to_json(self) -> dict[str, Any]:
+        head: dict[str, Any] = (
+            {"source": "registry", "setName": self.bundle_id}
+            if self.is_registry
+            else {
+                "bundleId": self.bundle_id,
+                "keyId": self.key_id,
+                "keyName": self.key_name,
+                "channel": self.channel,
+            }
+        )
         return {
             "recordVersion": RECORD_VERSION,
-            "bundleId": self.bundle_id,
-            "keyId": self.key_id,
-            "keyName": self.key_name,
-            "channel": self.channel,
+            **head,
             "created": self.created,
             "acceptedAt": self.accepted_at_s,
             "sets": list(self.sets),
@@ -156,6 +190,10 @@ class BundleRecord:
     def from_json(cls, doc: object, where: str) -> BundleRecord:
         if not isinstance(doc, dict) or doc.get("recordVersion") != RECORD_VERSION:
             raise StoreRecordDamaged(f"{where} is not a version {RECORD_VERSION} record")
+        if doc.get("source", "bundle") == "registry":
+            return _registry_record(doc, where)
+        if doc.get("source", "bundle") != "bundle":
+            raise StoreRecordDamaged(f"{where}: source must be bundle or registry")
         bundle_id = _text(doc, "bundleId", where)
         if not is_bundle_id(bundle_id):
             raise StoreRecordDamaged(f"{where}: bundleId {clip(bundle_id, 100)!r} is not one")
@@ -173,6 +211,50 @@ class BundleRecord:
             images=tuple(_image(item, f"{where} images") for item in _list(doc, "images", where)),
             blobs=tuple(_blob(item, f"{where} blobs") for item in _list(doc, "blobs", where)),
         )
+
+
+def registry_record(
+    set_name: str,
+    images: Iterable[StoredImage],
+    blobs: Iterable[BlobRef],
+    created: str,
+    accepted_at_s: float,
+) -> BundleRecord:
+    """The record of a set whose images' blobs were fetched from their registry."""
+    if not is_set_name(set_name):
+        raise ValueError(f"{clip(set_name, 100)!r} is not a set name")
+    unique = {blob.digest: blob for blob in blobs}
+    return BundleRecord(
+        bundle_id=set_name,
+        key_id="",
+        key_name="",
+        channel="",
+        created=created,
+        accepted_at_s=accepted_at_s,
+        sets=(set_name,),
+        images=tuple(sorted({i.name: i for i in images}.values(), key=lambda i: i.name)),
+        blobs=tuple(sorted(unique.values(), key=lambda b: b.digest)),
+        source="registry",
+    )
+
+
+def _registry_record(doc: Mapping[str, Any], where: str) -> BundleRecord:
+    set_name = _text(doc, "setName", where)
+    if not is_set_name(set_name):
+        raise StoreRecordDamaged(f"{where}: setName {clip(set_name, 100)!r} is not one")
+    accepted = doc.get("acceptedAt")
+    if not _is_time(accepted):
+        raise StoreRecordDamaged(f"{where}: acceptedAt must be a time in seconds")
+    sets = tuple(_text({"s": s}, "s", f"{where} sets") for s in _list(doc, "sets", where))
+    if sets != (set_name,):
+        raise StoreRecordDamaged(f"{where}: sets must be [{set_name!r}] alone")
+    return registry_record(
+        set_name,
+        (_image(item, f"{where} images") for item in _list(doc, "images", where)),
+        (_blob(item, f"{where} blobs") for item in _list(doc, "blobs", where)),
+        _text(doc, "created", where),
+        float(accepted or 0),
+    )
 
 
 def _is_time(value: object) -> bool:

@@ -29,7 +29,15 @@ from nodeagent.pins import PinService
 from nodeagent.ports import ImageRuntime, StateStore
 from nodeagent.prepull import PrePuller, PullResult, shared_layer_leaders
 from nodeagent.specs import SpecLoad, set_fingerprint
-from nodeagent.status import ImageFailure, NodeStatus, SetStatus, node_status, status_line
+from nodeagent.status import (
+    DiskStatus,
+    ImageFailure,
+    NodeStatus,
+    SetStatus,
+    node_status,
+    status_line,
+)
+from nodeagent.sync.copies import RegistryStore, admitted_only, log_outcome, registry_wants
 from nodeagent.sync.loop import (
     Backoff,
     SyncReport,
@@ -84,6 +92,7 @@ class Reconciler:
         monotonic: Callable[[], float] = time.monotonic,
         wait: Waiter = wait_event,
         restorer: ImageRestorer | None = None,
+        registry_store: RegistryStore | None = None,
     ) -> None:
         self.load_specs = load_specs
         """Reads every spec file; run in a worker thread (big files must not stall the loop)."""
@@ -106,6 +115,8 @@ class Reconciler:
         self._is_adopting = False
         """The ledger was rebuilt: the next sync adopts what the runtime reports pinned."""
         self.restorer = restorer
+        self.registry_store = registry_store
+        """``[store] registry_sets``: registry sets go through the store (``sync.copies``)."""
         self._loss: ImageLoss | None = None
         """The last time pinned images were found missing (reported once, kept in the status
         once they are back, marked resolved)."""
@@ -316,6 +327,33 @@ class Reconciler:
                 next="the image's registry",
             )
 
+    async def _through_store(
+        self, run: SyncPass, todo: list[str], disk: DiskStatus | None, admitted: Sequence[str] = ()
+    ) -> list[str]:
+        """``[store] registry_sets``: admitted registry images are fetched into the store once
+        and pulled from there; what is left (a failure, said once per sync) goes to the
+        registry pull. Every sync also hands the store each set's images and pins (its
+        records follow them). Returns the images still to pull."""
+        if self.registry_store is None or self.restorer is None:
+            return todo
+        pinned = {name: record.pinned_images for name, record in run.ledger.sets.items()}
+        sets = registry_wants(((s.name, set_refs(s)) for s in run.specs.sets), pinned, todo)
+        outcome = await self.registry_store.store(admitted_only(sets, admitted), disk)
+        stored = log_outcome(outcome, todo)
+        if not stored:
+            return todo
+        results = await self.restorer.restore(stored)
+        for result in results.values():
+            if not result.is_pulled:
+                log.warning(
+                    "restore_failed",
+                    image=result.ref,
+                    reason=result.reason,
+                    error=result.message,
+                    next="the image's registry",
+                )
+        return [ref for ref in todo if not (ref in results and results[ref].is_pulled)]
+
     async def _pull_missing(self, run: SyncPass) -> None:
         missing = {
             s.name: [r for r in set_refs(s) if not run.is_present(r)] for s in run.specs.sets
@@ -323,6 +361,7 @@ class Reconciler:
         missing = {name: refs for name, refs in missing.items() if refs}
         run.pending = missing
         if not missing:
+            await self._through_store(run, [], None)
             return
         stored_refs = [ref for ref in run.stored if "@sha256:" in ref]
         verdict = await self.admission.admit(missing, stored_refs)
@@ -335,6 +374,7 @@ class Reconciler:
         todo = sorted({ref for name in admitted for ref in missing[name]})
         log.info("pulls_started", images=len(todo), sets=len(admitted))
         self.report.sync_progress(self._interim(run))
+        todo = await self._through_store(run, todo, verdict.disk, admitted)
         results = await self.puller.pull_all(todo, self._waits(run, todo))
         self._record_pulls(run, results.values())
 

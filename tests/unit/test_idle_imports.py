@@ -48,6 +48,8 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.adapters.bundles.server",
     "nodeagent.adapters.bundles.writer",
     "nodeagent.adapters.bundles.mount",
+    "nodeagent.adapters.store.blobs",  # the store: once it holds something (or has to)
+    "nodeagent.adapters.store.registry_sets",
     "difflib",  # did-you-mean for a broken config only
     "ctypes.util",  # inotify takes libc from the process itself
     "getpass",  # a locked signing key on a terminal only
@@ -57,9 +59,17 @@ DEV_ONLY = {"grpc": "grpcio"}
 """Modules of a development dependency (module: distribution): absent where it is not installed."""
 
 
-@pytest.fixture(scope="module")
-def idle_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+@pytest.fixture(scope="module", params=["default", "registry_sets"])
+def idle_modules(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> set[str]:
+    """Idle with the default configuration, and with ``[store] registry_sets`` on: the store's
+    code loads at the first sync that has an image to fetch, not at start."""
     root = tmp_path_factory.mktemp("root")
+    if request.param == "registry_sets":
+        config = root / "etc" / "nodeagent" / "config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text("[store]\nregistry_sets = true\n")
     repo = Path(__file__).resolve().parents[2]
     result = subprocess.run(
         [sys.executable, "-c", IDLE_PATH, str(root)],

@@ -4,7 +4,8 @@ The rules are ``nodeagent.store.keeping``'s; this module reads the records, the 
 the marks, and applies the plan: a blob is removed only after ``gc_grace_s`` unreferenced
 (its mark, the time it was first found so, is kept in ``gc-marks.json``); a partial blob
 nothing refers to goes once it is older than the grace period. The signed manifests and
-records are never removed. ``index.json`` is rewritten afterwards so it names only images
+records are never removed; a registry set's record (no signature, nothing to keep it
+for) goes once the set is released. ``index.json`` is rewritten afterwards so it names only images
 whose top manifest is still stored.
 """
 
@@ -75,6 +76,7 @@ class StoreView:
             own, shared = self.own_bytes(verdict)
             bundles.append(
                 {
+                    "source": record.source,
                     "bundleId": record.bundle_id,
                     "keyId": record.key_id,
                     "keyName": record.key_name,
@@ -151,7 +153,11 @@ def collect(
             if digest not in keep and now_s - mtime >= rules.gc_grace_s:
                 blobs.remove_partial(digest)
         records.save_marks(view.removals.marks)
-        records.refresh_index((v.record for v in view.verdicts), set(blobs.stored()))
+        for verdict in view.verdicts:
+            if verdict.record.is_registry and not verdict.is_kept:
+                records.remove_set(verdict.record.bundle_id)  # its blobs are marked above
+        kept = [v.record for v in view.verdicts if v.is_kept or not v.record.is_registry]
+        records.refresh_index(kept, set(blobs.stored()))
     if view.removals.remove:
         log.info("store_blobs_removed", blobs=len(view.removals.remove), freed=format_bytes(freed))
     return Collected(view.removals.remove, freed, view)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,24 +103,80 @@ class StoreRecords:
         ``is_repairing``, for a reader without the store lock: rebuilt in memory only)."""
         records: list[BundleRecord] = []
         repairs: list[str] = []
-        for bundle_id in self._bundle_ids():
+        for bundle_id in self._names(layout.BUNDLES_DIR, layout.is_bundle_id):
             try:
                 record = self._load_one(bundle_id)
             except StoreRecordDamaged as err:
                 record = self._rebuild(bundle_id, err, repairs, is_repairing=is_repairing)
             if record is not None:
                 records.append(record)
+        for set_name in self._names(layout.SETS_DIR, layout.is_set_name):
+            try:
+                record = self._load_set(set_name)
+            except StoreRecordDamaged as err:
+                self._drop_set(set_name, err, repairs, is_repairing=is_repairing)
+                continue
+            if record is not None:
+                records.append(record)
         return LoadedRecords(tuple(records), tuple(repairs))
 
-    def _bundle_ids(self) -> list[str]:
-        directory = self.root / layout.BUNDLES_DIR
+    def _names(self, under: str, is_name: Callable[[object], bool]) -> list[str]:
+        directory = self.root / under
         try:
             names = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
         except FileNotFoundError:
             return []
         except OSError as err:
             raise HostFileError(f"cannot list {directory}: {err.strerror}") from err
-        return [name for name in names if layout.is_bundle_id(name)]
+        return [name for name in names if is_name(name)]
+
+    # ------------------------------------------------------------ registry sets
+    def set_path(self, set_name: str) -> Path:
+        return self.root / layout.set_dir(set_name)
+
+    def write_set(self, record: BundleRecord) -> None:
+        """A registry set's record, written once its blobs are all stored."""
+        write_atomic(
+            self.set_path(record.bundle_id) / layout.RECORD_NAME, canonical_json(record.to_json())
+        )
+
+    def remove_set(self, set_name: str) -> None:
+        """Forget a released registry set (its blobs are then unreferenced)."""
+        directory = self.set_path(set_name)
+        try:
+            for entry in directory.iterdir():
+                entry.unlink()
+            directory.rmdir()
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise HostFileError(f"cannot remove {directory}: {err.strerror}") from err
+
+    def _load_set(self, set_name: str) -> BundleRecord | None:
+        path = self.set_path(set_name) / layout.RECORD_NAME
+        doc = _json(path, layout.MAX_RECORD_BYTES)
+        if doc is None:
+            return None
+        record = BundleRecord.from_json(doc, str(path))
+        if not record.is_registry or record.bundle_id != set_name:
+            raise StoreRecordDamaged(f"{path} is not the registry record of set {set_name}")
+        return record
+
+    def _drop_set(
+        self, set_name: str, error: StoreRecordDamaged, repairs: list[str], *, is_repairing: bool
+    ) -> None:
+        """A damaged registry record has nothing signed to be rebuilt from: set aside, its
+        blobs are fetched again from the registry when the set needs them."""
+        if is_repairing:
+            moved = set_aside(self.set_path(set_name) / layout.RECORD_NAME)
+            log.warning(
+                "store_record_damaged",
+                set=set_name,
+                reason=error.reason,
+                error=error.message,
+                moved_to=str(moved),
+            )
+        repairs.append(f"set {set_name}: record damaged, set aside (fetched again when needed)")
 
     def _load_one(self, bundle_id: str) -> BundleRecord | None:
         path = self.bundle_path(bundle_id) / layout.RECORD_NAME

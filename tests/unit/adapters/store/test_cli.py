@@ -11,7 +11,9 @@ import structlog
 
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import copy_bundle
+from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.cli.main import main
+from nodeagent.store.layout import BlobRef, registry_record
 from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
 
 MIB = 1 << 20
@@ -90,3 +92,21 @@ def test_text_from_names_is_escaped_on_the_terminal(
     out = capsys.readouterr().out
     assert "evil" in out
     assert "\x1b" not in out and "\u202e" not in out
+
+
+def test_store_shows_a_registry_set_beside_the_bundles(
+    stored: tuple[Path, Signed], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, bundle = stored
+    store = root / "var/lib/nodeagent/store"
+    shared = next(iter(bundle.manifest.blobs.items()))
+    ref = BlobRef(shared[0], shared[1].size_bytes)
+    StoreRecords(store).write_set(registry_record("web", [], [ref], "2026-11-25T10:00:00Z", 0.0))
+    assert main(["--root", str(root), "store"]) == 0
+    text = capsys.readouterr().out
+    assert "registry set web (fetched 2026-11-25T10:00:00Z): released" in text
+    assert "bundle alpha (key factory" in text
+    assert main(["--root", str(root), "store", "--json"]) == 0
+    entries = {e["bundleId"]: e for e in json.loads(capsys.readouterr().out)["bundles"]}
+    assert entries["web"]["source"] == "registry" and entries["alpha"]["source"] == "bundle"
+    assert entries["web"]["kept"] is False and entries["web"]["sharedBytes"] == ref.size_bytes
