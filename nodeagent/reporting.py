@@ -221,6 +221,9 @@ class Reporter:
         copier sends progress at most every 2 s: one write each, not one per blob)."""
         self.board.update(report)
         self.save()
+        if self.cluster is not None and self.last is not None:
+            # written at the cluster's own pacing, not at every report
+            self.cluster.update(self._with_bundles(self.last), is_final=False)
         line = bundle_line(report)
         if line is not None:
             self.line.status(line)
@@ -231,13 +234,22 @@ class Reporter:
     def save(self) -> None:
         """Write the status file: the last sync's status plus the bundles seen."""
         last = self.last
-        doc = last.to_json() if last else {"conditions": [], "pinnedImageSets": []}
-        if self.board.reports:
+        doc = (
+            self._with_bundles(last).to_json()
+            if last
+            else {"conditions": [], "pinnedImageSets": []}
+        )
+        if last is None and self.board.reports:
             doc["bundles"] = self.board.to_json()
         try:
             save_repairing(self.store, "status", doc)
         except NodeAgentError as exc:  # a full or read-only state disk must not stop pinning
             log.warning("status_not_saved", reason=exc.reason, error=exc.message)
+
+    def _with_bundles(self, status: NodeStatus) -> NodeStatus:
+        if not self.board.reports:
+            return status
+        return replace(status, bundles=tuple(self.board.reports.values()))
 
     def _publish(self, status: NodeStatus, *, is_final: bool, is_sync: bool = True) -> None:
         self.last = status
@@ -246,4 +258,4 @@ class Reporter:
         self.save()
         self.line.status(status_line(status))
         if self.cluster is not None:
-            self.cluster.update(status, is_final=is_final)
+            self.cluster.update(self._with_bundles(status), is_final=is_final)

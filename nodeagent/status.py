@@ -132,6 +132,8 @@ class NodeStatus:
     """Seconds until the sync loop tries again after a transient failure (None: at the resync)."""
     image_loss: Mapping[str, object] | None = None
     """Pinned images the runtime lost, found at the last sync (``sync.losses.ImageLoss``)."""
+    bundles: tuple[BundleReport, ...] = ()
+    """Bundles seen (``reporting.BundleBoard``), added by the reporter."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -156,6 +158,8 @@ class NodeStatus:
             doc["retryInSeconds"] = round(self.retry_in_s, 1)
         if self.image_loss is not None:
             doc["imageLoss"] = dict(self.image_loss)
+        if self.bundles:
+            doc["bundles"] = [report.to_json() for report in self.bundles]
         return doc | dict(self.extra)
 
     def image_totals(self) -> dict[str, int]:

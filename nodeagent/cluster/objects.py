@@ -22,7 +22,8 @@ from typing import Any
 
 from nodeagent.cluster.kinds import MACHINE_CONFIG_NODE, NODE_IMAGE_STATUS
 from nodeagent.cluster.placement import Placement
-from nodeagent.status import Condition, NodeStatus, PullProgress, SetStatus
+from nodeagent.status import BundleReport, Condition, NodeStatus, PullProgress, SetStatus
+from nodeagent.strict import clip
 
 FIELD_MANAGER = "nodeagent"
 MAX_SETS = 100
@@ -47,7 +48,8 @@ class NodeIdentity:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 14] + " …(truncated)"
+    """At most ``limit`` characters (the schema's maxLength), control characters escaped."""
+    return text if len(text) <= limit and text.isprintable() else clip(text, limit - 32)
 
 
 def live_conditions(status: NodeStatus, progress: PullProgress) -> tuple[Condition, ...]:
@@ -128,6 +130,29 @@ def _sets_json(sets: Sequence[SetStatus], progress: PullProgress) -> list[dict[s
     return out
 
 
+MAX_BUNDLES = 10
+
+
+def _bundle_json(report: BundleReport) -> dict[str, Any]:
+    """A bundle's entry: its step, images and byte progress; texts clipped to the schema."""
+    doc = report.to_json()
+    item: dict[str, Any] = {
+        "source": _clip(report.source, 512),
+        "bundleId": _clip(report.bundle_id, 512),
+        "state": report.state,
+        "images": doc["images"],
+    }
+    if report.is_medium_removable:
+        item["mediumRemovable"] = True
+    if "progress" in doc:
+        progress = {k: v for k, v in doc["progress"].items() if v is not None}
+        item["progress"] = progress | {"text": _clip(report.progress_text, 256)}
+    if report.reason:
+        item["reason"] = report.reason
+        item["message"] = _clip(report.message or "", 1024)
+    return item
+
+
 def status_object(
     node: NodeIdentity,
     status: NodeStatus,
@@ -173,6 +198,11 @@ def status_object(
         ]
     if status.last_error:
         body["lastError"] = _clip(status.last_error, MAX_SET_ERROR_CHARS)
+    if status.bundles:
+        body["bundles"] = [_bundle_json(r) for r in status.bundles[-MAX_BUNDLES:]]
+    if status.image_loss is not None:
+        loss = dict(status.image_loss)
+        body["imageLoss"] = loss | {"message": _clip(str(loss.get("message", "")), 1024)}
     if placement is not None:
         body["placement"] = {"mode": placement.mode, "pools": list(placement.pools)}
         if placement.missing:
@@ -223,6 +253,9 @@ def milestones(status: Mapping[str, Any]) -> dict[str, Any]:
     out["failed"] = (status.get("images") or {}).get("failed")
     out["conditions"] = [
         {k: v for k, v in c.items() if k != "message"} for c in status.get("conditions", [])
+    ]
+    out["bundles"] = [
+        {k: v for k, v in item.items() if k != "progress"} for item in status.get("bundles", [])
     ]
     out["pinnedImageSets"] = [
         {k: v for k, v in item.items() if k not in _PROGRESS_ONLY and k != "images"}

@@ -259,3 +259,38 @@ def test_pacer_writes_milestones_soon_and_progress_alone_seldom() -> None:
     fast = WritePacer(min_interval_s=5, heartbeat_s=60, progress_interval_s=1)
     fast.written(100.0, done)
     assert fast.delay(101.0, is_changed=True, is_busy=True, is_milestone=False) == 4.0
+
+
+def test_bundle_progress_and_image_loss_are_reported_and_progress_is_no_milestone() -> None:
+    from dataclasses import replace
+
+    from nodeagent.cluster.objects import milestones
+    from nodeagent.progress import ByteProgress
+    from nodeagent.status import BundleReport
+
+    def storing(done: int) -> BundleReport:
+        progress = ByteProgress(done, 1000, 40e6, 1.5, 2.0)
+        return BundleReport(
+            "/dev/sdb1",
+            "storing",
+            bundle_id="line-3\x1b[2J" + "x" * 600,
+            images_total=4,
+            progress=progress.to_json(),
+            progress_text=progress.describe(),
+        )
+
+    loss = {"reason": "RuntimeImagesLost", "imagesLost": 2, "message": "m" * 5000}
+    status = replace(node_status(a_set("a")), bundles=(storing(100),), image_loss=loss)
+    doc = body(status)["status"]
+    (item,) = doc["bundles"]
+    assert item["state"] == "storing"
+    assert item["progress"]["doneBytes"] == 100 and item["progress"]["totalBytes"] == 1000
+    assert "\x1b" not in item["bundleId"] and len(item["bundleId"]) < 600
+    assert doc["imageLoss"]["reason"] == "RuntimeImagesLost"
+    assert len(doc["imageLoss"]["message"]) < 1100
+    later = body(replace(status, bundles=(storing(900),)))["status"]
+    assert milestones(later) == milestones(doc)  # bytes alone wait for the progress pacing
+    stored = replace(storing(1000), state="stored", is_medium_removable=True, progress=None)
+    done = body(replace(status, bundles=(stored,)))["status"]
+    assert milestones(done) != milestones(doc)
+    assert done["bundles"][0]["mediumRemovable"] is True
