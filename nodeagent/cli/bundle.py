@@ -28,7 +28,7 @@ from nodeagent.config import Config
 from nodeagent.errors import AuthFileInvalid, KeyMalformed, SecretKeyLocked, SpecInvalid
 from nodeagent.registries import Platform, node_platform
 from nodeagent.specs import PinnedImageSet, parse_spec_text
-from nodeagent.status import BundleReport, status_line
+from nodeagent.status import BundleReport, bundle_line, status_line
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
 
@@ -192,6 +192,14 @@ class TerminalProgress:
         text = f"hashed {format_bytes(bytes_done)}/{format_bytes(bytes_total)}"
         self.show(text, is_final=bytes_done >= bytes_total)
 
+    def bundle(self, report: BundleReport) -> None:
+        """An import's steps: copying into the store and importing with bytes, MB/s, ETA."""
+        line = (
+            bundle_line(report)
+            or f"bundle {clip(report.bundle_id or report.source)}: {report.state}"
+        )
+        self.show(line, is_final=report.progress is None)
+
     def close(self) -> None:
         if self.width:
             sys.stderr.write("\n")
@@ -310,9 +318,17 @@ async def _import(config: Config, root: Path) -> BundleReport:
     from nodeagent.daemon.wiring import build  # noqa: PLC0415  (see the imports)
 
     wiring = build(config)
+    progress = TerminalProgress() if sys.stderr.isatty() else None
+
+    def on_report(report: BundleReport) -> None:
+        if progress is not None:
+            progress.bundle(report)
+        elif report.state == "stored":
+            sys.stderr.write(f"{bundle_line(report)}\n")
+
     try:
         importer = build_importer(
-            config, wiring.policies, wiring.cri, wiring.reloader, report=lambda _r: None
+            config, wiring.policies, wiring.cri, wiring.reloader, report=on_report
         )
         report = await importer.import_bundle(root, source=str(root))
         if report.state == "imported":
@@ -321,6 +337,8 @@ async def _import(config: Config, root: Path) -> BundleReport:
             print(f"sync: {status_line(status)}")
         return report
     finally:
+        if progress is not None:
+            progress.close()
         await wiring.close()
 
 

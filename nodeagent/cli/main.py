@@ -162,6 +162,15 @@ def print_status(doc: dict[str, Any]) -> None:
         )
     for s in doc.get("pinnedImageSets", []):
         _print_set(s)
+    _print_notes(doc)
+    if doc.get("retryInSeconds") is not None:
+        _say(f"retrying in {doc['retryInSeconds']} s (transient failure)")
+    if doc.get("lastError"):
+        _say(f"last error: {doc['lastError']}")
+
+
+def _print_notes(doc: dict[str, Any]) -> None:
+    """Spec problems, rebuilt state, bundles, and pinned images the runtime lost."""
     for problem in doc.get("specProblems", []):
         _say(
             f"invalid spec {problem['file']} ({problem['set']}): {problem['reason']}: "
@@ -170,15 +179,29 @@ def print_status(doc: dict[str, Any]) -> None:
     for repair in doc.get("stateRepairs", []):
         kept = f" (kept as {repair['movedTo']})" if repair.get("movedTo") else ""
         _say(f"state rebuilt: {repair['file']}: {repair['reason']}: {repair['message']}{kept}")
+    for bundle in doc.get("bundles", []):
+        _say(_bundle_text(bundle))
     loss = doc.get("imageLoss")
     if loss:
         _say(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")
         if loss.get("restoredFromStore"):
             _say(f"restored {loss['restoredFromStore']} images from the local store")
-    if doc.get("retryInSeconds") is not None:
-        _say(f"retrying in {doc['retryInSeconds']} s (transient failure)")
-    if doc.get("lastError"):
-        _say(f"last error: {doc['lastError']}")
+
+
+def _bundle_text(bundle: dict[str, Any]) -> str:
+    images = bundle.get("images") or {}
+    text = (
+        f"bundle {bundle.get('bundleId') or bundle.get('source')}: {bundle.get('state')}, "
+        f"images {images.get('present', 0)}/{images.get('total', 0)}"
+    )
+    if bundle.get("mediumRemovable"):
+        text += ", the medium may be removed"
+    progress = bundle.get("progress") or {}
+    if progress.get("text"):
+        text += f": {progress['text']}"
+    if bundle.get("reason"):
+        text += f" ({bundle['reason']}: {bundle.get('message', '')})"
+    return text
 
 
 def _print_set(s: dict[str, Any]) -> None:

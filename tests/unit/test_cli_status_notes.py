@@ -1,0 +1,50 @@
+"""``nodeagent status`` prints the bundles seen and the last image loss (status file in,
+escaped text out)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeagent.cli.main import print_status
+
+
+def test_bundles_with_progress_and_a_loss_are_printed_escaped(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = {
+        "updatedAt": "2026-11-25T10:00:00+00:00",
+        "conditions": [],
+        "pinnedImageSets": [],
+        "images": {"pinned": 2, "total": 3, "failed": 0},
+        "bundles": [
+            {
+                "source": "/dev/sdb1",
+                "bundleId": "line-3\x1b[2J",
+                "state": "stored",
+                "images": {"total": 3, "present": 0},
+                "mediumRemovable": True,
+            },
+            {
+                "source": "/dev/sdc1",
+                "bundleId": "line-4",
+                "state": "storing",
+                "images": {"total": 3, "present": 0},
+                "progress": {"doneBytes": 1, "totalBytes": 2, "text": "1 B of 2 B (50 %)"},
+            },
+        ],
+        "imageLoss": {
+            "reason": "RuntimeStorageWiped",
+            "at": "2026-11-25T09:59:00+00:00",
+            "message": "all 3 pinned images are gone",
+            "restoredFromStore": 3,
+        },
+    }
+    print_status(doc)
+    out = capsys.readouterr().out.splitlines()
+    assert "bundle line-3\\x1b[2J: stored, images 0/3, the medium may be removed" in out
+    assert "bundle line-4: storing, images 0/3: 1 B of 2 B (50 %)" in out
+    assert (
+        "images lost at 2026-11-25T09:59:00+00:00: RuntimeStorageWiped: "
+        "all 3 pinned images are gone" in out
+    )
+    assert "restored 3 images from the local store" in out
