@@ -11,7 +11,8 @@ caller wraps in its own error type (and reason code).
 - ``load_yaml``: YAML as Kubernetes reads it: timestamps stay strings, explicit tags must
   fit their values, bounded size, nesting depth and alias expansion (an alias "bomb" is
   refused before anything is expanded), no lone surrogates.
-- ``loads_toml``: TOML with bounded size and nesting.
+- ``loads_toml``: TOML with bounded size and nesting, no NaN or infinity, no integer
+  longer than Python reads.
 - ``clip``: text for a message, the journal or a terminal: control characters and lone
   surrogates escaped, at most ``limit`` characters.
 """
@@ -180,9 +181,13 @@ def loads_toml(
     """TOML within bounds, or ``MalformedInput``."""
     text = _decode(data, what, max_bytes)
     try:
-        doc = tomllib.loads(text)
+        doc = tomllib.loads(text, parse_float=_finite_float)
+    except MalformedInput as exc:
+        raise MalformedInput(f"{what}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise MalformedInput(f"{what} is not valid TOML: {clip(exc, 160)}") from None
+    except ValueError:  # Python's int() refuses more than 4300 digits
+        raise MalformedInput(f"{what} holds an integer too long to read") from None
     except RecursionError:
         raise MalformedInput(f"{what} is nested deeper than TOML parsing allows") from None
     if _depth(doc, max_depth) > max_depth:

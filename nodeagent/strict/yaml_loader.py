@@ -48,7 +48,7 @@ class _Loader(_BASE):  # type: ignore[misc]  # PyYAML's loader classes come as A
             )
         try:
             return int(super().construct_yaml_int(node))
-        except ValueError:
+        except (ValueError, IndexError):  # IndexError: PyYAML reads value[0] of "" and "+"
             raise ConstructorError(
                 None, None, f"{clip(node.value, 40)!r} is not an integer", node.start_mark
             ) from None
@@ -56,7 +56,7 @@ class _Loader(_BASE):  # type: ignore[misc]  # PyYAML's loader classes come as A
     def construct_yaml_float(self, node: ScalarNode) -> float:
         try:
             value = float(super().construct_yaml_float(node))
-        except ValueError:
+        except (ValueError, IndexError):  # IndexError: as for integers
             raise ConstructorError(
                 None, None, f"{clip(node.value, 40)!r} is not a number", node.start_mark
             ) from None
