@@ -32,7 +32,9 @@ MAX_MESSAGE_CHARS: Final = 2000
 CPU_BOUND_S: Final = 2.0
 """CPU seconds one input may take. Inputs are at most ~100 KB: linear parsing takes
 milliseconds; the quadratic challenge parser took 7-30 s on 32-64 KB (issue 13)."""
-_UNSAFE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNSAFE: Final = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 
 COUNTS: Counter[str] = Counter()
 """Inputs run per entry point in this process."""

@@ -104,3 +104,8 @@ def replaced(base: dict[str, Any], path: tuple[str | int, ...], value: Any) -> d
     else:
         node[path[-1]] = value
     return dict(copy)
+
+
+def edited_text(seeds: list[str]) -> st.SearchStrategy[str]:
+    """One of ``seeds`` edited (``mutated``), as text (bad UTF-8 replaced)."""
+    return mutated(st.sampled_from(seeds).map(utf8)).map(lambda b: b.decode("utf-8", "replace"))
