@@ -41,9 +41,8 @@ toml_values = st.one_of(
 @st.composite
 def config_texts(draw: st.DrawFn) -> bytes:
     lines = []
-    for section, key in draw(st.lists(st.sampled_from(_KEYS), max_size=6, unique=True)):
-        if draw(st.booleans()):
-            key = draw(s.words) or key
+    for section, known in draw(st.lists(st.sampled_from(_KEYS), max_size=6, unique=True)):
+        key = (draw(s.words) or known) if draw(st.booleans()) else known
         lines.append(f"[{section}]\n{key} = {draw(toml_values)}\n")
     text = s.utf8("".join(lines))
     return draw(st.one_of(st.just(text), s.mutated(st.just(text))))
