@@ -1,7 +1,7 @@
 """Hypothesis profiles for tests/fuzz, and the per-entry-point counts ``make fuzz`` reads.
 
-``NODEAGENT_FUZZ_PROFILE`` picks the profile: ``ci`` (the default, ``make test``: a few
-dozen inputs per harness, the whole folder within a minute) or ``fuzz`` (``make fuzz``:
+``NODEAGENT_FUZZ_PROFILE`` picks the profile: ``ci`` (the default, ``make test``: 100
+inputs per harness, the whole folder in under a minute) or ``fuzz`` (``make fuzz``:
 ``NODEAGENT_FUZZ_EXAMPLES`` inputs per harness, 100,000 by default, each harness within
 ``NODEAGENT_FUZZ_BUDGET_S``). Neither keeps an example database: a failing input is
 printed, and kept as an ``@example`` in its harness. With ``NODEAGENT_FUZZ_COUNTS`` set,
@@ -23,7 +23,7 @@ _SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.lar
 
 settings.register_profile(
     "ci",
-    max_examples=int(os.environ.get("NODEAGENT_FUZZ_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("NODEAGENT_FUZZ_EXAMPLES", "100")),
     deadline=None,  # contract.CPU_BOUND_S bounds CPU time; wall time varies on a busy machine
     database=None,
     derandomize=False,
