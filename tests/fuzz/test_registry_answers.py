@@ -48,8 +48,8 @@ challenges = st.one_of(
 
 @pytest.mark.fuzz_pending  # registries.parse_challenge: quadratic on long headers
 @given(challenges)
+@example("Bearer " + "a" * 40_000)  # ~13 s of CPU: the parameter regexp retries at every offset
 @example("Bearer " + 'a="' * 20_000)
-@example("Bearer " + " " * 64_000)
 def test_challenge(header: str) -> None:
     outcome("registries.parse_challenge", lambda: parse_challenge(header), allowed=())
 
@@ -76,7 +76,7 @@ token_answers = st.one_of(
 
 @pytest.mark.fuzz_pending  # RegistryClient._parse_token: see the examples
 @given(token_answers)
-@example(b'{"token": "t", "expires_in": 1e308}')
+@example(b'{"token": "t", "expires_in": "nan"}')
 @example(b'{"token": "t", "expires_in": ' + b"9" * 400 + b"}")
 @example(b"[" * 100_000 + b"]" * 100_000)
 def test_token_answer(body: bytes) -> None:
@@ -87,6 +87,7 @@ def test_token_answer(body: bytes) -> None:
     )
     if not isinstance(result, BaseException):
         assert math.isfinite(result.expires_at_s)
+        assert result.expires_at_s >= 0
 
 
 _IMAGE: dict[str, Any] = {
@@ -141,7 +142,7 @@ def _manifest(body: bytes, content_type: str) -> None:
     "",
 )
 @example(b"[" * 100_000 + b"]" * 100_000, "")
-@example(b'{"manifests": [{"digest": "' + b"\x1b" * 100 + b'", "size": 1}]}', "")
+@example(b'{"layers": [], "config": {"digest": "d", "size": "' + b"x" * 3000 + b'"}}', "")
 def test_manifest(body: bytes, content_type: str) -> None:
     _manifest(body, content_type)
 
