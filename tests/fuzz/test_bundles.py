@@ -72,6 +72,7 @@ def _manifest(data: bytes) -> None:
 @example(b'{"formatVersion": true}')
 @example(b'{"formatVersion": 1, "created": "\x1b]0;x\x07' + b"A" * 100_000 + b'"}')
 @example(b"[" * 100_000 + b"]" * 100_000)
+@example(b'{"formatVersion": 1, "bundleId": "\\u001b[2J' + b"A" * 10_000_000 + b'"}')
 def test_bundle_manifest_raw(data: bytes) -> None:
     _manifest(data)
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from nodeagent.specs import MAX_IMAGES, SpecLoad, parse_spec_text
 from tests.fuzz import strategies as s
 from tests.fuzz.contract import check_text, outcome
+from tests.fuzz.test_strict import ALIAS_BOMB
 
 _DIGEST = "sha256:" + "0123456789abcdef" * 4
 _SET: dict[str, Any] = {
@@ -76,6 +77,7 @@ def _parse(data: str | bytes) -> None:
 @example(b'metadata: {name: "q\\ud800"}')
 @example(b"")
 @example(b"# only a comment\n")
+@example(ALIAS_BOMB.encode())
 def test_spec_raw(data: bytes) -> None:
     _parse(data)
 
