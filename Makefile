@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo deps testenv lint types contracts unit integration drills e2e rpm proto clean
+.PHONY: test demo deps testenv lint types contracts unit integration drills fuzz e2e rpm proto clean
 
 ## test: install everything, then lint, types, import contracts and all tests (with a sample
 ## of the fault drills: pyproject's addopts deselect the drill_long ones)
@@ -50,6 +50,14 @@ integration: deps
 ## drills: every fault drill against the real daemon, CRI-O and registry (tests/faults)
 drills: deps
 	$(BIN)/python -m pytest tests/faults -m drill $(PYTEST_ARGS)
+
+## fuzz: every fuzz harness (tests/fuzz) with 100,000 inputs, or FUZZ_BUDGET_S seconds of wall
+## clock each, FUZZ_JOBS at a time; prints the inputs run per entry point (tools/fuzz_report.py)
+FUZZ_BUDGET_S ?= 1800
+FUZZ_JOBS     ?= 2
+FUZZ_ARGS     ?=
+fuzz: $(VENV)/.installed
+	$(BIN)/python tools/fuzz_report.py --budget-s $(FUZZ_BUDGET_S) --jobs $(FUZZ_JOBS) $(FUZZ_ARGS)
 
 ## e2e: the RPM installed in a Debian root booted under systemd-nspawn (tests/e2e)
 e2e: deps

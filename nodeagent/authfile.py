@@ -42,7 +42,7 @@ from typing import Any, Final
 from nodeagent.errors import AuthFileInvalid
 from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import normalize_registry, parse_docker_reference
-from nodeagent.strict import MalformedInput, clip, loads_json
+from nodeagent.strict import MalformedInput, loads_json, quoted
 
 MAX_AUTH_FILE_BYTES: Final = 4 * 1024 * 1024
 """A larger auth file is refused; a pull secret with hundreds of registries is ~100 KiB."""
@@ -134,7 +134,7 @@ def normalize_key(key: str) -> tuple[str, tuple[str, ...]]:
 
 
 def _entry(source: str, key: str, value: Any) -> AuthEntry | None:
-    where = f"{source}: auths[{clip(key, 120)!r}]"
+    where = f"{source}: auths[{quoted(key, 120)}]"
     if not isinstance(value, dict):
         raise AuthFileInvalid(f"{where} must be an object")
     host, segments = normalize_key(key)

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from nodeagent.errors import ImageReferenceInvalid
+from nodeagent.strict import clip
 
 __all__ = ["PinnedImageRef", "MAX_REFERENCE_LENGTH", "parse_pinned_image_ref"]
 
@@ -87,7 +88,7 @@ def parse_pinned_image_ref(text: str) -> PinnedImageRef:
 
 
 def _invalid(text: str, problem: str) -> ImageReferenceInvalid:
-    return ImageReferenceInvalid(f"{text} {problem}")
+    return ImageReferenceInvalid(f"{clip(text, 200)} {problem}")
 
 
 def _split_digest(text: str) -> tuple[str, str]:
@@ -110,9 +111,13 @@ def _check_digest(text: str, digest: str) -> None:
         return
     algorithm, colon, hex_part = digest.partition(":")
     if not colon:
-        raise _invalid(text, f"has digest {digest[:20]!r}, which is not of the form sha256:<hex>")
+        raise _invalid(
+            text, f"has digest '{clip(digest[:20], 80)}', which is not of the form sha256:<hex>"
+        )
     if algorithm != "sha256":
-        raise _invalid(text, f"uses digest algorithm {algorithm!r}; only sha256 is accepted")
+        raise _invalid(
+            text, f"uses digest algorithm '{clip(algorithm, 80)}'; only sha256 is accepted"
+        )
     if re.fullmatch(r"[a-fA-F0-9]*", hex_part) is None:
         raise _invalid(text, "has a digest with characters other than 0-9 and a-f")
     if hex_part.lower() != hex_part:
@@ -125,7 +130,8 @@ def _split_host(text: str, name: str) -> tuple[str, str]:
     if not slash:
         raise _invalid(
             text,
-            f"has no registry host: {name!r} must be prefixed by one, e.g. quay.io/{name}",
+            f"has no registry host: '{clip(name, 80)}' must be prefixed by one, "
+            f"e.g. quay.io/{clip(name, 80)}",
         )
     return host, repository
 
@@ -134,17 +140,17 @@ def _check_host(text: str, host: str) -> None:
     hostname, colon, port = host.partition(":")
     if "." not in hostname:
         raise ImageReferenceInvalid(
-            f"{text}: registry host {hostname!r} has no dot; the API needs a fully qualified "
-            "host such as quay.io or registry.example.com:5000"
+            f"{clip(text, 200)}: registry host '{clip(hostname, 80)}' has no dot; the API needs "
+            "a fully qualified host such as quay.io or registry.example.com:5000"
         )
     if _HOST_RE.fullmatch(hostname) is None:
         raise ImageReferenceInvalid(
-            f"{text}: registry host {hostname!r} is not dot-separated labels of letters, "
-            "digits and '-'"
+            f"{clip(text, 200)}: registry host '{clip(hostname, 80)}' is not dot-separated "
+            "labels of letters, digits and '-'"
         )
     if colon and _PORT_RE.fullmatch(port) is None:
         raise ImageReferenceInvalid(
-            f"{text}: registry port {port!r} is not a number of 2 to 5 digits"
+            f"{clip(text, 200)}: registry port '{clip(port, 80)}' is not a number of 2 to 5 digits"
         )
 
 
@@ -163,11 +169,11 @@ def _check_repository(text: str, repository: str) -> None:
         tag = image_name.partition(":")[2]
         raise _invalid(text, f"has both a tag and a digest; drop the tag ':{tag}'")
     if _IMAGE_NAME_RE.fullmatch(image_name) is None:
-        what = "an empty image name" if not image_name else f"image name {image_name!r}"
+        what = "an empty image name" if not image_name else f"image name '{clip(image_name, 80)}'"
         raise _invalid(text, f"has {what}; use letters, digits, '-', '_' and '.'")
 
 
 def _check_namespace(text: str, namespace: str) -> None:
     if _NAMESPACE_RE.fullmatch(namespace) is None:
-        what = "an empty namespace" if not namespace else f"namespace {namespace!r}"
+        what = "an empty namespace" if not namespace else f"namespace '{clip(namespace, 80)}'"
         raise _invalid(text, f"has {what}; use 1 to 61 letters, digits, '-' and '_'")

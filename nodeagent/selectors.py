@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from nodeagent.errors import ConfigInvalid
+from nodeagent.strict import clip
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
 _KEY_RE = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -132,7 +133,7 @@ def _parse_term(term: str, whole: str) -> Requirement:
     if found := _SET_RE.fullmatch(term):
         values = [v.strip() for v in found["values"].split(",")]
         if not all(values):
-            raise _invalid(whole, f"an empty value in {stripped!r}")
+            raise _invalid(whole, f"an empty value in '{clip(stripped, 80)}'")
         operator: Operator = "In" if found["op"] == "in" else "NotIn"
         return _checked(Requirement(found["key"], operator, frozenset(values)), whole)
     for token, operator in (("!=", "NotIn"), ("==", "In"), ("=", "In")):
@@ -146,16 +147,16 @@ def _parse_term(term: str, whole: str) -> Requirement:
 
 def _checked(requirement: Requirement, whole: str) -> Requirement:
     if _KEY_RE.fullmatch(requirement.key) is None or len(requirement.key) > 316:
-        raise _invalid(whole, f"{requirement.key!r} is not a label key")
+        raise _invalid(whole, f"'{clip(requirement.key, 80)}' is not a label key")
     for value in requirement.values:
         if len(value) > 63 or _VALUE_RE.fullmatch(value) is None:
-            raise _invalid(whole, f"{value!r} is not a label value")
+            raise _invalid(whole, f"'{clip(value, 80)}' is not a label value")
     return requirement
 
 
 def _invalid(whole: str, why: str) -> ConfigInvalid:
     return ConfigInvalid(
-        f"label selector {whole!r}: {why}; write it as kubectl -l takes it, "
+        f"label selector '{clip(whole, 200)}': {why}; write it as kubectl -l takes it, "
         "e.g. 'env=edge,tier!=test,zone in (a,b),!legacy'"
     )
 

@@ -29,7 +29,7 @@ from tests.testenv.packages import ensure_packages
 from tests.testenv.registry import Registry
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "service", "integration", "faults", "e2e")
+TIERS = ("unit", "fuzz", "service", "integration", "faults", "e2e")
 """tests/ folders, cheapest first: a broken unit test fails ``make test`` in seconds."""
 
 SLOW_FIXTURE_TIMEOUTS_S = {

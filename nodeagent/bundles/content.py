@@ -44,7 +44,7 @@ from nodeagent.registries import (
     Platform,
     select_platform,
 )
-from nodeagent.strict import MalformedInput, clip, loads_json
+from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
 MAX_DOCUMENT_BYTES: Final = 4 << 20
 """Manifests (distribution's own limit), image configs, ``index.json`` and ``oci-layout``."""
@@ -107,7 +107,7 @@ def descriptor(item: object, what: str) -> Descriptor:
         raise BundleManifestInvalid(f"{what}: a descriptor must be an object")
     digest, size, media_type = item.get("digest"), item.get("size"), item.get("mediaType", "")
     if not isinstance(digest, str) or not _DIGEST.match(digest):
-        raise BundleManifestInvalid(f"{what}: digest {clip(digest, 100)!r} is not sha256:<64 hex>")
+        raise BundleManifestInvalid(f"{what}: digest {quoted(digest, 100)} is not sha256:<64 hex>")
     if type(size) is not int or size < 0:
         raise BundleManifestInvalid(f"{what}: size must be a non-negative integer")
     if not isinstance(media_type, str):
@@ -158,7 +158,7 @@ def parse_content_manifest(doc: Mapping[str, Any], what: str) -> Manifest:
             layers=tuple(descriptor(item, f"{what} layers[{n}]") for n, item in enumerate(layers)),
         )
     raise BundleManifestInvalid(
-        f"{what} is neither an image manifest nor an index (media type {clip(media_type, 100)!r})"
+        f"{what} is neither an image manifest nor an index (media type {quoted(media_type, 100)})"
     )
 
 

@@ -48,7 +48,7 @@ from nodeagent.errors import (
 from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.specs import API_VERSION, KIND, PinnedImageSet, parse_set_object
-from nodeagent.strict import MalformedInput, clip, loads_json
+from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
 FORMAT_VERSION: Final = 1
 MANIFEST_NAME: Final = "bundle.json"
@@ -165,14 +165,14 @@ def check_relative_path(path: str) -> str:
         or any(part in ("", ".", "..") or _too_long(part) for part in parts)
     )
     if is_bad:
-        raise BundleUnsafePath(f"bundle manifest names an unsafe path {clip(path, 200)!r}")
+        raise BundleUnsafePath(f"bundle manifest names an unsafe path {quoted(path, 200)}")
     return path
 
 
 def check_file_name(name: str) -> str:
     """Accept one file name to create in a directory: no separator, no ``..``, not too long."""
     if "/" in name or name in ("", ".", "..") or "\0" in name or _too_long(name):
-        raise BundleUnsafePath(f"{clip(name, 200)!r} is not a safe file name")
+        raise BundleUnsafePath(f"{quoted(name, 200)} is not a safe file name")
     return name
 
 
@@ -222,14 +222,14 @@ def _size(doc: Mapping[str, Any], where: str) -> int:
 
 def _digest(text: object, where: str) -> str:
     if not isinstance(text, str) or not _DIGEST.match(text):
-        raise BundleManifestInvalid(f"{where}: {clip(text, 100)!r} is not a sha256:<64 hex> digest")
+        raise BundleManifestInvalid(f"{where}: {quoted(text, 100)} is not a sha256:<64 hex> digest")
     return text
 
 
 def _string(doc: Mapping[str, Any], key: str, pattern: re.Pattern[str], rule: str) -> str:
     text: str = _need(doc, key, str)
     if not pattern.match(text):
-        raise BundleManifestInvalid(f"bundle.json: {key} {clip(text, 100)!r} must be {rule}")
+        raise BundleManifestInvalid(f"bundle.json: {key} {quoted(text, 100)} must be {rule}")
     return text
 
 
@@ -297,7 +297,7 @@ def _set(item: Mapping[str, Any], where: str) -> BundleSet:
     for key, value in image_set.labels.items():
         if not _is_label(key, value):
             raise BundleSetInvalid(
-                f"{where}: label {clip(key, 80)!r}: {clip(value, 80)!r} is not a Kubernetes "
+                f"{where}: label {quoted(key, 80)}: {quoted(value, 80)} is not a Kubernetes "
                 "label (a name of at most 63 characters, an optional DNS prefix, a value of "
                 "at most 63)"
             )

@@ -42,7 +42,7 @@ from nodeagent.errors import (
     SignatureMissing,
     UnknownSigningKey,
 )
-from nodeagent.strict import clip
+from nodeagent.strict import clip, quoted
 
 UNTRUSTED_PREFIX = b"untrusted comment: "
 TRUSTED_PREFIX = b"trusted comment: "
@@ -225,7 +225,7 @@ def verify(
     if not _is_valid(verifier, signature.global_signature, comment):
         raise SignatureInvalid(
             f"the trusted comment signed by key {key.key_id_hex} was altered: "
-            f"{clip(signature.trusted_comment, 200)!r} is not what was signed"
+            f"{quoted(signature.trusted_comment, 200)} is not what was signed"
         )
     return Verified(key.key_id, signature.trusted_comment, key.name, is_prehashed)
 

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from nodeagent.errors import ConfigInvalid
 from nodeagent.registries.names import normalize_registry
-from nodeagent.strict import MalformedInput, clip, loads_toml
+from nodeagent.strict import MalformedInput, clip, loads_toml, quoted
 
 MAX_REGISTRIES_CONF_BYTES: Final = 1024 * 1024
 """A larger registries.conf or drop-in is refused; real ones are a few KiB."""
@@ -85,7 +85,8 @@ class _Bad(Exception):
 def read_registries_conf(files: Iterable[tuple[str, str]]) -> RegistriesConf:
     """Every file's entries (see the module docstring), or ``ConfigInvalid``."""
     entries: dict[str, RegistryEntry] = {}
-    for number, (name, text) in enumerate(files):
+    for number, (path, text) in enumerate(files):
+        name = clip(path, 200)  # a file name, shown: escaped like any other text
         try:
             doc = loads_toml(text, what=name, max_bytes=MAX_REGISTRIES_CONF_BYTES)
         except MalformedInput as err:
@@ -157,7 +158,7 @@ def _check_v2_keys(doc: Mapping[str, Any]) -> None:
     if not isinstance(aliases, dict):
         raise _Bad(f"'aliases' is {_type_name(aliases)}, not a table")
     for alias, target in aliases.items():
-        _bounded(alias, f"aliases key {clip(alias, 60)!r}")
+        _bounded(alias, f"aliases key {quoted(alias, 60)}")
         if not isinstance(target, str):
             raise _Bad(f"'aliases.{clip(alias, 60)}' is {_type_name(target)}, not a string")
         _bounded(target, f"aliases.{clip(alias, 60)}")

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from nodeagent.errors import ImageNotFound
 from nodeagent.registries.names import is_sha256_digest
-from nodeagent.strict import MalformedInput, clip, loads_json
+from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
 MEDIA_TYPE_OCI_INDEX: Final = "application/vnd.oci.image.index.v1+json"
 MEDIA_TYPE_OCI_MANIFEST: Final = "application/vnd.oci.image.manifest.v1+json"
@@ -177,7 +177,7 @@ def _kind(doc: Mapping[str, Any], media_type: str) -> str:
     if media_type in IMAGE_MEDIA_TYPES:
         return "image"
     if media_type:
-        raise _Bad(f"unsupported media type {clip(media_type, 100)!r}")
+        raise _Bad(f"unsupported media type {quoted(media_type, 100)}")
     if "manifests" in doc:  # OCI makes mediaType optional; the shape tells
         return "index"
     if "layers" in doc and "config" in doc:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from nodeagent.errors import ImageReferenceInvalid
-from nodeagent.strict import clip
+from nodeagent.strict import quoted
 
 DOCKER_HUB: Final = "docker.io"
 """The canonical name of Docker Hub; its aliases below are normalized to it."""
@@ -52,12 +52,12 @@ def parse_docker_reference(ref: str) -> DockerReference:
     """Split ``[host[:port]/]repo[:tag][@digest]`` (docker's rules for the default host)."""
     name, at, digest = ref.partition("@")
     if at and not re.fullmatch(r"[a-z0-9]+:[a-zA-Z0-9=_-]+", digest):
-        raise ImageReferenceInvalid(f"image {clip(ref)!r}: {clip(digest, 80)!r} is not a digest")
+        raise ImageReferenceInvalid(f"image {quoted(ref)}: {quoted(digest, 80)} is not a digest")
     tag = None
     if name.rfind(":") > name.rfind("/"):
         name, _, tag = name.rpartition(":")
         if not _TAG.fullmatch(tag):
-            raise ImageReferenceInvalid(f"image {clip(ref)!r}: {clip(tag, 140)!r} is not a tag")
+            raise ImageReferenceInvalid(f"image {quoted(ref)}: {quoted(tag, 140)} is not a tag")
     first, slash, rest = name.partition("/")
     if slash and ("." in first or ":" in first or first == "localhost"):
         registry, repository = normalize_registry(first), rest
@@ -72,11 +72,11 @@ def parse_docker_reference(ref: str) -> DockerReference:
 def _check_name(ref: str, registry: str, repository: str) -> None:
     if not _HOST.fullmatch(registry):
         raise ImageReferenceInvalid(
-            f"image {clip(ref)!r}: {clip(registry, 80)!r} is not a registry host"
+            f"image {quoted(ref)}: {quoted(registry, 80)} is not a registry host"
         )
     if not all(_PATH_COMPONENT.fullmatch(part) for part in repository.split("/")):
         raise ImageReferenceInvalid(
-            f"image {clip(ref)!r}: repository {clip(repository, 120)!r} must be lower-case "
+            f"image {quoted(ref)}: repository {quoted(repository, 120)} must be lower-case "
             "path components"
         )
 
@@ -90,5 +90,5 @@ def parse_docker_digest_reference(ref: str) -> DockerReference:
     """Like ``parse_docker_reference``, but the name must end ``@sha256:<64 hex>``."""
     parsed = parse_docker_reference(ref)
     if parsed.digest is None or not _SHA256_DIGEST.fullmatch(parsed.digest):
-        raise ImageReferenceInvalid(f"image {clip(ref)!r} must be referenced by @sha256:<64 hex>")
+        raise ImageReferenceInvalid(f"image {quoted(ref)} must be referenced by @sha256:<64 hex>")
     return parsed

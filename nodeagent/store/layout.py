@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from nodeagent.errors import StoreRecordDamaged
-from nodeagent.strict import clip
+from nodeagent.strict import quoted
 
 OCI_LAYOUT_NAME: Final = "oci-layout"
 OCI_LAYOUT_BYTES: Final = b'{"imageLayoutVersion":"1.0.0"}'
@@ -75,7 +75,7 @@ def is_set_name(text: object) -> bool:
 def blob_path(digest: str) -> str:
     """``blobs/sha256/<hex>``: where a blob lives, relative to the store (digest checked)."""
     if not is_digest(digest):
-        raise ValueError(f"{clip(digest, 100)!r} is not a sha256 digest")
+        raise ValueError(f"{quoted(digest, 100)} is not a sha256 digest")
     return f"{BLOBS_DIR}/{digest.removeprefix('sha256:')}"
 
 
@@ -93,14 +93,14 @@ def digest_of_name(name: str) -> str | None:
 def bundle_dir(bundle_id: str) -> str:
     """``bundles/<bundle-id>``, for a bundle id of the format's form only."""
     if not is_bundle_id(bundle_id):
-        raise ValueError(f"{clip(bundle_id, 100)!r} is not a bundle id")
+        raise ValueError(f"{quoted(bundle_id, 100)} is not a bundle id")
     return f"{BUNDLES_DIR}/{bundle_id}"
 
 
 def set_dir(set_name: str) -> str:
     """``sets/<set-name>``: a registry set's record (a DNS subdomain only: no ``/`` or ``..``)."""
     if not is_set_name(set_name):
-        raise ValueError(f"{clip(set_name, 100)!r} is not a set name")
+        raise ValueError(f"{quoted(set_name, 100)} is not a set name")
     return f"{SETS_DIR}/{set_name}"
 
 
@@ -196,7 +196,7 @@ class BundleRecord:
             raise StoreRecordDamaged(f"{where}: source must be bundle or registry")
         bundle_id = _text(doc, "bundleId", where)
         if not is_bundle_id(bundle_id):
-            raise StoreRecordDamaged(f"{where}: bundleId {clip(bundle_id, 100)!r} is not one")
+            raise StoreRecordDamaged(f"{where}: bundleId {quoted(bundle_id, 100)} is not one")
         accepted = doc.get("acceptedAt")
         if not _is_time(accepted):
             raise StoreRecordDamaged(f"{where}: acceptedAt must be a time in seconds")
@@ -222,7 +222,7 @@ def registry_record(
 ) -> BundleRecord:
     """The record of a set whose images' blobs were fetched from their registry."""
     if not is_set_name(set_name):
-        raise ValueError(f"{clip(set_name, 100)!r} is not a set name")
+        raise ValueError(f"{quoted(set_name, 100)} is not a set name")
     unique = {blob.digest: blob for blob in blobs}
     return BundleRecord(
         bundle_id=set_name,
@@ -241,7 +241,7 @@ def registry_record(
 def _registry_record(doc: Mapping[str, Any], where: str) -> BundleRecord:
     set_name = _text(doc, "setName", where)
     if not is_set_name(set_name):
-        raise StoreRecordDamaged(f"{where}: setName {clip(set_name, 100)!r} is not one")
+        raise StoreRecordDamaged(f"{where}: setName {quoted(set_name, 100)} is not one")
     accepted = doc.get("acceptedAt")
     if not _is_time(accepted):
         raise StoreRecordDamaged(f"{where}: acceptedAt must be a time in seconds")
@@ -278,7 +278,7 @@ def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
 def _matching(doc: Mapping[str, Any], key: str, pattern: re.Pattern[str], where: str) -> str:
     value = _text(doc, key, where)
     if not pattern.match(value):
-        raise StoreRecordDamaged(f"{where}: {key} {clip(value, 100)!r} is not of its form")
+        raise StoreRecordDamaged(f"{where}: {key} {quoted(value, 100)} is not of its form")
     return value
 
 
@@ -292,7 +292,7 @@ def _size(doc: Mapping[str, Any], where: str) -> int:
 def _digest(doc: Mapping[str, Any], where: str) -> str:
     digest = doc.get("digest")
     if not is_digest(digest):
-        raise StoreRecordDamaged(f"{where}: {clip(digest, 100)!r} is not a sha256 digest")
+        raise StoreRecordDamaged(f"{where}: {quoted(digest, 100)} is not a sha256 digest")
     return str(digest)
 
 
@@ -343,7 +343,7 @@ def marks_from_json(doc: object) -> dict[str, float]:
         raise StoreRecordDamaged(f"{MARKS_NAME} holds no 'marks' object")
     for digest, when in marks.items():
         if not is_digest(digest) or not _is_time(when):
-            raise StoreRecordDamaged(f"{MARKS_NAME}: {clip(digest, 100)!r} has no valid time")
+            raise StoreRecordDamaged(f"{MARKS_NAME}: {quoted(digest, 100)} has no valid time")
     return {str(digest): float(when) for digest, when in marks.items()}
 
 

@@ -11,7 +11,8 @@ caller wraps in its own error type (and reason code).
 - ``load_yaml``: YAML as Kubernetes reads it: timestamps stay strings, explicit tags must
   fit their values, bounded size, nesting depth and alias expansion (an alias "bomb" is
   refused before anything is expanded), no lone surrogates.
-- ``loads_toml``: TOML with bounded size and nesting.
+- ``loads_toml``: TOML with bounded size and nesting, no NaN or infinity, no integer
+  longer than Python reads.
 - ``clip``: text for a message, the journal or a terminal: control characters and lone
   surrogates escaped, at most ``limit`` characters.
 """
@@ -61,6 +62,13 @@ def clip(text: object, limit: int = CLIP_CHARS) -> str:
     if len(raw) > limit:
         shown += f"…({len(raw) - limit} more characters)"
     return shown
+
+
+def quoted(text: object, limit: int = CLIP_CHARS) -> str:
+    """``clip(text)`` in single quotes, for naming a value inside a message. Unlike ``repr``
+    of a clipped text, non-ASCII characters stay as they are (``repr`` writes a
+    ten-character escape for each, and undoes the clipping's bound)."""
+    return f"'{clip(text, limit)}'"
 
 
 def _escape_char(match: re.Match[str]) -> str:
@@ -129,7 +137,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for key, value in pairs:
         if key in found:
-            raise MalformedInput(f"duplicate key {clip(key, 80)!r}")
+            raise MalformedInput(f"duplicate key {quoted(key, 80)}")
         found[key] = value
     return found
 

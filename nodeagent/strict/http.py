@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from nodeagent.strict import MalformedInput, clip
+from nodeagent.strict import MalformedInput, clip, quoted
 
 MAX_CHALLENGE_CHARS: Final = 16 * 1024
 """Longer ``WWW-Authenticate`` values are refused unparsed; real ones stay under 1 KiB."""
@@ -161,7 +161,7 @@ def _params(scanner: _Scanner) -> dict[str, str]:
         if len(params) == MAX_PARAMS:
             raise scanner.fail(f"more than {MAX_PARAMS} parameters in one challenge")
         if key in params:
-            raise scanner.fail(f"parameter {clip(key, 40)!r} given twice")
+            raise scanner.fail(f"parameter {quoted(key, 40)} given twice")
         params[key] = _param_value(scanner)
         before_comma = scanner.pos
         if not scanner.skip_separators():

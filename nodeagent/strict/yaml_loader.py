@@ -20,7 +20,7 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from nodeagent.strict import MAX_INT_DIGITS, MalformedInput, _check_strings, clip
+from nodeagent.strict import MAX_INT_DIGITS, MalformedInput, _check_strings, clip, quoted
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _MERGE = "tag:yaml.org,2002:merge"
@@ -50,17 +50,17 @@ class _Loader(_BASE):  # type: ignore[misc]  # PyYAML's loader classes come as A
             )
         try:
             return int(super().construct_yaml_int(node))
-        except ValueError:
+        except (ValueError, IndexError):  # IndexError: PyYAML reads value[0] of "" and "+"
             raise ConstructorError(
-                None, None, f"{clip(node.value, 40)!r} is not an integer", node.start_mark
+                None, None, f"{quoted(node.value, 40)} is not an integer", node.start_mark
             ) from None
 
     def construct_yaml_float(self, node: ScalarNode) -> float:
         try:
             value = float(super().construct_yaml_float(node))
-        except ValueError:
+        except (ValueError, IndexError):  # IndexError: as for integers
             raise ConstructorError(
-                None, None, f"{clip(node.value, 40)!r} is not a number", node.start_mark
+                None, None, f"{quoted(node.value, 40)} is not a number", node.start_mark
             ) from None
         if not math.isfinite(value):
             raise ConstructorError(None, None, "NaN and infinity are refused", node.start_mark)
@@ -70,12 +70,19 @@ class _Loader(_BASE):  # type: ignore[misc]  # PyYAML's loader classes come as A
         value = self.construct_scalar(node)
         if str(value).lower() not in self.bool_values:
             raise ConstructorError(
-                None, None, f"{clip(value, 40)!r} is not a boolean", node.start_mark
+                None, None, f"{quoted(value, 40)} is not a boolean", node.start_mark
             )
         return bool(self.bool_values[str(value).lower()])
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         """A mapping whose own keys are unique (merged ``<<`` keys may be overridden)."""
+        if not isinstance(node, MappingNode):  # ``!!map 0``: a tag that does not fit
+            raise ConstructorError(
+                None,
+                None,
+                f"a {node.id} tagged {clip(node.tag, 60)} is no mapping",
+                node.start_mark,
+            )
         seen: set[tuple[str, str]] = set()
         for key_node, _ in node.value:
             if isinstance(key_node, ScalarNode) and key_node.tag != _MERGE:
@@ -84,7 +91,7 @@ class _Loader(_BASE):  # type: ignore[misc]  # PyYAML's loader classes come as A
                     raise ConstructorError(
                         None,
                         None,
-                        f"duplicate key {clip(key_node.value, 80)!r}",
+                        f"duplicate key {quoted(key_node.value, 80)}",
                         key_node.start_mark,
                     )
                 seen.add(key)

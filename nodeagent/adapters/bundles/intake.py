@@ -13,7 +13,7 @@ from nodeagent.adapters.bundles.tree import (
 from nodeagent.adapters.files import write_atomic
 from nodeagent.bundles.manifest import BundleManifest, BundleUnsafePath, check_file_name
 from nodeagent.registries import Platform
-from nodeagent.strict import clip
+from nodeagent.strict import quoted
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class SpecDirs:
         path = directory / check_file_name(file_name)
         if path.resolve().parent != directory.resolve():
             raise BundleUnsafePath(
-                f"{clip(file_name, 200)!r} resolves outside the spec directory {directory}"
+                f"{quoted(file_name, 200)} resolves outside the spec directory {directory}"
             )
         write_atomic(path, text.encode())
         return path

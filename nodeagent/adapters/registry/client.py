@@ -98,7 +98,7 @@ from nodeagent.registries import (
     status_error,
     verify_digest,
 )
-from nodeagent.strict import clip
+from nodeagent.strict import clip, quoted
 
 log = structlog.get_logger(__name__)
 
@@ -350,7 +350,7 @@ class RegistryClient:
             return f"Bearer {await self._token(target, challenge)}"
         raise RegistryAuthFailed(
             f"{clip(target.ref)}: registry {target.host} asks for unsupported authentication "
-            f"{clip(challenge.scheme or '(none given)', 60)!r}"
+            f"{quoted(challenge.scheme or '(none given)', 60)}"
         )
 
     async def _token(self, target: _Target, challenge: Challenge) -> str:
@@ -360,7 +360,7 @@ class RegistryClient:
         if not is_http_url(realm):  # a broken answer, not a refusal: retried like a 5xx
             raise RegistryError(
                 f"{clip(target.ref)}: registry {target.host} sent a bearer challenge without a "
-                f"usable realm (an http or https URL): {clip(realm, 120)!r}; retrying later"
+                f"usable realm (an http or https URL): {quoted(realm, 120)}; retrying later"
             )
         scope = challenge.params.get("scope") or target.scope
         cached = self._tokens.get((target.host, scope))

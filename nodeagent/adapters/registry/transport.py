@@ -36,7 +36,7 @@ from typing import Final, Protocol
 from nodeagent import __version__
 from nodeagent.errors import HostFileError, RegistryUnavailable
 from nodeagent.registries import MAX_MANIFEST_BYTES
-from nodeagent.strict import clip
+from nodeagent.strict import clip, quoted
 
 MAX_HEADER_BYTES: Final = 96 * 1024
 """All header fields of one answer together (names and values); real ones take ~2 KiB."""
@@ -134,7 +134,7 @@ def check_content_length(headers: Mapping[str, str], max_bytes: int) -> None:
     if value is None:
         return
     if not _CONTENT_LENGTH.fullmatch(value.strip()):
-        raise MalformedResponse(f"Content-Length {clip(value, 40)!r} is not a byte count")
+        raise MalformedResponse(f"Content-Length {quoted(value, 40)} is not a byte count")
     if int(value) > max_bytes:
         raise MalformedResponse(
             f"the body is {int(value)} bytes (Content-Length), more than the {max_bytes} allowed"
@@ -193,7 +193,7 @@ def redirect_url(ref: str, url: str, location: str) -> str:
         resolved = ""
     if not is_http_url(resolved):
         raise RegistryUnavailable(
-            f"{clip(ref)}: the registry redirected to {clip(location, 120)!r}, which is not "
+            f"{clip(ref)}: the registry redirected to {quoted(location, 120)}, which is not "
             "an http or https URL nodeagent follows"
         )
     return resolved

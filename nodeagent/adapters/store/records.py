@@ -26,7 +26,7 @@ from nodeagent.errors import HostFileError, NodeAgentError, StoreRecordDamaged
 from nodeagent.registries import MEDIA_TYPE_OCI_MANIFEST
 from nodeagent.store import layout
 from nodeagent.store.layout import BlobRef, BundleRecord, StoredImage
-from nodeagent.strict import MalformedInput, clip, loads_json
+from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
 log = structlog.get_logger(__name__)
 
@@ -185,7 +185,7 @@ class StoreRecords:
             return None  # a copy that did not finish: it refers to nothing
         record = BundleRecord.from_json(doc, str(path))
         if record.bundle_id != bundle_id:
-            raise StoreRecordDamaged(f"{path} names bundle {clip(record.bundle_id, 100)!r}")
+            raise StoreRecordDamaged(f"{path} names bundle {quoted(record.bundle_id, 100)}")
         return record
 
     def _rebuild(
