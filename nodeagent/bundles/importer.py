@@ -109,6 +109,10 @@ class ImporterPorts:
     on_report: Callable[[BundleReport], None] = field(default=lambda _r: None)
     image_store: ImageStorePort | None = None
     """With a store, the bundle is copied into it first and imported from there."""
+    release_medium: Callable[[Path], None] = field(default=lambda _root: None)
+    """Told once the bundle is in the store, before the status says the medium may be
+    removed: from then on the import no longer reads the medium, so its removal must not
+    stop it."""
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -220,6 +224,7 @@ class Importer:
                 await asyncio.to_thread(store.copy, root, manifest, on_progress)
             except NodeAgentError as exc:
                 return self._reject(replace(report, progress=None), exc)
+        self.ports.release_medium(root)
         stored = replace(report, state="stored", is_medium_removable=True, progress=None)
         return self._report(
             stored,

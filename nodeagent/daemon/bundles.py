@@ -86,6 +86,7 @@ def build_importer(
     *,
     report: Callable[[BundleReport], None],
     is_present: Callable[[Path], bool] = lambda root: root.exists(),
+    release: Callable[[Path], None] = lambda _root: None,
 ) -> Importer:
     transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
     platform = node_platform(os.uname().machine)
@@ -102,6 +103,7 @@ def build_importer(
         is_present_on_media=is_present,
         on_report=report,
         image_store=node_store(config),
+        release_medium=release,
     )
     return Importer(ports, policies.disk)
 
