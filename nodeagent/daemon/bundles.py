@@ -78,6 +78,11 @@ def _log_pull(event: PullEvent) -> None:
     log_pull(event, source="bundle")
 
 
+def _log_restore_pull(event: PullEvent) -> None:
+    """Each restored image's steps in the journal, marked as coming from the node's store."""
+    log_pull(event, source="store")
+
+
 def build_importer(
     config: Config,
     policies: Policies,
@@ -117,7 +122,7 @@ def build_restorer(
         mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),
         reloader=reloader,
         make_puller=lambda: PrePuller(
-            cri, lambda _ref: None, policies.bundle_pull, on_event=_log_pull
+            cri, lambda _ref: None, policies.bundle_pull, on_event=_log_restore_pull
         ),
     )
     return StoreRestorer(node_store(config), ServedBundle, session)
