@@ -3,8 +3,9 @@
 One import at a time (a node has one runtime to feed); a medium removed during its
 import cancels that import (``interrupted``: what is complete stays, the next plug-in
 resumes), unless the importer already released it (the bundle is in the node's image
-store and the import runs from there: the status said the medium may be removed). Each import runs as a guarded one-off task: a failure (a mount refused, a
-bug) becomes a logged reason code and a ``rejected`` bundle report in the status.
+store and the import runs from there: the status said the medium may be removed). Each
+import runs as a guarded one-off task: a failure (a mount refused, a bug) becomes a logged
+reason code and a ``rejected`` bundle report in the status.
 
 Ports (implemented in ``nodeagent.adapters.bundles``, wired by ``nodeagent.daemon``):
 ``MediaSource`` (udev), ``Mounter`` (mount(2) read-only) and ``Spawner`` (the daemon's
