@@ -70,8 +70,15 @@ async def pull_via_mirror(
     source: str,
 ) -> Mapping[str, PullResult]:
     """Pull ``missing`` through a mirror of ``images``' repositories at the started
-    ``server``; the mirror is removed (and the runtime reloaded) whatever happens."""
+    ``server``; the mirror is removed (and the runtime reloaded) whatever happens.
+
+    ``missing`` is looked at again first: the session that held the lock before (a bundle
+    import, a restore) may have brought some of them back meanwhile.
+    """
     try:
+        missing = [ref for ref in missing if await ports.runtime.image_status(ref) is None]
+        if not missing:
+            return {}
         ports.mirror.write(mirror_repositories(images), server.mirror_host)
         await ports.reloader.reload()
         first = await _first_pull(ports.runtime, missing[0], server, source)
