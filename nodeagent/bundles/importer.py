@@ -109,6 +109,9 @@ class ImporterPorts:
     on_report: Callable[[BundleReport], None] = field(default=lambda _r: None)
     image_store: ImageStorePort | None = None
     """With a store, the bundle is copied into it first and imported from there."""
+    is_probing_mirror: bool = False
+    """``serving.MirrorPullPorts.is_probing``: no image pulled before the runtime is seen to
+    follow the mirror (the daemon's wiring: True)."""
     release_medium: Callable[[Path], None] = field(default=lambda _root: None)
     """Told once the bundle is in the store, before the status says the medium may be
     removed: from then on the import no longer reads the medium, so its removal must not
@@ -322,7 +325,11 @@ class Importer:
         )
         ticker = asyncio.create_task(self._serving_progress(server, importing, total))
         session = MirrorPullPorts(
-            self.ports.runtime, self.ports.mirror, self.ports.reloader, self.ports.make_puller
+            self.ports.runtime,
+            self.ports.mirror,
+            self.ports.reloader,
+            self.ports.make_puller,
+            is_probing=self.ports.is_probing_mirror,
         )
         try:
             results = await pull_via_mirror(

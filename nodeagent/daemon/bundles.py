@@ -53,6 +53,9 @@ class ServedBundle:
     def bytes_served(self) -> int:
         return self._server.counters.bytes_served
 
+    def requests_seen(self) -> int:
+        return self._server.counters.requests
+
     async def start(self) -> None:
         await self._server.start()
 
@@ -109,6 +112,7 @@ def build_importer(
         on_report=report,
         image_store=node_store(config),
         release_medium=release,
+        is_probing_mirror=True,
     )
     return Importer(ports, policies.disk)
 
@@ -124,5 +128,6 @@ def build_restorer(
         make_puller=lambda: PrePuller(
             cri, lambda _ref: None, policies.bundle_pull, on_event=_log_restore_pull
         ),
+        is_probing=True,
     )
     return StoreRestorer(node_store(config), ServedBundle, session)

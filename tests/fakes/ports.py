@@ -240,6 +240,8 @@ class FakeServer:
         self._bytes = bytes_served
         self._rejections = tuple(rejections)
         self.calls: list[str] = []
+        self.requests = 0
+        """Requests that reached it (a test's runtime counts probe pulls through the mirror)."""
 
     @property
     def mirror_host(self) -> str:
@@ -251,6 +253,9 @@ class FakeServer:
 
     def bytes_served(self) -> int:
         return self._bytes
+
+    def requests_seen(self) -> int:
+        return self.requests
 
     async def start(self) -> None:
         self.calls.append("start")

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
+from nodeagent.bundles.mirror import PROBE_REF
 from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MIRROR_LOCK, BundleServerPort, MirrorPullPorts
+from nodeagent.errors import ImageNotFound, RegistryUnavailable
 from nodeagent.prepull import PrePuller, PullPolicy
 from tests.fakes.crio import FakeCrio
 
@@ -43,9 +45,13 @@ class Server:
 
     def __init__(self) -> None:
         self.is_closed = False
+        self.requests = 0
 
     def bytes_served(self) -> int:
         return 0
+
+    def requests_seen(self) -> int:
+        return self.requests
 
     async def start(self) -> None:
         pass
@@ -71,7 +77,9 @@ class Reloader:
         return "sighup"
 
 
-def restorer(crio: FakeCrio, mirror: Mirror, servers: list[Server]) -> StoreRestorer:
+def restorer(
+    crio: FakeCrio, mirror: Mirror, servers: list[Server], *, is_probing: bool = False
+) -> StoreRestorer:
     def make_server(_root: Path, _files: Mapping[str, ExpectedFile]) -> BundleServerPort:
         servers.append(Server())
         return servers[-1]
@@ -81,6 +89,7 @@ def restorer(crio: FakeCrio, mirror: Mirror, servers: list[Server]) -> StoreRest
         mirror,
         Reloader(),
         lambda: PrePuller(crio, lambda _ref: None, PullPolicy(attempts=1)),
+        is_probing=is_probing,
     )
     return StoreRestorer(HeldStore(A, B), make_server, session)
 
@@ -115,3 +124,28 @@ async def test_nothing_left_to_restore_writes_no_mirror() -> None:
     assert crio.pull_calls == []
     assert mirror.writes == 0
     assert [server.is_closed for server in servers] == [True]
+
+
+async def test_no_image_is_pulled_before_a_probe_pull_reached_the_server() -> None:
+    """The runtime applies the mirror only at the third probe (a reload is a signal, and
+    it comes late): until then no image pull starts, so none goes to its own registry."""
+    servers: list[Server] = []
+    probes: list[bool] = []
+    confirmed_at_pull: list[bool] = []
+
+    async def pull(ref: str) -> None:
+        if ref == PROBE_REF:
+            probes.append(True)
+            if len(probes) >= 3:  # through the mirror: the server answers 404
+                servers[-1].requests += 1
+                raise ImageNotFound("manifest unknown")
+            raise RegistryUnavailable("127.0.0.1:1: connection refused")
+        confirmed_at_pull.append(servers[-1].requests > 0)
+
+    crio, mirror = FakeCrio(pull=pull), Mirror()
+    results = await restorer(crio, mirror, servers, is_probing=True).restore([A, B])
+
+    assert len(probes) == 3
+    assert confirmed_at_pull == [True, True]
+    assert sorted(results) == [A, B] and all(r.is_pulled for r in results.values())
+    assert PROBE_REF not in {n for i in crio.images.values() for n in i.names}
