@@ -219,14 +219,24 @@ class Importer:
             storing = replace(report, state="storing")
             self._report(storing, "bundle_storing", bytes=format_bytes(to_store))
             loop = asyncio.get_running_loop()
+            is_cancelled = False
+
+            def show(progress: ByteProgress) -> None:  # on the loop, after any cancellation
+                if not is_cancelled:
+                    self._progress(storing, progress)
 
             def on_progress(progress: ByteProgress) -> None:
-                loop.call_soon_threadsafe(self._progress, storing, progress)
+                loop.call_soon_threadsafe(show, progress)
 
             try:
                 await asyncio.to_thread(store.copy, root, manifest, on_progress)
             except NodeAgentError as exc:
                 return self._reject(replace(report, progress=None), exc)
+            except asyncio.CancelledError:
+                # The copy's thread runs on until its medium read fails or it ends: its
+                # progress must not overwrite the report that says the import stopped.
+                is_cancelled = True
+                raise
         self.ports.release_medium(root)
         stored = replace(report, state="stored", is_medium_removable=True, progress=None)
         return self._report(
