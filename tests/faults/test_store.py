@@ -242,6 +242,7 @@ async def test_power_cut_with_no_registry_and_no_stick_every_pinned_image_comes_
     mark = node.mark()
     node.boot()
     back_s = await wait_all_pinned(node, refs, timeout_s=60)
+    node.agent.wait_log("images_restored_from_store", timeout_s=30)  # once the session ended
     log = node.agent_log_since(mark)
     reason = "RuntimeStorageWiped" if is_wiped else "RuntimeImagesLost"
     assert f"pinned_images_lost: reason={reason}" in log
@@ -277,7 +278,7 @@ async def test_daemon_killed_while_restoring_then_booted_again_brings_all_back(
     node.agent.wait_status(
         lambda s: set_state(s, "line-store") == "Pinned", what="the set pinned again"
     )
-    assert "images_restored_from_store" in node.agent_log_since(mark)
+    node.agent.wait_log("images_restored_from_store", timeout_s=30)  # once the session ended
     assert drill.registry_requests() == []
     await assert_node_consistent(node, sets={"line-store": refs}, since=mark)
 
