@@ -17,7 +17,9 @@ Measurements, in this order every round (MB/s: bundle bytes on the medium / wall
 * ``verify``: ``nodeagent bundle verify MNT --trusted-keys DIR``: signature, tree, every byte.
 * ``import``: ``nodeagent bundle import MNT`` against a fresh CRI-O (daemon not started), the
   command and environment ``Agent.cli`` runs, each stderr line stamped as it arrives: process
-  start to exit 0. That covers signature + tree check, disk admission, the loopback server
+  start to exit 0. That covers signature + tree check, disk admission, the copy into the
+  node's image store (to its ``bundle_stored`` line: "the medium may be removed"; the bytes
+  read from the medium's loop device meanwhile, ``/sys/block/loopN/stat``), the loopback server
   (hashing each blob as it sends it), mirror drop-in + reload, CRI pulls (``pull.concurrency``),
   mirror removal + reload, the sets handed over and ONE sync that pins them (drop-in, reload,
   pin check). ``import to bundle_imported`` stops at the ``bundle_imported`` line, before that
@@ -79,7 +81,9 @@ LABELS = {
 PHASES = (
     ("interpreter, imports, CRI connect", "start", "bundle_detected"),
     ("signature + tree check", "bundle_detected", "bundle_verified"),
-    ("admission + server start", "bundle_verified", "bundle_importing"),
+    ("admission", "bundle_verified", "bundle_admitted"),
+    ("stick to store: copy until 'may be removed'", "bundle_admitted", "bundle_stored"),
+    ("server start", "bundle_stored", "bundle_importing"),
     ("mirror + reload + pulls", "bundle_importing", "last_image_pulled"),
     ("mirror removal + reload + stop", "last_image_pulled", "bundle_server_stopped"),
     ("sets handed over", "bundle_server_stopped", "bundle_imported"),
@@ -319,6 +323,11 @@ def ext4_media(bundle_dir: Path, work: Path) -> Iterator[Media]:
 # ------------------------------------------------------------------ measurements
 
 
+def sectors_read(devnode: str) -> int:
+    """512-byte sectors read from the device so far (``/sys/block/<dev>/stat``, field 3)."""
+    return int(Path(f"/sys/block/{Path(devnode).name}/stat").read_text().split()[2])
+
+
 def measure_raw(media: Media) -> Measure:
     buffer = memoryview(bytearray(CHUNK_BYTES))
     drop_caches()
@@ -384,9 +393,11 @@ def measure_import(
         cmd = [TIME, "-f", f"{MAXRSS}%M", *cmd]  # the import's peak RSS, for the unit's MemoryMax=
         drop_caches()
         crio_before, cpu_before = cpu_s(crio.process.pid), children_cpu_s()
+        sectors_before = sectors_read(media.devnode)
         busy_before, started = machine_cpu_s(), time.monotonic()
         code, stdout, lines = run_stamped(cmd, agent.env())
         ended = time.monotonic()
+        device_bytes = (sectors_read(media.devnode) - sectors_before) * 512
         keep_logs(logs_dir, round_no, crio.log_path, [(t - started, x) for t, x in lines])
         cpu = {"nodeagent": children_cpu_s() - cpu_before}
         cpu["crio"] = cpu_s(crio.process.pid) - crio_before
@@ -408,6 +419,10 @@ def measure_import(
             default=0.0,
         )
         extra["bytes served MB"] = report["bytes"]["served"] / MB
+        extra["medium device bytes read / bundle bytes"] = device_bytes / media.size_bytes
+        stored = next((t for t, line in lines if line.startswith("bundle_stored")), None)
+        if stored is not None:
+            extra["start -> medium may be removed s"] = stored - started
         extra["store MiB"] = tree_mib(crio.storage_root)
         imported = next((t for t, line in lines if line.startswith("bundle_imported")), None)
         if imported is not None:

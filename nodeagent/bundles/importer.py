@@ -109,6 +109,13 @@ class ImporterPorts:
     on_report: Callable[[BundleReport], None] = field(default=lambda _r: None)
     image_store: ImageStorePort | None = None
     """With a store, the bundle is copied into it first and imported from there."""
+    is_probing_mirror: bool = False
+    """``serving.MirrorPullPorts.is_probing``: no image pulled before the runtime is seen to
+    follow the mirror (the daemon's wiring: True)."""
+    release_medium: Callable[[Path], None] = field(default=lambda _root: None)
+    """Told once the bundle is in the store, before the status says the medium may be
+    removed: from then on the import no longer reads the medium, so its removal must not
+    stop it."""
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -212,14 +219,25 @@ class Importer:
             storing = replace(report, state="storing")
             self._report(storing, "bundle_storing", bytes=format_bytes(to_store))
             loop = asyncio.get_running_loop()
+            is_cancelled = False
+
+            def show(progress: ByteProgress) -> None:  # on the loop, after any cancellation
+                if not is_cancelled:
+                    self._progress(storing, progress)
 
             def on_progress(progress: ByteProgress) -> None:
-                loop.call_soon_threadsafe(self._progress, storing, progress)
+                loop.call_soon_threadsafe(show, progress)
 
             try:
                 await asyncio.to_thread(store.copy, root, manifest, on_progress)
             except NodeAgentError as exc:
                 return self._reject(replace(report, progress=None), exc)
+            except asyncio.CancelledError:
+                # The copy's thread runs on until its medium read fails or it ends: its
+                # progress must not overwrite the report that says the import stopped.
+                is_cancelled = True
+                raise
+        self.ports.release_medium(root)
         stored = replace(report, state="stored", is_medium_removable=True, progress=None)
         return self._report(
             stored,
@@ -317,7 +335,11 @@ class Importer:
         )
         ticker = asyncio.create_task(self._serving_progress(server, importing, total))
         session = MirrorPullPorts(
-            self.ports.runtime, self.ports.mirror, self.ports.reloader, self.ports.make_puller
+            self.ports.runtime,
+            self.ports.mirror,
+            self.ports.reloader,
+            self.ports.make_puller,
+            is_probing=self.ports.is_probing_mirror,
         )
         try:
             results = await pull_via_mirror(

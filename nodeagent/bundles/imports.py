@@ -2,8 +2,10 @@
 
 One import at a time (a node has one runtime to feed); a medium removed during its
 import cancels that import (``interrupted``: what is complete stays, the next plug-in
-resumes). Each import runs as a guarded one-off task: a failure (a mount refused, a
-bug) becomes a logged reason code and a ``rejected`` bundle report in the status.
+resumes), unless the importer already released it (the bundle is in the node's image
+store and the import runs from there: the status said the medium may be removed). Each
+import runs as a guarded one-off task: a failure (a mount refused, a bug) becomes a logged
+reason code and a ``rejected`` bundle report in the status.
 
 Ports (implemented in ``nodeagent.adapters.bundles``, wired by ``nodeagent.daemon``):
 ``MediaSource`` (udev), ``Mounter`` (mount(2) read-only) and ``Spawner`` (the daemon's
@@ -62,8 +64,9 @@ class Spawner(Protocol):
     ) -> asyncio.Task[None]: ...
 
 
-ImporterFactory = Callable[[Callable[[Path], bool]], "Importer"]
-"""Builds the importer, given how it asks whether its medium is still present."""
+ImporterFactory = Callable[[Callable[[Path], bool], Callable[[Path], None]], "Importer"]
+"""Builds the importer, given how it asks whether its medium is still present and how it
+says it no longer needs the medium."""
 
 
 class MediaImports:
@@ -88,17 +91,25 @@ class MediaImports:
         self.present: set[str] = set()
         self.roots: dict[Path, str] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.released: set[asyncio.Task[None]] = set()
+        """Imports that no longer read their medium (their bundle is stored)."""
         self.lock = asyncio.Lock()
         self._importer: Importer | None = None
 
     @property
     def importer(self) -> Importer:
         if self._importer is None:
-            self._importer = self.make_importer(self.is_present)
+            self._importer = self.make_importer(self.is_present, self.release)
         return self._importer
 
     def is_present(self, root: Path) -> bool:
         return self.roots.get(root) in self.present
+
+    def release(self, root: Path) -> None:
+        """The import of the medium mounted at ``root`` no longer needs it."""
+        running = self.tasks.get(self.roots.get(root, ""))
+        if running is not None:
+            self.released.add(running)
 
     async def follow(self, source: MediaSource) -> None:
         """Import the media present now, then every medium that arrives."""
@@ -109,11 +120,18 @@ class MediaImports:
 
     def on_event(self, event: MediaEvent) -> None:
         if event.kind is MediaKind.ARRIVED:
+            was_present = event.devnode in self.present
             self.present.add(event.devnode)
             running = self.tasks.get(event.devnode)
             # A removal just cancelled the device's import, which is still giving up (removing
-            # its mirror): the medium in the device now (swapped, plugged in again) is new.
-            if running is None or running.done() or running.cancelling():
+            # its mirror), or one that runs from the store: the medium in the device now
+            # (swapped, plugged in again) is new.
+            if (
+                running is None
+                or running.done()
+                or running.cancelling()
+                or (running in self.released and not was_present)
+            ):
                 task = self.spawn(
                     f"import {event.devnode}",
                     self._import(event),
@@ -123,12 +141,19 @@ class MediaImports:
                 task.add_done_callback(lambda done: self._forget(event.devnode, done))
             return
         self.present.discard(event.devnode)
-        log.info("bundle_media_removed", device=event.devnode, label=event.label)
         running = self.tasks.get(event.devnode)
-        if running is not None:
+        is_released = running in self.released
+        log.info(
+            "bundle_media_removed",
+            device=event.devnode,
+            label=event.label,
+            is_import_going_on=is_released,
+        )
+        if running is not None and not is_released:
             running.cancel()
 
     def _forget(self, devnode: str, done: asyncio.Task[None]) -> None:
+        self.released.discard(done)
         if self.tasks.get(devnode) is done:  # not the import of a medium that came after
             del self.tasks[devnode]
 

@@ -61,6 +61,13 @@ DROPIN_NAME: Final = "99-nodeagent-bundle-mirror.conf"
 _MIRROR_HOST: Final = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
 
 
+PROBE_REPOSITORY: Final = "127.0.0.1:1/nodeagent-mirror-probe"
+"""Mirrored with the images at every session, never served: its own registry is a loopback
+port nothing listens on, so a pull of ``PROBE_REF`` reaches the loopback server only once
+the runtime applied the mirror, and otherwise leaves the machine nowhere."""
+PROBE_REF: Final = f"{PROBE_REPOSITORY}@sha256:{'0' * 64}"
+
+
 def served_blobs(manifest: BundleManifest) -> dict[str, ExpectedFile]:
     """Digest → file for every blob the manifest lists (manifests, configs, layers)."""
     return dict(manifest.blobs)

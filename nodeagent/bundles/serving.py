@@ -9,6 +9,7 @@ time (``MIRROR_LOCK``): the importer and the restorer share the one drop-in file
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Protocol
 import structlog
 
 from nodeagent.bundles.manifest import BundleError
-from nodeagent.bundles.mirror import mirror_repositories
+from nodeagent.bundles.mirror import PROBE_REF, PROBE_REPOSITORY, mirror_repositories
 from nodeagent.errors import NodeAgentError, RegistryUnavailable
 from nodeagent.ports import ImageRuntime, Reloader
 from nodeagent.prepull import PrePuller, PullResult
@@ -42,6 +43,8 @@ class BundleServerPort(Protocol):
 
     def bytes_served(self) -> int: ...
 
+    def requests_seen(self) -> int: ...
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -59,6 +62,10 @@ class MirrorPullPorts:
     mirror: MirrorPort
     reloader: Reloader
     make_puller: Callable[[], PrePuller]
+    is_probing: bool = False
+    """Pull nothing before a probe pull (``mirror.PROBE_REF``) reached the server: a pull
+    the runtime starts before it applied the mirror goes to the image's own registry (the
+    daemon's wiring: True; service tests without a runtime that follows the mirror: False)."""
 
 
 async def pull_via_mirror(
@@ -70,10 +77,23 @@ async def pull_via_mirror(
     source: str,
 ) -> Mapping[str, PullResult]:
     """Pull ``missing`` through a mirror of ``images``' repositories at the started
-    ``server``; the mirror is removed (and the runtime reloaded) whatever happens."""
+    ``server``; the mirror is removed (and the runtime reloaded) whatever happens.
+
+    ``missing`` is looked at again first: the session that held the lock before (a bundle
+    import, a restore) may have brought some of them back meanwhile.
+    """
     try:
-        ports.mirror.write(mirror_repositories(images), server.mirror_host)
+        missing = [ref for ref in missing if await ports.runtime.image_status(ref) is None]
+        if not missing:
+            return {}
+        repositories = mirror_repositories(images)
+        ports.mirror.write(
+            [*repositories, PROBE_REPOSITORY] if ports.is_probing else repositories,
+            server.mirror_host,
+        )
         await ports.reloader.reload()
+        if ports.is_probing:
+            await _await_mirror(ports.runtime, server)
         first = await _first_pull(ports.runtime, missing[0], server, source)
         rest = [ref for ref in missing if ref not in first]
         if server.rejections:  # a blob failed its digest: stop
@@ -85,6 +105,26 @@ async def pull_via_mirror(
                 await ports.reloader.reload()
         finally:
             await server.close()
+
+
+async def _await_mirror(runtime: ImageRuntime, server: BundleServerPort) -> bool:
+    """Whether the runtime applied the mirror within ``MIRROR_SETTLE_S``: the probe image's
+    pull reaches the server only through the mirror (the server answers 404; the runtime then
+    tries the probe's own registry, a loopback port nothing listens on, and fails). Tried
+    every 0.1-1 s; on a timeout the first pull's own retries take over."""
+    started = time.monotonic()
+    delay_s = 0.1
+    while True:
+        with contextlib.suppress(NodeAgentError):  # the expected outcome: found nowhere
+            await runtime.pull_image(PROBE_REF, None, timeout_s=MIRROR_SETTLE_S)
+        if server.requests_seen() > 0:
+            log.debug("mirror_applied", seconds=round(time.monotonic() - started, 3))
+            return True
+        if time.monotonic() - started >= MIRROR_SETTLE_S:
+            log.warning("mirror_not_confirmed", seconds=MIRROR_SETTLE_S)
+            return False
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, 1.0)
 
 
 async def _first_pull(

@@ -56,6 +56,9 @@ class ServedBundle:
     def bytes_served(self) -> int:
         return self._server.counters.bytes_served
 
+    def requests_seen(self) -> int:
+        return self._server.counters.requests
+
     async def start(self) -> None:
         await self._server.start()
 
@@ -81,6 +84,11 @@ def _log_pull(event: PullEvent) -> None:
     log_pull(event, source="bundle")
 
 
+def _log_restore_pull(event: PullEvent) -> None:
+    """Each restored image's steps in the journal, marked as coming from the node's store."""
+    log_pull(event, source="store")
+
+
 def build_importer(
     config: Config,
     policies: Policies,
@@ -89,6 +97,7 @@ def build_importer(
     *,
     report: Callable[[BundleReport], None],
     is_present: Callable[[Path], bool] = lambda root: root.exists(),
+    release: Callable[[Path], None] = lambda _root: None,
 ) -> Importer:
     transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
     platform = node_platform(os.uname().machine)
@@ -105,6 +114,8 @@ def build_importer(
         is_present_on_media=is_present,
         on_report=report,
         image_store=node_store(config),
+        release_medium=release,
+        is_probing_mirror=True,
     )
     return Importer(ports, policies.disk)
 
@@ -130,7 +141,8 @@ def build_restorer(
         mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),
         reloader=reloader,
         make_puller=lambda: PrePuller(
-            cri, lambda _ref: None, policies.bundle_pull, on_event=_log_pull
+            cri, lambda _ref: None, policies.bundle_pull, on_event=_log_restore_pull
         ),
+        is_probing=True,
     )
     return StoreRestorer(node_store(config), ServedBundle, session)

@@ -126,11 +126,19 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     )
     supervisor = Supervisor()
 
-    def make_importer(is_present: Callable[[Path], bool]) -> Importer:
+    def make_importer(
+        is_present: Callable[[Path], bool], release: Callable[[Path], None]
+    ) -> Importer:
         from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (first medium)
 
         return build_importer(
-            config, policies, cri, reloader, report=reporter.bundle_report, is_present=is_present
+            config,
+            policies,
+            cri,
+            reloader,
+            report=reporter.bundle_report,
+            is_present=is_present,
+            release=release,
         )
 
     media = MediaImports(

@@ -228,14 +228,20 @@ def held_set(run: SyncPass, name: str, *, is_final: bool) -> SetStatus:
 
 
 def wanted_pins(run: SyncPass) -> set[str]:
-    """Complete sets' images; for a set not complete (or held) what it had pinned."""
+    """Complete sets' images; for a set not complete (or held) what it had pinned.
+
+    An image the set still lists and had pinned stays pinned while it is missing (lost
+    with the runtime's storage, being brought back): the pins stay in place throughout.
+    """
     wanted: set[str] = set()
     for s in run.specs.sets:
         refs = set_refs(s)
         if all(run.is_present(r) for r in refs):
             wanted.update(refs)
         else:  # keep what this set had pinned until its new generation is complete
-            wanted.update(r for r in run.ledger.pinned_of(s.name) if run.is_present(r))
+            listed = set(refs)
+            kept = run.ledger.pinned_of(s.name)
+            wanted.update(r for r in kept if run.is_present(r) or r in listed)
     for name in run.held:
         wanted.update(r for r in run.ledger.pinned_of(name) if run.is_present(r))
     return wanted

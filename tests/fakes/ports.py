@@ -240,6 +240,8 @@ class FakeServer:
         self._bytes = bytes_served
         self._rejections = tuple(rejections)
         self.calls: list[str] = []
+        self.requests = 0
+        """Requests that reached it (a test's runtime counts probe pulls through the mirror)."""
 
     @property
     def mirror_host(self) -> str:
@@ -251,6 +253,9 @@ class FakeServer:
 
     def bytes_served(self) -> int:
         return self._bytes
+
+    def requests_seen(self) -> int:
+        return self.requests
 
     async def start(self) -> None:
         self.calls.append("start")
@@ -369,12 +374,21 @@ class ScriptedImporter:
 
     ``state`` is the state of the report it returns; ``cleanup`` is awaited when the import is
     cancelled, as the real importer awaits removing its mirror (a reload) before it gives up.
+    With ``is_stored_first`` it releases its medium at once (``release_medium``), as the real
+    importer does once the bundle is in the node's image store.
     """
 
     def __init__(
-        self, is_present: Callable[[Path], bool], *, state: BundleState = "imported"
+        self,
+        is_present: Callable[[Path], bool],
+        *,
+        state: BundleState = "imported",
+        release_medium: Callable[[Path], None] = lambda _root: None,
+        is_stored_first: bool = False,
     ) -> None:
         self.is_present = is_present
+        self.release_medium = release_medium
+        self.is_stored_first = is_stored_first
         self.state = state
         self.calls: list[Call] = []
         self.release = asyncio.Event()
@@ -384,6 +398,8 @@ class ScriptedImporter:
     async def import_bundle(self, root: Path, *, source: str) -> BundleReport:
         call = Call(root, source, self.is_present(root))
         self.calls.append(call)
+        if self.is_stored_first:
+            self.release_medium(root)
         try:
             await self.release.wait()
         except asyncio.CancelledError:

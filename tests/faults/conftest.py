@@ -9,7 +9,7 @@ deselects them: its addopts say ``-m "not drill_long"``).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -43,6 +43,7 @@ class NodeFactory(Protocol):
         extra_config: str = "",
         is_fast_retry: bool = True,
         watch_media: bool = False,
+        insecure_registries: Sequence[str] = (),
     ) -> DrillNode: ...
 
 
@@ -59,6 +60,7 @@ def make_node(tmp_path: Path, registry: Registry) -> Iterator[NodeFactory]:
         extra_config: str = "",
         is_fast_retry: bool = True,
         watch_media: bool = False,
+        insecure_registries: Sequence[str] = (),
     ) -> DrillNode:
         base = tmp_path / f"node{len(nodes)}"
         proxy = FaultyProxy(registry.host)
@@ -66,7 +68,7 @@ def make_node(tmp_path: Path, registry: Registry) -> Iterator[NodeFactory]:
         proxies.append(proxy)
         crio = Crio(
             base / "crio",
-            insecure_registries=[proxy.host, registry.host],
+            insecure_registries=[proxy.host, registry.host, *insecure_registries],
             storage_root=storage_root,
         )
         crio.start()

@@ -1,5 +1,9 @@
 """Drill: the bundle medium pulled out in the middle of an import, then plugged in again.
 
+The medium is pulled while the bundle is copied into the node's image store (read at a
+USB-like 16 MB/s through a cgroup v1 blkio throttle on the daemon): once the status says
+it may be removed, removing it stops nothing (``test_store``).
+
 Real parts: systemd-udevd with a loop device carrying a signed bundle (``tests/testenv``),
 CRI-O, the daemon; the bundle's own registry is gone. The removal is the one udev reports
 (``udevadm trigger --action=remove``): a loop device cannot vanish while it is mounted.
@@ -24,9 +28,10 @@ from tests.faults.consistency import (
     hold_status_names,
     stored_images,
 )
+from tests.testenv import blkio
 from tests.testenv.agent import set_state
 from tests.testenv.bundles import Factory, build_factory, ext4_media
-from tests.testenv.udev import LoopMedia, Udevd, settle
+from tests.testenv.udev import LoopMedia, Udevd, free_loop_device, settle
 
 pytestmark = pytest.mark.drill
 
@@ -61,6 +66,9 @@ def bundle_state(status: dict[str, Any], media: LoopMedia) -> str | None:
     return str(found[-1]["state"]) if found else None
 
 
+@pytest.mark.skipif(
+    not blkio.is_available(), reason="no cgroup v1 blkio controller to slow the medium"
+)
 @pytest.mark.timeout(240)
 async def test_medium_pulled_mid_import_leaves_the_node_consistent_and_resumes(
     udevd: Udevd,
@@ -78,14 +86,20 @@ async def test_medium_pulled_mid_import_leaves_the_node_consistent_and_resumes(
     node.agent.wait_status(lambda s: set_state(s, "steady") == "Pinned", what="steady pinned")
     mark = node.mark()
 
-    media.attach()
-    node.agent.wait_log("image_pulled: image=" + factory.refs[0].split("/", 1)[0])
-    subprocess.run(["udevadm", "trigger", "--action=remove", str(media.devnode)], check=True)
-    node.agent.wait_status(lambda s: bundle_state(s, media) == "interrupted", what="interrupted")
+    devnode = free_loop_device()
+    assert node.agent.process is not None
+    with blkio.throttled_reads(node.agent.process.pid, devnode, 16 * 1000 * 1000):
+        media.attach(devnode)  # read at 16 MB/s: the copy into the store takes seconds
+        node.agent.wait_status(lambda s: bundle_state(s, media) == "storing", what="storing")
+        subprocess.run(["udevadm", "trigger", "--action=remove", devnode], check=True)
+        node.agent.wait_status(
+            lambda s: bundle_state(s, media) == "interrupted", what="interrupted"
+        )
     hold_status_names(node, "BundleMediaRemoved", for_s=2)
-    node.agent.wait_log("bundle_server_stopped")
     assert not (node.crio.registries_dir / "99-nodeagent-bundle-mirror.conf").exists()
     assert list(node.agent.persistent_dir.glob("bundle-*")) == []
+    names = {name for image in await stored_images(node) for name in image.names()}
+    assert not names & set(factory.refs), "images imported before the bundle was stored"
     await assert_holding(node, sets={"steady": steady})
 
     settle()

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from structlog.testing import capture_logs
 
+from nodeagent.errors import RegistryUnavailable
 from nodeagent.prepull import PullResult
 from nodeagent.sync.losses import LOST, WIPED, find_loss
 from tests.service.test_reconciler import A, B, C, Node, by_name, image_set
@@ -123,3 +124,24 @@ async def test_nothing_missing_asks_the_store_nothing() -> None:
     await node.reconciler.sync()  # A is new, not lost: the store does not hold it
     await node.reconciler.sync()
     assert restorer.calls == []
+
+
+async def test_a_lost_image_stays_pinned_while_neither_store_nor_registry_brings_it_back() -> None:
+    """Pins stay in place throughout: the drop-in keeps the lost image, so it is pinned the
+    moment it is back, and the loss is not taken for resolved."""
+    node = Node(image_set("apps", A, B), failing={B: RegistryUnavailable("no registry")})
+    node.crio.store(B)  # B came from a bundle: the registry never had to answer for it
+    await node.reconciler.sync()
+    node.reconciler.restorer = MemoryRestorer(node, B, failing=[B])
+    await node.crio.remove_image(B)
+
+    with capture_logs() as logs:
+        status = await node.reconciler.sync()
+        again = await node.reconciler.sync()
+
+    assert not [e for e in logs if e["event"] == "image_unpinned"]
+    assert B in node.crio.patterns
+    assert by_name(status)["apps"].state != "Pinned"
+    assert again.image_loss is not None and again.image_loss["resolved"] is False
+    node.crio.store(B)  # back by any means: pinned at once, by the pins already in place
+    assert node.crio.pinned_names()[B] is True

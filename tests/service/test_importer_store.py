@@ -8,8 +8,12 @@ reports progress as the real copier does, and can fail as the real one fails.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
 from nodeagent.errors import NodeAgentError, StoreFull
@@ -130,3 +134,44 @@ async def test_store_and_images_on_one_filesystem_are_admitted_together() -> Non
     apart = Rig(available_bytes=free)
     with_store(apart, shares=False)
     assert (await apart.run()).state == "imported"
+
+
+class SlowStore(MemoryImageStore):
+    """Its copy waits for the test in its worker thread, then reports progress."""
+
+    def __init__(self, rig: Rig) -> None:
+        super().__init__(rig)
+        self.started = threading.Event()
+        self.go_on = threading.Event()
+        self.reported = threading.Event()
+
+    def copy(
+        self, medium: Path, manifest: BundleManifest, on_progress: Callable[[ByteProgress], None]
+    ) -> object:
+        self.started.set()
+        self.go_on.wait(timeout=10)
+        total = self.missing_bytes(manifest)
+        on_progress(ByteProgress(total, total, 40e6, 0.0, 2.0, is_final=True))
+        self.reported.set()
+        return None
+
+
+async def test_a_cancelled_import_s_copy_reports_no_progress_after_it_stopped() -> None:
+    """The medium removed during the copy cancels the import; the copy's thread runs on
+    until its reads fail, and what it reports then must not overwrite "interrupted"."""
+    rig = Rig()
+    store = SlowStore(rig)
+    rig.importer.ports.image_store = store
+    running = asyncio.create_task(rig.run())
+    await asyncio.to_thread(store.started.wait, 10)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    shown = len(rig.reports)
+    store.go_on.set()
+    await asyncio.to_thread(store.reported.wait, 10)
+    for _ in range(3):  # the loop runs what the thread scheduled (call_soon_threadsafe)
+        await asyncio.sleep(0)
+
+    assert len(rig.reports) == shown
+    assert rig.states()[-1] == "storing"

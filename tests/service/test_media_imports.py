@@ -56,8 +56,11 @@ async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
 
 
 class Rig:
-    def __init__(self, media_dir: Path, *, state: BundleState = "imported") -> None:
+    def __init__(
+        self, media_dir: Path, *, state: BundleState = "imported", is_stored_first: bool = False
+    ) -> None:
         self.state: BundleState = state
+        self.is_stored_first = is_stored_first
         self.supervisor = Supervisor()
         self.mounter = FakeMounter()
         self.source = QueueSource()
@@ -74,8 +77,15 @@ class Rig:
         )
         self._follow: asyncio.Task[None] | None = None
 
-    def _make_importer(self, is_present: Callable[[Path], bool]) -> Importer:
-        importer = ScriptedImporter(is_present, state=self.state)
+    def _make_importer(
+        self, is_present: Callable[[Path], bool], release: Callable[[Path], None]
+    ) -> Importer:
+        importer = ScriptedImporter(
+            is_present,
+            state=self.state,
+            release_medium=release,
+            is_stored_first=self.is_stored_first,
+        )
         self.importers.append(importer)
         return cast("Importer", importer)
 
@@ -331,3 +341,50 @@ async def test_medium_removed_while_it_is_being_mounted_is_unmounted(rig: Rig) -
     await until(lambda: rig.mounter.mounted[0].unmounts == [True])
     assert rig.importers == []
     assert rig.imported == 0
+
+
+@pytest.fixture
+async def storing_rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    rig = Rig(tmp_path / "media", is_stored_first=True)
+    rig.start()
+    yield rig
+    await rig.stop()
+
+
+async def test_removal_after_the_bundle_is_stored_does_not_stop_its_import(
+    storing_rig: Rig,
+) -> None:
+    """The status said the medium may be removed: the import runs from the node's store."""
+    rig = storing_rig
+    await rig.fed(arrived())
+    await until(lambda: len(rig.importers) == 1 and len(rig.importer.calls) == 1)
+
+    await rig.fed(removed())
+    rig.importer.release.set()
+    await rig.idle()
+
+    assert rig.importer.outcomes() == ["returned"]
+    assert rig.reports == []  # no "interrupted"
+    assert rig.imported == 1
+    assert rig.media.tasks == {}
+    assert rig.media.released == set()
+
+
+async def test_plugged_in_again_while_a_stored_bundle_imports_is_imported_after_it(
+    storing_rig: Rig,
+) -> None:
+    rig = storing_rig
+    await rig.fed(arrived())
+    await until(lambda: len(rig.importers) == 1 and len(rig.importer.calls) == 1)
+    first = rig.media.tasks[SDB1]
+    await rig.fed(arrived())  # udev saying it again while present: nothing new
+    assert rig.media.tasks[SDB1] is first
+    await rig.fed(removed(), arrived())  # out and in again: a new medium
+    assert rig.media.tasks[SDB1] is not first
+    rig.importer.release.set()
+    await until(lambda: len(rig.importer.calls) == 2)
+    await rig.idle()
+
+    assert rig.importer.outcomes() == ["returned", "returned"]
+    assert rig.imported == 2
+    assert rig.media.tasks == {}

@@ -55,9 +55,11 @@ def signed_bundle(
     set_name: str,
     created: str = "2026-01-01T00:00:00Z",
     channel: str | None = None,
+    host: str = HOST,
 ) -> Signed:
-    """An OCI-layout bundle of ``images`` carrying one set of them, signed by ``keys``."""
-    layout = write_oci_layout(root, HOST, images, bundle_id=bundle_id)
+    """An OCI-layout bundle of ``images`` (named ``host/<repository>@<digest>``) carrying
+    one set of them, signed by ``keys``."""
+    layout = write_oci_layout(root, host, images, bundle_id=bundle_id)
     doc = json.loads((root / "bundle.json").read_text())
     refs = [{"name": layout.ref(i)} for i in images]
     spec = {

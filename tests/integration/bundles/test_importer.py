@@ -16,10 +16,11 @@ import pytest
 
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.bundles import minisign
+from tests.testenv import blkio
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.bundles import Factory, build_factory, ext4_media
 from tests.testenv.crio import Crio
-from tests.testenv.udev import LoopMedia, Udevd, settle
+from tests.testenv.udev import LoopMedia, Udevd, free_loop_device, settle
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +178,9 @@ def big_factory(tmp_path_factory: pytest.TempPathFactory) -> Factory:
     return build_factory(workdir, count=8, layer_bytes=16 << 20, seed=1234)
 
 
+@pytest.mark.skipif(
+    not blkio.is_available(), reason="no cgroup v1 blkio controller to slow the medium"
+)
 async def test_medium_removed_mid_import_leaves_node_consistent_and_resumes(
     udevd: Udevd,
     big_factory: Factory,
@@ -184,21 +188,26 @@ async def test_medium_removed_mid_import_leaves_node_consistent_and_resumes(
     tmp_path: Path,
     media_cleanup: list[LoopMedia],
 ) -> None:
+    """Removed while the bundle is copied into the node's store (the medium read at 16 MB/s):
+    interrupted, nothing in the runtime yet; plugged in again, the import resumes and ends
+    pinned. (Removed after the status said it may be, the import goes on: tests/faults.)"""
     media = ext4_media(tmp_path, big_factory.bundle)
     media_cleanup.append(media)
     agent = agent_for(tmp_path, fresh_crio, big_factory.public_key, pull_settings="concurrency = 1")
+    devnode = free_loop_device()
     with agent:
         agent.wait_log("daemon_started")
-        media.attach()
-        agent.wait_log("image_pulled")
-        subprocess.run(["udevadm", "trigger", "--action=remove", str(media.devnode)], check=True)
-        status = agent.wait_status(lambda s: bundle_state(s) == "interrupted", what="interrupt")
+        assert agent.process is not None
+        with blkio.throttled_reads(agent.process.pid, devnode, 16 * 1000 * 1000):
+            media.attach(devnode)
+            agent.wait_status(lambda s: bundle_state(s) == "storing", what="storing")
+            subprocess.run(["udevadm", "trigger", "--action=remove", devnode], check=True)
+            status = agent.wait_status(lambda s: bundle_state(s) == "interrupted", what="interrupt")
         assert last_bundle(status)["reason"] == "BundleMediaRemoved"
-        agent.wait_log("bundle_server_stopped")
+        assert "mediumRemovable" not in last_bundle(status)
         assert not (fresh_crio.registries_dir / "99-nodeagent-bundle-mirror.conf").exists()
         assert list(agent.persistent_dir.glob("bundle-*")) == []
-        kept = await stored(fresh_crio, big_factory.refs)
-        assert 0 < len(kept) < len(big_factory.refs)
+        assert await stored(fresh_crio, big_factory.refs) == []
 
         media.trigger_add()
         agent.wait_status(
@@ -208,9 +217,8 @@ async def test_medium_removed_mid_import_leaves_node_consistent_and_resumes(
             what="import resumed and pinned",
         )
     assert await pinned(fresh_crio, big_factory.refs) == big_factory.refs
-    second = agent.current_run_log().rsplit("bundle_interrupted", 1)[1]
-    for ref in kept:
-        assert f"image_pulled: image={ref}" not in second
+    for ref in big_factory.refs:
+        assert agent.current_run_log().count(f"image_pulled: image={ref}") == 1
 
 
 async def test_not_enough_space_is_refused_before_anything_is_copied(

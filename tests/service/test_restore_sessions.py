@@ -1,0 +1,151 @@
+"""StoreRestorer and the mirror session it shares with the bundle importer.
+
+Real: ``StoreRestorer``, ``serving.pull_via_mirror`` and ``MIRROR_LOCK``. Fake: the runtime
+(``FakeCrio``), the store (what it holds), the loopback server and the mirror drop-in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeagent.bundles.manifest import BundleError, ExpectedFile
+from nodeagent.bundles.mirror import PROBE_REF
+from nodeagent.bundles.restore import StoreRestorer
+from nodeagent.bundles.serving import MIRROR_LOCK, BundleServerPort, MirrorPullPorts
+from nodeagent.errors import ImageNotFound, RegistryUnavailable
+from nodeagent.prepull import PrePuller, PullPolicy
+from tests.fakes.crio import FakeCrio
+
+A = "quay.io/ns/app-a@sha256:" + "a" * 64
+B = "quay.io/ns/app-b@sha256:" + "b" * 64
+
+
+@dataclass(frozen=True)
+class Found:
+    refs: tuple[str, ...]
+    files: dict[str, ExpectedFile] = field(default_factory=dict)
+
+
+class HeldStore:
+    root = Path("/store")
+
+    def __init__(self, *refs: str) -> None:
+        self.held = refs
+
+    def restorable(self, refs: Sequence[str]) -> Found:
+        return Found(tuple(ref for ref in refs if ref in self.held))
+
+
+class Server:
+    mirror_host = "127.0.0.1:5000"
+    rejections: tuple[BundleError, ...] = ()
+
+    def __init__(self) -> None:
+        self.is_closed = False
+        self.requests = 0
+
+    def bytes_served(self) -> int:
+        return 0
+
+    def requests_seen(self) -> int:
+        return self.requests
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.is_closed = True
+
+
+class Mirror:
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, repositories: Iterable[str], mirror_host: str) -> bool:
+        self.writes += 1
+        return True
+
+    def remove(self) -> bool:
+        return self.writes > 0
+
+
+class Reloader:
+    async def reload(self) -> str:
+        return "sighup"
+
+
+def restorer(
+    crio: FakeCrio, mirror: Mirror, servers: list[Server], *, is_probing: bool = False
+) -> StoreRestorer:
+    def make_server(_root: Path, _files: Mapping[str, ExpectedFile]) -> BundleServerPort:
+        servers.append(Server())
+        return servers[-1]
+
+    session = MirrorPullPorts(
+        crio,
+        mirror,
+        Reloader(),
+        lambda: PrePuller(crio, lambda _ref: None, PullPolicy(attempts=1)),
+        is_probing=is_probing,
+    )
+    return StoreRestorer(HeldStore(A, B), make_server, session)
+
+
+async def test_images_another_session_brought_back_meanwhile_are_not_pulled_again() -> None:
+    """The importer held the mirror while the sync asked the store: once the restore gets
+    the lock, what the import brought back is not pulled a second time."""
+    crio, mirror, servers = FakeCrio(), Mirror(), list[Server]()
+    restoring = restorer(crio, mirror, servers)
+    async with MIRROR_LOCK:  # a bundle import's session
+        waiting = asyncio.create_task(restoring.restore([A, B]))
+        await asyncio.sleep(0)
+        crio.store(A)  # the import pulled A
+    results = await waiting
+
+    assert crio.pull_calls == [B]
+    assert list(results) == [B] and results[B].is_pulled
+    assert all(server.is_closed for server in servers)
+
+
+async def test_nothing_left_to_restore_writes_no_mirror() -> None:
+    crio, mirror, servers = FakeCrio(), Mirror(), list[Server]()
+    restoring = restorer(crio, mirror, servers)
+    async with MIRROR_LOCK:
+        waiting = asyncio.create_task(restoring.restore([A, B]))
+        await asyncio.sleep(0)
+        crio.store(A)
+        crio.store(B)
+    results = await waiting
+
+    assert results == {}
+    assert crio.pull_calls == []
+    assert mirror.writes == 0
+    assert [server.is_closed for server in servers] == [True]
+
+
+async def test_no_image_is_pulled_before_a_probe_pull_reached_the_server() -> None:
+    """The runtime applies the mirror only at the third probe (a reload is a signal, and
+    it comes late): until then no image pull starts, so none goes to its own registry."""
+    servers: list[Server] = []
+    probes: list[bool] = []
+    confirmed_at_pull: list[bool] = []
+
+    async def pull(ref: str) -> None:
+        if ref == PROBE_REF:
+            probes.append(True)
+            if len(probes) >= 3:  # through the mirror: the server answers 404
+                servers[-1].requests += 1
+                raise ImageNotFound("manifest unknown")
+            raise RegistryUnavailable("127.0.0.1:1: connection refused")
+        confirmed_at_pull.append(servers[-1].requests > 0)
+
+    crio, mirror = FakeCrio(pull=pull), Mirror()
+    results = await restorer(crio, mirror, servers, is_probing=True).restore([A, B])
+
+    assert len(probes) == 3
+    assert confirmed_at_pull == [True, True]
+    assert sorted(results) == [A, B] and all(r.is_pulled for r in results.values())
+    assert PROBE_REF not in {n for i in crio.images.values() for n in i.names}
