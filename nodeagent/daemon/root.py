@@ -18,6 +18,7 @@ from pathlib import Path
 
 import structlog
 
+from nodeagent.adapters.files import remove_file
 from nodeagent.adapters.inotify import DirectoryWatcher
 from nodeagent.adapters.systemd import Notifier
 from nodeagent.config import Config
@@ -40,6 +41,7 @@ async def run(config: Config) -> int:
         await wiring.reconciler.boot()
     except NodeAgentError as exc:
         log.warning("pins_not_restored", reason=exc.reason, error=exc.message)
+    remove_stale_mirror(config)
     exit_code = 0
     try:
         async with DirectoryWatcher(watched_dirs(config), recursive=True) as watcher:
@@ -100,6 +102,24 @@ async def runtime_socket_loop(socket: Path, request_sync: Callable[[], None]) ->
             if await asyncio.to_thread(socket.exists):
                 log.info("runtime_socket_appeared", socket=str(socket))
                 request_sync()
+
+
+def remove_stale_mirror(config: Config) -> None:
+    """A loopback mirror drop-in left by a session that never ended (the daemon was killed
+    mid-import or mid-restore) points CRI-O at a port nothing serves: remove it. The first
+    sync reloads CRI-O (``Reconciler.boot`` owes it a reload)."""
+    path = config.runtime.registries_dir / config.bundles.mirror_dropin_name
+    try:
+        if remove_file(path):
+            log.warning(
+                "stale_mirror_removed",
+                file=str(path),
+                error="a loopback mirror left by an import or restore that was cut off "
+                "(the daemon stopped without removing it); removed, CRI-O reloads at the "
+                "first sync",
+            )
+    except NodeAgentError as exc:
+        log.warning("stale_mirror_not_removed", reason=exc.reason, error=exc.message)
 
 
 def runtime_socket(config: Config) -> Path:
