@@ -92,6 +92,8 @@ class MediaImports:
         self.roots: dict[Path, str] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.released: set[asyncio.Task[None]] = set()
+        self.removed: set[asyncio.Task[None]] = set()
+        """Imports cancelled because their medium went away (not because the daemon stops)."""
         """Imports that no longer read their medium (their bundle is stored)."""
         self.lock = asyncio.Lock()
         self._importer: Importer | None = None
@@ -150,10 +152,12 @@ class MediaImports:
             is_import_going_on=is_released,
         )
         if running is not None and not is_released:
+            self.removed.add(running)
             running.cancel()
 
     def _forget(self, devnode: str, done: asyncio.Task[None]) -> None:
         self.released.discard(done)
+        self.removed.discard(done)
         if self.tasks.get(devnode) is done:  # not the import of a medium that came after
             del self.tasks[devnode]
 
@@ -168,7 +172,16 @@ class MediaImports:
             try:
                 report = await self.importer.import_bundle(mounted.target, source=event.devnode)
             except asyncio.CancelledError:
-                self._interrupted(event)
+                current = asyncio.current_task()
+                if current in self.removed:
+                    self.removed.discard(current)
+                    self._interrupted(event)
+                else:
+                    log.info(
+                        "bundle_import_stopped",
+                        device=event.devnode,
+                        message="the daemon is stopping; the import resumes when it starts again",
+                    )
                 raise
             finally:
                 self.roots.pop(mounted.target, None)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+from structlog.testing import capture_logs
 
 from nodeagent.bundles.imports import MediaImports
 from nodeagent.bundles.media import MediaEvent, MediaKind, mount_dir_name
@@ -213,6 +214,23 @@ async def test_removal_cancels_the_running_import_and_reports_it_interrupted(
     assert rig.imported == 0
     assert rig.media.is_present(target) is False
     assert SDB1 not in rig.media.present
+
+
+async def test_an_import_stopped_with_the_daemon_is_not_reported_as_a_removed_medium(
+    rig: Rig,
+) -> None:
+    await rig.fed(arrived())
+    await until(lambda: len(rig.importers) == 1 and len(rig.importer.calls) == 1)
+
+    with capture_logs() as logs:
+        await rig.supervisor.cancel_spawned()  # what SIGTERM does to the spawned imports
+
+    assert rig.importer.outcomes() == ["cancelled"]
+    assert rig.reports == []  # not "interrupted: the medium was removed"
+    assert [e["event"] for e in logs if e["event"].startswith("bundle_")] == [
+        "bundle_import_stopped"
+    ]
+    assert rig.mounter.mounted[0].unmounts == [True]
 
 
 async def test_removal_of_a_medium_waiting_for_another_import_reports_nothing(rig: Rig) -> None:
