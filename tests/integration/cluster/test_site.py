@@ -27,7 +27,7 @@ from nodeagent.cluster.objects import (
     owner_object,
     status_object,
 )
-from nodeagent.errors import ApiUnreachable, TransientError
+from nodeagent.errors import ApiAccessDenied, ApiUnreachable, TransientError
 from nodeagent.status import BundleReport, NodeStatus, PullProgress
 from tests.testenv.kube import KubeCluster, _free_ports
 from tests.testenv.kubeobjects import install_deploy
@@ -142,16 +142,27 @@ def test_wait_names_a_node_without_status_then_opens_when_it_pins(
     assert out.strip() == f"bundle {BUNDLE}: 3/3 nodes pinned, 3 holding, 0 failing"
 
 
-def test_status_lists_each_bundle_and_the_silent_node(
+def test_status_lists_each_bundle_and_the_silent_node_with_the_reader_role(
     cluster: KubeCluster, site: tuple[str, list[str]], tmp_path: Path
 ) -> None:
     selector, (first, second, silent) = site
     write_status(cluster, first, pinned())
     write_status(cluster, second, importing(0, 4096))
-    result = subprocess.run(
-        site_cmd(cluster, tmp_path, "status", "--selector", selector),
-        capture_output=True, text=True, timeout=30, check=False,
+    reader = f"site-reader-{selector.rsplit('=', 1)[1]}"
+    cluster.kubectl_ok(
+        "create", "clusterrolebinding", reader, "--clusterrole=nodeagent:site-reader",
+        f"--user={reader}",
     )  # fmt: skip
+    try:
+        result = subprocess.run(
+            site_cmd(
+                cluster, tmp_path, "status", "--selector", selector,
+                kubeconfig=cluster.kubeconfig_for(reader),
+            ),
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding", reader)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "3 nodes in scope, 2 reporting",
@@ -175,3 +186,18 @@ def test_an_unreachable_api_server_exits_69(cluster: KubeCluster, tmp_path: Path
     )  # fmt: skip
     assert result.returncode == ApiUnreachable.exit_code, result.stderr
     assert "error: ApiUnreachable" in result.stderr
+
+
+def test_credentials_without_the_reader_role_exit_77(
+    cluster: KubeCluster, site: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    selector, (first, _, _) = site
+    result = subprocess.run(
+        site_cmd(
+            cluster, tmp_path, "status", "--selector", selector,
+            kubeconfig=cluster.kubeconfig_for_node(first),
+        ),
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == ApiAccessDenied.exit_code, result.stderr
+    assert "error: ApiAccessDenied" in result.stderr
