@@ -1,7 +1,8 @@
 """``nodeagent site status | wait`` (``nodeagent.cli.main`` registers them): the site view.
 
-Run by an admin (or a pipeline) with a kubeconfig that may list Nodes and
-NodeImageStatuses: ``--kubeconfig``, else ``[cluster] kubeconfig``. ``status`` prints, per
+Run by an admin (or a pipeline) with credentials that may list Nodes and
+NodeImageStatuses: ``--kubeconfig``, else ``[cluster] kubeconfig``; ``--in-cluster``: the
+pod's service account (a Job in the cluster). ``status`` prints, per
 bundle id (one with ``--bundle``), the nodes that hold it, have it pinned, fail and why,
 the bytes left and the nodes that report a different image count for the same id.
 ``wait`` polls until every Node in scope reports the bundle (``--set``: that set) pinned
@@ -65,6 +66,10 @@ def add_parser(sub: Subparsers) -> None:
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--in-cluster", action="store_true",
+        help="use the pod's service account instead of a kubeconfig (a Job in the cluster)",
+    )  # fmt: skip
+    parser.add_argument(
         "--kubeconfig", type=Path, help="credentials that may list Nodes and NodeImageStatuses "
         "(default: [cluster] kubeconfig)",
     )  # fmt: skip
@@ -98,12 +103,17 @@ def cmd_site(config: Config, args: argparse.Namespace) -> int:
 
 
 def _api(config: Config, args: argparse.Namespace) -> KubeApi:
-    from nodeagent.adapters.kube import KubeApi  # noqa: PLC0415 (lightkube only when used)
+    # lightkube is loaded only when a site command runs
+    from nodeagent.adapters.kube import SERVICE_ACCOUNT_DIR, KubeApi  # noqa: PLC0415
     from nodeagent.cluster.objects import FIELD_MANAGER  # noqa: PLC0415
+    from nodeagent.config.rerooting import reroot  # noqa: PLC0415
 
-    kubeconfig = args.kubeconfig or config.cluster.kubeconfig
+    kubeconfig = None if args.in_cluster else args.kubeconfig or config.cluster.kubeconfig
     return KubeApi(
-        kubeconfig, timeout_s=config.cluster.request_timeout_s, field_manager=FIELD_MANAGER
+        kubeconfig,
+        timeout_s=config.cluster.request_timeout_s,
+        field_manager=FIELD_MANAGER,
+        service_account=reroot(SERVICE_ACCOUNT_DIR, args.root),
     )
 
 

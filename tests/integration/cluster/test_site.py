@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
-from nodeagent.adapters.kube import KubeApi
+from nodeagent.adapters.kube import SERVICE_ACCOUNT_DIR, KubeApi
 from nodeagent.cluster.kinds import NODE_IMAGE_STATUS
 from nodeagent.cluster.objects import (
     FIELD_MANAGER,
@@ -201,3 +203,42 @@ def test_credentials_without_the_reader_role_exit_77(
     )  # fmt: skip
     assert result.returncode == ApiAccessDenied.exit_code, result.stderr
     assert "error: ApiAccessDenied" in result.stderr
+
+
+def test_in_cluster_with_a_service_account_bound_to_the_reader_role(
+    cluster: KubeCluster, site: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    """A Job's view: the pod's token, CA and namespace files and the service environment."""
+    selector, names = site
+    for name in names:
+        write_status(cluster, name, pinned())
+    account = f"site-gate-{selector.rsplit('=', 1)[1]}"
+    cluster.kubectl_ok("create", "serviceaccount", account, "-n", "default")
+    try:
+        cluster.kubectl_ok(
+            "create", "clusterrolebinding", account, "--clusterrole=nodeagent:site-reader",
+            f"--serviceaccount=default:{account}",
+        )  # fmt: skip
+        token = cluster.kubectl_ok("create", "token", account, "-n", "default").strip()
+        mounted = tmp_path / SERVICE_ACCOUNT_DIR.relative_to("/")
+        mounted.mkdir(parents=True)
+        (mounted / "token").write_text(token)
+        (mounted / "namespace").write_text("default")
+        (mounted / "ca.crt").write_bytes(cluster.ca_file.read_bytes())
+        url = urlsplit(cluster.server_url)
+        env = os.environ | {
+            "KUBERNETES_SERVICE_HOST": str(url.hostname),
+            "KUBERNETES_SERVICE_PORT": str(url.port),
+        }
+        cmd = [
+            sys.executable, "-m", "nodeagent", "--root", str(tmp_path), "site", "wait",
+            "--in-cluster", "--bundle", BUNDLE, "--selector", selector, "--timeout", "20",
+        ]  # fmt: skip
+        result = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=60, check=False, env=env
+        )
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding", account)
+        cluster.kubectl("delete", "serviceaccount", account, "-n", "default")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"bundle {BUNDLE}: 3/3 nodes pinned, 3 holding, 0 failing"
