@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from nodeagent.config import Config
-from nodeagent.errors import TransientError
+from nodeagent.errors import ApiUnreachable, TransientError
 from nodeagent.strict import clip
 
 if TYPE_CHECKING:
@@ -183,24 +183,40 @@ async def _status(config: Config, args: argparse.Namespace) -> int:
 
 
 async def _wait(config: Config, args: argparse.Namespace) -> int:
+    """Poll until complete (0) or the deadline (75). The API server unreachable at the first
+    read exits 69 at once (a wrong server, most likely); later it is retried until the
+    deadline, so a blip does not end an hour's wait, and 69 if it is still down then."""
     from nodeagent.cluster.site import bundle_view  # noqa: PLC0415
 
     api = _api(config, args)
     deadline = time.monotonic() + args.timeout
     stale = _stale_after_s(config, args)
     shown: list[str] = []
+    view: BundleView | None = None
+    outage: ApiUnreachable | None = None
     try:
         while True:
-            nodes, statuses = await _read(api, args.selector)
-            view = bundle_view(
-                nodes, statuses, args.bundle, args.set_name, now=_now(), stale_after_s=stale
-            )
-            if view.is_complete:
-                return _done(view, args)
+            try:
+                nodes, statuses = await _read(api, args.selector)
+            except ApiUnreachable as exc:
+                if view is None:
+                    raise
+                if outage is None:
+                    _say(f"warning: {exc}; retrying until the timeout", file=sys.stderr)
+                outage = exc
+            else:
+                outage = None
+                view = bundle_view(
+                    nodes, statuses, args.bundle, args.set_name, now=_now(), stale_after_s=stale
+                )
+                if view.is_complete:
+                    return _done(view, args)
+                shown = _progress(view, shown)
             left_s = deadline - time.monotonic()
             if left_s <= 0:
+                if outage is not None:
+                    raise outage
                 return _timed_out(view, args)
-            shown = _progress(view, shown)
             await asyncio.sleep(min(args.interval, left_s))
     finally:
         await api.close()

@@ -3,8 +3,9 @@
 Modules: ``tasks`` (the two long-lived tasks, ``ClusterSpecs`` and ``StatusReporter``),
 ``objects`` (the status object, Events and the MachineConfigNode mirror, as pure
 builders), ``site`` (the site view of ``nodeagent site status | wait``: every Node's
-standing for a bundle, pure), ``placement`` (which sets apply to this node: MachineConfigPools or a label
-selector), ``kinds`` (the resource kinds used) and ``api`` (the ports).
+standing for a bundle, pure), ``placement`` (which sets apply to this node:
+MachineConfigPools or a label selector), ``kinds`` (the resource kinds used) and ``api``
+(the ports).
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
 
