@@ -308,7 +308,7 @@ def _set_report(node: str, status: Obj, set_name: str, bundle: NodeReport) -> No
     images = _dict(found.get("images"))
     pinned, total = _int(images.get("pinned")), _int(images.get("total"))
     count = f"{pinned} of {total} images pinned" if pinned is not None and total else ""
-    left = _int(_dict(found.get("bytes")).get("toPull"))
+    left = _int(_dict(found.get("bytes")).get("toPull")) or None  # 0 there: unknown
     gen = f"generation {current}/{desired}" if current != desired else ""
     note = ", ".join(t for t in (gen, count) if t)
     return NodeReport(node, "progressing", f"set {state}", message=note, bytes_left=left)

@@ -14,9 +14,11 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -30,7 +32,14 @@ from nodeagent.cluster.objects import (
     status_object,
 )
 from nodeagent.errors import ApiAccessDenied, ApiUnreachable, TransientError
-from nodeagent.status import BundleReport, NodeStatus, PullProgress
+from nodeagent.status import (
+    BundleReport,
+    ImageFailure,
+    NodeStatus,
+    PullProgress,
+    SetState,
+    SetStatus,
+)
 from tests.testenv.kube import KubeCluster, _free_ports
 from tests.testenv.kubeobjects import install_deploy
 from tests.testenv.waiting import wait_for
@@ -57,13 +66,15 @@ def site(cluster: KubeCluster) -> Iterator[tuple[str, list[str]]]:
     cluster.kubectl("delete", "node", *names, "--wait=false")
 
 
-def write_status(kube: KubeCluster, node: str, report: BundleReport) -> None:
+def write_status(
+    kube: KubeCluster, node: str, report: BundleReport, sets: tuple[SetStatus, ...] = ()
+) -> None:
     """The node's NodeImageStatus, written as its daemon writes it (own identity, /status)."""
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     identity = NodeIdentity(node, "")
     body = status_object(
         identity,
-        NodeStatus(sets=(), conditions=(), bundles=(report,)),
+        NodeStatus(sets=sets, conditions=(), bundles=(report,)),
         PullProgress(),
         placement=None,
         previous_conditions=[],
@@ -134,14 +145,46 @@ def test_wait_names_a_node_without_status_then_opens_when_it_pins(
             timeout_s=20, what="the wait sees the import in progress", detail=log.read_text,
         )  # fmt: skip
         assert proc.poll() is None, "the wait ended before every node pinned"
+        started = time.monotonic()
         write_status(cluster, silent, pinned())
         out, _ = proc.communicate(timeout=20)
+        latency_s = time.monotonic() - started
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, log.read_text()
     assert out.strip() == f"bundle {BUNDLE}: 3/3 nodes pinned, 3 holding, 0 failing"
+    print(f"site wait returned {latency_s:.2f} s after the last node pinned (interval 0.2 s)")
+    assert latency_s < 5
+
+
+def upgrade_set(state: SetState, current: int | None, desired: int, **extra: Any) -> SetStatus:
+    return SetStatus(
+        "upgrade", "bundle", True, state, desired, current, None, None, 3, 3, 2, **extra
+    )
+
+
+def test_wait_for_a_set_needs_its_current_generation(
+    cluster: KubeCluster, site: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    selector, (first, second, third) = site
+    write_status(cluster, first, pinned(), (upgrade_set("Pinned", 2, 2),))
+    write_status(cluster, second, pinned(), (upgrade_set("Progressing", 1, 2),))
+    failed = upgrade_set(
+        "Degraded", 1, 2, reason="ImageNotFound",
+        failures=(ImageFailure(f"r.example/x@sha256:{'1' * 64}", "ImageNotFound", "gone"),),
+    )  # fmt: skip
+    write_status(cluster, third, pinned(), (failed,))
+    wait = ("wait", "--bundle", BUNDLE, "--set", "upgrade", "--selector", selector)
+    result = subprocess.run(
+        site_cmd(cluster, tmp_path, *wait, "--interval", "0.2", "--timeout", "1"),
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 75, result.stderr
+    assert f"bundle {BUNDLE} set upgrade: 1/3 nodes pinned" in result.stderr
+    assert f"  {second}: set Progressing (generation 1/2, 2 of 3 images pinned)" in result.stderr
+    assert f"  {third}: failing: ImageNotFound: gone" in result.stderr
 
 
 def test_status_lists_each_bundle_and_the_silent_node_with_the_reader_role(

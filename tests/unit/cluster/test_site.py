@@ -283,3 +283,9 @@ def test_malformed_statuses_never_crash_nor_pin_by_accident(
     report = judge_node("a", status, BUNDLE, None, now=NOW, stale_after_s=STALE_S)
     assert report.verdict == verdict
     assert report.why()
+
+
+def test_a_set_reporting_zero_bytes_to_pull_has_unknown_bytes_left() -> None:
+    unknown = pinned_set("up", "Progressing", None, 1, bytes={"present": 0, "toPull": 0})
+    (report,) = view(["a"], nis("a", bundle("pinned"), sets=[unknown]), set_name="up").nodes
+    assert (report.verdict, report.bytes_left) == ("progressing", None)
