@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from nodeagent.config import Config
-from nodeagent.errors import ApiUnreachable, TransientError
+from nodeagent.errors import ApiUnreachable, ConfigInvalid, TransientError
 from nodeagent.strict import clip
 
 if TYPE_CHECKING:
@@ -150,6 +150,10 @@ def _say(text: str, *, file: Any = None) -> None:
 async def _status(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.cluster.site import bundle_view, site_views  # noqa: PLC0415
 
+    if args.set_name is not None and args.bundle is None:
+        raise ConfigInvalid(
+            "site status --set NAME needs --bundle ID: the set is judged per bundle"
+        )
     api = _api(config, args)
     try:
         nodes, statuses = await _read(api, args.selector)

@@ -133,3 +133,14 @@ def test_a_bad_selector_is_a_configuration_error(
 ) -> None:
     code, _ = run_wait(monkeypatch, tmp_path, [both("pinned")], "--selector", "a in b")
     assert code == 78
+
+
+def test_status_with_a_set_but_no_bundle_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api = ScriptedApi([both("pinned")])
+    monkeypatch.setattr(cli_site, "_api", lambda _config, _args: api)
+    code = cli.main(["--root", str(tmp_path), "site", "status", "--set", "upgrade"])
+    assert code == 78
+    assert "needs --bundle" in capsys.readouterr().err
+    assert api.polls == 0
