@@ -37,6 +37,8 @@ from nodeagent.errors import (
 )
 
 _RESOURCES: dict[ResourceKind, Any] = {}
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+"""A pod's service account (token, ca.crt, namespace): the credentials in-cluster."""
 
 
 def _resource(kind: ResourceKind) -> Any:
@@ -85,11 +87,30 @@ class Gone(Exception):
 class KubeApi:
     """One client for the node's identity; every method returns plain JSON-like dicts."""
 
-    def __init__(self, kubeconfig: Path, *, timeout_s: float, field_manager: str) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path | None,
+        *,
+        timeout_s: float,
+        field_manager: str,
+        service_account: Path = SERVICE_ACCOUNT_DIR,
+    ) -> None:
+        """``kubeconfig`` None: in-cluster, from ``service_account`` and the
+        ``KUBERNETES_SERVICE_HOST``/``_PORT`` environment a pod gets."""
         try:
-            config = KubeConfig.from_file(str(kubeconfig))
+            config = (
+                KubeConfig.from_file(str(kubeconfig))
+                if kubeconfig is not None
+                else KubeConfig.from_service_account(service_account)
+            )
             self._client = AsyncClient(config=config, timeout=httpx2.Timeout(timeout_s))
         except (ConfigError, OSError, ValueError, KeyError) as exc:
+            if kubeconfig is None:
+                raise KubeconfigInvalid(
+                    f"cannot use the in-cluster service account {service_account}: {exc}; "
+                    "run in a pod (KUBERNETES_SERVICE_HOST set, its token mounted) or pass "
+                    "--kubeconfig"
+                ) from exc
             raise KubeconfigInvalid(
                 f"cannot use kubeconfig {kubeconfig}: {exc}; set [cluster] kubeconfig to the "
                 "node's kubeconfig (the kubelet's is /var/lib/kubelet/kubeconfig)"

@@ -24,6 +24,7 @@ from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import read_boot_id
 from nodeagent.adapters.journald import JournalSink
 from nodeagent.cli import bundle as cli_bundle
+from nodeagent.cli import site as cli_site
 from nodeagent.cli import store as cli_store
 from nodeagent.config import DEFAULT_CONFIG_PATH, Config, load_config
 from nodeagent.daemon import root as daemon
@@ -65,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     pull.add_argument("images", nargs="+", metavar="IMAGE")
     cli_bundle.add_parser(sub)
     cli_store.add_parser(sub)
+    cli_site.add_parser(sub)
     return parser
 
 
@@ -282,6 +284,7 @@ COMMANDS = {
     "pull": cmd_pull,
     "bundle": cli_bundle.cmd_bundle,
     "store": cli_store.cmd_store,
+    "site": cli_site.cmd_site,
 }
 
 

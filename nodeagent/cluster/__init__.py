@@ -2,8 +2,10 @@
 
 Modules: ``tasks`` (the two long-lived tasks, ``ClusterSpecs`` and ``StatusReporter``),
 ``objects`` (the status object, Events and the MachineConfigNode mirror, as pure
-builders), ``placement`` (which sets apply to this node: MachineConfigPools or a label
-selector), ``kinds`` (the resource kinds used) and ``api`` (the ports).
+builders), ``site`` (the site view of ``nodeagent site status | wait``: every Node's
+standing for a bundle, pure), ``placement`` (which sets apply to this node:
+MachineConfigPools or a label selector), ``kinds`` (the resource kinds used) and ``api``
+(the ports).
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
 
@@ -14,5 +16,6 @@ Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
   spec files (``adapters.files.mirror_directory``): the daemon's inotify watch on it
   starts a sync, so the pin path does not know where a set came from.
 
-Loaded only when ``[cluster] enabled``: a standalone node never imports it.
+Loaded only when ``[cluster] enabled`` (or by a ``nodeagent site`` command): a standalone
+node never imports it.
 """

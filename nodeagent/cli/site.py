@@ -1,0 +1,254 @@
+"""``nodeagent site status | wait`` (``nodeagent.cli.main`` registers them): the site view.
+
+Run by an admin (or a pipeline) with credentials that may list Nodes and
+NodeImageStatuses: ``--kubeconfig``, else ``[cluster] kubeconfig``; ``--in-cluster``: the
+pod's service account (a Job in the cluster). ``status`` prints, per
+bundle id (one with ``--bundle``), the nodes that hold it, have it pinned, fail and why,
+the bytes left and the nodes that report a different image count for the same id.
+``wait`` polls until every Node in scope reports the bundle (``--set``: that set) pinned
+and exits 0 with a one-line summary; at ``--timeout`` it exits 75 naming each laggard and
+why. The scope is every Node, or those ``--selector`` matches (a bundle's manifest names
+no target yet). The API server unreachable: 69; denied: 77; a bad kubeconfig: 78.
+Pure logic: ``nodeagent.cluster.site``; docs/cluster.md, "Site view".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from nodeagent.config import Config
+from nodeagent.errors import ApiUnreachable, ConfigInvalid, TransientError
+from nodeagent.strict import clip
+
+if TYPE_CHECKING:
+    # Imported by the commands that use them: `nodeagent run` parses these arguments too.
+    from nodeagent.adapters.kube import KubeApi
+    from nodeagent.cluster.site import BundleView
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+EXIT_TIMEOUT = TransientError.exit_code
+"""75 (EX_TEMPFAIL): the wait ended with laggards; run it again later."""
+STALE_HEARTBEATS = 3
+"""A node in progress is stale after this many heartbeats without a write."""
+_LINE_CHARS = 2000
+
+
+def add_parser(sub: Subparsers) -> None:
+    parser = sub.add_parser("site", help="the bundle on every node of the cluster (admin)")
+    commands = parser.add_subparsers(dest="site_command", required=True)
+    status = commands.add_parser("status", help="per bundle: who holds, pinned, fails, bytes left")
+    status.add_argument("--bundle", metavar="ID", help="only this bundle id")
+    status.add_argument("--set", dest="set_name", metavar="NAME", help="judge this set's pinning")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    wait = commands.add_parser("wait", help="exit 0 once every node in scope has it pinned")
+    wait.add_argument("--bundle", required=True, metavar="ID", help="the bundle id")
+    wait.add_argument("--set", dest="set_name", metavar="NAME", help="wait for this set instead")
+    wait.add_argument(
+        "--timeout", type=_seconds, default=3600.0, metavar="SECONDS",
+        help="give up (exit 75) after this long (default 3600)",
+    )  # fmt: skip
+    wait.add_argument(
+        "--interval", type=_seconds, default=5.0, metavar="SECONDS",
+        help="seconds between two reads of the API server (default 5)",
+    )  # fmt: skip
+    wait.add_argument("--json", action="store_true", help="print the final view as JSON")
+    for command in (status, wait):
+        _add_common(command)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--in-cluster", action="store_true",
+        help="use the pod's service account instead of a kubeconfig (a Job in the cluster)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="credentials that may list Nodes and NodeImageStatuses "
+        "(default: [cluster] kubeconfig)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--selector", default="", metavar="SEL",
+        help="only Nodes matching this label selector (kubectl -l syntax; default: all Nodes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stale-after", type=_seconds, default=None, metavar="SECONDS",
+        help="a node in progress without a status write for this long is stale "
+        "(default: 3 x the larger of [cluster] heartbeat_s and progress_interval_s)",
+    )  # fmt: skip
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 < s <= 604800)")
+    return value
+
+
+def cmd_site(config: Config, args: argparse.Namespace) -> int:
+    command = _status if args.site_command == "status" else _wait
+    return asyncio.run(command(config, args))
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _api(config: Config, args: argparse.Namespace) -> KubeApi:
+    # lightkube is loaded only when a site command runs
+    from nodeagent.adapters.kube import SERVICE_ACCOUNT_DIR, KubeApi  # noqa: PLC0415
+    from nodeagent.cluster.objects import FIELD_MANAGER  # noqa: PLC0415
+    from nodeagent.config.rerooting import reroot  # noqa: PLC0415
+
+    kubeconfig = None if args.in_cluster else args.kubeconfig or config.cluster.kubeconfig
+    return KubeApi(
+        kubeconfig,
+        timeout_s=config.cluster.request_timeout_s,
+        field_manager=FIELD_MANAGER,
+        service_account=reroot(SERVICE_ACCOUNT_DIR, args.root),
+    )
+
+
+def _stale_after_s(config: Config, args: argparse.Namespace) -> float:
+    if args.stale_after is not None:
+        return float(args.stale_after)
+    cluster = config.cluster
+    return STALE_HEARTBEATS * max(cluster.heartbeat_s, cluster.progress_interval_s)
+
+
+async def _read(api: KubeApi, selector_text: str) -> tuple[list[str], dict[str, Any]]:
+    """The Nodes in scope (names) and every NodeImageStatus by node name."""
+    from nodeagent.cluster.kinds import NODE, NODE_IMAGE_STATUS  # noqa: PLC0415
+    from nodeagent.cluster.site import nodes_in_scope, statuses_by_node  # noqa: PLC0415
+    from nodeagent.selectors import parse_selector  # noqa: PLC0415
+
+    selector = parse_selector(selector_text)
+    nodes, _ = await api.list(NODE)
+    statuses, _ = await api.list(NODE_IMAGE_STATUS)
+    return nodes_in_scope(nodes, selector), statuses_by_node(statuses)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _say(text: str, *, file: Any = None) -> None:
+    print(clip(text, _LINE_CHARS), file=file or sys.stdout)
+
+
+# ---------------------------------------------------------------- site status
+
+
+async def _status(config: Config, args: argparse.Namespace) -> int:
+    from nodeagent.cluster.site import bundle_view, site_views  # noqa: PLC0415
+
+    if args.set_name is not None and args.bundle is None:
+        raise ConfigInvalid(
+            "site status --set NAME needs --bundle ID: the set is judged per bundle"
+        )
+    api = _api(config, args)
+    try:
+        nodes, statuses = await _read(api, args.selector)
+    finally:
+        await api.close()
+    stale = _stale_after_s(config, args)
+    if args.bundle is not None:
+        views = [
+            bundle_view(
+                nodes, statuses, args.bundle, args.set_name, now=_now(), stale_after_s=stale
+            )
+        ]
+    else:
+        views = site_views(nodes, statuses, now=_now(), stale_after_s=stale)
+    if args.json:
+        print(json.dumps({"nodes": len(nodes), "bundles": [v.to_json() for v in views]}, indent=2))
+        return 0
+    without = [n for n in nodes if n not in statuses]
+    _say(f"{len(nodes)} nodes in scope, {len(nodes) - len(without)} reporting")
+    if without:
+        _say("no status: " + ", ".join(without))
+    if not views:
+        _say("no bundle reported by any node in scope")
+    for view in views:
+        for line in view.lines():
+            _say(line)
+    return 0
+
+
+# ---------------------------------------------------------------- site wait
+
+
+async def _wait(config: Config, args: argparse.Namespace) -> int:
+    """Poll until complete (0) or the deadline (75). The API server unreachable at the first
+    read exits 69 at once (a wrong server, most likely); later it is retried until the
+    deadline, so a blip does not end an hour's wait, and 69 if it is still down then."""
+    from nodeagent.cluster.site import bundle_view  # noqa: PLC0415
+
+    api = _api(config, args)
+    deadline = time.monotonic() + args.timeout
+    stale = _stale_after_s(config, args)
+    shown: list[str] = []
+    view: BundleView | None = None
+    outage: ApiUnreachable | None = None
+    try:
+        while True:
+            try:
+                nodes, statuses = await _read(api, args.selector)
+            except ApiUnreachable as exc:
+                if view is None:
+                    raise
+                if outage is None:
+                    _say(f"warning: {exc}; retrying until the timeout", file=sys.stderr)
+                outage = exc
+            else:
+                outage = None
+                view = bundle_view(
+                    nodes, statuses, args.bundle, args.set_name, now=_now(), stale_after_s=stale
+                )
+                if view.is_complete:
+                    return _done(view, args)
+                shown = _progress(view, shown)
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                if outage is not None:
+                    raise outage
+                return _timed_out(view, args)
+            await asyncio.sleep(min(args.interval, left_s))
+    finally:
+        await api.close()
+
+
+def _progress(view: BundleView, shown: list[str]) -> list[str]:
+    """Print the laggards on stderr when they changed since the last print."""
+    lines = view.lines() if view.nodes else [view.summary() + " (no Node in scope)"]
+    if lines != shown:
+        _say("waiting: " + lines[0], file=sys.stderr)
+        for line in lines[1:]:
+            _say(line, file=sys.stderr)
+    return lines
+
+
+def _done(view: BundleView, args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps(view.to_json(), indent=2))
+    else:
+        _say(view.summary())
+    return 0
+
+
+def _timed_out(view: BundleView, args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps(view.to_json(), indent=2))
+    scope = "" if view.nodes else " (no Node in scope: check --selector)"
+    _say(f"error: timed out after {args.timeout:g} s: {view.summary()}{scope}", file=sys.stderr)
+    for node in view.laggards:
+        _say(f"  {node.node}: {node.why()}", file=sys.stderr)
+    return EXIT_TIMEOUT

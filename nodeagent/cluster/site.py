@@ -1,0 +1,401 @@
+"""The site view (pure): which Nodes hold, pin or fail a bundle, from their NodeImageStatus.
+
+``bundle_view`` judges one bundle id (and, with ``set_name``, one of its PinnedImageSets)
+on every Node in scope, from the Node objects and the NodeImageStatus objects as the API
+server lists them; ``site_views`` does so for every bundle id any status mentions.
+``nodeagent site status`` prints these views, ``nodeagent site wait`` polls until one is
+complete (docs/cluster.md, "Site view").
+
+* A Node with no NodeImageStatus is a laggard (``no-status``), never skipped: its agent
+  never started, or cannot reach the API server.
+* A node in progress (storing or importing the bundle, or its set Progressing) whose
+  ``lastHeartbeatTime`` is older than ``stale_after_s`` is ``stale``: while it works the
+  agent writes at least every ``heartbeat_s`` (pulls) or ``progress_interval_s`` (bytes
+  moving), so it is dead or stuck. An idle agent writes only on change, so an old
+  heartbeat on a node that is pinned, holds the bundle or lacks it is normal.
+* "Different manifest for the same id": the status carries no manifest digest, only each
+  bundle's image count; nodes whose count for the id differs from the most common one are
+  named as conflicts. Two manifests with the same count cannot be told apart yet.
+* Every text taken from a status object (ids, reasons, messages, names) is clipped and
+  escaped (``strict.clip``) here, before it reaches a terminal or JSON output.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nodeagent.selectors import Selector
+from nodeagent.strict import clip
+from nodeagent.units import format_bytes
+
+Obj = Mapping[str, Any]
+Verdict = Literal[
+    "pinned", "holding", "progressing", "failing", "absent", "no-status", "stale", "unreadable"
+]
+
+NAME_CHARS = 253
+"""A Node name's longest legal length; longer input is clipped."""
+ID_CHARS = 200
+REASON_CHARS = 128
+MESSAGE_CHARS = 400
+
+HOLDING_STATES = frozenset({"stored", "importing", "imported", "pinned"})
+FAILING_STATES = frozenset({"rejected", "interrupted"})
+FAILING_SET_STATES = frozenset({"Degraded", "Refused"})
+_RANK = {
+    "pinned": 9,
+    "imported": 8,
+    "importing": 7,
+    "stored": 6,
+    "storing": 5,
+    "admitted": 4,
+    "verified": 3,
+    "detected": 2,
+    "interrupted": 1,
+    "rejected": 0,
+}
+"""Which of a node's entries for one id speaks for it: the furthest step reached."""
+_COUNTED_STATES = frozenset(_RANK) - {"detected", "rejected"}
+"""Entries whose image count comes from a verified manifest (compared for conflicts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """One Node's standing for the bundle (and set)."""
+
+    node: str
+    verdict: Verdict
+    state: str = ""
+    """The bundle's step on the node (or the set's state with ``--set``); ``""``: none."""
+    reason: str = ""
+    message: str = ""
+    bytes_left: int | None = None
+    """Bytes the current step still has to copy; None: unknown or nothing in progress."""
+    images_total: int | None = None
+
+    @property
+    def is_pinned(self) -> bool:
+        return self.verdict == "pinned"
+
+    @property
+    def is_holding(self) -> bool:
+        return self.verdict == "pinned" or self.state in HOLDING_STATES
+
+    def why(self) -> str:
+        """Why the node is not pinned, for a person (already clipped)."""
+        match self.verdict:
+            case "no-status":
+                return "no status (nodeagent never reported: not started, or cannot reach the API)"
+            case "absent":
+                return self.message or "does not hold the bundle"
+            case "failing" | "unreadable" | "stale":
+                return f"{self.verdict}: {self.reason}: {self.message}"
+            case _:
+                left = (
+                    f", {format_bytes(self.bytes_left)} left" if self.bytes_left is not None else ""
+                )
+                extra = f" ({self.message})" if self.message else ""
+                return f"{self.state}{left}{extra}"
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"node": self.node, "verdict": self.verdict, "state": self.state}
+        optional = {
+            "reason": self.reason,
+            "message": self.message,
+            "bytesLeft": self.bytes_left,
+            "imagesTotal": self.images_total,
+        }
+        return doc | {k: v for k, v in optional.items() if v not in (None, "")}
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    node: str
+    images_total: int
+    expected_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class BundleView:
+    bundle_id: str
+    set_name: str | None
+    nodes: tuple[NodeReport, ...]
+    conflicts: tuple[Conflict, ...] = field(default=())
+
+    @property
+    def pinned(self) -> list[NodeReport]:
+        return [n for n in self.nodes if n.is_pinned]
+
+    @property
+    def laggards(self) -> list[NodeReport]:
+        return [n for n in self.nodes if not n.is_pinned]
+
+    @property
+    def holding(self) -> list[NodeReport]:
+        return [n for n in self.nodes if n.is_holding]
+
+    @property
+    def failing(self) -> list[NodeReport]:
+        return [n for n in self.nodes if n.verdict in ("failing", "unreadable")]
+
+    @property
+    def is_complete(self) -> bool:
+        """Every Node in scope pinned; never true for an empty scope (a gate never opens
+        on nothing)."""
+        return bool(self.nodes) and not self.laggards
+
+    def bytes_left(self) -> tuple[int, int]:
+        """(bytes left on the nodes that report it, nodes in progress that do not)."""
+        busy = [n for n in self.nodes if n.verdict == "progressing"]
+        known = sum(n.bytes_left for n in busy if n.bytes_left is not None)
+        return known, sum(1 for n in busy if n.bytes_left is None)
+
+    def summary(self) -> str:
+        what = f"bundle {self.bundle_id}" + (f" set {self.set_name}" if self.set_name else "")
+        known, unknown = self.bytes_left()
+        left = f", {format_bytes(known)} left" if known else ""
+        left += f" ({unknown} nodes not reporting bytes)" if unknown else ""
+        return (
+            f"{what}: {len(self.pinned)}/{len(self.nodes)} nodes pinned, "
+            f"{len(self.holding)} holding, {len(self.failing)} failing{left}"
+        )
+
+    def lines(self) -> list[str]:
+        """The summary, then one line per node that is not pinned, then the conflicts."""
+        out = [self.summary()]
+        out += [f"  {n.node}: {n.why()}" for n in self.laggards]
+        out += [
+            f"  {c.node}: reports {c.images_total} images for this id where most nodes "
+            f"report {c.expected_total}: a different manifest under the same id?"
+            for c in self.conflicts
+        ]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        known, unknown = self.bytes_left()
+        return {
+            "bundleId": self.bundle_id,
+            "set": self.set_name,
+            "complete": self.is_complete,
+            "nodes": len(self.nodes),
+            "pinned": [n.node for n in self.pinned],
+            "holding": [n.node for n in self.holding],
+            "failing": [n.to_json() for n in self.failing],
+            "laggards": [n.to_json() for n in self.laggards],
+            "bytesLeft": known,
+            "nodesWithoutBytes": unknown,
+            "conflicts": [
+                {"node": c.node, "imagesTotal": c.images_total, "expectedTotal": c.expected_total}
+                for c in self.conflicts
+            ],
+        }
+
+
+# ---------------------------------------------------------------- reading objects
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if value >= 0 else None
+
+
+def _text(value: object, limit: int) -> str:
+    return clip(value, limit) if isinstance(value, str) else ""
+
+
+def name_of(obj: Obj) -> str:
+    return _text(_dict(obj.get("metadata")).get("name"), NAME_CHARS)
+
+
+def labels_of(obj: Obj) -> dict[str, str]:
+    labels = _dict(_dict(obj.get("metadata")).get("labels"))
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+def nodes_in_scope(nodes: Iterable[Obj], selector: Selector) -> list[str]:
+    """The names of the Nodes the selector matches, sorted."""
+    return sorted({name_of(n) for n in nodes if selector.matches(labels_of(n))} - {""})
+
+
+def statuses_by_node(statuses: Iterable[Obj]) -> dict[str, Obj]:
+    """NodeImageStatus objects by the node they describe (the object's name)."""
+    return {name_of(s): s for s in statuses if name_of(s)}
+
+
+def heartbeat_age_s(status: Obj, now: dt.datetime) -> float | None:
+    """Seconds since ``lastHeartbeatTime``; None when absent or not a time."""
+    text = _dict(status.get("status")).get("lastHeartbeatTime")
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return (now - when).total_seconds()
+
+
+# ---------------------------------------------------------------- judging one node
+
+
+def _entry(status: Obj, bundle_id: str) -> Mapping[str, Any] | None:
+    """The node's entry for ``bundle_id`` that reached the furthest step."""
+    entries = [
+        _dict(e)
+        for e in _list(_dict(status.get("status")).get("bundles"))
+        if _dict(e).get("bundleId") == bundle_id
+    ]
+    return max(entries, key=lambda e: _RANK.get(str(e.get("state")), -1), default=None)
+
+
+def _bytes_left(entry: Mapping[str, Any]) -> int | None:
+    progress = _dict(entry.get("progress"))
+    done, total = _int(progress.get("doneBytes")), _int(progress.get("totalBytes"))
+    if done is None or total is None:
+        return None
+    return max(total - done, 0)
+
+
+def _bundle_report(node: str, entry: Mapping[str, Any] | None) -> NodeReport:
+    if entry is None:
+        return NodeReport(node, "absent", message="does not hold the bundle (not seen)")
+    state = _text(entry.get("state"), 32)
+    total = _int(_dict(entry.get("images")).get("total"))
+    reason = _text(entry.get("reason"), REASON_CHARS)
+    message = _text(entry.get("message"), MESSAGE_CHARS)
+    if state == "pinned":
+        return NodeReport(node, "pinned", state, images_total=total)
+    if state in FAILING_STATES:
+        return NodeReport(node, "failing", state, reason or state, message, images_total=total)
+    left = _bytes_left(entry) if state in ("storing", "importing") else None
+    is_moving = state in ("storing", "importing") or state not in HOLDING_STATES
+    verdict: Verdict = "progressing" if is_moving else "holding"
+    return NodeReport(node, verdict, state, bytes_left=left, images_total=total)
+
+
+def _set_report(node: str, status: Obj, set_name: str, bundle: NodeReport) -> NodeReport:
+    """With ``--set``: the set's state decides; the bundle's failure still counts."""
+    sets = _list(_dict(status.get("status")).get("pinnedImageSets"))
+    found = next((_dict(s) for s in sets if _dict(s).get("name") == set_name), None)
+    if bundle.verdict == "failing":
+        return bundle
+    if found is None:
+        return NodeReport(node, "absent", bundle.state, message="the set is not on the node")
+    state = _text(found.get("state"), 32)
+    current, desired = found.get("currentGeneration"), found.get("desiredGeneration")
+    if state == "Pinned" and current is not None and current == desired:
+        return NodeReport(node, "pinned", state, images_total=bundle.images_total)
+    if state in FAILING_SET_STATES:
+        failed = [_dict(f) for f in _list(found.get("failedImages"))]
+        first = failed[0] if failed else {}
+        message = first.get("message") or found.get("lastFailedGenerationError") or state
+        reason = _text(first.get("reason") or found.get("reason") or state, REASON_CHARS)
+        return NodeReport(node, "failing", state, reason, _text(message, MESSAGE_CHARS))
+    images = _dict(found.get("images"))
+    pinned, total = _int(images.get("pinned")), _int(images.get("total"))
+    count = f"{pinned} of {total} images pinned" if pinned is not None and total else ""
+    left = _int(_dict(found.get("bytes")).get("toPull")) or None  # 0 there: unknown
+    gen = f"generation {current}/{desired}" if current != desired else ""
+    note = ", ".join(t for t in (gen, count) if t)
+    return NodeReport(node, "progressing", f"set {state}", message=note, bytes_left=left)
+
+
+def judge_node(
+    node: str,
+    status: Obj | None,
+    bundle_id: str,
+    set_name: str | None,
+    *,
+    now: dt.datetime,
+    stale_after_s: float,
+) -> NodeReport:
+    """The standing of one Node in scope (``status``: its NodeImageStatus, or None)."""
+    if status is None:
+        return NodeReport(node, "no-status")
+    if not isinstance(status.get("status"), Mapping):
+        return NodeReport(node, "unreadable", reason="StatusMissing", message="empty status")
+    report = _bundle_report(node, _entry(status, bundle_id))
+    if set_name is not None:
+        report = _set_report(node, status, set_name, report)
+    age = heartbeat_age_s(status, now)
+    if report.verdict == "progressing" and (age is None or age > stale_after_s):
+        seen = "never" if age is None else f"{age:.0f} s ago"
+        return NodeReport(
+            node,
+            "stale",
+            report.state,
+            "HeartbeatStale",
+            f"{report.why()}; last heartbeat {seen} (bound {stale_after_s:.0f} s): is the agent "
+            "running?",
+        )
+    return report
+
+
+# ---------------------------------------------------------------- the views
+
+
+def _conflicts(statuses: Mapping[str, Obj], nodes: Sequence[str], bundle_id: str) -> list[Conflict]:
+    totals: dict[str, int] = {}
+    for node in nodes:
+        entry = _entry(statuses[node], bundle_id) if node in statuses else None
+        total = _int(_dict(entry.get("images")).get("total")) if entry else None
+        if entry is not None and total and entry.get("state") in _COUNTED_STATES:
+            totals[node] = total
+    if len(set(totals.values())) < 2:
+        return []
+    common = Counter(totals.values()).most_common(1)[0][0]
+    return [Conflict(n, t, common) for n, t in sorted(totals.items()) if t != common]
+
+
+def bundle_view(
+    nodes: Sequence[str],
+    statuses: Mapping[str, Obj],
+    bundle_id: str,
+    set_name: str | None = None,
+    *,
+    now: dt.datetime,
+    stale_after_s: float,
+) -> BundleView:
+    """The bundle (and set) on every Node named in ``nodes`` (the scope, already selected)."""
+    reports = tuple(
+        judge_node(n, statuses.get(n), bundle_id, set_name, now=now, stale_after_s=stale_after_s)
+        for n in nodes
+    )
+    return BundleView(
+        clip(bundle_id, ID_CHARS),
+        clip(set_name, ID_CHARS) if set_name is not None else None,
+        reports,
+        tuple(_conflicts(statuses, nodes, bundle_id)),
+    )
+
+
+def bundle_ids(statuses: Iterable[Obj]) -> list[str]:
+    """Every bundle id any status mentions (raw, unclipped: the key to look entries up)."""
+    found = {
+        e.get("bundleId")
+        for s in statuses
+        for e in map(_dict, _list(_dict(s.get("status")).get("bundles")))
+    }
+    return sorted(i for i in found if isinstance(i, str) and i)
+
+
+def site_views(
+    nodes: Sequence[str], statuses: Mapping[str, Obj], *, now: dt.datetime, stale_after_s: float
+) -> list[BundleView]:
+    """One view per bundle id seen anywhere in the scope."""
+    seen = bundle_ids(statuses[n] for n in nodes if n in statuses)
+    return [bundle_view(nodes, statuses, i, now=now, stale_after_s=stale_after_s) for i in seen]
