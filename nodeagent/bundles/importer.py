@@ -309,53 +309,42 @@ class Importer:
         missing: Sequence[str],
         report: BundleReport,
     ) -> BundleReport:
-        await MIRROR_LOCK.acquire()
-        try:
-            return await self._pull_locked(source, files, manifest, missing, report)
-        finally:
-            MIRROR_LOCK.release()
-
-    async def _pull_locked(
-        self,
-        source: Path,
-        files: Mapping[str, ExpectedFile],
-        manifest: BundleManifest,
-        missing: Sequence[str],
-        report: BundleReport,
-    ) -> BundleReport:
-        server = self.ports.make_server(source, files)
-        await server.start()
-        importing = replace(report, state="importing")
-        total = missing_bytes(manifest, missing)
-        self._report(
-            importing,
-            "bundle_importing",
-            images=len(missing),
-            bytes=format_bytes(total),
-        )
-        ticker = asyncio.create_task(self._serving_progress(server, importing, total))
-        session = MirrorPullPorts(
-            self.ports.runtime,
-            self.ports.mirror,
-            self.ports.reloader,
-            self.ports.make_puller,
-            is_probing=self.ports.is_probing_mirror,
-        )
-        try:
-            results = await pull_via_mirror(
-                session, server, (i.ref for i in manifest.images), missing, source="bundle"
+        """Serve ``files`` from ``source`` and pull ``missing`` through the mirror, one
+        mirror session at a time (``serving.MIRROR_LOCK``)."""
+        async with MIRROR_LOCK:
+            server = self.ports.make_server(source, files)
+            await server.start()
+            importing = replace(report, state="importing")
+            total = missing_bytes(manifest, missing)
+            self._report(
+                importing,
+                "bundle_importing",
+                images=len(missing),
+                bytes=format_bytes(total),
             )
-        finally:
-            ticker.cancel()
-        pulled = sum(1 for r in results.values() if r.is_pulled)
-        after = replace(
-            importing,
-            images_present=report.images_present + pulled,
-            bytes_served=server.bytes_served(),
-            progress=None,
-        )
-        medium = None if self.ports.image_store is not None else source  # stored: no medium
-        return self._outcome(medium, after, server.rejections, results.values())
+            ticker = asyncio.create_task(self._serving_progress(server, importing, total))
+            session = MirrorPullPorts(
+                self.ports.runtime,
+                self.ports.mirror,
+                self.ports.reloader,
+                self.ports.make_puller,
+                is_probing=self.ports.is_probing_mirror,
+            )
+            try:
+                results = await pull_via_mirror(
+                    session, server, (i.ref for i in manifest.images), missing, source="bundle"
+                )
+            finally:
+                ticker.cancel()
+            pulled = sum(1 for r in results.values() if r.is_pulled)
+            after = replace(
+                importing,
+                images_present=report.images_present + pulled,
+                bytes_served=server.bytes_served(),
+                progress=None,
+            )
+            medium = None if self.ports.image_store is not None else source  # stored: no medium
+            return self._outcome(medium, after, server.rejections, results.values())
 
     async def _serving_progress(
         self, server: BundleServerPort, report: BundleReport, total: int
