@@ -49,3 +49,15 @@ def test_yaml_merge_keys_may_be_overridden() -> None:
 
 def test_yaml_same_text_of_different_types_is_not_a_duplicate() -> None:
     assert load_yaml("1: a\n'1': b\n", what="f", max_bytes=1 << 20) == [{1: "a", "1": "b"}]
+
+
+def test_json_of_escaped_quotes_that_never_closes_is_refused_in_linear_time() -> None:
+    import time
+
+    from nodeagent.strict import MalformedInput, loads_json
+
+    text = '"' + '\\"' * 40_000  # a string-skipping regex took 25 s of CPU on this
+    started = time.process_time()
+    with pytest.raises(MalformedInput, match="not valid JSON"):
+        loads_json(text, what="f", max_bytes=1 << 20)
+    assert time.process_time() - started < 0.5
