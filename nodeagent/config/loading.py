@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from nodeagent.config.addresses import is_address
 from nodeagent.config.rerooting import UNIX_PREFIX, reroot, reroot_sections
 from nodeagent.config.settings import DROPIN_DIR_NAME, Config
 from nodeagent.errors import ConfigInvalid
@@ -218,6 +219,17 @@ def _as_paths(value: object) -> tuple[Path, ...]:
     return tuple(_as_path(item, expected) for item in value)
 
 
+MAX_PEERS = 256
+"""Longest ``[site] peers`` list."""
+
+
+def _as_strings(value: object) -> tuple[str, ...]:
+    expected = f"a list of at most {MAX_PEERS} strings"
+    if not isinstance(value, list) or len(value) > MAX_PEERS:
+        raise _WrongTypeError(expected)
+    return tuple(_as_str(item) for item in value)
+
+
 def _as_size(value: object) -> int:
     size: int | None = None
     if isinstance(value, str) and len(value) <= 64:
@@ -238,6 +250,7 @@ _CONVERTERS: dict[object, _Converter] = {
     Path: _as_path,
     Path | None: _as_optional_path,
     tuple[Path, ...]: _as_paths,
+    tuple[str, ...]: _as_strings,
 }
 
 
@@ -313,6 +326,10 @@ BOUNDS: dict[str, Bounds] = {
     "store.max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
     "store.max_percent": Bounds(0, 100),
     "store.gc_grace_s": Bounds(0, 30 * _DAY_S, unit="seconds"),
+    "site.max_uploads": Bounds(1, 256),
+    "site.upload_max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
+    "site.fetch_concurrency": Bounds(1, 64),
+    "site.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
 }
 """Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""
 
@@ -354,6 +371,11 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
         _is_selector,
     ),
     ("cluster.event_namespace", "a namespace name", lambda v, c: _is_node_name(v, c) and v),
+    ("site.listen", "address:port, e.g. 0.0.0.0:9447 or [::]:9447", lambda v, _: is_address(v)),
+    ("site.advertise", 'host:port or ""', lambda v, _: v == "" or is_address(v)),
+    ("site.peers", "a list of host:port addresses", lambda v, _: all(map(is_address, v))),
+    ("site.peers", "distinct addresses", lambda v, _: len(set(v)) == len(v)),
+    ("site.follow", "one of on, off, auto", lambda v, _: v in ("on", "off", "auto")),
     ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
 )
 # A rule that compares two keys blames the other key's file when its own key kept the default.

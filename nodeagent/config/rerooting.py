@@ -45,7 +45,7 @@ def _reroot_section(section: Any, root: Path) -> Any:
         value = getattr(section, item.name)
         if isinstance(value, Path):
             changes[item.name] = reroot(value, root)
-        elif isinstance(value, tuple):
+        elif isinstance(value, tuple) and all(isinstance(p, Path) for p in value):
             changes[item.name] = tuple(reroot(p, root) for p in value)
         elif isinstance(value, str) and item.name == "endpoint" and value.startswith(UNIX_PREFIX):
             socket = Path(value.removeprefix(UNIX_PREFIX))

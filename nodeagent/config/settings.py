@@ -240,6 +240,59 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SiteSettings:
+    """Sharing bundles with the site's other nodes (``[site]``, docs/site.md).
+
+    Each node may serve its store read-only to its peers over HTTPS with mutual TLS, and
+    fetch bundles it sees on them. The certificate defaults are the kubelet's own (OpenShift
+    and kubeadm nodes rotate them in place; nodeagent re-reads them when they change), so no
+    new PKI is needed; docs/runtime-facts.md gives where they come from.
+    """
+
+    serve: bool = False
+    """Serve the store to peers (the OCI distribution API and nodeagent's holdings, read
+    only). Default false: nothing listens on the network unless asked."""
+    listen: str = "0.0.0.0:9447"
+    """``address:port`` the peer server binds (IPv6 as ``[::]:9447``). Default every IPv4
+    address, port 9447 (open it between the site's nodes only; docs/site.md)."""
+    advertise: str = ""
+    """``host:port`` peers use to reach this node, published with its holdings. ``""``
+    (default): the Node's InternalIP in cluster mode, else the listen address."""
+    cert_file: Path = Path("/var/lib/kubelet/pki/kubelet-server-current.pem")
+    """PEM certificate (chain) this node presents when it serves. Default the kubelet's
+    serving certificate, which the kubelet rotates (the file holds the key too)."""
+    key_file: Path = Path("/var/lib/kubelet/pki/kubelet-server-current.pem")
+    """PEM private key of ``cert_file``."""
+    client_cert_file: Path = Path("/var/lib/kubelet/pki/kubelet-client-current.pem")
+    """PEM certificate this node presents when it fetches from a peer. Default the kubelet's
+    client certificate (``system:node:<name>``; the file holds the key too)."""
+    client_key_file: Path = Path("/var/lib/kubelet/pki/kubelet-client-current.pem")
+    """PEM private key of ``client_cert_file``."""
+    ca_file: Path = Path("/etc/kubernetes/kubelet-ca.crt")
+    """PEM bundle of the CAs a peer's certificate must chain to, as client and as server.
+    A peer whose certificate chains elsewhere fails the TLS handshake."""
+    peers: tuple[str, ...] = ()
+    """Without the API: the peers' ``host:port`` addresses (at most 256). In cluster mode the
+    peers are discovered and this list is added to them. Default none."""
+    follow: str = "auto"
+    """Fetch the bundles seen on peers that this node's keys trust and whose target includes
+    this node: ``on``, ``off`` or ``auto`` (default: on in cluster mode or with ``peers``)."""
+    max_uploads: int = 4
+    """Blob downloads this node serves at once; beyond them a peer is answered 503 with
+    ``Retry-After`` and goes elsewhere. Default 4. Range: from 1 to 256."""
+    upload_max_bytes: int = 0
+    """Upload bandwidth cap in bytes per second over all peers (a number or a size such as
+    ``"40MiB"``), so production traffic keeps its share. ``0`` (default): no cap.
+    Range: from 0 to 2^63-1 bytes."""
+    fetch_concurrency: int = 4
+    """Blobs this node fetches at once, from different peers where it can. Default 4.
+    Range: from 1 to 64."""
+    request_timeout_s: float = 60.0
+    """A peer request (either side) that makes no progress for this long is dropped and the
+    peer is dropped for that bundle. Default 60. Range: greater than 0 and at most 3600 seconds."""
+
+
+@dataclass(frozen=True, slots=True)
 class LogSettings:
     """Logging (``[log]``)."""
 
@@ -267,6 +320,8 @@ class Config:
     """``[store]``: the node's verified image store."""
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     """``[cluster]``: PinnedImageSets from the Kubernetes API and per-node status."""
+    site: SiteSettings = field(default_factory=SiteSettings)
+    """``[site]``: serving the store to peers and fetching bundles from them."""
     log: LogSettings = field(default_factory=LogSettings)
     """``[log]``: logging."""
     source: Path = DEFAULT_CONFIG_PATH

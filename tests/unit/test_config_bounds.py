@@ -179,6 +179,7 @@ def _field_docs(source: str) -> dict[str, str]:
         "Disk": "disk",
         "Cluster": "cluster",
         "Store": "store",
+        "Site": "site",
     }
     found: dict[str, str] = {}
     for cls in ast.parse(source).body:
