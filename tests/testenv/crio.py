@@ -23,7 +23,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -74,8 +74,13 @@ class Crio:
         storage_root: Path | None = None,
         staging_dir: Path | None = None,
         image_settings: str = "",
+        command_prefix: Sequence[str] = (),
     ) -> None:
         self.base = base
+        self.command_prefix = list(command_prefix)
+        """Prepended to CRI-O's command: ``ip netns exec <node>`` runs it in a site node's
+        network namespace (``tests/testenv/site_node.py``); its socket is a file, reachable
+        from here all the same."""
         self.etc = base / "etc"
         self.config_file = self.etc / "crio.conf"
         self.dropin_dir = self.etc / "crio.conf.d"
@@ -193,7 +198,7 @@ enable_nri = false
         if not self.config_file.exists():
             self.write_files()
         log = self.log_path.open("ab")
-        cmd = [str(self.binary), "--config", str(self.config_file)]
+        cmd = [*self.command_prefix, str(self.binary), "--config", str(self.config_file)]
         cmd += ["--config-dir", str(self.dropin_dir)]
         self.process = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env())
         log.close()

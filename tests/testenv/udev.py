@@ -32,7 +32,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -102,8 +102,14 @@ def udev_properties(devnode: str) -> dict[str, str]:
 class Udevd(Service):
     """A running udev daemon for the tests: the machine's own, or one started here."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, command_prefix: Sequence[str] = ()) -> None:
         self.workdir = workdir
+        self.command_prefix = list(command_prefix)
+        """Prepended to udevd's command: ``ip netns exec <node>`` starts it in a site node's
+        network namespace, and then only processes in that namespace receive its events
+        (udevd re-broadcasts on a netlink socket, which is per network namespace; the
+        kernel's own events reach every namespace). ``/run/udev`` is mounted from here first,
+        so its database is the same file system for everyone."""
         self.log_path = workdir / "udevd.log"
         self.is_owned = False
         self._process: subprocess.Popen[bytes] | None = None
@@ -120,7 +126,7 @@ class Udevd(Service):
         self._mount_run_dir()
         self._log = self.log_path.open("wb")
         self._process = subprocess.Popen(
-            [str(UDEVD), "--debug"],
+            [*self.command_prefix, str(UDEVD), "--debug"],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -1,0 +1,309 @@
+"""One site node for the multi-node tests: a root directory, certificates, CRI-O, nodeagent.
+
+``SiteNode(base, host, name=..., ca=..., peers=[...])`` lays out a node under ``base`` the
+way a host has it, and runs ``nodeagent --root <base> run`` inside the node's network
+namespace (``host``, from ``SiteNetwork``), so every path in its config is written as on a
+host (``/var/lib/...``) and re-rooted by the daemon::
+
+    etc/nodeagent/config.toml                  [runtime] (with CRI-O), [bundles], [site]
+    var/lib/kubelet/pki/kubelet-server-current.pem   node certificate + key (site_pki)
+    var/lib/kubelet/pki/kubelet-client-current.pem   the same, as the kubelet has two
+    etc/kubernetes/kubelet-ca.crt              the CA bundle peers are checked against
+    var/lib/nodeagent/                         state dir; its store/ is the node's store
+    crio/                                      this node's CRI-O (``with_crio=True``)
+    nodeagent.log                              the daemon's output, one section a run
+
+The certificate paths are ``[site]``'s defaults (the kubelet's), so the config names none
+of them. ``with_crio=True`` starts a private CRI-O (``tests/testenv/crio.py``) in the same
+namespace, with its own storage root and socket; its CNI directory is empty, which CRI-O
+accepts as long as no pod sandbox is made (image tests never make one).
+
+Without CRI-O (``with_crio=False``, the benchmark's store-only nodes) the daemon runs
+all the same: its sync loop waits for the runtime (``runtime_awaited`` at info, retried up
+to every 60 s), and what does not need the runtime (the store, the peer server, media)
+works. Pinning needs a runtime, so a store-only node never reports a bundle pinned.
+
+Starting waits on a condition with a deadline (a log line of this run, or the peer port
+listening inside the namespace), never for a fixed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.testenv.crio import Crio
+from tests.testenv.site_net import SiteHost
+from tests.testenv.site_pki import Issued, issue_node_cert, write_ca, write_pem_bundle
+from tests.testenv.waiting import log_tail, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+SITE_PORT = 9447
+SERVER_PEM = "var/lib/kubelet/pki/kubelet-server-current.pem"
+CLIENT_PEM = "var/lib/kubelet/pki/kubelet-client-current.pem"
+CA_BUNDLE = "etc/kubernetes/kubelet-ca.crt"
+STATE_DIR = "var/lib/nodeagent"
+
+
+def _toml_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+class SiteNode:
+    """A node's files and processes; ``start``/``stop``/``restart``/``kill``, ``with``."""
+
+    def __init__(
+        self,
+        base: Path,
+        host: SiteHost,
+        *,
+        name: str,
+        ca: Issued,
+        peers: Sequence[str] = (),
+        serve: bool = True,
+        with_crio: bool = False,
+        watch_media: bool = False,
+        trusted_keys: Sequence[str] = (),
+        extra_config: str = "",
+    ) -> None:
+        self.root = base
+        self.host = host
+        self.name = name
+        self.ca = ca
+        self.peers = list(peers)
+        self.serve = serve
+        self.watch_media = watch_media
+        self.trusted_keys = list(trusted_keys)
+        self.extra_config = extra_config
+        self.crio = Crio(base / "crio", command_prefix=host.exec_prefix) if with_crio else None
+        self.config_file = base / "etc/nodeagent/config.toml"
+        self.state_dir = base / STATE_DIR
+        self.log_path = base / "nodeagent.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.runs = 0
+        self.python = sys.executable
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of this node's peer server, as its peers list it."""
+        return f"{self.host.address}:{SITE_PORT}"
+
+    def path(self, host_path: str) -> Path:
+        """A host path (``/var/lib/...``) as it lies under this node's root."""
+        return self.root / host_path.lstrip("/")
+
+    # ------------------------------------------------------------ files
+    def write_certificates(
+        self, *, server: Issued | None = None, client: Issued | None = None
+    ) -> None:
+        """The node's certificate (issued by ``ca`` unless given) in the kubelet's two files,
+        and ``ca`` as the trust bundle."""
+        issued = issue_node_cert(self.ca, self.name, [self.host.address])
+        write_pem_bundle(self.path(SERVER_PEM), server or issued)
+        write_pem_bundle(self.path(CLIENT_PEM), client or issued)
+        write_ca(self.path(CA_BUNDLE), self.ca)
+
+    def write_config(self) -> None:
+        for d in ("etc/nodeagent/pinnedimagesets.d", "etc/crio/crio.conf.d", STATE_DIR):
+            self.path(d).mkdir(parents=True, exist_ok=True)
+        keys = self.path("etc/nodeagent/trusted-keys.d")
+        keys.mkdir(parents=True, exist_ok=True)
+        for i, key in enumerate(self.trusted_keys):
+            (keys / f"site-{i}.pub").write_text(key)
+        self.config_file.write_text(
+            f"""# site node {self.name} (tests/testenv/site_node.py); host paths, re-rooted
+{self._runtime_section()}
+[pull]
+backoff_initial_s = 0.2
+backoff_max_s = 1.0
+
+[disk]
+reserve_bytes = "16MiB"
+reserve_percent = 0.0
+
+[bundles]
+watch_media = {json.dumps(self.watch_media)}
+
+[site]
+serve = {json.dumps(self.serve)}
+listen = "{self.host.address}:{SITE_PORT}"
+peers = {_toml_list(self.peers)}
+{self.extra_config}
+"""
+        )
+
+    def _runtime_section(self) -> str:
+        if self.crio is None:
+            return "[runtime]\nreload_timeout_s = 30.0\n"
+        c = self.crio
+
+        def rel(path: Path) -> str:
+            return "/" + str(path.relative_to(self.root))
+
+        return f"""[runtime]
+endpoint = "unix://{rel(c.socket)}"
+config_file = "{rel(c.config_file)}"
+config_dir = "{rel(c.dropin_dir)}"
+pid_file = "{rel(c.pid_file)}"
+registries_conf = "{rel(c.registries_conf)}"
+registries_dir = "{rel(c.registries_dir)}"
+reload_timeout_s = 30.0
+"""
+
+    # ------------------------------------------------------------ processes
+    def env(self) -> dict[str, str]:
+        # No systemd bus: a reload takes the SIGHUP path (pid_file), as tests/testenv/agent.py.
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=f"unix:path={self.root}/no-bus")
+        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM"):
+            env.pop(name, None)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        return env
+
+    def command(self, *args: str) -> list[str]:
+        """``nodeagent --root <root> ARGS`` inside the node's namespace."""
+        return [
+            *self.host.exec_prefix,
+            self.python,
+            "-m",
+            "nodeagent",
+            "--root",
+            str(self.root),
+            *args,
+        ]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.command(*args),
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            check=False,
+            cwd=self.root,
+        )
+
+    def start(self, *, ready: str | None = "daemon_started", timeout_s: float = 60.0) -> None:
+        """Start CRI-O (if any, and not running) and the daemon; wait for ``ready`` in this
+        run's log (``None``: do not wait)."""
+        if not self.config_file.exists():
+            self.write_config()
+        if not self.path(CA_BUNDLE).exists():
+            self.write_certificates()
+        if self.crio is not None and self.crio.process is None:
+            self.crio.start()
+        self.runs += 1
+        with self.log_path.open("ab") as log:
+            log.write(f"----- run {self.runs} -----\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                self.command("run"), stdout=log, stderr=log, env=self.env(), cwd=self.root
+            )
+        if ready is not None:
+            self.wait_log(ready, timeout_s=timeout_s)
+
+    def stop(self, *, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM the daemon and wait; its exit code (None if it was not running)."""
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                return process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        return process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the daemon: a crash or a power cut, as far as its files are concerned."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def restart(self, *, ready: str | None = "daemon_started", timeout_s: float = 60.0) -> None:
+        self.stop()
+        self.start(ready=ready, timeout_s=timeout_s)
+
+    def close(self) -> None:
+        """Stop the daemon, then CRI-O."""
+        self.stop()
+        if self.crio is not None:
+            self.crio.cleanup()
+
+    def __enter__(self) -> SiteNode:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ observing
+    def current_run_log(self) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return text.rsplit(f"----- run {self.runs} -----\n", 1)[-1]
+
+    def _check_running(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(
+                f"nodeagent on {self.name} exited with {self.process.returncode}\n"
+                + log_tail(self.log_path)
+            )
+
+    def wait_log(self, needle: str, *, timeout_s: float = 60.0) -> None:
+        def logged() -> bool:
+            if needle in self.current_run_log():
+                return True
+            self._check_running()
+            return False
+
+        wait_for(
+            logged,
+            timeout_s=timeout_s,
+            what=f"{needle!r} in {self.name}'s log",
+            detail=lambda: log_tail(self.log_path),
+        )
+
+    def is_listening(self, port: int = SITE_PORT) -> bool:
+        """Whether a socket listens on ``port`` inside the node's namespace (``ss``)."""
+        out = self.host.run("ss", "-Hltn", f"sport = :{port}").stdout
+        return bool(out.strip())
+
+    def wait_listening(self, port: int = SITE_PORT, *, timeout_s: float = 60.0) -> None:
+        def listening() -> bool:
+            self._check_running()
+            return self.is_listening(port)
+
+        wait_for(
+            listening,
+            timeout_s=timeout_s,
+            what=f"{self.name} to listen on :{port}",
+            detail=lambda: log_tail(self.log_path),
+        )
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads((self.state_dir / "status.json").read_text()))
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def wait_status(
+        self, predicate: Callable[[dict[str, Any]], bool], *, what: str, timeout_s: float = 120.0
+    ) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            self._check_running()
+            status = self.status()
+            return status if status is not None and predicate(status) else None
+
+        return wait_for(
+            check,
+            timeout_s=timeout_s,
+            interval_s=0.1,
+            what=f"{self.name}: {what}",
+            detail=lambda: f"status: {self.status()}\n{log_tail(self.log_path)}",
+        )
