@@ -23,6 +23,16 @@ all the same: its sync loop waits for the runtime (``runtime_awaited`` at info, 
 to every 60 s), and what does not need the runtime (the store, the peer server, media)
 works. Pinning needs a runtime, so a store-only node never reports a bundle pinned.
 
+The stick: ``stick_udevd(workdir, host)`` starts the test udevd (``tests/testenv/udev.py``)
+inside node 0's namespace, before the nodes start. udevd re-broadcasts device events on a
+netlink socket, which belongs to its network namespace, so only node 0's daemon hears
+them; a ``LoopMedia`` attached then is node 0's stick. The udev database (``/run/udev``) and
+``/sys`` are one file system for everyone, though, so a node without the stick
+(``has_stick=False``, the default) runs its daemon over an empty ``/run/udev`` of its own
+(a tmpfs in the private mount namespace ``ip netns exec`` gives it): enumerating block
+devices at start finds no medium either. A udevd already running in the host's namespace
+would hear the kernel for everyone and tell no node: ``stick_udevd`` refuses then.
+
 Starting waits on a condition with a deadline (a log line of this run, or the peer port
 listening inside the namespace), never for a fixed time.
 """
@@ -39,8 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.testenv.crio import Crio
-from tests.testenv.site_net import SiteHost
+from tests.testenv.site_net import SiteHost, SiteNetUnavailable
 from tests.testenv.site_pki import Issued, issue_node_cert, write_ca, write_pem_bundle
+from tests.testenv.udev import RUN_UDEV, Udevd, udevd_answers
 from tests.testenv.waiting import log_tail, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +60,18 @@ SERVER_PEM = "var/lib/kubelet/pki/kubelet-server-current.pem"
 CLIENT_PEM = "var/lib/kubelet/pki/kubelet-client-current.pem"
 CA_BUNDLE = "etc/kubernetes/kubelet-ca.crt"
 STATE_DIR = "var/lib/nodeagent"
+NO_UDEV = f'mount -t tmpfs -o mode=0755,nosuid,nodev nodeagent-no-udev {RUN_UDEV} && exec "$@"'
+"""Shell run first by a node without the stick: an empty udev database of its own."""
+
+
+def stick_udevd(workdir: Path, host: SiteHost) -> Udevd:
+    """A udevd (not started yet) whose events only ``host``'s namespace receives."""
+    if udevd_answers():
+        raise SiteNetUnavailable(
+            "a udev daemon already runs in the host's namespace: its events reach no node "
+            "namespace, so no node can be given the stick alone"
+        )
+    return Udevd(workdir, command_prefix=host.exec_prefix)
 
 
 def _toml_list(items: Sequence[str]) -> str:
@@ -69,6 +92,7 @@ class SiteNode:
         serve: bool = True,
         with_crio: bool = False,
         watch_media: bool = False,
+        has_stick: bool = False,
         trusted_keys: Sequence[str] = (),
         extra_config: str = "",
     ) -> None:
@@ -78,7 +102,8 @@ class SiteNode:
         self.ca = ca
         self.peers = list(peers)
         self.serve = serve
-        self.watch_media = watch_media
+        self.has_stick = has_stick
+        self.watch_media = watch_media or has_stick
         self.trusted_keys = list(trusted_keys)
         self.extra_config = extra_config
         self.crio = Crio(base / "crio", command_prefix=host.exec_prefix) if with_crio else None
@@ -165,10 +190,18 @@ reload_timeout_s = 30.0
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         return env
 
+    @property
+    def exec_prefix(self) -> list[str]:
+        """Prepend to run a command as this node's daemon runs: in its network namespace,
+        over an empty udev database unless it has the stick."""
+        if self.has_stick or not RUN_UDEV.is_dir():
+            return self.host.exec_prefix
+        return [*self.host.exec_prefix, "sh", "-c", NO_UDEV, "sh"]
+
     def command(self, *args: str) -> list[str]:
-        """``nodeagent --root <root> ARGS`` inside the node's namespace."""
+        """``nodeagent --root <root> ARGS`` as this node runs it."""
         return [
-            *self.host.exec_prefix,
+            *self.exec_prefix,
             self.python,
             "-m",
             "nodeagent",

@@ -1,0 +1,84 @@
+"""The site's stick: a loop device only node 0 sees, by udev event and by enumeration.
+
+One kernel serves every node namespace, so "plugged into node 0" is made of two parts
+(``tests/testenv/site_node.py``): the test udevd runs in node 0's network namespace, so
+its events reach node 0's daemon alone, and the other nodes' daemons run over an empty
+udev database of their own, so enumerating at start finds nothing either.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
+from tests.testenv.site_node import SiteNode, stick_udevd
+from tests.testenv.site_pki import make_ca
+from tests.testenv.udev import LoopMedia, Udevd, settle
+
+pytestmark = pytest.mark.integration
+
+LABEL = "NODEAGENT1"
+ENUMERATE = f"""
+import json, pyudev
+found = pyudev.Context().list_devices(subsystem="block", ID_FS_LABEL="{LABEL}")
+print(json.dumps(sorted(d.device_node for d in found)))
+"""
+
+
+@contextmanager
+def stick_site(tmp_path: Path) -> Iterator[tuple[SiteNetwork, Udevd]]:
+    network = SiteNetwork(2)
+    try:
+        network.start()
+        udevd = stick_udevd(tmp_path / "udevd", network.hosts[0])
+    except SiteNetUnavailable as exc:
+        network.stop()
+        pytest.skip(str(exc))
+    try:
+        with udevd:
+            yield network, udevd
+    finally:
+        network.stop()
+
+
+def labelled_devices(node: SiteNode) -> list[str]:
+    cmd = [*node.exec_prefix, node.python, "-c", ENUMERATE]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True)
+    return list(json.loads(done.stdout))
+
+
+@pytest.mark.timeout(120)
+def test_the_stick_is_seen_by_node_0_alone(tmp_path: Path) -> None:
+    ca = make_ca("site CA")
+    with stick_site(tmp_path) as (net, _udevd):
+        nodes = [
+            SiteNode(
+                tmp_path / f"node-{h.index}",
+                h,
+                name=f"node-{h.index}",
+                ca=ca,
+                serve=False,
+                watch_media=True,
+                has_stick=h.index == 0,
+            )
+            for h in net.hosts
+        ]
+        files = {"bundle.json": (b"{}", 0o644)}
+        with LoopMedia.create(tmp_path / "media", "ext4", label=LABEL, files=files) as media:
+            try:
+                for node in nodes:
+                    node.start(ready="media_watch_started")
+                devnode = media.attach()
+                nodes[0].wait_log("media_arrived")
+                settle()  # udevd has sent every event about the device by now
+                assert "media_arrived" not in nodes[1].current_run_log()
+                assert [labelled_devices(n) for n in nodes] == [[devnode], []]
+            finally:
+                for node in nodes:
+                    node.close()
