@@ -223,6 +223,10 @@ class SiteNetwork(Service):
                  TC, "-n", self.switch, "qdisc", "add", "dev", f"p{host.index}", *parent,
                  "handle", "10:", "netem", "delay", f"{self.delay_ms:g}ms")  # fmt: skip
 
+    def close(self) -> None:
+        """``stop``, for ``contextlib.closing`` around a network started by hand."""
+        self.stop()
+
     def stop(self) -> None:
         """Delete every namespace of this network (and so its links), whatever state it is in."""
         existing = set(netns_names())

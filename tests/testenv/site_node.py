@@ -10,6 +10,7 @@ host (``/var/lib/...``) and re-rooted by the daemon::
     var/lib/kubelet/pki/kubelet-client-current.pem   the same, as the kubelet has two
     etc/kubernetes/kubelet-ca.crt              the CA bundle peers are checked against
     var/lib/nodeagent/                         state dir; its store/ is the node's store
+    var/lib/kubelet/kubeconfig                 the node's identity (cluster mode)
     crio/                                      this node's CRI-O (``with_crio=True``)
     nodeagent.log                              the daemon's output, one section a run
 
@@ -60,6 +61,7 @@ SERVER_PEM = "var/lib/kubelet/pki/kubelet-server-current.pem"
 CLIENT_PEM = "var/lib/kubelet/pki/kubelet-client-current.pem"
 CA_BUNDLE = "etc/kubernetes/kubelet-ca.crt"
 STATE_DIR = "var/lib/nodeagent"
+KUBECONFIG = "var/lib/kubelet/kubeconfig"
 NO_UDEV = f'mount -t tmpfs -o mode=0755,nosuid,nodev nodeagent-no-udev {RUN_UDEV} && exec "$@"'
 """Shell run first by a node without the stick: an empty udev database of its own."""
 
@@ -94,6 +96,8 @@ class SiteNode:
         watch_media: bool = False,
         has_stick: bool = False,
         trusted_keys: Sequence[str] = (),
+        kubeconfig: Path | None = None,
+        cluster_settings: str = "",
         extra_config: str = "",
     ) -> None:
         self.root = base
@@ -105,6 +109,11 @@ class SiteNode:
         self.has_stick = has_stick
         self.watch_media = watch_media or has_stick
         self.trusted_keys = list(trusted_keys)
+        self.kubeconfig = kubeconfig
+        """Cluster mode: this identity's kubeconfig (``KubeCluster.kubeconfig_for_node``),
+        copied to the kubelet's path; reach the API server through ``ns_relay.KubeRelay``."""
+        self.cluster_settings = cluster_settings
+        """More ``[cluster]`` lines (``set_selector = ...``)."""
         self.extra_config = extra_config
         self.crio = Crio(base / "crio", command_prefix=host.exec_prefix) if with_crio else None
         self.config_file = base / "etc/nodeagent/config.toml"
@@ -159,9 +168,26 @@ watch_media = {json.dumps(self.watch_media)}
 serve = {json.dumps(self.serve)}
 listen = "{self.host.address}:{SITE_PORT}"
 peers = {_toml_list(self.peers)}
+{self._cluster_section()}
 {self.extra_config}
 """
         )
+
+    def _cluster_section(self) -> str:
+        if self.kubeconfig is None:
+            return ""
+        target = self.path(KUBECONFIG)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(self.kubeconfig.read_bytes())
+        return f"""
+[cluster]
+enabled = true
+node_name = "{self.name}"
+status_interval_s = 0.5
+heartbeat_s = 2.0
+request_timeout_s = 10.0
+{self.cluster_settings}
+"""
 
     def _runtime_section(self) -> str:
         if self.crio is None:

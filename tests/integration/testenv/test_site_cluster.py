@@ -1,0 +1,76 @@
+"""Site nodes in cluster mode: each node's daemon reaches the shared test API server.
+
+The API server listens on the host's loopback; ``tests/testenv/ns_relay.py`` listens on
+the same address inside each node namespace and relays, so the kubeconfig that names
+``https://127.0.0.1:<port>`` works from every node, TLS end to end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.testenv.kube import KubeCluster
+from tests.testenv.kubeobjects import get, install_deploy
+from tests.testenv.ns_relay import KubeRelay
+from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
+from tests.testenv.site_node import SiteNode
+from tests.testenv.site_pki import make_ca
+from tests.testenv.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.timeout(180)
+def test_every_node_reports_to_the_shared_api_server_through_the_relay(
+    kube: KubeCluster, tmp_path: Path
+) -> None:
+    install_deploy(kube)
+    run = uuid.uuid4().hex[:8]
+    ca = make_ca("site CA")
+    network = SiteNetwork(2)
+    try:
+        network.start()
+    except SiteNetUnavailable as exc:
+        pytest.skip(str(exc))
+    with (
+        contextlib.closing(network),
+        KubeRelay(kube.port, [h.netns for h in network.hosts], tmp_path / "relay.log"),
+    ):
+        names = [f"site-{run}-{h.index}" for h in network.hosts]
+        for name in names:
+            kube.create_node(name)
+        nodes = [
+            SiteNode(
+                tmp_path / name,
+                host,
+                name=name,
+                ca=ca,
+                serve=False,
+                with_crio=True,
+                kubeconfig=kube.kubeconfig_for_node(name),
+            )
+            for name, host in zip(names, network.hosts, strict=True)
+        ]
+        try:
+            for node in nodes:
+                node.start()
+            for node in nodes:
+
+                def reported(name: str = node.name) -> dict[str, Any] | None:
+                    return get(kube, "nodeimagestatuses", name)
+
+                found = wait_for(
+                    reported,
+                    timeout_s=90,
+                    what=f"{node.name}'s status object",
+                    detail=lambda n=node: n.current_run_log()[-4000:],
+                )
+                assert found["status"]["nodeName"] == node.name
+        finally:
+            for node in nodes:
+                node.close()
