@@ -21,8 +21,9 @@ accepts as long as no pod sandbox is made (image tests never make one).
 
 Without CRI-O (``with_crio=False``, the benchmark's store-only nodes) the daemon runs
 all the same: its sync loop waits for the runtime (``runtime_awaited`` at info, retried up
-to every 60 s), and what does not need the runtime (the store, the peer server, media)
-works. Pinning needs a runtime, so a store-only node never reports a bundle pinned.
+to every 60 s), and what does not need the runtime (the store, media; the peer server and
+the fetcher as issue 15 describes them) can work. Pinning needs a runtime, so a store-only
+node never reports a bundle pinned.
 
 The stick: ``stick_udevd(workdir, host)`` starts the test udevd (``tests/testenv/udev.py``)
 inside node 0's namespace, before the nodes start. udevd re-broadcasts device events on a

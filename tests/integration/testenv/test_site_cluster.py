@@ -8,9 +8,9 @@ the same address inside each node namespace and relays, so the kubeconfig that n
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,7 +20,7 @@ from tests.testenv.ns_relay import KubeRelay
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SiteNode
 from tests.testenv.site_pki import make_ca
-from tests.testenv.waiting import wait_for
+from tests.testenv.waiting import log_tail, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -60,15 +60,11 @@ def test_every_node_reports_to_the_shared_api_server_through_the_relay(
             for node in nodes:
                 node.start()
             for node in nodes:
-
-                def reported(name: str = node.name) -> dict[str, Any] | None:
-                    return get(kube, "nodeimagestatuses", name)
-
                 found = wait_for(
-                    reported,
+                    functools.partial(get, kube, "nodeimagestatuses", node.name),
                     timeout_s=90,
                     what=f"{node.name}'s status object",
-                    detail=lambda n=node: n.current_run_log()[-4000:],
+                    detail=functools.partial(log_tail, node.log_path),
                 )
                 assert found["status"]["nodeName"] == node.name
         finally:
