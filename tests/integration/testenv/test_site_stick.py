@@ -13,9 +13,12 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.testenv.agent import set_state
+from tests.testenv.bundles import build_factory, ext4_media
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SiteNode, stick_udevd
 from tests.testenv.site_pki import make_ca
@@ -79,6 +82,53 @@ def test_the_stick_is_seen_by_node_0_alone(tmp_path: Path) -> None:
                 settle()  # udevd has sent every event about the device by now
                 assert "media_arrived" not in nodes[1].current_run_log()
                 assert [labelled_devices(n) for n in nodes] == [[devnode], []]
+            finally:
+                for node in nodes:
+                    node.close()
+
+
+def bundle_states(status: dict[str, Any] | None) -> list[str]:
+    return [str(b["state"]) for b in (status or {}).get("bundles", [])]
+
+
+@pytest.mark.timeout(240)
+def test_node_0_imports_and_pins_a_signed_bundle_from_its_stick(tmp_path: Path) -> None:
+    """The full path the site tests start from: in its namespace, node 0 mounts the stick,
+    serves the bundle on its own loopback, and its own CRI-O pulls and pins it."""
+    factory = build_factory(tmp_path / "factory", count=2, layer_bytes=1 << 20, seed=15)
+    ca = make_ca("site CA")
+    with stick_site(tmp_path) as (net, _udevd):
+        nodes = [
+            SiteNode(
+                tmp_path / f"node-{h.index}",
+                h,
+                name=f"node-{h.index}",
+                ca=ca,
+                serve=False,
+                watch_media=True,
+                has_stick=h.index == 0,
+                with_crio=h.index == 0,
+                trusted_keys=[factory.public_key],
+            )
+            for h in net.hosts
+        ]
+        with ext4_media(tmp_path, factory.bundle) as media:
+            try:
+                for node in nodes:
+                    node.start(ready="media_watch_started")
+                media.attach()
+                status = nodes[0].wait_status(
+                    lambda s: (
+                        bundle_states(s) == ["pinned"]
+                        and set_state(s, factory.set_name) == "Pinned"
+                    ),
+                    what="the stick's bundle imported and its set pinned",
+                    timeout_s=180,
+                )
+                assert status["bundles"][-1]["images"] == {"total": 2, "present": 2}
+                settle()
+                assert bundle_states(nodes[1].status()) == []
+                assert "bundle_media_detected" not in nodes[1].current_run_log()
             finally:
                 for node in nodes:
                     node.close()
