@@ -230,6 +230,15 @@ class SiteNetwork(Service):
     def stop(self) -> None:
         """Delete every namespace of this network (and so its links), whatever state it is in."""
         existing = set(netns_names())
+        failures = []
         for name in reversed(self.namespaces):
             if name in existing:
-                delete_netns(name)
+                try:
+                    delete_netns(name)
+                except (
+                    AssertionError,
+                    subprocess.CalledProcessError,
+                ) as exc:  # the others still go
+                    failures.append(f"{name}: {exc}")
+        if failures:
+            raise RuntimeError("site network not torn down:\n" + "\n".join(failures))
