@@ -115,10 +115,17 @@ class PeerView:
 
 
 def _normal(address: str) -> str:
+    """One spelling per address (an IP in its canonical form, a name in lower case), so a
+    static peer and a published address compare; ``""`` when it is not one."""
     try:
-        return str(parse_address(address))
+        host, port = parse_address(address)
     except ValueError:
         return ""
+    try:
+        host = str(ipaddress.ip_address(host))
+    except ValueError:
+        host = host.lower()
+    return str(Address(host, port))
 
 
 def merge_peers(

@@ -141,6 +141,9 @@ class HoldingsPublisher:
         self.is_listed = False
         self.dirty = asyncio.Event()
         self.writes = 0
+        """Applies made (each one a change of the object)."""
+        self.scans = 0
+        """Looks at the store (most find nothing new and write nothing)."""
         self.last: Holdings | None = None
 
     # called by the daemon ------------------------------------------------
@@ -195,6 +198,7 @@ class HoldingsPublisher:
     async def publish(self) -> bool:
         """Scan the store and apply the object if it says something new; True if written."""
         bundles = await asyncio.to_thread(self.source.scan)
+        self.scans += 1
         holdings = holdings_of(
             self.identity.name, bundles, is_serving=self.is_serving, address=self.address
         )
