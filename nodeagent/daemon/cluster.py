@@ -8,7 +8,7 @@ publisher of this node's holdings and the watcher of its peers'.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,34 +23,14 @@ from nodeagent.cluster.tasks import ClusterSpecs, Connection, StatusReporter, no
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
 from nodeagent.reporting import ClusterSink
-from nodeagent.site.discovery import bundle_steps, is_following, is_publishing
-from nodeagent.site.publishing import HoldingsPublisher, PeerWatcher
-from nodeagent.status import NodeStatus, PullProgress
+from nodeagent.site.discovery import is_following, is_publishing
+from nodeagent.site.publishing import BundleStepsTrigger, HoldingsPublisher, PeerWatcher
+from nodeagent.status import PullProgress
 
 if TYPE_CHECKING:
     from nodeagent.adapters.store.holdings import StoreHoldings
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass
-class HoldingsTrigger:
-    """The status sink the Reporter writes to; pokes the holdings publisher when a bundle's
-    step changes (a copy or fetch stored, an import done), never for progress."""
-
-    status: StatusReporter
-    publisher: HoldingsPublisher
-    steps: frozenset[tuple[str, str]] = field(default_factory=frozenset)
-
-    def update(self, status: NodeStatus, *, is_final: bool) -> None:
-        self.status.update(status, is_final=is_final)
-        steps = bundle_steps(status)
-        if steps != self.steps:
-            self.steps = steps
-            self.publisher.poke()
-
-    def poke(self) -> None:
-        self.status.poke()
 
 
 class LazyHoldings:
@@ -110,7 +90,7 @@ class ClusterMode:
             on_placement=reporter.set_placement,
         )
         log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
-        sink = reporter if publisher is None else HoldingsTrigger(reporter, publisher)
+        sink = reporter if publisher is None else BundleStepsTrigger(reporter, publisher)
         return cls(api, reporter, specs, sink, publisher, peers)
 
     def tasks(self) -> list[Task]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
@@ -37,7 +38,8 @@ from nodeagent.cluster.holdings import (
 from nodeagent.cluster.objects import NodeIdentity
 from nodeagent.cluster.tasks import Backoff, Connection
 from nodeagent.errors import ApiUnreachable, NodeAgentError, PeerHoldingsInvalid
-from nodeagent.site.discovery import PeerView, merge_peers, node_address
+from nodeagent.site.discovery import PeerView, bundle_steps, merge_peers, node_address
+from nodeagent.status import NodeStatus
 
 log = structlog.get_logger(__name__)
 
@@ -145,6 +147,7 @@ class HoldingsPublisher:
         self.scans = 0
         """Looks at the store (most find nothing new and write nothing)."""
         self.last: Holdings | None = None
+        self._said_no_address = False
 
     # called by the daemon ------------------------------------------------
     def set_node(self, node: Obj) -> None:
@@ -206,12 +209,13 @@ class HoldingsPublisher:
         if is_published(body, self.observed):
             self.last = holdings
             return False
-        if self.is_serving and not holdings.address:
+        if self.is_serving and not holdings.address and not self._said_no_address:
             log.warning(
                 "site_address_unknown",
                 node=self.identity.name,
                 action="set [site] advertise: the Node lists no InternalIP",
             )
+        self._said_no_address = self.is_serving and not holdings.address
         self.observed = await self.api.apply(kinds.NODE_IMAGE_HOLDINGS, body)
         self.writes += 1
         self.connection.up()
@@ -224,6 +228,35 @@ class HoldingsPublisher:
             )
         self.last = holdings
         return True
+
+
+class StatusSink(Protocol):
+    """The node's status writer (``cluster.tasks.StatusReporter``), as ``reporting`` calls it."""
+
+    def update(self, status: NodeStatus, *, is_final: bool) -> None: ...
+
+    def poke(self) -> None: ...
+
+
+@dataclass
+class BundleStepsTrigger:
+    """A ``StatusSink`` in front of the status writer that also pokes the holdings
+    publisher when a bundle's step changes (stored, imported, rejected …), never for
+    progress: the store is looked at again only when it may hold something else."""
+
+    status: StatusSink
+    publisher: HoldingsPublisher
+    steps: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+
+    def update(self, status: NodeStatus, *, is_final: bool) -> None:
+        self.status.update(status, is_final=is_final)
+        steps = bundle_steps(status)
+        if steps != self.steps:
+            self.steps = steps
+            self.publisher.poke()
+
+    def poke(self) -> None:
+        self.status.poke()
 
 
 # ---------------------------------------------------------------- the peers

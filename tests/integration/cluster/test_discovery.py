@@ -28,9 +28,8 @@ from nodeagent.cluster.kinds import NODE_IMAGE_HOLDINGS
 from nodeagent.cluster.objects import FIELD_MANAGER, NodeIdentity
 from nodeagent.cluster.tasks import Connection, StatusReporter
 from nodeagent.config import ClusterSettings, Config
-from nodeagent.daemon.cluster import HoldingsTrigger
 from nodeagent.errors import ApiAccessDenied, ApiRequestRejected
-from nodeagent.site.publishing import HoldingsPublisher, PeerWatcher
+from nodeagent.site.publishing import BundleStepsTrigger, HoldingsPublisher, PeerWatcher
 from nodeagent.status import BundleReport, NodeStatus, PullProgress
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import get, install_deploy
@@ -252,7 +251,7 @@ async def test_holdings_are_written_once_per_change_never_with_progress(
     assert await version_of(cluster, "nodeimageholdings", name) == version
 
     # The status object's progress writes, through the sink the Reporter writes to.
-    trigger = HoldingsTrigger(p.status, p.publisher)
+    trigger = BundleStepsTrigger(p.status, p.publisher)
     scans = p.publisher.scans
     trigger.update(storing("site-2", "storing", 0), is_final=False)  # a new step: one rescan
     await until(lambda: p.publisher.scans > scans and p.status.writes > 0, "the status write")
