@@ -148,6 +148,8 @@ class HoldingsPublisher:
         """Looks at the store (most find nothing new and write nothing)."""
         self.last: Holdings | None = None
         self._said_no_address = False
+        self._failure: str | None = None
+        """The reason of the failing publish said last; None: publishing works."""
 
     # called by the daemon ------------------------------------------------
     def set_node(self, node: Obj) -> None:
@@ -189,14 +191,27 @@ class HoldingsPublisher:
             try:
                 await self.publish()
             except NodeAgentError as exc:
-                if isinstance(exc, ApiUnreachable):
-                    self.connection.down(exc)
-                else:
-                    log.error("site_holdings_not_published", reason=exc.reason, error=exc.message)
+                self._failed(exc)
                 await asyncio.sleep(backoff.next())
                 self.dirty.set()
                 continue
+            if self._failure is not None:
+                log.info("site_holdings_published_again", after=self._failure)
+                self._failure = None
             backoff.reset()
+
+    def _failed(self, exc: NodeAgentError) -> None:
+        """Say a failure once (and the API server's outage through ``connection``)."""
+        if isinstance(exc, ApiUnreachable):
+            self.connection.down(exc)
+        elif exc.reason != self._failure:
+            log.error(
+                "site_holdings_not_published",
+                reason=exc.reason,
+                error=exc.message,
+                action="retrying with backoff; peers see this node's last published holdings",
+            )
+        self._failure = exc.reason
 
     async def publish(self) -> bool:
         """Scan the store and apply the object if it says something new; True if written."""
