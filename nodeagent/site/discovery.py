@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -166,3 +167,25 @@ class PeerDirectory(Protocol):
     async def changed(self, since: int) -> int:
         """Wait until ``version`` is no longer ``since``; return the new version."""
         ...
+
+
+class StaticPeers:
+    """``PeerDirectory`` without the API (no cluster mode): the ``[site] peers`` alone,
+    holdings unknown; the view never changes."""
+
+    def __init__(self, static: Sequence[str]) -> None:
+        self._view = merge_peers("", (), static)
+        self._never = asyncio.Event()
+
+    def peers(self) -> tuple[PeerView, ...]:
+        return self._view
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    async def changed(self, since: int) -> int:
+        if since != 0:
+            return 0
+        await self._never.wait()  # the configuration is read once: no change to wait for
+        return 0

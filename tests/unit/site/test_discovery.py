@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from nodeagent.config import ClusterSettings, Config
 from nodeagent.config.settings import SiteSettings
 from nodeagent.site.discovery import (
     PeerView,
+    StaticPeers,
     bundle_steps,
     held_bundles,
     is_following,
@@ -136,3 +139,16 @@ def test_peers_are_the_other_serving_nodes_then_the_static_addresses_they_do_not
 
 def test_without_discovery_the_static_peers_alone() -> None:
     assert merge_peers("me", (), ["[FD00::1]:9447"]) == (PeerView("[fd00::1]:9447"),)
+
+
+async def test_static_peers_alone_never_change() -> None:
+    directory = StaticPeers(["10.0.0.7:9447", "10.0.0.7:9447", "peer.example:9447"])
+    assert [p.address for p in directory.peers()] == ["10.0.0.7:9447", "peer.example:9447"]
+    assert all(p.bundles is None for p in directory.peers())
+    assert await directory.changed(5) == 0  # a stale version: answered at once
+    waiting = asyncio.create_task(directory.changed(0))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
