@@ -43,6 +43,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── KubeconfigInvalid           KubeconfigInvalid
         ├── ApiAccessDenied             ApiAccessDenied
         ├── ApiRequestRejected          ApiRequestRejected
+        ├── PeerHoldingsInvalid         PeerHoldingsInvalid (a peer's published holdings)
         ├── StoreError                  (the node's image store, docs/store.md)
         │   ├── StoreFull               StoreFull (the [store] size cap)
         │   ├── StoreBlobCorrupt        StoreBlobCorrupt (a stored blob fails its digest)
@@ -415,6 +416,14 @@ class ApiRequestRejected(PermanentError):
     """The API server rejected a request as invalid (4xx other than 401/403/404/409)."""
 
     reason = "ApiRequestRejected"
+
+
+class PeerHoldingsInvalid(PermanentError):
+    """A node's published NodeImageHoldings is not of the form nodeagent writes; that node is
+    not used as a peer (and not counted as holding anything) until it publishes a valid one."""
+
+    reason = "PeerHoldingsInvalid"
+    exit_code = 65  # EX_DATAERR
 
 
 class StoreError(PermanentError):

@@ -3,13 +3,15 @@
 Run by an admin (or a pipeline) with credentials that may list Nodes and
 NodeImageStatuses: ``--kubeconfig``, else ``[cluster] kubeconfig``; ``--in-cluster``: the
 pod's service account (a Job in the cluster). ``status`` prints, per
-bundle id (one with ``--bundle``), the nodes that hold it, have it pinned, fail and why,
-the bytes left and the nodes that report a different image count for the same id.
-``wait`` polls until every Node in scope reports the bundle (``--set``: that set) pinned
-and exits 0 with a one-line summary; at ``--timeout`` it exits 75 naming each laggard and
-why. The scope is every Node, or those ``--selector`` matches (a bundle's manifest names
-no target yet). The API server unreachable: 69; denied: 77; a bad kubeconfig: 78.
-Pure logic: ``nodeagent.cluster.site``; docs/cluster.md, "Site view".
+bundle id (one with ``--bundle``), the nodes that hold it (complete or being fetched, from
+their NodeImageHoldings), have it pinned, fail and why, the bytes left and the nodes that
+hold a different manifest under the same id.
+``wait`` polls until every Node in scope reports the bundle (``--set``: that set) pinned,
+all with the same manifest, and exits 0 with a one-line summary; at ``--timeout`` it
+exits 75 naming each laggard and why. The scope is every Node, or those ``--selector``
+matches (a bundle's manifest names no target yet). The API server unreachable: 69;
+denied: 77; a bad kubeconfig: 78. Pure logic: ``nodeagent.cluster.site``;
+docs/cluster.md, "Site view".
 """
 
 from __future__ import annotations
@@ -20,16 +22,24 @@ import datetime as dt
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from nodeagent.config import Config
-from nodeagent.errors import ApiUnreachable, ConfigInvalid, TransientError
+from nodeagent.errors import (
+    ApiRequestRejected,
+    ApiUnreachable,
+    ConfigInvalid,
+    PeerHoldingsInvalid,
+    TransientError,
+)
 from nodeagent.strict import clip
 
 if TYPE_CHECKING:
     # Imported by the commands that use them: `nodeagent run` parses these arguments too.
     from nodeagent.adapters.kube import KubeApi
+    from nodeagent.cluster.holdings import Holdings
     from nodeagent.cluster.site import BundleView
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -124,8 +134,19 @@ def _stale_after_s(config: Config, args: argparse.Namespace) -> float:
     return STALE_HEARTBEATS * max(cluster.heartbeat_s, cluster.progress_interval_s)
 
 
-async def _read(api: KubeApi, selector_text: str) -> tuple[list[str], dict[str, Any]]:
-    """The Nodes in scope (names) and every NodeImageStatus by node name."""
+@dataclass(frozen=True)
+class _Site:
+    nodes: list[str]
+    """The Nodes in scope."""
+    statuses: dict[str, Any]
+    """Every NodeImageStatus by node name."""
+    holdings: dict[str, Holdings]
+    """Every valid NodeImageHoldings by node name."""
+    unreadable: dict[str, str]
+    """Node → why its NodeImageHoldings was refused (clipped)."""
+
+
+async def _read(api: KubeApi, selector_text: str) -> _Site:
     from nodeagent.cluster.kinds import NODE, NODE_IMAGE_STATUS  # noqa: PLC0415
     from nodeagent.cluster.site import nodes_in_scope, statuses_by_node  # noqa: PLC0415
     from nodeagent.selectors import parse_selector  # noqa: PLC0415
@@ -133,7 +154,31 @@ async def _read(api: KubeApi, selector_text: str) -> tuple[list[str], dict[str, 
     selector = parse_selector(selector_text)
     nodes, _ = await api.list(NODE)
     statuses, _ = await api.list(NODE_IMAGE_STATUS)
-    return nodes_in_scope(nodes, selector), statuses_by_node(statuses)
+    holdings, unreadable = await _holdings(api)
+    return _Site(nodes_in_scope(nodes, selector), statuses_by_node(statuses), holdings, unreadable)
+
+
+async def _holdings(api: KubeApi) -> tuple[dict[str, Holdings], dict[str, str]]:
+    """Every node's published holdings; none when the cluster lacks their CRD (404)."""
+    from nodeagent.cluster.holdings import object_name, parse_holdings  # noqa: PLC0415
+    from nodeagent.cluster.kinds import NODE_IMAGE_HOLDINGS  # noqa: PLC0415
+
+    try:
+        objects, _ = await api.list(NODE_IMAGE_HOLDINGS)
+    except ApiRequestRejected as exc:
+        if "HTTP 404" in exc.message:
+            return {}, {}
+        raise
+    found: dict[str, Holdings] = {}
+    unreadable: dict[str, str] = {}
+    for obj in objects:
+        try:
+            held = parse_holdings(obj)
+        except PeerHoldingsInvalid as exc:
+            unreadable[object_name(obj) or "?"] = exc.message
+            continue
+        found[held.node] = held
+    return found, unreadable
 
 
 def _now() -> dt.datetime:
@@ -156,25 +201,31 @@ async def _status(config: Config, args: argparse.Namespace) -> int:
         )
     api = _api(config, args)
     try:
-        nodes, statuses = await _read(api, args.selector)
+        site = await _read(api, args.selector)
     finally:
         await api.close()
+    nodes, statuses, held = site.nodes, site.statuses, site.holdings
     stale = _stale_after_s(config, args)
     if args.bundle is not None:
         views = [
             bundle_view(
-                nodes, statuses, args.bundle, args.set_name, now=_now(), stale_after_s=stale
+                nodes, statuses, args.bundle, args.set_name,
+                now=_now(), stale_after_s=stale, holdings=held,
             )
-        ]
+        ]  # fmt: skip
     else:
-        views = site_views(nodes, statuses, now=_now(), stale_after_s=stale)
+        views = site_views(nodes, statuses, now=_now(), stale_after_s=stale, holdings=held)
+    unreadable = {n: why for n, why in site.unreadable.items() if n in nodes}
     if args.json:
-        print(json.dumps({"nodes": len(nodes), "bundles": [v.to_json() for v in views]}, indent=2))
+        doc = {"nodes": len(nodes), "bundles": [v.to_json() for v in views]}
+        print(json.dumps(doc | {"holdingsUnreadable": unreadable}, indent=2))
         return 0
     without = [n for n in nodes if n not in statuses]
     _say(f"{len(nodes)} nodes in scope, {len(nodes) - len(without)} reporting")
     if without:
         _say("no status: " + ", ".join(without))
+    for node, why in sorted(unreadable.items()):
+        _say(f"holdings unreadable: {node}: {why}")
     if not views:
         _say("no bundle reported by any node in scope")
     for view in views:
@@ -201,7 +252,7 @@ async def _wait(config: Config, args: argparse.Namespace) -> int:
     try:
         while True:
             try:
-                nodes, statuses = await _read(api, args.selector)
+                site = await _read(api, args.selector)
             except ApiUnreachable as exc:
                 if view is None:
                     raise
@@ -211,8 +262,9 @@ async def _wait(config: Config, args: argparse.Namespace) -> int:
             else:
                 outage = None
                 view = bundle_view(
-                    nodes, statuses, args.bundle, args.set_name, now=_now(), stale_after_s=stale
-                )
+                    site.nodes, site.statuses, args.bundle, args.set_name,
+                    now=_now(), stale_after_s=stale, holdings=site.holdings,
+                )  # fmt: skip
                 if view.is_complete:
                     return _done(view, args)
                 shown = _progress(view, shown)
@@ -251,4 +303,6 @@ def _timed_out(view: BundleView, args: argparse.Namespace) -> int:
     _say(f"error: timed out after {args.timeout:g} s: {view.summary()}{scope}", file=sys.stderr)
     for node in view.laggards:
         _say(f"  {node.node}: {node.why()}", file=sys.stderr)
+    for line in view.conflict_lines():
+        _say(line, file=sys.stderr)
     return EXIT_TIMEOUT

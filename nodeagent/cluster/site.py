@@ -13,9 +13,11 @@ complete (docs/cluster.md, "Site view").
   agent writes at least every ``heartbeat_s`` (pulls) or ``progress_interval_s`` (bytes
   moving), so it is dead or stuck. An idle agent writes only on change, so an old
   heartbeat on a node that is pinned, holds the bundle or lacks it is normal.
-* "Different manifest for the same id": the status carries no manifest digest, only each
-  bundle's image count; nodes whose count for the id differs from the most common one are
-  named as conflicts. Two manifests with the same count cannot be told apart yet.
+* "Different manifest for the same id": each node's published NodeImageHoldings
+  (``holdings``) names the digest of the signed manifest it holds for the id; nodes whose
+  digest differs from the most common one are named, and the bundle is not complete
+  (``site wait`` does not open) while they do. For nodes that publish no holdings (an
+  older agent) the image count their status reports is compared instead, as a hint.
 * Every text taken from a status object (ids, reasons, messages, names) is clipped and
   escaped (``strict.clip``) here, before it reaches a terminal or JSON output.
 """
@@ -28,6 +30,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nodeagent.cluster.holdings import (
+    DigestConflict,
+    Holder,
+    Holdings,
+    bundle_ids_held,
+    digest_conflicts,
+    holders,
+)
 from nodeagent.selectors import Selector
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
@@ -125,6 +135,11 @@ class BundleView:
     set_name: str | None
     nodes: tuple[NodeReport, ...]
     conflicts: tuple[Conflict, ...] = field(default=())
+    """Image counts that differ, among nodes that publish no holdings (a hint)."""
+    holders: tuple[Holder, ...] = field(default=())
+    """Nodes whose published holdings list the bundle (complete or being fetched)."""
+    digest_conflicts: tuple[DigestConflict, ...] = field(default=())
+    """Nodes holding another manifest under the same id (exact, from the holdings)."""
 
     @property
     def pinned(self) -> list[NodeReport]:
@@ -136,7 +151,8 @@ class BundleView:
 
     @property
     def holding(self) -> list[NodeReport]:
-        return [n for n in self.nodes if n.is_holding]
+        complete = {h.node for h in self.holders if h.is_complete}
+        return [n for n in self.nodes if n.is_holding or n.node in complete]
 
     @property
     def failing(self) -> list[NodeReport]:
@@ -144,9 +160,9 @@ class BundleView:
 
     @property
     def is_complete(self) -> bool:
-        """Every Node in scope pinned; never true for an empty scope (a gate never opens
-        on nothing)."""
-        return bool(self.nodes) and not self.laggards
+        """Every Node in scope pinned, all with the same manifest; never true for an empty
+        scope (a gate never opens on nothing)."""
+        return bool(self.nodes) and not self.laggards and not self.digest_conflicts
 
     def bytes_left(self) -> tuple[int, int]:
         """(bytes left on the nodes that report it, nodes in progress that do not)."""
@@ -165,15 +181,25 @@ class BundleView:
         )
 
     def lines(self) -> list[str]:
-        """The summary, then one line per node that is not pinned, then the conflicts."""
+        """The summary, who holds it, one line per node that is not pinned, the conflicts."""
         out = [self.summary()]
+        for label, is_complete in (("held by", True), ("being fetched by", False)):
+            names = [h.node for h in self.holders if h.is_complete == is_complete]
+            out += [f"  {label}: {', '.join(names)}"] if names else []
         out += [f"  {n.node}: {n.why()}" for n in self.laggards]
-        out += [
+        return out + self.conflict_lines()
+
+    def conflict_lines(self) -> list[str]:
+        out = [
+            f"  {c.node}: holds manifest {c.manifest_digest} under this id where most nodes "
+            f"hold {c.expected_digest}: a different manifest under the same id"
+            for c in self.digest_conflicts
+        ]
+        return out + [
             f"  {c.node}: reports {c.images_total} images for this id where most nodes "
             f"report {c.expected_total}: a different manifest under the same id?"
             for c in self.conflicts
         ]
-        return out
 
     def to_json(self) -> dict[str, Any]:
         known, unknown = self.bytes_left()
@@ -191,6 +217,14 @@ class BundleView:
             "conflicts": [
                 {"node": c.node, "imagesTotal": c.images_total, "expectedTotal": c.expected_total}
                 for c in self.conflicts
+            ],
+            "holders": [
+                {"node": h.node, "manifestDigest": h.manifest_digest, "complete": h.is_complete}
+                for h in self.holders
+            ],
+            "manifestConflicts": [
+                {"node": c.node, "manifestDigest": c.manifest_digest, "expected": c.expected_digest}
+                for c in self.digest_conflicts
             ],
         }
 
@@ -369,17 +403,24 @@ def bundle_view(
     *,
     now: dt.datetime,
     stale_after_s: float,
+    holdings: Mapping[str, Holdings] | None = None,
 ) -> BundleView:
-    """The bundle (and set) on every Node named in ``nodes`` (the scope, already selected)."""
+    """The bundle (and set) on every Node named in ``nodes`` (the scope, already selected);
+    ``holdings``: the valid NodeImageHoldings by node."""
     reports = tuple(
         judge_node(n, statuses.get(n), bundle_id, set_name, now=now, stale_after_s=stale_after_s)
         for n in nodes
     )
+    held = holdings or {}
+    found = holders(held, nodes, bundle_id)
+    unpublished = [n for n in nodes if n not in held]
     return BundleView(
         clip(bundle_id, ID_CHARS),
         clip(set_name, ID_CHARS) if set_name is not None else None,
         reports,
-        tuple(_conflicts(statuses, nodes, bundle_id)),
+        tuple(_conflicts(statuses, unpublished, bundle_id)),
+        found,
+        digest_conflicts(found),
     )
 
 
@@ -394,8 +435,18 @@ def bundle_ids(statuses: Iterable[Obj]) -> list[str]:
 
 
 def site_views(
-    nodes: Sequence[str], statuses: Mapping[str, Obj], *, now: dt.datetime, stale_after_s: float
+    nodes: Sequence[str],
+    statuses: Mapping[str, Obj],
+    *,
+    now: dt.datetime,
+    stale_after_s: float,
+    holdings: Mapping[str, Holdings] | None = None,
 ) -> list[BundleView]:
-    """One view per bundle id seen anywhere in the scope."""
-    seen = bundle_ids(statuses[n] for n in nodes if n in statuses)
-    return [bundle_view(nodes, statuses, i, now=now, stale_after_s=stale_after_s) for i in seen]
+    """One view per bundle id seen anywhere in the scope (a status or the holdings)."""
+    held = holdings or {}
+    seen = set(bundle_ids(statuses[n] for n in nodes if n in statuses))
+    seen |= bundle_ids_held(held[n] for n in nodes if n in held)
+    return [
+        bundle_view(nodes, statuses, i, now=now, stale_after_s=stale_after_s, holdings=held)
+        for i in sorted(seen)
+    ]

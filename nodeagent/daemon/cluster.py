@@ -1,31 +1,69 @@
 """Cluster mode's adapters and tasks, built only when ``[cluster] enabled``.
 
 Imported lazily by ``wiring`` so that a node without a cluster never loads lightkube.
+With ``[site] serve`` or ``follow`` on, discovery's tasks too (decision 0029): the
+publisher of this node's holdings and the watcher of its peers'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from nodeagent.adapters.files import mirror_directory
 from nodeagent.adapters.kube import KubeApi
+from nodeagent.cluster.api import Obj
+from nodeagent.cluster.holdings import HeldBundle
 from nodeagent.cluster.objects import FIELD_MANAGER
-from nodeagent.cluster.tasks import ClusterSpecs, Connection, StatusReporter
+from nodeagent.cluster.tasks import ClusterSpecs, Connection, StatusReporter, node_name
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
+from nodeagent.reporting import ClusterSink
+from nodeagent.site.discovery import is_following, is_publishing
+from nodeagent.site.publishing import BundleStepsTrigger, HoldingsPublisher, PeerWatcher
 from nodeagent.status import PullProgress
 
+if TYPE_CHECKING:
+    from nodeagent.adapters.store.holdings import StoreHoldings
+
 log = structlog.get_logger(__name__)
+
+
+class LazyHoldings:
+    """``site.publishing.HoldingsSource`` that loads the store's code only once the store
+    holds a bundle (an idle node in cluster mode does not import it)."""
+
+    def __init__(self, store_dir: Path) -> None:
+        self.store_dir = store_dir
+        self._built: StoreHoldings | None = None
+
+    def scan(self) -> tuple[HeldBundle, ...]:
+        if self._built is None:
+            try:
+                if not any((self.store_dir / "bundles").iterdir()):
+                    return ()
+            except FileNotFoundError:
+                return ()
+            from nodeagent.adapters.store.holdings import StoreHoldings  # noqa: PLC0415
+
+            self._built = StoreHoldings(self.store_dir)
+        return self._built.scan()
 
 
 @dataclass
 class ClusterMode:
     api: KubeApi
-    sink: StatusReporter
+    reporter: StatusReporter
     specs: ClusterSpecs
+    sink: ClusterSink
+    """What the Reporter writes the status to (the reporter, poking the publisher)."""
+    publisher: HoldingsPublisher | None = None
+    peers: PeerWatcher | None = None
+    """The peer directory the fetcher reads (``site.discovery.PeerDirectory``)."""
 
     @classmethod
     def build(cls, config: Config, *, progress: Callable[[], PullProgress]) -> ClusterMode:
@@ -36,23 +74,62 @@ class ClusterMode:
         )
         connection = Connection(api.server)
         reporter = StatusReporter(config, api, connection, progress=progress)
+        publisher, peers = _discovery(config, api, connection)
+
+        def on_node(node: Obj) -> None:
+            reporter.set_node(node)
+            if publisher is not None:
+                publisher.set_node(node)
+
         specs = ClusterSpecs(
             config,
             api,
             connection,
             mirror=mirror_directory,
-            on_node=reporter.set_node,
+            on_node=on_node,
             on_placement=reporter.set_placement,
         )
         log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
-        return cls(api, reporter, specs)
+        sink = reporter if publisher is None else BundleStepsTrigger(reporter, publisher)
+        return cls(api, reporter, specs, sink, publisher, peers)
 
     def tasks(self) -> list[Task]:
         """Optional tasks: an API server that misbehaves never stops pinning."""
-        return [
+        tasks = [
             Task("cluster-specs", self.specs.run, is_critical=False),
-            Task("cluster-status", self.sink.run, is_critical=False),
+            Task("cluster-status", self.reporter.run, is_critical=False),
         ]
+        if self.publisher is not None:
+            tasks.append(Task("site-holdings", self.publisher.run, is_critical=False))
+        if self.peers is not None:
+            tasks.append(Task("site-peers", self.peers.run, is_critical=False))
+        return tasks
 
     async def close(self) -> None:
         await self.api.close()
+
+
+def _discovery(
+    config: Config, api: KubeApi, connection: Connection
+) -> tuple[HoldingsPublisher | None, PeerWatcher | None]:
+    node = node_name(config)
+    site = config.site
+    publisher = (
+        HoldingsPublisher(
+            api,
+            connection,
+            LazyHoldings(config.store_dir),
+            node=node,
+            is_serving=site.serve,
+            listen=site.listen,
+            advertise=site.advertise,
+        )
+        if is_publishing(config)
+        else None
+    )
+    peers = (
+        PeerWatcher(api, connection, node=node, static_peers=site.peers)
+        if is_following(config)
+        else None
+    )
+    return publisher, peers

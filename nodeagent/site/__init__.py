@@ -1,6 +1,17 @@
 """The site: sharing verified bundles between a site's nodes (docs/site.md).
 
-Pure rules only: which bundles a node follows, what its store holds as peers see it,
-which peer to ask for which blob. The peer server and client are adapters
-(``nodeagent.adapters``); the daemon wires them.
+Pure rules first: which bundles a node follows, what its store holds as peers see it,
+which peer to ask for which blob. Modules: ``discovery`` (what this node publishes, the
+merged peer view, the ``PeerDirectory`` port the fetcher reads) and ``publishing`` (the
+cluster-mode tasks: the holdings publisher and the peer watcher, decision 0029).
+
+Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
+
+- the Kubernetes API server with the node's own identity: list and watch every
+  NodeImageHoldings, server-side apply of the node's own (``adapters.kube``, through
+  ``cluster.api.KubeApi``);
+- the node's image store, read without its lock: records, stored blobs, each bundle's
+  signed ``bundle.json`` (``adapters.store.holdings``);
+- the peer server and client (HTTPS with mutual TLS) are adapters too; the daemon wires
+  them.
 """

@@ -98,6 +98,7 @@ def test_cluster_mode_is_installed_whole(package_node: Node) -> None:
         f"{deploy}/rbac.yaml",
         f"{deploy}/admission-policy.yaml",
         f"{deploy}/crds/nodeimagestatuses.nodeagent.io.yaml",
+        f"{deploy}/crds/nodeimageholdings.nodeagent.io.yaml",
         f"{deploy}/crds/pinnedimagesets.machineconfiguration.openshift.io.yaml",
     } <= shipped
     # Where the unit's Documentation= points, whatever rpm's default %{_docdir_fmt}.

@@ -120,6 +120,16 @@ async def test_pool_set_is_pinned_edited_and_unpinned_with_status_and_events(
         managers = {m["manager"] for m in nis["metadata"]["managedFields"]}
         assert managers == {"nodeagent"}
 
+        # Discovery is on ([site] follow = auto in cluster mode): its holdings, empty store.
+        held = wait_for(
+            lambda: get(kube, "nodeimageholdings", node), timeout_s=30,
+            what="the node's holdings published", detail=lambda: agent.log_text()[-4000:],
+        )  # fmt: skip
+        assert held["spec"] == {
+            "nodeName": node, "serving": False, "bundleCount": 0, "bundles": [],
+        }  # fmt: skip
+        assert held["metadata"]["ownerReferences"][0]["uid"] == uid
+
         table = kube.kubectl_ok("get", "nodeimagestatuses", node)
         header, row = table.splitlines()[:2]
         assert header.split()[:6] == ["NAME", "READY", "REASON", "PINNED", "IMAGES", "PULLING"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from nodeagent.cluster.holdings import HeldBundle, holdings_of
 from nodeagent.cluster.site import (
     bundle_view,
     judge_node,
@@ -289,3 +290,64 @@ def test_a_set_reporting_zero_bytes_to_pull_has_unknown_bytes_left() -> None:
     unknown = pinned_set("up", "Progressing", None, 1, bytes={"present": 0, "toPull": 0})
     (report,) = view(["a"], nis("a", bundle("pinned"), sets=[unknown]), set_name="up").nodes
     assert (report.verdict, report.bytes_left) == ("progressing", None)
+
+
+# ---------------------------------------------------------------- with published holdings
+
+D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+
+
+def held(name: str, digest: str = D1, *, complete: bool = True, bundle_id: str = BUNDLE) -> Any:
+    entry = HeldBundle(bundle_id, digest, complete, 3, 300)
+    return holdings_of(name, [entry], is_serving=True, address="10.0.0.1:9447")
+
+
+def test_holdings_name_who_holds_and_who_fetches_and_count_as_holding() -> None:
+    statuses = statuses_by_node([nis("a", bundle("pinned")), nis("b", bundle("storing"))])
+    holdings = {"a": held("a"), "b": held("b", complete=False), "c": held("c")}
+    result = bundle_view(
+        ["a", "b", "c"], statuses, BUNDLE, now=NOW, stale_after_s=STALE_S, holdings=holdings
+    )
+    assert [n.node for n in result.holding] == ["a", "c"]  # c: no status, but holds it
+    assert "  held by: a, c" in result.lines()
+    assert "  being fetched by: b" in result.lines()
+    assert result.to_json()["holders"][1] == {"node": "b", "manifestDigest": D1, "complete": False}
+
+
+def test_another_manifest_under_the_id_is_named_exactly_and_keeps_the_gate_closed() -> None:
+    statuses = statuses_by_node([nis(n, bundle("pinned", total=10)) for n in "abc"])
+    holdings = {"a": held("a"), "b": held("b"), "c": held("c", D2)}
+    result = bundle_view(
+        ["a", "b", "c"], statuses, BUNDLE, now=NOW, stale_after_s=STALE_S, holdings=holdings
+    )
+    assert not result.laggards
+    assert not result.is_complete
+    assert [(c.node, c.manifest_digest, c.expected_digest) for c in result.digest_conflicts] == [
+        ("c", D2, D1)
+    ]
+    assert f"  c: holds manifest {D2} under this id where most nodes hold {D1}: a different " \
+        "manifest under the same id" in result.lines()  # fmt: skip
+    same = {"a": held("a"), "b": held("b"), "c": held("c")}
+    assert bundle_view(
+        ["a", "b", "c"], statuses, BUNDLE, now=NOW, stale_after_s=STALE_S, holdings=same
+    ).is_complete
+
+
+def test_the_image_count_hint_is_only_for_nodes_without_holdings() -> None:
+    statuses = statuses_by_node(
+        [nis("a", bundle("pinned", total=10)), nis("b", bundle("pinned", total=10)),
+         nis("c", bundle("pinned", total=12))]
+    )  # fmt: skip
+    with_c = {"c": held("c")}
+    result = bundle_view(
+        ["a", "b", "c"], statuses, BUNDLE, now=NOW, stale_after_s=STALE_S, holdings=with_c
+    )
+    assert result.conflicts == ()  # c's digest is known: no guessing from its count
+    without = bundle_view(["a", "b", "c"], statuses, BUNDLE, now=NOW, stale_after_s=STALE_S)
+    assert [c.node for c in without.conflicts] == ["c"]
+
+
+def test_site_views_include_bundles_only_the_holdings_name() -> None:
+    holdings = {"a": held("a", bundle_id="fetched-only"), "z": held("z", bundle_id="outside")}
+    views = site_views(["a"], {}, now=NOW, stale_after_s=STALE_S, holdings=holdings)
+    assert [v.bundle_id for v in views] == ["fetched-only"]

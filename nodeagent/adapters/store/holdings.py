@@ -1,0 +1,111 @@
+"""What the store holds, at bundle granularity, for the node's published holdings.
+
+``StoreHoldings.scan`` reads (without the store lock, repairing nothing) every bundle's
+record, the blobs stored and the sha256 of each stored ``bundle.json``; a bundle directory
+with a signed ``bundle.json`` and its signature but no record yet is a fetch under way
+and is listed as started (its manifest parsed for the totals). The digests are kept per
+file identity (inode, size, mtime), so a rescan that finds nothing new reads no manifest
+again. Blocking: the publisher runs it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from nodeagent.adapters.store.blobs import BlobStore
+from nodeagent.adapters.store.records import StoreRecords
+from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES, parse_manifest
+from nodeagent.cluster.holdings import HeldBundle
+from nodeagent.errors import HostFileError, NodeAgentError
+from nodeagent.site.discovery import held_bundles
+from nodeagent.store import layout
+
+_Identity = tuple[int, int, int]
+
+
+class StoreHoldings:
+    """``site.publishing.HoldingsSource`` over the store directory ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._digests: dict[str, tuple[_Identity, str, HeldBundle | None]] = {}
+
+    def scan(self) -> tuple[HeldBundle, ...]:
+        if not (self.root / layout.BUNDLES_DIR).is_dir():
+            return ()
+        records = StoreRecords(self.root).load(is_repairing=False).records
+        recorded = {r.bundle_id for r in records}
+        digests: dict[str, str] = {}
+        started: list[HeldBundle] = []
+        for bundle_id in self._bundle_ids():
+            read = self._manifest(bundle_id, is_parsed=bundle_id not in recorded)
+            if read is None:
+                continue
+            digest, held = read
+            digests[bundle_id] = digest
+            if held is not None:
+                started.append(held)
+        self._digests = {k: v for k, v in self._digests.items() if k in digests}
+        return held_bundles(records, BlobStore(self.root).stored(), digests, started)
+
+    def _bundle_ids(self) -> list[str]:
+        directory = self.root / layout.BUNDLES_DIR
+        try:
+            names = sorted(e.name for e in os.scandir(directory) if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise HostFileError(f"cannot list {directory}: {err.strerror}") from err
+        return [name for name in names if layout.is_bundle_id(name)]
+
+    def _manifest(self, bundle_id: str, *, is_parsed: bool) -> tuple[str, HeldBundle | None] | None:
+        """The digest of the bundle's ``bundle.json`` (and, for a bundle without a record,
+        its totals as a started bundle); None: no manifest or signature (yet)."""
+        directory = self.root / layout.bundle_dir(bundle_id)
+        path = directory / layout.MANIFEST_NAME
+        try:
+            info = path.stat(follow_symlinks=False)
+            has_signature = (directory / layout.SIGNATURE_NAME).is_file()
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            raise HostFileError(f"cannot read {path}: {err.strerror}") from err
+        if not has_signature or info.st_size > MAX_MANIFEST_BYTES:
+            return None
+        identity = (info.st_ino, info.st_size, info.st_mtime_ns)
+        cached = self._digests.get(bundle_id)
+        if cached is not None and cached[0] == identity and (cached[2] or not is_parsed):
+            return cached[1], cached[2] if is_parsed else None
+        data = _read(path, MAX_MANIFEST_BYTES)
+        if data is None:
+            return None
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        started = _started(bundle_id, digest, data) if is_parsed else None
+        self._digests[bundle_id] = (identity, digest, started)
+        return digest, started
+
+
+def _started(bundle_id: str, digest: str, data: bytes) -> HeldBundle | None:
+    """A bundle being fetched, from its manifest's totals; None: not a manifest of that id."""
+    try:
+        manifest = parse_manifest(data)
+    except NodeAgentError:
+        return None
+    if manifest.bundle_id != bundle_id:
+        return None
+    size = sum(f.size_bytes for f in manifest.blobs.values())
+    return HeldBundle(bundle_id, digest, False, len(manifest.blobs), size)
+
+
+def _read(path: Path, max_bytes: int) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise HostFileError(f"cannot open {path}: {err.strerror}") from err
+    with os.fdopen(fd, "rb") as stream:
+        data = stream.read(max_bytes + 1)
+    return data if len(data) <= max_bytes else None

@@ -1,0 +1,191 @@
+"""Discovery (pure): what this node publishes, and the peers it learns of (decision 0029).
+
+* ``held_bundles``: the store's bundles at bundle granularity, from its records, the blobs
+  it holds and the digests of the stored ``bundle.json`` files; a bundle whose directory
+  holds its signed manifest but no record yet (a fetch under way) is listed as started.
+* ``node_address``: where peers reach this node (``[site] advertise``, else the Node's
+  InternalIP with the port of ``[site] listen``).
+* ``merge_peers``: the published holdings of the other nodes merged with the static
+  ``[site] peers`` into one view; ``PeerDirectory`` is the port the fetcher reads it from.
+* ``bundle_steps``: the bundle steps a status reports; a change of them (not of progress)
+  is what makes the publisher look at the store again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from nodeagent.cluster.holdings import HeldBundle, Holdings
+from nodeagent.config import Config
+from nodeagent.config.addresses import Address, parse_address
+from nodeagent.status import NodeStatus
+from nodeagent.store.layout import BundleRecord
+
+# ---------------------------------------------------------------- what this node holds
+
+
+def record_bundle(
+    record: BundleRecord, manifest_digest: str, stored: Mapping[str, int]
+) -> HeldBundle:
+    """A stored bundle: complete when every blob its record lists is stored at its size."""
+    is_complete = all(stored.get(b.digest) == b.size_bytes for b in record.blobs)
+    return HeldBundle(
+        record.bundle_id, manifest_digest, is_complete, len(record.blobs), record.size_bytes
+    )
+
+
+def held_bundles(
+    records: Iterable[BundleRecord],
+    stored: Mapping[str, int],
+    manifest_digests: Mapping[str, str],
+    started: Iterable[HeldBundle] = (),
+) -> tuple[HeldBundle, ...]:
+    """Every signed bundle of the store, sorted by id.
+
+    ``manifest_digests``: bundle id → sha256 of its stored ``bundle.json`` (a record whose
+    manifest cannot be read is not listed: it could not be served). ``started``: bundles
+    with a manifest but no record yet; a record of the same id wins. Registry sets have no
+    signed manifest and are never listed."""
+    found: dict[str, HeldBundle] = {b.bundle_id: b for b in started if not b.is_complete}
+    for record in records:
+        digest = manifest_digests.get(record.bundle_id)
+        if record.is_registry or digest is None:
+            continue
+        found[record.bundle_id] = record_bundle(record, digest, stored)
+    return tuple(found[key] for key in sorted(found))
+
+
+def node_address(node: Mapping[str, Any] | None, *, listen: str, advertise: str) -> str:
+    """``advertise`` when set; else the Node's first valid InternalIP with ``listen``'s port;
+    ``""`` when neither is known."""
+    if advertise:
+        return str(parse_address(advertise))
+    port = parse_address(listen).port
+    status = (node or {}).get("status")
+    addresses = status.get("addresses") if isinstance(status, Mapping) else None
+    for entry in addresses if isinstance(addresses, list) else []:
+        if not isinstance(entry, Mapping) or entry.get("type") != "InternalIP":
+            continue
+        text = entry.get("address")
+        try:
+            ip = ipaddress.ip_address(text if isinstance(text, str) else "")
+        except ValueError:
+            continue
+        return str(Address(str(ip), port))
+    return ""
+
+
+def bundle_steps(status: NodeStatus) -> frozenset[tuple[str, str]]:
+    """(bundle id, step) of every bundle a status reports: progress does not change it."""
+    return frozenset((b.bundle_id, b.state) for b in status.bundles)
+
+
+def is_following(config: Config) -> bool:
+    """``[site] follow``: on, or auto in cluster mode or with static peers."""
+    follow = config.site.follow
+    return follow == "on" or (
+        follow == "auto" and (config.cluster.enabled or bool(config.site.peers))
+    )
+
+
+def is_publishing(config: Config) -> bool:
+    """Holdings are published in cluster mode when the node serves or follows."""
+    return config.cluster.enabled and (config.site.serve or is_following(config))
+
+
+# ---------------------------------------------------------------- the peers
+
+
+@dataclass(frozen=True, slots=True)
+class PeerView:
+    """A node this one may fetch from."""
+
+    address: str
+    """``host:port`` of its peer server."""
+    node: str = ""
+    """The Node's name; ``""`` for a static peer no discovered node publishes."""
+    bundles: tuple[HeldBundle, ...] | None = None
+    """What it published; None: unknown (a static peer: ask ``/nodeagent/v1/holdings``)."""
+
+    def holds(self, bundle_id: str) -> HeldBundle | None:
+        return next((b for b in self.bundles or () if b.bundle_id == bundle_id), None)
+
+
+def _normal(address: str) -> str:
+    """One spelling per address (an IP in its canonical form, a name in lower case), so a
+    static peer and a published address compare; ``""`` when it is not one."""
+    try:
+        host, port = parse_address(address)
+    except ValueError:
+        return ""
+    try:
+        host = str(ipaddress.ip_address(host))
+    except ValueError:
+        host = host.lower()
+    return str(Address(host, port))
+
+
+def merge_peers(
+    own_node: str, published: Iterable[Holdings], static: Sequence[str]
+) -> tuple[PeerView, ...]:
+    """The discovered peers (other nodes that serve at a known address), then each static
+    address no discovered node publishes (holdings unknown). This node is never its own
+    peer: neither its object nor a static address equal to the one it publishes."""
+    every = list(published)
+    own = {_normal(h.address) for h in every if h.node == own_node and h.address}
+    found = sorted(
+        (h for h in every if h.node != own_node and h.is_serving and h.address),
+        key=lambda h: h.node,
+    )
+    views = [PeerView(_normal(h.address), h.node, h.bundles) for h in found]
+    known = own | {v.address for v in views}
+    for address in static:
+        normal = _normal(address)
+        if normal and normal not in known:
+            views.append(PeerView(normal))
+            known.add(normal)
+    return tuple(views)
+
+
+class PeerDirectory(Protocol):
+    """The peers of this node as discovery knows them (implemented by
+    ``site.publishing.PeerWatcher``); the fetcher reads it."""
+
+    def peers(self) -> tuple[PeerView, ...]:
+        """The current view: discovered peers first, then static ones."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Grows by one with each change of ``peers()``."""
+        ...
+
+    async def changed(self, since: int) -> int:
+        """Wait until ``version`` is no longer ``since``; return the new version."""
+        ...
+
+
+class StaticPeers:
+    """``PeerDirectory`` without the API (no cluster mode): the ``[site] peers`` alone,
+    holdings unknown; the view never changes."""
+
+    def __init__(self, static: Sequence[str]) -> None:
+        self._view = merge_peers("", (), static)
+        self._never = asyncio.Event()
+
+    def peers(self) -> tuple[PeerView, ...]:
+        return self._view
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    async def changed(self, since: int) -> int:
+        if since != 0:
+            return 0
+        await self._never.wait()  # the configuration is read once: no change to wait for
+        return 0

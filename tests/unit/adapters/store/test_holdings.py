@@ -1,0 +1,58 @@
+"""The store's holdings as the publisher sees them: complete, started, and damaged bundles."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from nodeagent.adapters.store.holdings import StoreHoldings
+from nodeagent.cluster.holdings import HeldBundle
+from nodeagent.store import layout
+from tests.testenv.store_bundles import digest_of, store_bundle
+
+BLOBS = [b"top manifest", b"layer one" * 100, b"layer two" * 50]
+SIZE = sum(len(b) for b in BLOBS)
+
+
+def test_an_empty_or_missing_store_holds_nothing(tmp_path: Path) -> None:
+    assert StoreHoldings(tmp_path / "absent").scan() == ()
+    assert StoreHoldings(tmp_path).scan() == ()
+
+
+def test_a_recorded_bundle_with_every_blob_is_complete(tmp_path: Path) -> None:
+    digest = store_bundle(tmp_path, "site-1", BLOBS)
+    manifest = (tmp_path / "bundles" / "site-1" / "bundle.json").read_bytes()
+    assert digest == "sha256:" + hashlib.sha256(manifest).hexdigest()
+    assert StoreHoldings(tmp_path).scan() == (HeldBundle("site-1", digest, True, 3, SIZE),)
+
+
+def test_a_fetch_under_way_is_started_with_the_manifests_totals(tmp_path: Path) -> None:
+    digest = store_bundle(tmp_path, "site-1", BLOBS, is_recorded=False, stored=1)
+    assert StoreHoldings(tmp_path).scan() == (HeldBundle("site-1", digest, False, 3, SIZE),)
+
+
+def test_a_blob_gone_from_a_recorded_bundle_makes_it_incomplete(tmp_path: Path) -> None:
+    store_bundle(tmp_path, "site-1", BLOBS)
+    (tmp_path / layout.blob_path(digest_of(BLOBS[2]))).unlink()
+    ((held,),) = [StoreHoldings(tmp_path).scan()]
+    assert not held.is_complete
+
+
+def test_a_directory_without_manifest_or_signature_or_with_a_foreign_one_is_skipped(
+    tmp_path: Path,
+) -> None:
+    store_bundle(tmp_path, "site-1", BLOBS, is_recorded=False)
+    (tmp_path / "bundles" / "site-1" / "bundle.json.minisig").unlink()
+    (tmp_path / "bundles" / "empty").mkdir()
+    store_bundle(tmp_path, "other", BLOBS, is_recorded=False)
+    (tmp_path / "bundles" / "other").rename(tmp_path / "bundles" / "renamed")
+    assert StoreHoldings(tmp_path).scan() == ()
+
+
+def test_a_changed_manifest_is_hashed_again(tmp_path: Path) -> None:
+    holdings = StoreHoldings(tmp_path)
+    first = store_bundle(tmp_path, "site-1", BLOBS)
+    assert holdings.scan()[0].manifest_digest == first
+    second = store_bundle(tmp_path, "site-1", BLOBS, note="re-signed")
+    assert second != first
+    assert holdings.scan()[0].manifest_digest == second
