@@ -38,9 +38,10 @@ TargetPart = Literal["selector", "architecture"]
 """Which half of a target left a node out."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class BundleTarget:
-    """The nodes a bundle is meant for, beyond its architecture."""
+    """The nodes a bundle is meant for, beyond its architecture. Two targets are equal when
+    they select the same way (their canonical texts are equal), whatever their order."""
 
     node_selector: Selector
 
@@ -48,6 +49,14 @@ class BundleTarget:
     def selector_text(self) -> str:
         """The canonical ``kubectl -l`` form: requirements sorted, each once."""
         return canonical_selector(self.node_selector)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BundleTarget):
+            return NotImplemented
+        return self.selector_text == other.selector_text
+
+    def __hash__(self) -> int:
+        return hash(self.selector_text)
 
 
 def canonical_selector(selector: Selector) -> str:
