@@ -39,7 +39,7 @@ from nodeagent.bundles.serving import (
     MirrorPullPorts,
     pull_via_mirror,
 )
-from nodeagent.bundles.target import check_node_in_target
+from nodeagent.bundles.target import check_node_in_target, describe_target
 from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
     BundleMediaRemoved as BundleMediaRemoved,
@@ -192,7 +192,12 @@ class Importer:
             images_total=len(manifest.images),
             bytes_total=total_size_bytes(served_blobs(manifest)),
         )
-        self._report(report, "bundle_verified", key=checked.signed_by)
+        self._report(
+            report,
+            "bundle_verified",
+            key=checked.signed_by,
+            target=describe_target(manifest.architecture, manifest.target),
+        )
         return await self._import_verified(root, manifest, report)
 
     def _reject(self, report: BundleReport, exc: NodeAgentError) -> BundleReport:

@@ -286,5 +286,6 @@ async def test_a_stick_for_other_nodes_is_refused_and_imported_by_hand_with_igno
     done = agent.cli("bundle", "import", str(targeted.bundle), "--ignore-target", "--json")
     assert done.returncode == 0, done.stderr
     assert "bundle_target_ignored" in done.stderr + done.stdout
+    assert "amd64 nodes matching 'site=line-3'" in done.stderr + done.stdout  # bundle_verified
     assert await stored(fresh_crio, targeted.refs) == targeted.refs
     assert await pinned(fresh_crio, targeted.refs) == targeted.refs
