@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from nodeagent.bundles.target import BundleTarget, parse_target
+from nodeagent.bundles.target import FORMAT_VERSION as FORMAT_VERSION
+from nodeagent.bundles.target import TARGET_FORMAT_VERSION as TARGET_FORMAT_VERSION
+from nodeagent.bundles.target import BundleTarget, target_of
 from nodeagent.errors import (  # re-exported: callers may name them bundle.X
     BundleDigestMismatch as BundleDigestMismatch,
 )
@@ -51,12 +53,6 @@ from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.specs import API_VERSION, KIND, PinnedImageSet, parse_set_object
 from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
-FORMAT_VERSION: Final = 1
-"""The version of a bundle without a ``target``: every nodeagent that reads bundles takes it."""
-TARGET_FORMAT_VERSION: Final = 2
-"""The version of a bundle with a ``target``. A nodeagent that reads only version 1 ignores
-fields it does not know, so it would take a bundle not meant for it; it refuses version 2
-(``BundleFormatUnsupported``) instead (docs/decisions/0028-bundle-targets.md)."""
 FORMAT_VERSIONS: Final = (FORMAT_VERSION, TARGET_FORMAT_VERSION)
 MANIFEST_NAME: Final = "bundle.json"
 SIGNATURE_NAME: Final = "bundle.json.minisig"
@@ -371,18 +367,6 @@ def _document(data: bytes) -> dict[str, Any]:
     return doc
 
 
-def _target(doc: Mapping[str, Any]) -> BundleTarget | None:
-    """``target``: only in version 2, where a reader of version 1 refuses the bundle."""
-    if "target" not in doc:
-        return None
-    if doc["formatVersion"] != TARGET_FORMAT_VERSION:
-        raise BundleManifestInvalid(
-            f"bundle.json: a target needs formatVersion {TARGET_FORMAT_VERSION} (a nodeagent "
-            f"that reads only version {FORMAT_VERSION} would ignore it and take the bundle)"
-        )
-    return parse_target(doc["target"])
-
-
 def parse_manifest(data: bytes) -> BundleManifest:
     """Parse ``bundle.json`` — only ever called after its signature was verified."""
     doc = _document(data)
@@ -395,7 +379,7 @@ def parse_manifest(data: bytes) -> BundleManifest:
     channel = DEFAULT_CHANNEL
     if "channel" in doc:
         channel = _string(doc, "channel", _CHANNEL, "1-64 of A-Z a-z 0-9 . _ -")
-    target = _target(doc)
+    target = target_of(doc)
     images = _images(doc)
     blobs = _blobs(doc, layout)
     return BundleManifest(

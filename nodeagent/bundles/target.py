@@ -23,6 +23,12 @@ from nodeagent.errors import BundleManifestInvalid, BundleNotInTarget, ConfigInv
 from nodeagent.selectors import Selector, parse_selector
 from nodeagent.strict import clip, quoted
 
+FORMAT_VERSION: Final = 1
+"""``bundle.json``'s version without a ``target``: every nodeagent that reads bundles takes it."""
+TARGET_FORMAT_VERSION: Final = 2
+"""The version of a bundle with a ``target``. A nodeagent that reads only version 1 ignores
+fields it does not know, so it would take a bundle not meant for it; it refuses version 2
+(``BundleFormatUnsupported``) instead (docs/decisions/0028-bundle-targets.md)."""
 TARGET_KEYS: Final = frozenset({"nodeSelector"})
 MAX_SELECTOR_CHARS: Final = 4096
 """A selector's text in ``bundle.json``: 4 KiB holds about 50 requirements of the longest
@@ -112,6 +118,19 @@ def parse_target(value: Any, where: str = "bundle.json target") -> BundleTarget:
     if not isinstance(text, str):
         raise BundleManifestInvalid(f"{where}: nodeSelector must be a string (kubectl -l form)")
     return BundleTarget(parse_selector_text(text, where))
+
+
+def target_of(doc: Mapping[str, Any]) -> BundleTarget | None:
+    """``bundle.json``'s ``target`` (its ``formatVersion`` already checked to be known): only
+    in version 2, which a reader of version 1 refuses rather than ignore the target."""
+    if "target" not in doc:
+        return None
+    if doc.get("formatVersion") != TARGET_FORMAT_VERSION:
+        raise BundleManifestInvalid(
+            f"bundle.json: a target needs formatVersion {TARGET_FORMAT_VERSION} (a nodeagent "
+            f"that reads only version {FORMAT_VERSION} would ignore it and take the bundle)"
+        )
+    return parse_target(doc["target"])
 
 
 def target_doc(target: BundleTarget) -> dict[str, str]:
