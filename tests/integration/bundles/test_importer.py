@@ -20,6 +20,8 @@ from tests.testenv import blkio
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.bundles import Factory, build_factory, ext4_media
 from tests.testenv.crio import Crio
+from tests.testenv.kube import KubeCluster
+from tests.testenv.kubeobjects import cluster_config, install_deploy
 from tests.testenv.udev import LoopMedia, Udevd, free_loop_device, settle
 from tests.testenv.waiting import wait_for
 
@@ -289,3 +291,37 @@ async def test_a_stick_for_other_nodes_is_refused_and_imported_by_hand_with_igno
     assert "amd64 nodes matching 'site=line-3'" in done.stderr + done.stdout  # bundle_verified
     assert await stored(fresh_crio, targeted.refs) == targeted.refs
     assert await pinned(fresh_crio, targeted.refs) == targeted.refs
+
+
+@pytest.mark.usefixtures("udevd")
+async def test_in_cluster_mode_a_stick_is_imported_when_the_nodes_labels_match_its_target(
+    targeted: Factory,
+    fresh_crio: Crio,
+    kube: KubeCluster,
+    tmp_path: Path,
+    media_cleanup: list[LoopMedia],
+) -> None:
+    """The daemon judges a stick's target by the labels its Node informer gave it (the real
+    kube-apiserver): a Node labelled site=line-3 takes the bundle made for site=line-3."""
+    install_deploy(kube)
+    node = "target-line-3"
+    kube.create_node(node, labels={"site": "line-3", "node-role.kubernetes.io/worker": ""})
+    media = ext4_media(tmp_path, targeted.bundle)
+    media_cleanup.append(media)
+    agent = agent_for(
+        tmp_path, fresh_crio, targeted.public_key, extra_config=cluster_config(kube, node)
+    )
+    with agent:
+        agent.wait_log("cluster_sets_changed")  # the Node, the sets and the pools listed
+        media.attach()
+        status = agent.wait_status(
+            lambda s: (
+                bundle_state(s) == "rejected"
+                or (bundle_state(s) == "pinned" and set_state(s, targeted.set_name) == "Pinned")
+            ),
+            what="the targeted bundle imported and its set pinned (or refused)",
+        )
+        assert last_bundle(status).get("reason") is None, last_bundle(status)
+        assert "amd64 nodes matching 'site=line-3'" in agent.current_run_log()
+    assert await pinned(fresh_crio, targeted.refs) == targeted.refs
+    kube.kubectl_ok("delete", "node", node)
