@@ -55,6 +55,7 @@ happened and what to do about it. Retry decisions follow the two branches::
             ├── BundleManifestInvalid   BundleManifestInvalid
             ├── BundleSetInvalid        BundleSetInvalid
             ├── BundleArchitectureMismatch BundleArchitectureMismatch
+            ├── BundleNotInTarget       BundleNotInTarget (the target leaves the node out)
             ├── BundleUnsafePath        BundleUnsafePath
             ├── BundleUnsafeEntry       BundleUnsafeEntry
             ├── BundleUnlistedFile      BundleUnlistedFile
@@ -336,6 +337,13 @@ class BundleArchitectureMismatch(BundleError):
     """The bundle, or an image in it, is for another platform than this node's."""
 
     reason = "BundleArchitectureMismatch"
+
+
+class BundleNotInTarget(BundleError):
+    """The bundle's target (its signed ``nodeSelector``) does not select this node, or the
+    node's labels are not known (no Kubernetes API): it is meant for other nodes."""
+
+    reason = "BundleNotInTarget"
 
 
 class BundleUnsafePath(BundleError):

@@ -1,7 +1,8 @@
 """Upgrade bundles: signed OCI content carried on removable media to a node with no registry.
 
 Flow: a medium is plugged in -> ``imports`` mounts it read-only -> ``importer`` checks
-the signature (``minisign``), the signed manifest and the tree (``manifest``) and that
+the signature (``minisign``), the signed manifest and the tree (``manifest``), that the
+bundle's target includes this node (``target``) and that
 every image is complete for this node (``content``), admits it against the disk,
 serves it on loopback and points the runtime at it with a registries.conf mirror
 (``mirror``), pulls every missing image through CRI, then writes the bundle's

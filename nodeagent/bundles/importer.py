@@ -39,6 +39,7 @@ from nodeagent.bundles.serving import (
     MirrorPullPorts,
     pull_via_mirror,
 )
+from nodeagent.bundles.target import check_node_in_target, describe_target
 from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
     BundleMediaRemoved as BundleMediaRemoved,
@@ -116,6 +117,12 @@ class ImporterPorts:
     """Told once the bundle is in the store, before the status says the medium may be
     removed: from then on the import no longer reads the medium, so its removal must not
     stop it."""
+    node_labels: Callable[[], Mapping[str, str] | None] = field(default=lambda: None)
+    """The node's labels as the Kubernetes API last gave them; None when they are not known
+    (no cluster mode, or not listed yet): a bundle with a target selector is then refused."""
+    is_ignoring_target: bool = False
+    """``bundle import --ignore-target``: a technician imports a bundle whose target's
+    selector leaves this node out (its architecture is still checked, rule R13)."""
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -163,6 +170,20 @@ class Importer:
         except NodeAgentError as exc:
             return self._reject(report, exc)
         manifest = checked.manifest
+        if manifest.target is not None and self.ports.is_ignoring_target:
+            log.warning(
+                "bundle_target_ignored",
+                bundle=manifest.bundle_id,
+                selector=manifest.target.selector_text,
+                action="imported by hand with --ignore-target",
+            )
+        elif manifest.target is not None:
+            try:
+                check_node_in_target(
+                    manifest.target, self.ports.node_labels(), bundle_id=manifest.bundle_id
+                )
+            except NodeAgentError as exc:
+                return self._reject(replace(report, bundle_id=manifest.bundle_id), exc)
         report = replace(
             report,
             state="verified",
@@ -171,7 +192,12 @@ class Importer:
             images_total=len(manifest.images),
             bytes_total=total_size_bytes(served_blobs(manifest)),
         )
-        self._report(report, "bundle_verified", key=checked.signed_by)
+        self._report(
+            report,
+            "bundle_verified",
+            key=checked.signed_by,
+            target=describe_target(manifest.architecture, manifest.target),
+        )
         return await self._import_verified(root, manifest, report)
 
     def _reject(self, report: BundleReport, exc: NodeAgentError) -> BundleReport:

@@ -15,6 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from nodeagent.bundles.target import FORMAT_VERSION as FORMAT_VERSION
+from nodeagent.bundles.target import TARGET_FORMAT_VERSION as TARGET_FORMAT_VERSION
+from nodeagent.bundles.target import BundleTarget, target_of
 from nodeagent.errors import (  # re-exported: callers may name them bundle.X
     BundleDigestMismatch as BundleDigestMismatch,
 )
@@ -50,7 +53,7 @@ from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.specs import API_VERSION, KIND, PinnedImageSet, parse_set_object
 from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSIONS: Final = (FORMAT_VERSION, TARGET_FORMAT_VERSION)
 MANIFEST_NAME: Final = "bundle.json"
 SIGNATURE_NAME: Final = "bundle.json.minisig"
 MAX_MANIFEST_BYTES: Final = 16 * 1024 * 1024
@@ -132,6 +135,9 @@ class BundleManifest:
     channel: str = DEFAULT_CHANNEL
     """The optional ``channel`` (a release line of the signing key); the node store keeps the
     newest bundle of each key and channel."""
+    target: BundleTarget | None = None
+    """The optional ``target`` (format version 2): the nodes the bundle is meant for, beyond
+    its ``architecture`` (``bundles.target``)."""
 
     @property
     def total_size_bytes(self) -> int:
@@ -333,7 +339,7 @@ def count_values(data: bytes) -> int:
     return data.count(b",") + data.count(b"[") + data.count(b"{")
 
 
-def _document(data: bytes) -> Mapping[str, Any]:
+def _document(data: bytes) -> dict[str, Any]:
     if count_values(data) > MAX_MANIFEST_VALUES:
         raise BundleManifestInvalid(
             f"bundle.json holds more than {MAX_MANIFEST_VALUES} values (objects, arrays, commas)"
@@ -349,12 +355,14 @@ def _document(data: bytes) -> Mapping[str, Any]:
     version = doc.get("formatVersion")
     if type(version) is not int:  # not True, 1.0 or "1"
         raise BundleManifestInvalid(
-            f"bundle.json: formatVersion must be the integer {FORMAT_VERSION}, not {_kind(version)}"
+            f"bundle.json: formatVersion must be the integer {FORMAT_VERSION} or "
+            f"{TARGET_FORMAT_VERSION}, not {_kind(version)}"
         )
-    if version != FORMAT_VERSION:
+    if version not in FORMAT_VERSIONS:
         raise BundleFormatUnsupported(
-            f"bundle format version {version} is not supported (this nodeagent reads "
-            f"version {FORMAT_VERSION}); use a bundle made for this nodeagent version"
+            f"bundle format version {clip(version, 50)} is not supported (this nodeagent reads "
+            f"versions {FORMAT_VERSION} and {TARGET_FORMAT_VERSION}); use a bundle made for "
+            "this nodeagent version"
         )
     return doc
 
@@ -371,6 +379,7 @@ def parse_manifest(data: bytes) -> BundleManifest:
     channel = DEFAULT_CHANNEL
     if "channel" in doc:
         channel = _string(doc, "channel", _CHANNEL, "1-64 of A-Z a-z 0-9 . _ -")
+    target = target_of(doc)
     images = _images(doc)
     blobs = _blobs(doc, layout)
     return BundleManifest(
@@ -383,6 +392,7 @@ def parse_manifest(data: bytes) -> BundleManifest:
         sets=_sets(doc, images),
         blobs={f"sha256:{f.sha256_hex}": f for f in blobs.values()},
         channel=channel,
+        target=target,
     )
 
 

@@ -24,9 +24,16 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from nodeagent import logs
 from nodeagent.authfile import AuthStore, parse_auth_file
+from nodeagent.bundles.target import BundleTarget, describe_target, parse_selector_text
 from nodeagent.config import Config
-from nodeagent.errors import AuthFileInvalid, KeyMalformed, SecretKeyLocked, SpecInvalid
-from nodeagent.registries import Platform, node_platform
+from nodeagent.errors import (
+    AuthFileInvalid,
+    BundleManifestInvalid,
+    KeyMalformed,
+    SecretKeyLocked,
+    SpecInvalid,
+)
+from nodeagent.registries import LINUX_ARCHITECTURES, Platform, node_platform
 from nodeagent.specs import PinnedImageSet, parse_spec_text
 from nodeagent.status import BundleReport, bundle_line, status_line
 from nodeagent.strict import clip
@@ -67,8 +74,15 @@ def add_parser(sub: Subparsers) -> Subparsers:
     create.add_argument("--output", type=Path, required=True, help="empty directory or medium")
     create.add_argument("--id", dest="bundle_id", help="bundle id (default: from the content)")
     create.add_argument(
-        "--arch", type=parse_platform, default=node_platform(os.uname().machine),
-        help="platform of the images: amd64, arm64, arm/v7... (default: this machine's)",
+        "--arch", "--target-arch", dest="arch", type=parse_platform,
+        default=node_platform(os.uname().machine),
+        help="the architecture the bundle is for, its images resolved for it: amd64, arm64, "
+        "arm/v7... (default: this machine's); nodes of another one never take the bundle",
+    )  # fmt: skip
+    create.add_argument(
+        "--target-selector", type=parse_target_selector, default=None, metavar="SELECTOR",
+        help="only nodes whose labels match this selector (kubectl -l form, e.g. "
+        "'node-role.kubernetes.io/worker,site=line-3') take the bundle",
     )  # fmt: skip
     create.add_argument("--auth-file", type=Path, help="docker config JSON with credentials")
     create.add_argument(
@@ -91,6 +105,11 @@ def add_parser(sub: Subparsers) -> Subparsers:
     imports = commands.add_parser("import", help="import a bundle directory now and pin its sets")
     imports.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
     imports.add_argument("--json", action="store_true", help="print the final report as JSON")
+    imports.add_argument(
+        "--ignore-target", action="store_true",
+        help="import even when the bundle's target selector leaves this node out "
+        "(its architecture is still checked)",
+    )  # fmt: skip
     return commands
 
 
@@ -100,11 +119,23 @@ def cmd_bundle(config: Config, args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- input
 def parse_platform(text: str) -> Platform:
-    """``amd64``, ``arm64``, ``arm/v7`` (optionally ``linux/``-prefixed) as a Linux platform."""
+    """``amd64``, ``arm64``, ``arm/v7`` (optionally ``linux/``-prefixed) as a Linux platform;
+    the architecture must be one of Go's (``registries.LINUX_ARCHITECTURES``)."""
     match = _ARCH.fullmatch(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an architecture like amd64 or arm/v7")
+    if match is None or match[1] not in LINUX_ARCHITECTURES:
+        known = ", ".join(sorted(LINUX_ARCHITECTURES))
+        raise argparse.ArgumentTypeError(
+            f"{clip(text, 80)!r} is not an architecture like amd64 or arm/v7 (one of {known})"
+        )
     return Platform("linux", match[1], match[2] or "")
+
+
+def parse_target_selector(text: str) -> BundleTarget:
+    """``--target-selector``: the rules ``bundle.json``'s target is read with."""
+    try:
+        return BundleTarget(parse_selector_text(text, "--target-selector"))
+    except BundleManifestInvalid as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def load_set_files(paths: Sequence[Path], *, is_persistent: bool) -> list[PinnedImageSet]:
@@ -232,7 +263,8 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
         created = asyncio.run(
             bundle_writer.create_bundle(
                 refs, sets, secret_key, args.output, client=client, auth=read_auth(args.auth_file),
-                bundle_id=args.bundle_id, progress=progress.blobs if progress else None,
+                bundle_id=args.bundle_id, target=args.target_selector,
+                progress=progress.blobs if progress else None,
             )
         )  # fmt: skip
     finally:
@@ -243,6 +275,7 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
         f"{created.blob_count} blobs, {format_bytes(created.size_bytes)}, "
         f"signed by key {created.key_id_hex}"
     )
+    _out(f"  for {describe_target(args.arch.architecture, created.target)}")
     for image in created.images:
         _out(f"  {image.ref} ({format_bytes(image.size_bytes)})")
     return 0
@@ -289,6 +322,7 @@ def print_report(report: bundle_media.VerifyReport) -> None:
         f"  created {clip(manifest.created, 40)}, architecture {clip(manifest.architecture, 40)}, "
         f"{len(manifest.images)} images, {len(manifest.sets)} PinnedImageSets"
     )
+    _out(f"  for {describe_target(manifest.architecture, manifest.target)}")
     rate = report.hashed_bytes / report.seconds / 1e6 if report.seconds > 0 else 0.0
     _out(
         f"  {len(manifest.files)} files, {format_bytes(report.hashed_bytes)} hashed in "
@@ -305,7 +339,8 @@ EXIT_INTERRUPTED = 75
 
 def cmd_import(config: Config, args: argparse.Namespace) -> int:
     logs.configure(config.log.level)
-    report = asyncio.run(_import(config, args.path.resolve()))
+    root = args.path.resolve()
+    report = asyncio.run(_import(config, root, is_ignoring_target=args.ignore_target))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     if report.state == "imported":
@@ -313,7 +348,7 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if report.state == "interrupted" else EXIT_REFUSED
 
 
-async def _import(config: Config, root: Path) -> BundleReport:
+async def _import(config: Config, root: Path, *, is_ignoring_target: bool) -> BundleReport:
     from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (see the imports)
     from nodeagent.daemon.wiring import build  # noqa: PLC0415  (see the imports)
 
@@ -327,9 +362,13 @@ async def _import(config: Config, root: Path) -> BundleReport:
             sys.stderr.write(f"{bundle_line(report)}\n")
 
     try:
+        labels = None
+        if wiring.cluster is not None and not is_ignoring_target:
+            labels = await wiring.cluster.specs.read_node_labels()
         importer = build_importer(
-            config, wiring.policies, wiring.cri, wiring.reloader, report=on_report
-        )
+            config, wiring.policies, wiring.cri, wiring.reloader, report=on_report,
+            node_labels=lambda: labels, is_ignoring_target=is_ignoring_target,
+        )  # fmt: skip
         report = await importer.import_bundle(root, source=str(root))
         if report.state == "imported":
             status = await wiring.reconciler.sync()

@@ -147,6 +147,28 @@ class ClusterSpecs:
         self.changed = asyncio.Event()
         self.placement: Placement | None = None
 
+    def node_labels(self) -> dict[str, str] | None:
+        """This Node's labels as last listed or watched; None before the API gave them."""
+        node = self.view.node
+        if node is None:
+            return None
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+
+    async def read_node_labels(self) -> dict[str, str] | None:
+        """This Node's labels listed once (``bundle import`` outside the daemon); None when the
+        API does not answer in time or has no such Node."""
+        fields = f"metadata.name={self.node}"
+        try:
+            async with asyncio.timeout(self.config.cluster.request_timeout_s):
+                async for snapshot in self.api.informer(kinds.NODE, field_selector=fields):
+                    self.view.node = snapshot.get(self.node)
+                    break
+        except (NodeAgentError, TimeoutError) as exc:
+            log.warning("node_labels_unknown", node=self.node, error=str(exc) or "timed out")
+            return None
+        return self.node_labels()
+
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._follow("node", kinds.NODE, f"metadata.name={self.node}"))

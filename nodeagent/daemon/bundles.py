@@ -98,6 +98,8 @@ def build_importer(
     report: Callable[[BundleReport], None],
     is_present: Callable[[Path], bool] = lambda root: root.exists(),
     release: Callable[[Path], None] = lambda _root: None,
+    node_labels: Callable[[], Mapping[str, str] | None] = lambda: None,
+    is_ignoring_target: bool = False,
 ) -> Importer:
     transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
     platform = node_platform(os.uname().machine)
@@ -116,6 +118,8 @@ def build_importer(
         image_store=node_store(config),
         release_medium=release,
         is_probing_mirror=True,
+        node_labels=node_labels,
+        is_ignoring_target=is_ignoring_target,
     )
     return Importer(ports, policies.disk)
 

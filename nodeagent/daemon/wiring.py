@@ -139,6 +139,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
             report=reporter.bundle_report,
             is_present=is_present,
             release=release,
+            node_labels=cluster.specs.node_labels if cluster else lambda: None,
         )
 
     media = MediaImports(

@@ -41,6 +41,7 @@ from nodeagent.registries.conf import (
 from nodeagent.registries.manifests import (
     IMAGE_MEDIA_TYPES,
     INDEX_MEDIA_TYPES,
+    LINUX_ARCHITECTURES,
     MANIFEST_ACCEPT,
     MAX_CONFIG_BYTES,
     MAX_MANIFEST_BYTES,
@@ -94,6 +95,7 @@ __all__ = [
     "Manifest",
     "ManifestIndex",
     "Mirror",
+    "LINUX_ARCHITECTURES",
     "Platform",
     "RegistriesConf",
     "RegistryEntry",

@@ -73,6 +73,13 @@ class Platform:
         return "/".join(part for part in (self.os, self.architecture, self.variant) if part)
 
 
+LINUX_ARCHITECTURES: Final = frozenset(
+    {"386", "amd64", "arm", "arm64", "loong64", "mips", "mipsle", "mips64", "mips64le",
+     "ppc64", "ppc64le", "riscv64", "s390x"}
+)  # fmt: skip
+"""Go's GOARCH names for Linux, the names OCI platforms and CRI-O use
+(docs/runtime-facts.md#oci-image-layout-and-distribution)."""
+
 _MACHINE_TO_PLATFORM: Final[dict[str, tuple[str, str]]] = {
     "x86_64": ("amd64", ""),
     "amd64": ("amd64", ""),
@@ -89,7 +96,8 @@ _MACHINE_TO_PLATFORM: Final[dict[str, tuple[str, str]]] = {
 
 
 def node_platform(machine: str) -> Platform:
-    """The Linux platform for a ``uname -m`` value (Go's GOARCH names)."""
+    """The Linux platform for a ``uname -m`` value (Go's GOARCH names): the one mapping
+    nodeagent has (docs/runtime-facts.md#oci-image-layout-and-distribution)."""
     architecture, variant = _MACHINE_TO_PLATFORM.get(machine, (machine, ""))
     return Platform("linux", architecture, variant)
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from nodeagent.bundles import minisign
 from nodeagent.bundles.manifest import BundleManifest, TreeEntry, check_tree, parse_manifest
+from nodeagent.bundles.target import MAX_SELECTOR_CHARS, parse_target
 from tests.fuzz import strategies as s
 from tests.fuzz.contract import outcome
 
@@ -47,12 +48,42 @@ _PATHS: list[tuple[str | int, ...]] = [
     ("pinnedImageSets", 0, "object", "spec"),
     ("pinnedImageSets", 0, "object", "spec", "pinnedImages"),
 ]  # fmt: skip
+_TARGETED: dict[str, Any] = {
+    **_BUNDLE, "formatVersion": 2,
+    "target": {"nodeSelector": "node-role.kubernetes.io/worker,site=line-3"},
+}  # fmt: skip
+_TARGET_PATHS: list[tuple[str | int, ...]] = [
+    ("formatVersion",),
+    ("target",),
+    ("target", "nodeSelector"),
+    ("target", "architecture"),
+]
+_SELECTOR_PIECES = st.sampled_from(
+    ["a", "site", "x.io/", "node-role.kubernetes.io/worker", "=", "==", "!=", "!", ",", " ",
+     " in ", " notin ", "(", ")", "line-3", "-", "_", ".", "/", "\x1b", "\u202e", "é", "k" * 64]
+)  # fmt: skip
+selectors = st.one_of(
+    st.lists(_SELECTOR_PIECES, max_size=24).map("".join),
+    st.text(max_size=64),
+    st.integers(1, 6000).map(lambda n: "a," * n),
+)
+targets = st.one_of(
+    st.builds(lambda sel: {"nodeSelector": sel}, selectors),
+    st.dictionaries(st.sampled_from(["nodeSelector", "architecture", "nodes"]),
+                    st.one_of(selectors, s.json_like), max_size=3),
+    s.json_like,
+)  # fmt: skip
 bundles = st.one_of(
     st.just(_BUNDLE),
+    st.just(_TARGETED),
     st.builds(s.replaced, st.just(_BUNDLE), st.sampled_from(_PATHS), s.json_like),
     st.builds(s.replaced, st.just(_BUNDLE), st.sampled_from(_PATHS),
               st.sampled_from(["x/../../outside", "../x", "/abs", "a" * 300, "lost+found/x",
                                "\x1b[2J", "q\ud800", 2**64, -1, 1.5, True])),
+    st.builds(s.replaced, st.just(_TARGETED), st.sampled_from(_TARGET_PATHS),
+              st.one_of(selectors, s.json_like, st.sampled_from([1, 2, 3]))),
+    st.builds(lambda version, target: {**_BUNDLE, "formatVersion": version, "target": target},
+              st.sampled_from([1, 2]), targets),
 ).map(lambda doc: s.utf8(json.dumps(doc, ensure_ascii=False)))  # fmt: skip
 
 
@@ -61,6 +92,10 @@ def _manifest(data: bytes) -> None:
     if isinstance(result, BundleManifest):
         for bundle_set in result.sets:
             assert len(bundle_set.image_set.images) >= 1
+        if result.target is not None:  # the canonical text reads back as the same target
+            text = result.target.selector_text
+            assert 0 < len(text) <= MAX_SELECTOR_CHARS
+            assert parse_target({"nodeSelector": text}) == result.target
         tree = [TreeEntry(f.path, "file", f.size_bytes) for f in result.files]
         outcome("bundles.manifest.check_tree", lambda: check_tree(tree, result))
 
@@ -88,6 +123,8 @@ def test_bundle_manifest_raw(data: bytes) -> None:
     )
 )
 @example(s.utf8(json.dumps(s.replaced(_BUNDLE, ("pinnedImageSets",), {"a": 1}))))
+@example(s.utf8(json.dumps(s.replaced(_TARGETED, ("target", "nodeSelector"), "a in (b,,c)"))))
+@example(s.utf8(json.dumps(s.replaced(_TARGETED, ("formatVersion",), 1))))
 @example(s.utf8(json.dumps(s.replaced(_BUNDLE, ("pinnedImageSets", 0, "object", "spec"), 3))))
 def test_bundle_manifest_documents(data: bytes) -> None:
     _manifest(data)

@@ -60,9 +60,9 @@ def set_object(name: str, ref: str) -> dict[str, Any]:
     }
 
 
-def manifest() -> BundleManifest:
-    doc = {
-        "formatVersion": 1,
+def manifest(target: str | None = None) -> BundleManifest:
+    doc: dict[str, Any] = {
+        "formatVersion": 1 if target is None else 2,
         "bundleId": BUNDLE_ID,
         "created": "2026-11-22T09:30:00Z",
         "architecture": "amd64",
@@ -78,11 +78,22 @@ def manifest() -> BundleManifest:
             {"persistent": False, "object": set_object("db", DB)},
         ],
     }
+    if target is not None:
+        doc["target"] = {"nodeSelector": target}
     return parse_manifest(json.dumps(doc).encode())
 
 
 class Rig:
-    def __init__(self, *, available_bytes: int = 20 * GIB, reload_failures: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        available_bytes: int = 20 * GIB,
+        reload_failures: int = 0,
+        target: str | None = None,
+        node_labels: Mapping[str, str] | None = None,
+        is_ignoring_target: bool = False,
+    ) -> None:
+        self.target = target
         self.clock = VirtualClock()
         self.crio = FakeCrio(pull=self._pull)
         self.dropins = MemoryDropins()
@@ -113,6 +124,8 @@ class Rig:
                 store=self.store,
                 is_present_on_media=lambda root: root == ROOT and self.is_present,
                 on_report=self.reports.append,
+                node_labels=lambda: node_labels,
+                is_ignoring_target=is_ignoring_target,
             ),
             DiskPolicy(expansion_factor=2.0, reserve_bytes=GIB),
         )
@@ -121,7 +134,7 @@ class Rig:
         assert root == ROOT
         if self.verify_error is not None:
             raise self.verify_error
-        return FakeVerified(manifest(), signed_by="factory-2026")
+        return FakeVerified(manifest(self.target), signed_by="factory-2026")
 
     def _make_server(self, root: Path, blobs: Mapping[str, ExpectedFile]) -> FakeServer:
         server = FakeServer(root, blobs, bytes_served=TOTAL, rejections=self.server_rejections)
@@ -330,6 +343,41 @@ async def test_verification_failure_rejects_with_its_reason_and_touches_nothing(
     assert (rig.servers, rig.mirror.writes, rig.reloader.calls) == ([], [], 0)
     assert rig.crio.pull_calls == []
     assert rig.space.asked == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "needle"),
+    [(None, "labels are not known"), ({"site": "line-4"}, "labels do not match")],
+)
+async def test_a_stick_whose_target_leaves_the_node_out_is_refused_before_anything(
+    labels: Mapping[str, str] | None, needle: str
+) -> None:
+    rig = Rig(target="site=line-3", node_labels=labels)
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "rejected"]
+    assert (report.reason, report.bundle_id) == ("BundleNotInTarget", BUNDLE_ID)
+    assert needle in (report.message or "")
+    assert "'site=line-3'" in (report.message or "")
+    assert (rig.servers, rig.mirror.writes, rig.reloader.calls) == ([], [], 0)
+    assert (rig.crio.pull_calls, rig.space.asked, rig.specs.files) == ([], [], {})
+
+
+@pytest.mark.parametrize(
+    ("labels", "is_ignoring"),
+    [({"site": "line-3", "zone": "a"}, False), (None, True), ({"site": "line-4"}, True)],
+)
+async def test_a_stick_for_this_node_or_imported_ignoring_its_target_is_imported(
+    labels: Mapping[str, str] | None, is_ignoring: bool
+) -> None:
+    rig = Rig(target="site=line-3", node_labels=labels, is_ignoring_target=is_ignoring)
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "verified", "admitted", "importing", "imported"]
+    assert report.reason is None
+    assert sorted(rig.crio.pull_calls) == [APP, DB]
 
 
 async def test_blob_refused_by_the_server_rejects_the_bundle_after_the_pulls() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,13 @@ class Factory:
 
 
 def make_bundle(
-    workdir: Path, registry: Registry, refs: list[str], public: str, secret: str
+    workdir: Path,
+    registry: Registry,
+    refs: list[str],
+    public: str,
+    secret: str,
+    *,
+    extra_args: Sequence[str] = (),
 ) -> Path:
     key = workdir / "factory.key"
     key.write_text(secret)
@@ -61,14 +68,18 @@ def make_bundle(
         registry.host,
         "--id",
         "line-3-test",
+        *extra_args,
     ]
     made = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert made.returncode == 0, made.stderr
     return out
 
 
-def build_factory(workdir: Path, *, count: int, layer_bytes: int, seed: int) -> Factory:
-    """Images pushed to a registry that is stopped once the signed bundle of them is made."""
+def build_factory(
+    workdir: Path, *, count: int, layer_bytes: int, seed: int, extra_args: Sequence[str] = ()
+) -> Factory:
+    """Images pushed to a registry that is stopped once the signed bundle of them is made;
+    ``extra_args`` go to ``bundle create`` (``--target-selector``)."""
     public, secret = minisign.generate_keypair(comment=f"factory {seed}")
     with Registry(workdir / "registry") as registry:
         images = make_image_set(
@@ -77,7 +88,7 @@ def build_factory(workdir: Path, *, count: int, layer_bytes: int, seed: int) -> 
         refs = [
             push(registry.url, i.repository, i.build()).reference(registry.host) for i in images
         ]
-        bundle = make_bundle(workdir, registry, refs, public, secret)
+        bundle = make_bundle(workdir, registry, refs, public, secret, extra_args=extra_args)
     return Factory(bundle, public, refs, "line-3")
 
 

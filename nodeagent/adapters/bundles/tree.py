@@ -49,6 +49,7 @@ from nodeagent.bundles.manifest import (
     ExpectedFile,
     TreeEntry,
 )
+from nodeagent.bundles.target import target_doc
 from nodeagent.errors import HostFileError, NodeAgentError, SignatureMalformed
 from nodeagent.registries import Platform
 from nodeagent.strict import clip
@@ -351,6 +352,7 @@ def _manifest_json(manifest: BundleManifest) -> dict[str, Any]:
         "bundleId": manifest.bundle_id,
         "created": manifest.created,
         "architecture": manifest.architecture,
+        "target": None if manifest.target is None else target_doc(manifest.target),
         "layout": manifest.layout,
         "images": [
             {"name": str(i.ref), "manifestDigest": i.manifest_digest, "sizeBytes": i.size_bytes}

@@ -39,6 +39,7 @@ from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.authfile import AuthStore
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
+from nodeagent.bundles.target import BundleTarget, target_doc
 from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
@@ -59,6 +60,7 @@ class CreatedBundle:
     """Every blob and layout file: what ``bundle verify`` hashes."""
     key_id_hex: str
     trusted_comment: str
+    target: BundleTarget | None = None
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -90,9 +92,22 @@ def check_bundle_id(bundle_id: str) -> str:
     return bundle_id
 
 
-def default_bundle_id(architecture: str, refs: Iterable[PinnedImageRef], sets_json: Any) -> str:
-    """Derived from the content: the same images and sets give the same id (import is a no-op)."""
-    content = json.dumps([architecture, sorted(map(str, refs)), sets_json], sort_keys=True)
+def default_bundle_id(
+    architecture: str,
+    refs: Iterable[PinnedImageRef],
+    sets_json: Any,
+    target: BundleTarget | None = None,
+) -> str:
+    """Derived from the content: the same images and sets give the same id (import is a no-op).
+
+    The target counts too (when there is one, so ids of bundles without one stay as they
+    were): the same images for two groups of nodes are two bundles, not one id with two
+    different signed manifests, which a site reports as a conflict.
+    """
+    parts: list[Any] = [architecture, sorted(map(str, refs)), sets_json]
+    if target is not None:
+        parts.append(target_doc(target))
+    content = json.dumps(parts, sort_keys=True)
     return f"bundle-{architecture}-{hashlib.sha256(content.encode()).hexdigest()[:16]}"
 
 
@@ -124,14 +139,21 @@ def manifest_doc(
     images: Sequence[PlannedImage],
     files: dict[str, bytes],
     sets: Sequence[PinnedImageSet],
+    target: BundleTarget | None = None,
 ) -> bytes:
-    """``bundle.json`` (format 1): images, every blob once, layout files, PinnedImageSets."""
+    """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 1, or
+    format 2 with a ``target`` (a reader of format 1 refuses it rather than ignore it)."""
     blobs = {blob.digest: blob.size_bytes for image in images for blob in image.blobs}
-    doc = {
-        "formatVersion": bundle.FORMAT_VERSION,
+    version = bundle.FORMAT_VERSION if target is None else bundle.TARGET_FORMAT_VERSION
+    doc: dict[str, Any] = {
+        "formatVersion": version,
         "bundleId": bundle_id,
         "created": created,
         "architecture": architecture,
+    }
+    if target is not None:
+        doc["target"] = target_doc(target)
+    doc |= {
         "layout": "oci",
         "images": [
             {"name": str(i.ref), "manifestDigest": i.ref.digest, "sizeBytes": i.size_bytes}
@@ -207,14 +229,20 @@ async def create_bundle(
     client: RegistryClient,
     auth: AuthStore,
     bundle_id: str | None = None,
+    target: BundleTarget | None = None,
     progress: Progress | None = None,
     now: datetime | None = None,
 ) -> CreatedBundle:
-    """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle."""
+    """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle.
+
+    Every image is resolved for that platform (an index to its child, a single-platform
+    image checked by its config), so the bundle's ``architecture``, the architecture half
+    of its target, is what its images are.
+    """
     platform = client.platform
     sets_json = [set_object(s) for s in sets]
     bundle_id = check_bundle_id(
-        bundle_id or default_bundle_id(platform.architecture, refs, sets_json)
+        bundle_id or default_bundle_id(platform.architecture, refs, sets_json, target)
     )
     blobs_dir = await asyncio.to_thread(prepare_output, output_dir)
     fetcher = ImageFetcher(client, auth, blobs_dir, progress)
@@ -223,7 +251,7 @@ async def create_bundle(
     created = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     doc = manifest_doc(
         bundle_id=bundle_id, created=created, architecture=platform.architecture,
-        images=images, files=_layout_files(images), sets=sets,
+        images=images, files=_layout_files(images), sets=sets, target=target,
     )  # fmt: skip
     comment = f"nodeagent bundle {bundle_id} created {created}"
     await asyncio.to_thread(
@@ -233,7 +261,7 @@ async def create_bundle(
     blob_count = len({b.digest for image in images for b in image.blobs})
     key_id = secret_key.public_key().key_id_hex
     return CreatedBundle(
-        bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment
+        bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target
     )
 
 

@@ -387,3 +387,32 @@ async def test_cluster_specs_relist_after_expired_watches_and_keep_the_mirror(
     trouble = [e for e in logs if e["log_level"] in ("warning", "error")]
     assert trouble == []
     cluster.kubectl_ok("delete", SETS, "mirror-a", "mirror-c", "mirror-other")
+
+
+async def test_cluster_specs_read_this_nodes_labels_once_for_bundle_targets(
+    expiring: ExpiringKube, client: NodeClient, tmp_path: Path
+) -> None:
+    """``bundle import`` outside the daemon lists the Node once to judge a bundle's target;
+    before that the labels are unknown (None), never an empty set."""
+    settings = ClusterSettings(
+        enabled=True,
+        kubeconfig=expiring.cluster.kubeconfig_for_node(client.node),
+        node_name=client.node,
+        request_timeout_s=10,
+    )
+    config = dataclasses.replace(Config.default(root=tmp_path), cluster=settings)
+    specs = ClusterSpecs(
+        config,
+        client.api,
+        Connection(client.api.server),
+        mirror=mirror_directory,
+        on_node=lambda _node: None,
+        on_placement=lambda _placement: None,
+    )
+    assert specs.node_labels() is None
+    assert await specs.read_node_labels() is None  # no such Node yet
+    expiring.cluster.create_node(client.node, labels={"site": "line-3", "zone": "a"})
+    labels = await specs.read_node_labels()
+    assert labels is not None
+    assert (labels["site"], labels["zone"]) == ("line-3", "a")
+    assert specs.node_labels() == labels

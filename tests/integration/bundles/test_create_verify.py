@@ -364,6 +364,56 @@ def test_arm64_bundle_takes_the_arm64_child(
     assert for_amd64.json()["error"]["reason"] == "BundleArchitectureMismatch"
 
 
+def test_a_targeted_bundle_carries_its_target_signed_and_verify_shows_it(
+    registry: Registry, pushed: Pushed, keys: Keys, tmp_path: Path
+) -> None:
+    output = tmp_path / "targeted"
+    result = run_cli(
+        "bundle", "create", "--image", pushed.ref(pushed.multiarch), "--key", keys.key,
+        "--output", output, "--target-arch", "arm64", "--insecure-registry", registry.host,
+        "--target-selector", "site=line-3, node-role.kubernetes.io/worker",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    selector = "node-role.kubernetes.io/worker,site=line-3"
+    assert f"for arm64 nodes matching '{selector}'" in result.out
+    data = (output / "bundle.json").read_bytes()
+    signature = (output / "bundle.json.minisig").read_text()
+    trusted = minisign.load_trusted_keys({"factory": keys.pub.read_text()})
+    minisign.verify(data, signature, trusted)  # the target is in the signed bytes
+    doc = json.loads(data)
+    assert doc["formatVersion"] == 2
+    assert (doc["architecture"], doc["target"]) == ("arm64", {"nodeSelector": selector})
+    assert blob(output, pushed.multiarch.child_digests[1]).is_file()  # the arm64 child only
+    assert not blob(output, pushed.multiarch.child_digests[0]).exists()
+    shown = verify(output, keys, "--arch", "arm64", "--json")
+    assert shown.code == 0, shown.err
+    assert shown.json()["target"] == {"nodeSelector": selector}
+    text = verify(output, keys, "--arch", "arm64")
+    assert f"for arm64 nodes matching '{selector}'" in text.out
+    # An image of another architecture is refused as with --arch.
+    refused = run_cli(
+        "bundle", "create", "--image", pushed.ref(pushed.base_a), "--key", keys.key,
+        "--output", tmp_path / "o", "--target-arch", "arm64",
+        "--target-selector", "site=line-3", "--insecure-registry", registry.host,
+    )  # fmt: skip
+    assert "is a linux/amd64 image and the bundle is for linux/arm64" in refused.err
+    assert not (tmp_path / "o" / "bundle.json").exists()
+
+
+def test_a_bad_target_is_refused_before_anything_is_fetched(keys: Keys, tmp_path: Path) -> None:
+    for flag, value, needle in (
+        ("--target-selector", "site in (a", "not a label key"),
+        ("--target-arch", "amd46", "not an architecture"),
+    ):
+        err = io.StringIO()
+        with redirect_stderr(err), pytest.raises(SystemExit) as exited:
+            cli.main(["--config", NO_CONFIG, "bundle", "create", "--image",
+                      f"example.com/a@sha256:{'1' * 64}", "--key", str(keys.key),
+                      "--output", str(tmp_path / "o"), flag, value])  # fmt: skip
+        assert (exited.value.code, needle in err.getvalue()) == (2, True), err.getvalue()
+    assert not (tmp_path / "o").exists()
+
+
 def test_output_that_is_not_empty_is_refused(pushed: Pushed, keys: Keys, tmp_path: Path) -> None:
     for junk in ("lost+found/#12", "notes.txt"):
         (tmp_path / "o" / junk).parent.mkdir(parents=True, exist_ok=True)

@@ -20,12 +20,24 @@ from tests.testenv import blkio
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.bundles import Factory, build_factory, ext4_media
 from tests.testenv.crio import Crio
+from tests.testenv.kube import KubeCluster
+from tests.testenv.kubeobjects import cluster_config, install_deploy
 from tests.testenv.udev import LoopMedia, Udevd, free_loop_device, settle
+from tests.testenv.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
 def factory(tmp_path_factory: pytest.TempPathFactory) -> Factory:
     return build_factory(tmp_path_factory.mktemp("factory"), count=4, layer_bytes=3 << 20, seed=99)
+
+
+@pytest.fixture(scope="module")
+def targeted(tmp_path_factory: pytest.TempPathFactory) -> Factory:
+    """A bundle only for nodes labelled site=line-3 (format 2, its target signed)."""
+    return build_factory(
+        tmp_path_factory.mktemp("targeted"), count=2, layer_bytes=1 << 20, seed=77,
+        extra_args=["--target-selector", "site=line-3"],
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -242,3 +254,74 @@ async def test_not_enough_space_is_refused_before_anything_is_copied(
     assert "not enough disk space" in report["message"]
     assert report["bytes"]["served"] == 0
     assert "bundle_importing" not in agent.log_text()
+
+
+async def test_a_stick_for_other_nodes_is_refused_and_imported_by_hand_with_ignore_target(
+    udevd: Udevd,
+    targeted: Factory,
+    fresh_crio: Crio,
+    tmp_path: Path,
+    media_cleanup: list[LoopMedia],
+) -> None:
+    """A standalone node has no labels, so a bundle with a target selector is not for it:
+    the plugged stick is refused, nothing imported; the technician who knows better imports
+    the same bundle with ``bundle import --ignore-target``."""
+    media = ext4_media(tmp_path, targeted.bundle)
+    media_cleanup.append(media)
+    agent = agent_for(tmp_path, fresh_crio, targeted.public_key)
+    with agent:
+        agent.wait_log("daemon_started")
+        media.attach()
+        status = agent.wait_status(lambda s: bundle_state(s) == "rejected", what="rejection")
+        report = last_bundle(status)
+        assert (report["reason"], report["bundleId"]) == ("BundleNotInTarget", "line-3-test")
+        assert "'site=line-3'" in report["message"]
+        assert "--ignore-target" in report["message"]
+        assert "bundle_importing" not in agent.log_text()
+        wait_for(lambda: mounted_below(agent.media_dir) == [], timeout_s=30, what="stick unmounted")
+    assert await stored(fresh_crio, targeted.refs) == []
+    assert list(agent.persistent_dir.glob("bundle-*")) == []
+
+    refused = agent.cli("bundle", "import", str(targeted.bundle), "--json")
+    assert refused.returncode == 65, refused.stderr
+    assert '"reason": "BundleNotInTarget"' in refused.stdout
+    done = agent.cli("bundle", "import", str(targeted.bundle), "--ignore-target", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "bundle_target_ignored" in done.stderr + done.stdout
+    assert "amd64 nodes matching 'site=line-3'" in done.stderr + done.stdout  # bundle_verified
+    assert await stored(fresh_crio, targeted.refs) == targeted.refs
+    assert await pinned(fresh_crio, targeted.refs) == targeted.refs
+
+
+@pytest.mark.usefixtures("udevd")
+async def test_in_cluster_mode_a_stick_is_imported_when_the_nodes_labels_match_its_target(
+    targeted: Factory,
+    fresh_crio: Crio,
+    kube: KubeCluster,
+    tmp_path: Path,
+    media_cleanup: list[LoopMedia],
+) -> None:
+    """The daemon judges a stick's target by the labels its Node informer gave it (the real
+    kube-apiserver): a Node labelled site=line-3 takes the bundle made for site=line-3."""
+    install_deploy(kube)
+    node = "target-line-3"
+    kube.create_node(node, labels={"site": "line-3", "node-role.kubernetes.io/worker": ""})
+    media = ext4_media(tmp_path, targeted.bundle)
+    media_cleanup.append(media)
+    agent = agent_for(
+        tmp_path, fresh_crio, targeted.public_key, extra_config=cluster_config(kube, node)
+    )
+    with agent:
+        agent.wait_log("cluster_sets_changed")  # the Node, the sets and the pools listed
+        media.attach()
+        status = agent.wait_status(
+            lambda s: (
+                bundle_state(s) == "rejected"
+                or (bundle_state(s) == "pinned" and set_state(s, targeted.set_name) == "Pinned")
+            ),
+            what="the targeted bundle imported and its set pinned (or refused)",
+        )
+        assert last_bundle(status).get("reason") is None, last_bundle(status)
+        assert "amd64 nodes matching 'site=line-3'" in agent.current_run_log()
+    assert await pinned(fresh_crio, targeted.refs) == targeted.refs
+    kube.kubectl_ok("delete", "node", node)

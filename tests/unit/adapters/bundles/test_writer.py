@@ -31,11 +31,13 @@ from nodeagent.adapters.bundles.writer import (
 )
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
+from nodeagent.bundles.target import BundleTarget
 from nodeagent.cli.bundle import (
     TerminalProgress,
     format_blob_progress,
     load_set_files,
     parse_platform,
+    parse_target_selector,
     read_auth,
     read_secret_key,
 )
@@ -48,7 +50,8 @@ from nodeagent.errors import (
     SpecInvalid,
 )
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
-from nodeagent.registries import Platform
+from nodeagent.registries import LINUX_ARCHITECTURES, Platform, node_platform
+from nodeagent.selectors import parse_selector
 from nodeagent.specs import PinnedImageSet, parse_spec_text
 
 D1, D2, D3, D4 = (f"sha256:{c * 64}" for c in "1234")
@@ -142,6 +145,13 @@ def test_default_id_follows_the_content() -> None:
     assert first != default_bundle_id("arm64", [APP, DB], [{"a": 1}])
     assert first != default_bundle_id("amd64", [APP], [{"a": 1}])
     assert first != default_bundle_id("amd64", [APP, DB], [{"a": 2}])
+    workers = BundleTarget(parse_selector("node-role.kubernetes.io/worker"))
+    for_workers = default_bundle_id("amd64", [APP, DB], [{"a": 1}], workers)
+    assert for_workers != first
+    assert for_workers == default_bundle_id("amd64", [APP, DB], [{"a": 1}], workers)
+    assert for_workers != default_bundle_id(
+        "amd64", [APP, DB], [{"a": 1}], BundleTarget(parse_selector("site=line-3"))
+    )
 
 
 # ---------------------------------------------------------------- documents
@@ -189,6 +199,21 @@ def test_manifest_doc_parses_and_counts_shared_blobs_once() -> None:
     assert (item.is_persistent, item.object) == (False, set_object(sets[0]))
     layout = {f.path: f for f in manifest.files}["oci-layout"]
     assert layout.sha256_hex == hashlib.sha256(b"{}").hexdigest()
+
+
+def test_manifest_doc_with_a_target_is_format_2_and_reads_back() -> None:
+    images = [_planned(APP)]
+    files = {"oci-layout": b"{}", "index.json": index_doc(images)}
+    target = BundleTarget(parse_selector("site=line-3, node-role.kubernetes.io/worker"))
+    common = {"bundle_id": "b", "created": "2026-01-01T00:00:00Z", "architecture": "arm64",
+              "images": images, "files": files, "sets": []}  # fmt: skip
+    plain = json.loads(manifest_doc(**common))  # type: ignore[arg-type]
+    assert (plain["formatVersion"], "target" in plain) == (1, False)
+    data = manifest_doc(**common, target=target)  # type: ignore[arg-type]
+    doc = json.loads(data)
+    assert doc["formatVersion"] == 2
+    assert doc["target"] == {"nodeSelector": "node-role.kubernetes.io/worker,site=line-3"}
+    assert bundle.parse_manifest(data).target == target
 
 
 def test_index_doc_names_each_top_manifest_by_reference() -> None:
@@ -264,10 +289,33 @@ def test_parse_platform(text: str, platform: Platform) -> None:
     assert parse_platform(text) == platform
 
 
-@pytest.mark.parametrize("bad", ["", "windows/amd64", "AMD64", "arm/7", "a/b/c/d"])
+@pytest.mark.parametrize(
+    "bad", ["", "windows/amd64", "AMD64", "arm/7", "a/b/c/d", "amd46", "x86_64", "aarch64"]
+)
 def test_parse_platform_refuses(bad: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         parse_platform(bad)
+
+
+def test_every_machine_name_maps_to_a_known_architecture() -> None:
+    for machine in ("x86_64", "aarch64", "armv7l", "i686", "ppc64le", "s390x", "riscv64"):
+        assert node_platform(machine).architecture in LINUX_ARCHITECTURES
+        assert parse_platform(str(node_platform(machine))) == node_platform(machine)
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [("site=line-3", "site=line-3"), ("b, a", "a,b"), ("zone in (y, x)", "zone in (x,y)")],
+)
+def test_target_selector_flag(text: str, canonical: str) -> None:
+    assert parse_target_selector(text).selector_text == canonical
+
+
+@pytest.mark.parametrize("bad", ["", "a=(", "k=" + "v" * 64, "a" * 5000, "\x1b[2J"])
+def test_target_selector_flag_refuses(bad: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        parse_target_selector(bad)
+    assert "--target-selector" in str(info.value)
 
 
 def test_terminal_progress_overwrites_one_line(capsys: pytest.CaptureFixture[str]) -> None:
