@@ -194,6 +194,11 @@ class ErrorAnswer:
         return json.dumps({"errors": [error]}).encode()
 
 
+def is_repository_name(name: str) -> bool:
+    """A repository name of the distribution spec (lower case, ``/``-separated components)."""
+    return _NAME.match(name) is not None
+
+
 def route(request: Request) -> Fetch | ErrorAnswer:
     """What ``request`` asks for; any ``<name>`` is accepted, only the digest is looked up."""
     if request.method not in ("GET", "HEAD"):
@@ -203,7 +208,7 @@ def route(request: Request) -> Fetch | ErrorAnswer:
     match = _ROUTE.match(request.path)
     if match is None:
         return ErrorAnswer(404, "UNSUPPORTED", "no such endpoint")
-    if not _NAME.match(match["name"]):
+    if not is_repository_name(match["name"]):
         return ErrorAnswer(400, "NAME_INVALID", "invalid repository name")
     return _by_digest(match["kind"], match["ref"])
 

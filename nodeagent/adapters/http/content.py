@@ -141,6 +141,13 @@ class ServedContent:
         now = self.counters
         self.counters = replace(now, **{k: getattr(now, k) + v for k, v in increments.items()})
 
+    def forget_verdicts(self) -> None:
+        """Hash every blob again before it is next sent whole: the files may have changed
+        (the peer server's store, when its records or blobs did)."""
+        self._verified.clear()
+        self._rejected.clear()
+        self._manifests.clear()
+
     def listed(self, digest: str) -> ExpectedFile | None:
         """The file of a digest that is served: listed, and not found damaged."""
         return None if digest in self._rejected else self._lookup(digest)
