@@ -79,11 +79,12 @@ class PeerServer:
         upload_max_bytes: int,
         request_timeout_s: float,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        offer_ttl_s: float = OFFER_TTL_S,
         on_corrupt: Callable[[StoreBlobCorrupt], None] | None = None,
     ) -> None:
         self.store_root, self._tls, self.node = store_root, tls, node
         self._host, self._port, self._timeout_s = host, port, request_timeout_s
-        self._on_corrupt = on_corrupt
+        self._on_corrupt, self._offer_ttl_s = on_corrupt, offer_ttl_s
         self.slots = UploadSlots(max_uploads)
         self._bucket: TokenBucket | None = None
         self._upload_max_bytes = upload_max_bytes
@@ -152,7 +153,7 @@ class PeerServer:
         loop = asyncio.get_running_loop()
         async with self._offer_lock:
             read_at = self._offer_read_at
-            if read_at is None or loop.time() - read_at >= OFFER_TTL_S:
+            if read_at is None or loop.time() - read_at >= self._offer_ttl_s:
                 offer = await in_thread(read_offer, self.store_root)
                 if offer != self._offer:
                     self._content.forget_verdicts()
