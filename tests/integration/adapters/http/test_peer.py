@@ -279,9 +279,13 @@ async def test_the_server_certificate_is_rotated_without_restart(
 
     first = await asyncio.to_thread(served_serial)
     rotated = pki.ca.serving("node-0")
-    temporary = pki.server_file.with_suffix(".new")
-    rotated.write_pair(temporary, temporary)
-    temporary.replace(pki.server_file)  # as the kubelet does: a new file in place
+    # as the kubelet rotates (docs/runtime-facts.md): a new timestamped pair file, then the
+    # -current.pem link re-pointed by renaming a new link over it
+    pair = pki.directory / "kubelet-server-2026-11-25-10-00-00.pem"
+    rotated.write_pair(pair, pair)
+    updated = pki.directory / "kubelet-server-updated.pem"
+    updated.symlink_to(pair)
+    updated.replace(pki.server_file)
     second = await asyncio.to_thread(served_serial)
     assert first != second == rotated.certificate.serial_number
     status, _, _ = await asyncio.to_thread(fetch, server.port, context, "GET", "/v2/")
