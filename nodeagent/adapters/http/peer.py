@@ -154,7 +154,7 @@ class PeerServer:
         async with self._offer_lock:
             read_at = self._offer_read_at
             if read_at is None or loop.time() - read_at >= self._offer_ttl_s:
-                offer = await in_thread(read_offer, self.store_root)
+                offer = await in_thread(read_offer, self.store_root, self._offer)
                 if offer != self._offer:
                     self._content.forget_verdicts()
                 self._offer, self._offer_read_at = offer, loop.time()

@@ -33,6 +33,8 @@ class OfferedBundle:
     manifest_digest: str
     sizes: Mapping[str, int]
     """Digest → size of every blob the bundle lists (held or not)."""
+    accepted_at_s: float
+    """The record's acceptance time: a bundle accepted again may have a new manifest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +62,14 @@ def read_bundle_file(root: Path, bundle_id: str, name: str) -> bytes | None:
     return data if data is not None and len(data) <= limit else None
 
 
-def read_offer(root: Path) -> StoreOffer:
-    """The store as its peers see it now (blocking: run in a thread)."""
+def _manifest_digest(root: Path, bundle_id: str) -> str | None:
+    manifest = read_bundle_file(root, bundle_id, layout.MANIFEST_NAME)
+    return None if manifest is None else f"sha256:{hashlib.sha256(manifest).hexdigest()}"
+
+
+def read_offer(root: Path, previous: StoreOffer | None = None) -> StoreOffer:
+    """The store as its peers see it now (blocking: run in a thread). A bundle whose record
+    is the one ``previous`` was read from keeps its manifest digest (not hashed again)."""
     stored = BlobStore(root).stored()
     records = StoreRecords(root).load(is_repairing=False).records
     bundles: dict[str, OfferedBundle] = {}
@@ -69,11 +77,16 @@ def read_offer(root: Path) -> StoreOffer:
     for record in records:
         if record.is_registry:
             continue
-        manifest = read_bundle_file(root, record.bundle_id, layout.MANIFEST_NAME)
-        if manifest is None:
+        known = None if previous is None else previous.bundles.get(record.bundle_id)
+        if known is not None and known.accepted_at_s == record.accepted_at_s:
+            digest: str | None = known.manifest_digest
+        else:
+            digest = _manifest_digest(root, record.bundle_id)
+        if digest is None:
             continue
         sizes = {blob.digest: blob.size_bytes for blob in record.blobs}
-        digest = f"sha256:{hashlib.sha256(manifest).hexdigest()}"
-        bundles[record.bundle_id] = OfferedBundle(record.bundle_id, digest, sizes)
+        bundles[record.bundle_id] = OfferedBundle(
+            record.bundle_id, digest, sizes, record.accepted_at_s
+        )
         listed |= {d: size for d, size in sizes.items() if stored.get(d) == size}
     return StoreOffer(store_files(listed), bundles, frozenset(listed))
