@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Final
@@ -141,12 +141,13 @@ class ServedContent:
         now = self.counters
         self.counters = replace(now, **{k: getattr(now, k) + v for k, v in increments.items()})
 
-    def forget_verdicts(self) -> None:
-        """Hash every blob again before it is next sent whole: the files may have changed
-        (the peer server's store, when its records or blobs did)."""
-        self._verified.clear()
+    def forget_verdicts(self, keep: Set[str]) -> None:
+        """The files changed (the peer server's store): forget every rejection (a blob found
+        damaged may have been stored again since) and the verdicts of digests not in
+        ``keep``. Stored blobs are immutable, so those still offered stay verified."""
         self._rejected.clear()
-        self._manifests.clear()
+        self._verified &= keep
+        self._manifests = {d: m for d, m in self._manifests.items() if d in keep}
 
     def listed(self, digest: str) -> ExpectedFile | None:
         """The file of a digest that is served: listed, and not found damaged."""

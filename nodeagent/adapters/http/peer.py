@@ -156,7 +156,7 @@ class PeerServer:
             if read_at is None or loop.time() - read_at >= self._offer_ttl_s:
                 offer = await in_thread(read_offer, self.store_root, self._offer)
                 if offer != self._offer:
-                    self._content.forget_verdicts()
+                    self._content.forget_verdicts(offer.stored)
                 self._offer, self._offer_read_at = offer, loop.time()
         return self._offer
 
