@@ -422,6 +422,34 @@ async def test_tls_client_hello_is_answered_at_once(server: BundleServer) -> Non
     assert seconds < 1.0
 
 
+async def test_request_heads_are_bounded(server: BundleServer) -> None:
+    """A request line or header line over 8 KiB, or more than 64 headers, is answered 400 and
+    the connection closed (the listener's bounds), before anything is looked up."""
+
+    def raw(head: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(head)
+            received = b""
+            while chunk := sock.recv(4096):
+                received += chunk
+            return received
+
+    long_line = b"GET /v2/" + b"a" * (9 << 10) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    long_header = b"GET /v2/ HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * (9 << 10) + b"\r\n\r\n"
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(100))
+    many_headers = b"GET /v2/ HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n"
+    for head in (long_line, long_header, many_headers):
+        answer = await asyncio.to_thread(raw, head)
+        assert answer.split(b" ", 2)[1] in (b"400", b"431"), answer[:80]
+    before = server.counters.requests
+    assert (
+        await asyncio.to_thread(
+            raw, b"GET /v2/ HTTP/1.1\r\nHost: x\r\n" + many[:300] + b"Connection: close\r\n\r\n"
+        )
+    ).startswith(b"HTTP/1.1 200")
+    assert server.counters.requests == before + 1
+
+
 # ------------------------------------------------------------------ the drop-in
 def test_dropin_mirrors_each_repository_by_digest_only(tmp_path: Path) -> None:
     refs = [
