@@ -16,7 +16,8 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   ├── RuntimeReloadFailed         RuntimeReloadFailed
     │   ├── MediaUnmountFailed          MediaUnmountFailed
     │   ├── MediaWatchFailed            MediaWatchFailed
-    │   └── ApiUnreachable              ApiUnreachable
+    │   ├── ApiUnreachable              ApiUnreachable
+    │   └── PeerAnswerInvalid           PeerAnswerInvalid (a peer's document is malformed)
     └── PermanentError                  (retrying the same thing will not help)
         ├── ImageNotFound               ImageNotFound
         ├── RegistryAuthFailed          RegistryAuthFailed
@@ -404,6 +405,14 @@ class ApiUnreachable(TransientError):
     reason = "ApiUnreachable"
     exit_code = 69  # EX_UNAVAILABLE
     default_retry_after_s = 2.0
+
+
+class PeerAnswerInvalid(TransientError):
+    """A peer answered with a document that is not what docs/site.md defines (malformed,
+    out of range, contradicting itself): that peer is dropped and another one asked."""
+
+    reason = "PeerAnswerInvalid"
+    default_retry_after_s = 30.0
 
 
 class KubeconfigInvalid(PermanentError):

@@ -17,7 +17,7 @@ Host interfaces this feature needs (implemented in ``nodeagent.adapters``, wired
 - mount(2)/umount2(2), read-only, nosuid, nodev, noexec, in ``[bundles] media_dir``
   (``adapters.bundles.mount``; needs CAP_SYS_ADMIN);
 - reading the medium's files (``adapters.bundles.tree``) and serving its blobs on a
-  loopback TCP port (``adapters.bundles.server``);
+  loopback TCP port (``adapters.http.mirror``);
 - a registries.conf drop-in in ``[runtime] registries_dir`` and a runtime reload
   (``adapters.bundles.mirror``, ``adapters.systemd``);
 - the CRI image service (``adapters.cri``), the spec directories

@@ -1,7 +1,7 @@
 """Offline import through a loopback mirror: what the bundle server serves, and the drop-in.
 
 An upgrade bundle is imported by serving its content read-only on loopback
-(``nodeagent.adapters.bundles.server``) and pointing the runtime at that server
+(``nodeagent.adapters.http.mirror``) and pointing the runtime at that server
 as a *mirror* of each image's original repository, so that CRI-O pulls every
 image by its original name, checks every digest itself, and stores the image
 under the name it will run by. Pure functions only (no I/O):
@@ -12,9 +12,10 @@ under the name it will run by. Pure functions only (no I/O):
   of the bundle's images, spelled as containers-image matches them.
 * ``render_mirror_dropin`` renders the registries.conf.d drop-in
   (containers-registries.conf(5), v2 format; drop-ins must be v2).
-* the server's wire rules: ``parse_request_head``, ``route`` (which request
-  is a manifest or blob fetch by digest, and the distribution error for every
-  other), ``parse_range``, ``response_head``, ``manifest_media_type``.
+* the server's wire rules: ``route`` (which request is a manifest or blob fetch
+  by digest, and the distribution error for every other), ``parse_range``,
+  ``content_range``, ``manifest_media_type``. HTTP itself is aiohttp's
+  (docs/decisions/0027).
 
 Semantics relied on (containers/image ``pkg/sysregistriesv2``):
 
@@ -141,8 +142,6 @@ _NAME: Final = re.compile(
 _ROUTE: Final = re.compile(r"^/v2/(?P<name>.+)/(?P<kind>manifests|blobs)/(?P<ref>[^/]+)$")
 _DIGEST: Final = re.compile(r"^sha256:[a-f0-9]{64}$")
 _RANGE: Final = re.compile(r"^bytes=(\d*)-(\d*)$")
-_STATUS: Final = {200: "OK", 206: "Partial Content", 400: "Bad Request", 404: "Not Found",
-                  405: "Method Not Allowed", 416: "Range Not Satisfiable"}  # fmt: skip
 API_VERSION_HEADER: Final = {"Docker-Distribution-API-Version": "registry/2.0"}
 MANIFEST_DEPTH: Final = 32
 """Manifests nest 4 deep; a deeper body is not served as a manifest."""
@@ -161,21 +160,16 @@ class ServedCounters:
     bytes_hashed: int = 0
 
 
-class RequestInvalid(ValueError):
-    """Not an HTTP/1.x request this server understands."""
-
-
 class RangeNotSatisfiable(ValueError):
     """A byte range that starts at or past the end of the blob."""
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """What routing looks at: the method and the raw path (query removed, never decoded)."""
+
     method: str
     path: str
-    headers: Mapping[str, str]
-    """Lower-case names."""
-    keep_alive: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,26 +194,9 @@ class ErrorAnswer:
         return json.dumps({"errors": [error]}).encode()
 
 
-def parse_request_head(head: bytes) -> Request:
-    """Parse a request line and its headers (``head`` ends with the blank line)."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
-        raise RequestInvalid(f"not an HTTP/1.x request line: {lines[0][:80]!r}")
-    method, target, version = parts
-    headers: dict[str, str] = {}
-    for line in filter(None, lines[1:]):
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise RequestInvalid(f"malformed header line {line[:80]!r}")
-        headers[name.lower()] = value.strip()
-    path = target.partition("?")[0]
-    if not path.startswith("/"):
-        raise RequestInvalid(f"request target {target[:80]!r} is not a path")
-    connection = headers.get("connection", "").lower()
-    keep_alive = connection == "keep-alive" or (version == "HTTP/1.1" and connection != "close")
-    has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
-    return Request(method, path, headers, keep_alive and not has_body)
+def is_repository_name(name: str) -> bool:
+    """A repository name of the distribution spec (lower case, ``/``-separated components)."""
+    return _NAME.match(name) is not None
 
 
 def route(request: Request) -> Fetch | ErrorAnswer:
@@ -231,7 +208,7 @@ def route(request: Request) -> Fetch | ErrorAnswer:
     match = _ROUTE.match(request.path)
     if match is None:
         return ErrorAnswer(404, "UNSUPPORTED", "no such endpoint")
-    if not _NAME.match(match["name"]):
+    if not is_repository_name(match["name"]):
         return ErrorAnswer(400, "NAME_INVALID", "invalid repository name")
     return _by_digest(match["kind"], match["ref"])
 
@@ -267,11 +244,6 @@ def content_range(size_bytes: int, span: tuple[int, int] | None) -> dict[str, st
     if span is None:
         return {"Content-Range": f"bytes */{size_bytes}"}
     return {"Content-Range": f"bytes {span[0]}-{span[1] - 1}/{size_bytes}"}
-
-
-def response_head(status: int, headers: Mapping[str, str]) -> bytes:
-    lines = [f"HTTP/1.1 {status} {_STATUS[status]}", *(f"{k}: {v}" for k, v in headers.items())]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def _json_object(body: bytes) -> dict[str, object] | None:

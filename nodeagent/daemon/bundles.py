@@ -16,10 +16,10 @@ import structlog
 
 from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
 from nodeagent.adapters.bundles.mirror import MirrorDropin
-from nodeagent.adapters.bundles.server import BundleServer
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
+from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.store.copier import StoreLimits
 from nodeagent.adapters.store.node_store import NodeImageStore

@@ -56,7 +56,7 @@ async def run(config: Config) -> int:
 
 def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     """Critical: the sync loop, the spec watch, the watchdog. Optional: the runtime socket's
-    watch, the store's collection, media, cluster."""
+    watch, the store's collection, media, the peer server, cluster."""
     config = wiring.config
     found = [
         Task("sync", wiring.reconciler.run, is_critical=True),
@@ -78,6 +78,8 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     found.append(Task("store-gc", lambda: store_gc_loop(wiring), is_critical=False))
     if config.bundles.watch_media:
         found.append(Task("media", lambda: media_loop(wiring), is_critical=False))
+    if config.site.serve:
+        found.append(Task("peer-server", lambda: peer_server_loop(config), is_critical=False))
     if wiring.cluster is not None:
         found.extend(wiring.cluster.tasks())
     return found
@@ -163,6 +165,13 @@ async def media_loop(wiring: Wiring) -> None:
 
     async with MediaWatcher(wiring.config.bundles.label_pattern) as watcher:
         await wiring.media.follow(watcher)
+
+
+async def peer_server_loop(config: Config) -> None:
+    """Serve the store to the site's peers (``[site] serve``; docs/site.md)."""
+    from nodeagent.daemon.site import serve_peers  # noqa: PLC0415  (aiohttp: serving on)
+
+    await serve_peers(config)
 
 
 def watched_dirs(config: Config) -> list[Path]:

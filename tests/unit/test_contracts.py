@@ -113,7 +113,13 @@ PROBES: dict[str, Probe] = {
         {"nodeagent/registries/names.py": "import http.client"}, frozenset({"http"})
     ),
     "a future HTTP library in an adapter": Probe(
-        {"nodeagent/adapters/kube.py": "import aiohttp"}, frozenset({"http"})
+        {"nodeagent/adapters/kube.py": "import httpx"}, frozenset({"http"})
+    ),
+    "aiohttp outside the HTTP adapter": Probe(
+        {"nodeagent/adapters/bundles/intake.py": "import aiohttp"}, frozenset({"aiohttp"})
+    ),
+    "aiohttp's URL type in a feature": Probe(
+        {"nodeagent/site/__init__.py": "import yarl"}, frozenset({"aiohttp"})
     ),
     "grpcio": Probe({"nodeagent/adapters/cri/wire.py": "import grpc"}, frozenset({"grpc"})),
 }

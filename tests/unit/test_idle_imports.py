@@ -45,7 +45,10 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.daemon.bundles",  # the first bundle import
     "nodeagent.bundles.importer",
     "nodeagent.bundles.minisign",
-    "nodeagent.adapters.bundles.server",
+    "nodeagent.adapters.http.mirror",
+    "aiohttp",  # the loopback mirror, the peer server, the fetcher (docs/decisions/0027)
+    "nodeagent.daemon.site",  # the peer server: [site] serve = true only
+    "nodeagent.adapters.http.peer",
     "nodeagent.adapters.bundles.writer",
     "nodeagent.adapters.bundles.mount",
     "nodeagent.adapters.store.blobs",  # the store: once it holds something (or has to)

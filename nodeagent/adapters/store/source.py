@@ -1,11 +1,11 @@
 """The store as a blob source: for the loopback bundle server, and for any reader.
 
 The store's blob paths are the OCI layout's (``blobs/sha256/<hex>``), so the loopback
-server the importer uses for a medium (``adapters.bundles.server.BundleServer``) serves
+server the importer uses for a medium (``adapters.http.mirror.BundleServer``) serves
 from the store unchanged: ``BundleServer(store_root, served_from_store(manifest))``. It
 opens each path beneath the root without following links, checks the size, and hashes
 each blob as it sends it, holding the last chunk back until the digest matched
-(``adapters.bundles.streamer``): a blob damaged in the store never reaches the runtime
+(``adapters.http.streamer``): a blob damaged in the store never reaches the runtime
 whole. ``open_blob`` is the same promise for a reader in the process.
 """
 

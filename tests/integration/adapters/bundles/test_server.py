@@ -12,6 +12,7 @@ import hashlib
 import http.client
 import json
 import socket
+import time
 import tomllib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -19,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.adapters.bundles.mirror import MirrorDropin
-from nodeagent.adapters.bundles.server import BundleServer
 from nodeagent.adapters.cri.client import CriClient
+from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.bundles.manifest import BundleError
 from nodeagent.bundles.mirror import DROPIN_NAME, mirror_repositories, served_blobs
 from nodeagent.errors import ConfigInvalid, NodeAgentError, RegistryUnavailable
@@ -343,10 +344,15 @@ async def test_tampered_large_blob_is_cut_short_then_refused(layout: OciLayout) 
         assert server.counters.blobs_served == 0
 
 
-@pytest.mark.parametrize("read_bytes", [0, 1, 1000, 3 * CHUNK_BYTES])
+@pytest.mark.parametrize("read_bytes", [1, 1000, 3 * CHUNK_BYTES])
 async def test_damage_is_reported_when_the_client_leaves_early(
     layout: OciLayout, read_bytes: int
 ) -> None:
+    """Once the answer has begun (the client read a byte of it), the digest is finished.
+
+    A request whose connection is gone before the server took it up is not answered at all
+    (aiohttp drops it), so nothing of the blob is read then: that case reports nothing.
+    """
     layer = single(layout.images[0]).layers[1]
     flip_byte(layout.blob_file(layer.digest), 200)
 
@@ -398,12 +404,50 @@ async def test_symlinked_blob_is_refused(layout: OciLayout, tmp_path: Path) -> N
 
 
 async def test_tls_client_hello_is_answered_at_once(server: BundleServer) -> None:
-    def hello() -> bytes:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-            sock.sendall(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03")
-            return sock.recv(64)
+    """containers-image tries TLS first: the ClientHello gets a 400 and the connection ends
+    at once (measured here: the whole exchange, to the server's close, well under 1 s),
+    where waiting for more bytes would cost each ping a 10 s TLS handshake timeout."""
 
-    assert (await asyncio.to_thread(hello)).startswith(b"HTTP/1.1 400 ")
+    def hello() -> tuple[bytes, float]:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            started = time.monotonic()
+            sock.sendall(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03")
+            received = b""
+            while chunk := sock.recv(4096):  # to the server's close
+                received += chunk
+            return received, time.monotonic() - started
+
+    received, seconds = await asyncio.to_thread(hello)
+    assert received.startswith((b"HTTP/1.1 400 ", b"HTTP/1.0 400 ")), received[:64]
+    assert seconds < 1.0
+
+
+async def test_request_heads_are_bounded(server: BundleServer) -> None:
+    """A request line or header line over 8 KiB, or more than 64 headers, is answered 400 and
+    the connection closed (the listener's bounds), before anything is looked up."""
+
+    def raw(head: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(head)
+            received = b""
+            while chunk := sock.recv(4096):
+                received += chunk
+            return received
+
+    long_line = b"GET /v2/" + b"a" * (9 << 10) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    long_header = b"GET /v2/ HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * (9 << 10) + b"\r\n\r\n"
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(100))
+    many_headers = b"GET /v2/ HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n"
+    for head in (long_line, long_header, many_headers):
+        answer = await asyncio.to_thread(raw, head)
+        assert answer.split(b" ", 2)[1] in (b"400", b"431"), answer[:80]
+    before = server.counters.requests
+    assert (
+        await asyncio.to_thread(
+            raw, b"GET /v2/ HTTP/1.1\r\nHost: x\r\n" + many[:300] + b"Connection: close\r\n\r\n"
+        )
+    ).startswith(b"HTTP/1.1 200")
+    assert server.counters.requests == before + 1
 
 
 # ------------------------------------------------------------------ the drop-in

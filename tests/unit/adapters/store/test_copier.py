@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.adapters.bundles.server import BundleServer
+from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.adapters.store import keeper
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import StoreLimits, copy_bundle

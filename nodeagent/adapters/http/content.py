@@ -1,0 +1,271 @@
+"""Manifests and blobs by digest from an allow-list: what both servers answer with content.
+
+The only lookup is digest → ``ExpectedFile`` (``lookup``): the verified bundle manifest's
+blobs for the loopback mirror, the store's records for the peer server. No part of a URL
+is ever a path. Files are opened beneath the root one component at a time with
+``O_NOFOLLOW`` (``BundleDir``), must be regular and of the listed size.
+
+A blob is hashed while it is sent, its last chunk held back until the digest matched
+(``nodeagent.adapters.http.streamer``, with the measurements behind that choice). Blobs
+of one chunk and ranges of unverified blobs are hashed whole first. Verified and rejected
+blobs are remembered: one is re-sent without hashing, the other reported once
+(``rejections``, ``on_rejected``) and answered 404, also to the ranged retry
+containers-image makes after a cut body. Concurrent first requests for one blob may hash
+it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import Awaitable, Callable, Mapping, Set
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Final
+
+import structlog
+from aiohttp import web
+
+from nodeagent.adapters.bundles.tree import BundleDir
+from nodeagent.adapters.http.streamer import (
+    AbortConnection,
+    Blob,
+    BlobStreamer,
+    in_thread,
+)
+from nodeagent.bundles.manifest import BundleError, ExpectedFile, check_digest
+from nodeagent.bundles.mirror import (
+    API_VERSION_HEADER,
+    ErrorAnswer,
+    RangeNotSatisfiable,
+    ServedCounters,
+    content_range,
+    manifest_media_type,
+    parse_range,
+)
+from nodeagent.errors import HostFileError
+
+log = structlog.get_logger(__name__)
+
+MAX_MANIFEST_BYTES: Final = 4 << 20
+"""Larger blobs are never served as manifests (distribution's own limit)."""
+
+
+def _read_small(media: BundleDir, file: ExpectedFile) -> bytes:
+    with media.open_file(file) as stream:
+        data = os.pread(stream.fileno(), file.size_bytes, 0)
+    check_digest(file, hashlib.sha256(data).hexdigest())
+    return data
+
+
+async def answer(
+    request: web.BaseRequest,
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes = b"",
+    *,
+    timeout_s: float,
+) -> web.StreamResponse:
+    """A whole response (HEAD: its head only), sent within ``timeout_s``."""
+    response = web.StreamResponse(status=status, headers={**API_VERSION_HEADER, **headers})
+    response.content_length = len(body)
+    async with asyncio.timeout(timeout_s):
+        await response.prepare(request)
+        if request.method != "HEAD" and body:
+            await response.write(body)
+        await response.write_eof()
+    return response
+
+
+async def error(
+    request: web.BaseRequest, err: ErrorAnswer, *, timeout_s: float
+) -> web.StreamResponse:
+    """A distribution error answer (JSON body)."""
+    headers = {"Content-Type": "application/json", **err.headers}
+    return await answer(request, err.status, headers, err.body(), timeout_s=timeout_s)
+
+
+def _transport(request: web.BaseRequest) -> asyncio.Transport:
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        raise ConnectionResetError("the client closed the connection")
+    return transport
+
+
+class ServedContent:
+    """Answers manifest and blob requests for the digests ``lookup`` lists, from ``root``."""
+
+    def __init__(
+        self,
+        root: Path,
+        lookup: Callable[[str], ExpectedFile | None],
+        *,
+        chunk_bytes: int,
+        io_timeout_s: float,
+        on_rejected: Callable[[str, BundleError], None],
+        pace: Callable[[int], Awaitable[None]] | None = None,
+        step_bytes: int | None = None,
+    ) -> None:
+        self.root, self._lookup, self._io_timeout_s = root, lookup, io_timeout_s
+        self._on_rejected = on_rejected
+        self._streamer = BlobStreamer(
+            chunk_bytes=chunk_bytes,
+            send_timeout_s=io_timeout_s,
+            on_verified=self._mark_verified,
+            on_rejected=self._reject,
+            on_sent=lambda count: self.count(bytes_served=count),
+            pace=pace,
+            step_bytes=step_bytes,
+        )
+        self._verified: set[str] = set()
+        self._rejected: dict[str, BundleError] = {}
+        self._manifests: dict[str, tuple[bytes, str]] = {}
+        self._media: BundleDir | None = None
+        self.counters = ServedCounters()
+        """Updated as requests are served (a new frozen value each time)."""
+
+    @property
+    def rejections(self) -> tuple[BundleError, ...]:
+        return tuple(self._rejected.values())
+
+    def open(self) -> None:
+        self._media = BundleDir(self.root)
+
+    def close(self) -> None:
+        if self._media is not None:
+            self._media.close()
+            self._media = None
+
+    def count(self, **increments: int) -> None:
+        now = self.counters
+        self.counters = replace(now, **{k: getattr(now, k) + v for k, v in increments.items()})
+
+    def forget_verdicts(self, keep: Set[str]) -> None:
+        """The files changed (the peer server's store): forget every rejection (a blob found
+        damaged may have been stored again since) and the verdicts of digests not in
+        ``keep``. Stored blobs are immutable, so those still offered stay verified."""
+        self._rejected.clear()
+        self._verified &= keep
+        self._manifests = {d: m for d, m in self._manifests.items() if d in keep}
+
+    def listed(self, digest: str) -> ExpectedFile | None:
+        """The file of a digest that is served: listed, and not found damaged."""
+        return None if digest in self._rejected else self._lookup(digest)
+
+    # -------------------------------------------------------------- verdicts
+    def _reject(self, digest: str, err: BundleError) -> None:
+        if digest not in self._rejected:
+            self._rejected[digest] = err
+            self._on_rejected(digest, err)
+
+    def _mark_verified(self, digest: str, size_bytes: int) -> None:
+        self._verified.add(digest)
+        self.count(bytes_hashed=size_bytes)
+
+    def _opened_media(self) -> BundleDir:
+        if self._media is None:
+            raise RuntimeError("server not started")
+        return self._media
+
+    async def serve(self, request: web.BaseRequest, kind: str, digest: str) -> web.StreamResponse:
+        """Answer a manifest (``kind`` "manifests") or blob fetch; a read error ends the
+        connection (logged) rather than sending what could not be read."""
+        try:
+            if kind == "manifests":
+                return await self.manifest(request, digest)
+            return await self.blob(request, digest)
+        except (ConnectionError, TimeoutError):
+            pass
+        except (OSError, HostFileError) as err:
+            log.warning("blob_read_failed", digest=digest, error=str(err))
+        if request.transport is not None:
+            request.transport.abort()
+        return web.StreamResponse()  # aiohttp finds the connection gone and ends it
+
+    # -------------------------------------------------------------- manifests
+    async def load_manifest(self, digest: str) -> tuple[bytes, str] | None:
+        """The body and media type of a listed manifest, read and verified once."""
+        file = self.listed(digest)
+        if digest in self._manifests or file is None or file.size_bytes > MAX_MANIFEST_BYTES:
+            return self._manifests.get(digest)
+        try:
+            body = await in_thread(_read_small, self._opened_media(), file)
+        except BundleError as err:
+            self._reject(digest, err)
+            return None
+        self._mark_verified(digest, len(body))
+        media_type = manifest_media_type(body)
+        if media_type is not None:
+            self._manifests[digest] = (body, media_type)
+        return self._manifests.get(digest)
+
+    async def manifest(self, request: web.BaseRequest, digest: str) -> web.StreamResponse:
+        loaded = await self.load_manifest(digest)
+        if loaded is None:
+            err = ErrorAnswer(404, "MANIFEST_UNKNOWN", f"no manifest {digest}")
+            return await error(request, err, timeout_s=self._io_timeout_s)
+        body, media_type = loaded
+        headers = {"Content-Type": media_type, "Docker-Content-Digest": digest}
+        response = await answer(request, 200, headers, body, timeout_s=self._io_timeout_s)
+        if request.method == "GET":
+            self.count(manifests_served=1, bytes_served=len(body))
+        return response
+
+    # -------------------------------------------------------------- blobs
+    async def blob(self, request: web.BaseRequest, digest: str) -> web.StreamResponse:
+        file = self.listed(digest)
+        stream = None if file is None else await self._open(digest, file)
+        if file is None or stream is None:
+            err = ErrorAnswer(404, "BLOB_UNKNOWN", f"no blob {digest}")
+            return await error(request, err, timeout_s=self._io_timeout_s)
+        with stream:
+            return await self._send_blob(request, Blob(digest, file, stream))
+
+    async def _open(self, digest: str, file: ExpectedFile) -> IO[bytes] | None:
+        try:
+            return await in_thread(self._opened_media().open_file, file)
+        except BundleError as err:
+            self._reject(digest, err)
+            return None
+
+    async def _send_blob(self, request: web.BaseRequest, blob: Blob) -> web.StreamResponse:
+        size, is_get = blob.file.size_bytes, request.method == "GET"
+        try:
+            span = parse_range(request.headers.get("Range"), size)
+        except RangeNotSatisfiable:
+            unsatisfiable = content_range(size, None)
+            err = ErrorAnswer(416, "BLOB_UNKNOWN", "range not satisfiable", unsatisfiable)
+            return await error(request, err, timeout_s=self._io_timeout_s)
+        start, end = span or (0, size)
+        is_small = span is not None or size <= self._streamer.chunk_bytes
+        must_verify = is_get and is_small and blob.digest not in self._verified
+        if must_verify and not await self._streamer.verify(blob):
+            err = ErrorAnswer(404, "BLOB_UNKNOWN", f"blob {blob.digest} is damaged")
+            return await error(request, err, timeout_s=self._io_timeout_s)
+        headers = {"Content-Type": "application/octet-stream", "Docker-Content-Digest": blob.digest}
+        headers |= {"Accept-Ranges": "bytes"} | (content_range(size, span) if span else {})
+        response = web.StreamResponse(status=206 if span else 200, headers=API_VERSION_HEADER)
+        response.headers.update(headers)
+        response.content_length = end - start
+        async with asyncio.timeout(self._io_timeout_s):
+            await response.prepare(request)
+        if not is_get:
+            await response.write_eof()
+            return response
+        try:
+            await self._send_body(request, blob, start, end)
+        except (AbortConnection, ConnectionError, TimeoutError):
+            if request.transport is not None:
+                request.transport.abort()  # the client never gets a damaged blob whole
+            return response  # aiohttp sees the connection gone and ends it
+        await response.write_eof()
+        self.count(blobs_served=0 if span else 1)
+        return response
+
+    async def _send_body(self, request: web.BaseRequest, blob: Blob, start: int, end: int) -> None:
+        transport = _transport(request)
+        if blob.digest in self._verified:
+            await self._streamer.send_range(transport, blob, start, end)
+        else:
+            await self._streamer.send_verifying(transport, blob)

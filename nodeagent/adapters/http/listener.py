@@ -1,0 +1,130 @@
+"""The aiohttp low-level server both faces run on: bounded heads, deadlines, graceful close.
+
+``web.Server`` with one handler coroutine and no router: the caller routes on the raw
+path itself (aiohttp's router would normalize ``..`` and percent escapes first). Request
+heads are bounded by the C parser (``MAX_LINE_BYTES`` per line, ``MAX_HEADERS`` fields);
+a malformed head (a TLS ClientHello on the plain-HTTP mirror port, which containers-image
+sends before it falls back to HTTP) is answered 400 at once and the connection closed.
+
+Deadlines: a connection must send its first request head within ``io_timeout_s`` of being
+accepted (after the TLS handshake, itself bounded by the same), an idle keep-alive
+connection is closed after ``io_timeout_s`` (aiohttp's keep-alive timer, which also ends
+a next head that trickles in), and the handler bounds its own sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from aiohttp import web, web_protocol
+
+MAX_LINE_BYTES: Final = 8 << 10
+"""Request line and each header line."""
+MAX_HEADERS: Final = 64
+"""Header fields in one request head."""
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+class _Server(web.Server):
+    """``web.Server`` that closes a connection which sends no request within its deadline."""
+
+    def __init__(self, handler: Handler, *, first_request_s: float, **kwargs: object) -> None:
+        super().__init__(self._mark, **kwargs)  # type: ignore[arg-type]
+        self._handle, self._first_request_s = handler, first_request_s
+        self._waiting: set[web_protocol.RequestHandler] = set()
+        """Connections that have not sent a request yet."""
+
+    async def _mark(self, request: web.BaseRequest) -> web.StreamResponse:
+        self._waiting.discard(request.protocol)
+        return await self._handle(request)
+
+    def connection_made(
+        self, handler: web_protocol.RequestHandler, transport: asyncio.Transport
+    ) -> None:
+        super().connection_made(handler, transport)
+        self._waiting.add(handler)
+        loop = asyncio.get_running_loop()
+        loop.call_later(self._first_request_s, self._first_request_due, handler, transport)
+
+    def _first_request_due(
+        self, handler: web_protocol.RequestHandler, transport: asyncio.Transport
+    ) -> None:
+        if handler in self._waiting:
+            self._waiting.discard(handler)
+            transport.abort()
+
+    def connection_lost(
+        self, handler: web_protocol.RequestHandler, exc: BaseException | None = None
+    ) -> None:
+        self._waiting.discard(handler)
+        super().connection_lost(handler, exc)
+
+
+class Listener:
+    """Serves ``handler`` on ``host:port`` (TLS when ``tls`` is given) until closed.
+
+    ``settled()`` waits until no request is being answered (idle keep-alive connections do
+    not count).
+    """
+
+    def __init__(self, handler: Handler, *, io_timeout_s: float) -> None:
+        self._handler, self._io_timeout_s = handler, io_timeout_s
+        self._web: _Server | None = None
+        self._server: asyncio.Server | None = None
+        self._responding = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("server not started")
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        self._web = _Server(
+            self._answer,
+            first_request_s=self._io_timeout_s,
+            keepalive_timeout=self._io_timeout_s,
+            max_line_size=MAX_LINE_BYTES,
+            max_field_size=MAX_LINE_BYTES,
+            max_headers=MAX_HEADERS,
+            lingering_time=0,
+            access_log=None,
+        )
+        loop = asyncio.get_running_loop()
+        handshake_s = self._io_timeout_s if tls is not None else None
+        self._server = await loop.create_server(
+            self._web, host, port, ssl=tls, ssl_handshake_timeout=handshake_s
+        )
+
+    async def settled(self) -> None:
+        await self._settled.wait()
+
+    async def close(self, *, grace_s: float) -> None:
+        """Stop accepting, let answers in progress end (up to ``grace_s``), drop the rest."""
+        if self._server is None or self._web is None:
+            return
+        self._server.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace_s):
+                await self.settled()
+        await self._web.shutdown(0)
+        await self._server.wait_closed()
+        self._server = self._web = None
+
+    async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
+        self._responding += 1
+        self._settled.clear()
+        try:
+            return await self._handler(request)
+        finally:
+            self._responding -= 1
+            if not self._responding:
+                self._settled.set()

@@ -1,0 +1,92 @@
+"""What the store offers its peers: the blobs it serves, and each bundle's holding.
+
+Read without the store lock (a reader; ``StoreRecords.load(is_repairing=False)``): the
+peer server reads an offer, serves from it for a few seconds, then reads it again. Only
+blobs that are both listed by a record and stored are offered; a bundle's manifest digest
+is the sha256 of its ``bundle.json`` as stored (as signed). Registry sets are not
+offered: they have no signed manifest a peer could check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from nodeagent.adapters.bundles.tree import BundleDir
+from nodeagent.adapters.store.blobs import BlobStore
+from nodeagent.adapters.store.records import StoreRecords
+from nodeagent.adapters.store.source import store_files
+from nodeagent.bundles.manifest import BundleError, ExpectedFile
+from nodeagent.store import layout
+
+MAX_MANIFEST_BYTES: Final = 16 << 20
+"""A bundle's ``bundle.json`` (the format's own limit)."""
+MAX_SIGNATURE_BYTES: Final = 16 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedBundle:
+    bundle_id: str
+    manifest_digest: str
+    sizes: Mapping[str, int]
+    """Digest → size of every blob the bundle lists (held or not)."""
+    accepted_at_s: float
+    """The record's acceptance time: a bundle accepted again may have a new manifest."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOffer:
+    blobs: Mapping[str, ExpectedFile]
+    """Digest → its file in the store, for every stored blob a bundle lists."""
+    bundles: Mapping[str, OfferedBundle]
+    stored: frozenset[str]
+
+
+def read_bundle_file(root: Path, bundle_id: str, name: str) -> bytes | None:
+    """``bundle.json`` or its signature, read beneath the store without following links;
+    None when absent or not a valid bundle id."""
+    if not layout.is_bundle_id(bundle_id) or name not in (
+        layout.MANIFEST_NAME,
+        layout.SIGNATURE_NAME,
+    ):
+        return None
+    limit = MAX_MANIFEST_BYTES if name == layout.MANIFEST_NAME else MAX_SIGNATURE_BYTES
+    with BundleDir(root) as store:
+        try:
+            data = store.read_small(f"{layout.bundle_dir(bundle_id)}/{name}", limit)
+        except BundleError:
+            return None  # a link or another unsafe entry: never served
+    return data if data is not None and len(data) <= limit else None
+
+
+def _manifest_digest(root: Path, bundle_id: str) -> str | None:
+    manifest = read_bundle_file(root, bundle_id, layout.MANIFEST_NAME)
+    return None if manifest is None else f"sha256:{hashlib.sha256(manifest).hexdigest()}"
+
+
+def read_offer(root: Path, previous: StoreOffer | None = None) -> StoreOffer:
+    """The store as its peers see it now (blocking: run in a thread). A bundle whose record
+    is the one ``previous`` was read from keeps its manifest digest (not hashed again)."""
+    stored = BlobStore(root).stored()
+    records = StoreRecords(root).load(is_repairing=False).records
+    bundles: dict[str, OfferedBundle] = {}
+    listed: dict[str, int] = {}
+    for record in records:
+        if record.is_registry:
+            continue
+        known = None if previous is None else previous.bundles.get(record.bundle_id)
+        if known is not None and known.accepted_at_s == record.accepted_at_s:
+            digest: str | None = known.manifest_digest
+        else:
+            digest = _manifest_digest(root, record.bundle_id)
+        if digest is None:
+            continue
+        sizes = {blob.digest: blob.size_bytes for blob in record.blobs}
+        bundles[record.bundle_id] = OfferedBundle(
+            record.bundle_id, digest, sizes, record.accepted_at_s
+        )
+        listed |= {d: size for d, size in sizes.items() if stored.get(d) == size}
+    return StoreOffer(store_files(listed), bundles, frozenset(listed))

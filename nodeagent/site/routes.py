@@ -1,0 +1,68 @@
+"""What a peer asks the peer server for (docs/site.md, "The peer protocol"): pure routing.
+
+The OCI distribution part is the loopback mirror's (``nodeagent.bundles.mirror.route``)
+plus signature tags (``sha256-<hex>.sig``, the only tags served); nodeagent's own
+resources live under ``/nodeagent/v1/``. The path is the raw one, never percent-decoded:
+a bundle id must match the format's pattern whole (``nodeagent.store.layout``), so
+``..``, ``%2e%2e`` or a ``/`` never name a file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from nodeagent.bundles.mirror import ErrorAnswer, Request, is_repository_name, route
+from nodeagent.store.layout import MANIFEST_NAME, SIGNATURE_NAME, is_bundle_id
+
+HOLDINGS_PATH: Final = "/nodeagent/v1/holdings"
+_BUNDLE_PATH: Final = re.compile(r"^/nodeagent/v1/bundles/(?P<id>[^/]*)/(?P<file>[^/]*)$")
+_SIGNATURE_TAG: Final = re.compile(
+    r"^/v2/(?P<name>.+)/manifests/sha256-(?P<hex>[a-f0-9]{64})\.sig$"
+)
+BUNDLE_FILES: Final = (MANIFEST_NAME, SIGNATURE_NAME)
+
+Kind = Literal["base", "manifests", "blobs", "signature", "holdings", "bundle-file", "have"]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTarget:
+    kind: Kind
+    digest: str = ""
+    """Manifests and blobs: the digest asked for; signature: the digest the tag signs."""
+    bundle_id: str = ""
+    file: str = ""
+    """``bundle.json`` or ``bundle.json.minisig``, for ``bundle-file``."""
+
+
+def route_peer(method: str, path: str) -> PeerTarget | ErrorAnswer:
+    """What a peer's request asks for, or the error it is answered."""
+    if method not in ("GET", "HEAD"):
+        return ErrorAnswer(405, "UNSUPPORTED", "read-only server", {"Allow": "GET, HEAD"})
+    if path.startswith("/nodeagent/"):
+        return _own(path)
+    signature = _SIGNATURE_TAG.match(path)
+    if signature is not None:
+        if not is_repository_name(signature["name"]):
+            return ErrorAnswer(400, "NAME_INVALID", "invalid repository name")
+        return PeerTarget("signature", digest=f"sha256:{signature['hex']}")
+    target = route(Request(method, path))
+    if isinstance(target, ErrorAnswer):
+        return target
+    return PeerTarget(target.kind, digest=target.digest)
+
+
+def _own(path: str) -> PeerTarget | ErrorAnswer:
+    if path == HOLDINGS_PATH:
+        return PeerTarget("holdings")
+    match = _BUNDLE_PATH.match(path)
+    if match is None:
+        return ErrorAnswer(404, "NOT_FOUND", "no such resource")
+    if not is_bundle_id(match["id"]):
+        return ErrorAnswer(400, "BUNDLE_ID_INVALID", "not a bundle id")
+    if match["file"] == "have":
+        return PeerTarget("have", bundle_id=match["id"])
+    if match["file"] in BUNDLE_FILES:
+        return PeerTarget("bundle-file", bundle_id=match["id"], file=match["file"])
+    return ErrorAnswer(404, "NOT_FOUND", "no such resource")

@@ -1,0 +1,366 @@
+"""The peer server over a real store, real TLS and real clients (skopeo, Python's ssl).
+
+A throwaway CA (``tests.testenv.pki``) issues the node's serving certificate (IP SAN
+127.0.0.1, certificate and key in one file, as the kubelet's) and the peers' client
+certificates; a second, unrelated CA issues one that must be refused. The store is filled
+from a signed bundle by the store's own copier. Loopback only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+import json
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from nodeagent.adapters.http.peer import PeerServer
+from nodeagent.adapters.http.tls import ReloadingTls
+from nodeagent.adapters.store.blobs import BlobStore
+from nodeagent.adapters.store.copier import copy_bundle
+from nodeagent.site.holdings import parse_have, parse_holdings
+from nodeagent.site.limits import RETRY_AFTER_S
+from tests.testenv.pki import Authority, Issued, cert_dir
+from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
+
+MIB = 1 << 20
+CHUNK_BYTES = 64 << 10
+"""Small pipeline chunks: the test layers take the multi-chunk (held-back last chunk) path."""
+
+Response = tuple[int, dict[str, str], bytes]
+
+
+@dataclass
+class Pki:
+    ca: Authority
+    other_ca: Authority
+    server_file: Path
+    ca_file: Path
+    directory: Path
+
+    def client_context(self, client: Issued | None, ca: Authority | None = None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cadata=self.ca.cert_pem.decode())
+        if client is not None:
+            name = hashlib.sha256(client.cert_pem).hexdigest()[:12]
+            cert, key = self.directory / f"{name}.crt", self.directory / f"{name}.key"
+            client.write_pair(cert, key)
+            context.load_cert_chain(cert, key)
+        return context
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    directory = tmp_path / "pki"
+    directory.mkdir()
+    ca, other = Authority("site CA"), Authority("another CA")
+    server_file, ca_file = directory / "kubelet-server-current.pem", directory / "ca.crt"
+    ca.serving("node-0").write_pair(server_file, server_file)
+    ca_file.write_bytes(ca.cert_pem)
+    return Pki(ca, other, server_file, ca_file, directory)
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Signed:
+    keys = Keys.make(tmp_path / "keys")
+    cache = tmp_path / "layers"
+    app = image("example/app", [(MIB, 1), (2 * MIB, 2)], cache)
+    tools = image("example/tools", [(MIB, 1), (MIB // 2, 3)], cache)
+    signed = signed_bundle(
+        tmp_path / "stick", keys, [app, tools], bundle_id="site-2026-11", set_name="site"
+    )
+    copy_bundle(tmp_path / "store", signed.root, signed.manifest, keys.trusted_dir)
+    return signed
+
+
+def peer_server(tmp_path: Path, pki: Pki, **limits: int) -> PeerServer:
+    return PeerServer(
+        tmp_path / "store",
+        ReloadingTls(pki.server_file, pki.server_file, pki.ca_file),
+        node="node-0",
+        host="127.0.0.1",
+        port=0,
+        max_uploads=limits.get("max_uploads", 4),
+        upload_max_bytes=limits.get("upload_max_bytes", 0),
+        request_timeout_s=limits.get("request_timeout_s", 20),
+        chunk_bytes=CHUNK_BYTES,
+        offer_ttl_s=0,
+    )
+
+
+@pytest.fixture
+async def server(tmp_path: Path, pki: Pki, bundle: Signed) -> AsyncIterator[PeerServer]:
+    async with peer_server(tmp_path, pki) as peer:
+        yield peer
+
+
+def fetch(port: int, context: ssl.SSLContext, method: str, path: str, **headers: str) -> Response:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+    try:
+        conn.request(method, path, headers=headers)
+        response = conn.getresponse()
+        body = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+    finally:
+        conn.close()
+
+
+def largest_layer(bundle: Signed) -> str:
+    return max(bundle.manifest.blobs.items(), key=lambda item: item[1].size_bytes)[0]
+
+
+def skopeo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["skopeo", *args], capture_output=True, text=True, check=False, timeout=60
+    )
+
+
+# ------------------------------------------------------------------ standard clients
+async def test_skopeo_copies_an_image_from_the_peer_store(
+    server: PeerServer, pki: Pki, bundle: Signed, tmp_path: Path
+) -> None:
+    certs = cert_dir(tmp_path / "certs.d", pki.ca, pki.ca.client("node-1"))
+    ref = bundle.manifest.images[0]
+    source = f"docker://127.0.0.1:{server.port}/any/name@{ref.manifest_digest}"
+    inspected = await asyncio.to_thread(
+        skopeo, "inspect", "--raw", "--cert-dir", str(certs), source
+    )
+    assert inspected.returncode == 0, inspected.stderr
+    raw = inspected.stdout.encode()
+    assert f"sha256:{hashlib.sha256(raw).hexdigest()}" == ref.manifest_digest
+    destination = tmp_path / "copied"
+    copied = await asyncio.to_thread(
+        skopeo, "copy", "--src-cert-dir", str(certs), source, f"oci:{destination}:app"
+    )
+    assert copied.returncode == 0, copied.stderr
+    index = json.loads((destination / "index.json").read_text())
+    assert [m["digest"] for m in index["manifests"]] == [ref.manifest_digest]
+    for digest in json.loads(raw)["layers"]:
+        copy = destination / "blobs" / "sha256" / digest["digest"].removeprefix("sha256:")
+        assert f"sha256:{hashlib.sha256(copy.read_bytes()).hexdigest()}" == digest["digest"]
+    assert server.corrupt == []
+
+
+async def test_a_client_without_the_sites_certificate_fails_the_handshake(
+    server: PeerServer, pki: Pki, tmp_path: Path
+) -> None:
+    requests_before = server.counters.requests
+    for client in (None, pki.other_ca.client("intruder")):
+        context = pki.client_context(client)
+        with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
+            await asyncio.to_thread(fetch, server.port, context, "GET", "/v2/")
+    without = cert_dir(tmp_path / "no-client-cert", pki.ca, None)
+    other = cert_dir(tmp_path / "other-ca-cert", pki.ca, pki.other_ca.client("intruder"))
+    for certs in (without, other):
+        inspected = await asyncio.to_thread(
+            skopeo, "inspect", "--cert-dir", str(certs), f"docker://127.0.0.1:{server.port}/a/b:c"
+        )
+        assert inspected.returncode != 0
+        # the handshake is cut (TLS 1.3: after the client's Finished, so the client sees EOF)
+        assert "pinging container registry" in inspected.stderr, inspected.stderr
+    assert server.counters.requests == requests_before  # no request got through
+
+
+# ------------------------------------------------------------------ the protocol
+async def test_holdings_have_and_bundle_files_after_a_partial_store(
+    server: PeerServer, pki: Pki, bundle: Signed, tmp_path: Path
+) -> None:
+    context = pki.client_context(pki.ca.client("node-1"))
+    store = tmp_path / "store"
+    whole = await asyncio.to_thread(fetch, server.port, context, "GET", "/nodeagent/v1/holdings")
+    assert whole[0] == 200 and whole[1]["content-type"] == "application/json"
+    (complete,) = parse_holdings(whole[2]).bundles
+    signed_bytes = (bundle.root / "bundle.json").read_bytes()
+    assert complete.manifest_digest == f"sha256:{hashlib.sha256(signed_bytes).hexdigest()}"
+    assert complete.is_complete and complete.blobs == len(bundle.manifest.blobs)
+    gone = largest_layer(bundle)
+    BlobStore(store).path(gone).unlink()  # the store lost one blob (a partial store)
+    holdings = parse_holdings(
+        (await asyncio.to_thread(fetch, server.port, context, "GET", "/nodeagent/v1/holdings"))[2]
+    )
+    assert (holdings.node, holdings.uploads_active, holdings.uploads_max) == ("node-0", 0, 4)
+    (partial,) = holdings.bundles
+    assert not partial.is_complete
+    assert partial.blobs_held == partial.blobs - 1
+    assert partial.bytes_held == partial.bytes - bundle.manifest.blobs[gone].size_bytes
+    status, _, body = await asyncio.to_thread(
+        fetch, server.port, context, "GET", "/nodeagent/v1/bundles/site-2026-11/have"
+    )
+    have = parse_have(body)
+    ordered = sorted(bundle.manifest.blobs)
+    assert [ordered[i] for i in range(have.blobs) if not have.is_held(i)] == [gone]
+    status, _, _ = await asyncio.to_thread(
+        fetch, server.port, context, "GET", f"/v2/a/blobs/{gone}"
+    )
+    assert status == 404
+    for name in ("bundle.json", "bundle.json.minisig"):
+        status, _, body = await asyncio.to_thread(
+            fetch, server.port, context, "GET", f"/nodeagent/v1/bundles/site-2026-11/{name}"
+        )
+        assert (status, body) == (200, (bundle.root / name).read_bytes())
+
+
+async def test_paths_never_reach_the_file_system(
+    server: PeerServer, pki: Pki, bundle: Signed
+) -> None:
+    context = pki.client_context(pki.ca.client("node-1"))
+    refused = [
+        "/nodeagent/v1/bundles/../x",
+        "/nodeagent/v1/bundles/../bundle.json",
+        "/nodeagent/v1/bundles/%2e%2e/bundle.json",
+        "/nodeagent/v1/bundles/site-2026-11%2f..%2f..%2fx/bundle.json",
+        "/nodeagent/v1/bundles/site-2026-11/record.json",
+        "/nodeagent/v1/bundles/site-2026-11/../../index.json",
+        "/nodeagent/v1/bundles/unknown/have",
+        "/nodeagent/v1/../../etc/passwd",
+        "/v2/../../etc/passwd",
+        "/v2/a/blobs/sha256:..%2f..%2findex.json",
+        "/index.json",
+        "/blobs/sha256/" + largest_layer(bundle).removeprefix("sha256:"),
+    ]
+    for path in refused:
+        status, _, body = await asyncio.to_thread(fetch, server.port, context, "GET", path)
+        assert status in (400, 404), path
+        assert "errors" in json.loads(body), path
+    for method in ("POST", "PUT", "DELETE"):
+        status, headers, _ = await asyncio.to_thread(
+            fetch, server.port, context, method, "/nodeagent/v1/holdings"
+        )
+        assert (status, headers["allow"]) == (405, "GET, HEAD")
+    manifest = bundle.manifest.images[0].manifest_digest
+    status, _, body = await asyncio.to_thread(
+        fetch, server.port, context, "GET", f"/v2/a/manifests/{manifest.replace(':', '-')}.sig"
+    )
+    assert (status, json.loads(body)["errors"][0]["code"]) == (404, "MANIFEST_UNKNOWN")
+
+
+async def test_a_damaged_stored_blob_is_never_sent_whole(
+    server: PeerServer, pki: Pki, bundle: Signed, tmp_path: Path
+) -> None:
+    layer = largest_layer(bundle)
+    path = BlobStore(tmp_path / "store").path(layer)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+    context = pki.client_context(pki.ca.client("node-1"))
+    with pytest.raises(http.client.IncompleteRead) as cut:
+        await asyncio.to_thread(fetch, server.port, context, "GET", f"/v2/a/blobs/{layer}")
+    assert len(cut.value.partial) < len(data)
+    await server.settled()
+    assert [error.reason for error in server.corrupt] == ["StoreBlobCorrupt"]
+    status, _, _ = await asyncio.to_thread(
+        fetch, server.port, context, "GET", f"/v2/a/blobs/{layer}"
+    )
+    assert status == 404
+
+
+async def test_the_server_certificate_is_rotated_without_restart(
+    server: PeerServer, pki: Pki
+) -> None:
+    context = pki.client_context(pki.ca.client("node-1"))
+
+    def served_serial() -> int:
+        with (
+            socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            der = tls.getpeercert(binary_form=True)
+        assert der is not None
+        return x509.load_der_x509_certificate(der).serial_number
+
+    first = await asyncio.to_thread(served_serial)
+    rotated = pki.ca.serving("node-0")
+    # as the kubelet rotates (docs/runtime-facts.md): a new timestamped pair file, then the
+    # -current.pem link re-pointed by renaming a new link over it
+    pair = pki.directory / "kubelet-server-2026-11-25-10-00-00.pem"
+    rotated.write_pair(pair, pair)
+    updated = pki.directory / "kubelet-server-updated.pem"
+    updated.symlink_to(pair)
+    updated.replace(pki.server_file)
+    second = await asyncio.to_thread(served_serial)
+    assert first != second == rotated.certificate.serial_number
+    status, _, _ = await asyncio.to_thread(fetch, server.port, context, "GET", "/v2/")
+    assert status == 200
+    with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
+        await asyncio.to_thread(fetch, server.port, pki.client_context(None), "GET", "/v2/")
+
+
+# ------------------------------------------------------------------ load
+async def _hold_download(port: int, context: ssl.SSLContext, path: str) -> asyncio.StreamWriter:
+    """A GET whose response head has arrived and whose body is left unread (a slot held)."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=context, server_hostname="127.0.0.1"
+    )
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: peer\r\n\r\n".encode())
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=20)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return writer
+
+
+async def test_uploads_beyond_the_limits_are_refused_with_retry_after(
+    tmp_path: Path, pki: Pki, bundle: Signed
+) -> None:
+    # a slow cap keeps the downloads going while the test asks for more
+    async with peer_server(tmp_path, pki, max_uploads=3, upload_max_bytes=64 << 10) as server:
+        greedy = pki.client_context(pki.ca.client("node-1"))
+        polite = pki.client_context(pki.ca.client("node-2"))
+        third = pki.client_context(pki.ca.client("node-3"))
+        path = f"/v2/a/blobs/{largest_layer(bundle)}"
+        held = [await _hold_download(server.port, greedy, path) for _ in range(2)]
+        status, headers, body = await asyncio.to_thread(fetch, server.port, greedy, "GET", path)
+        assert (status, headers["retry-after"]) == (429, str(RETRY_AFTER_S))
+        assert json.loads(body)["errors"][0]["code"] == "TOOMANYREQUESTS"
+        held.append(await _hold_download(server.port, polite, path))
+        assert server.slots.active == 3
+        status, headers, _ = await asyncio.to_thread(fetch, server.port, third, "GET", path)
+        assert (status, headers["retry-after"]) == (503, str(RETRY_AFTER_S))
+        status, _, body = await asyncio.to_thread(
+            fetch, server.port, third, "GET", "/nodeagent/v1/holdings"
+        )
+        assert parse_holdings(body).uploads_active == 3  # the signal, ahead of time
+        status, _, _ = await asyncio.to_thread(fetch, server.port, third, "HEAD", path)
+        assert status == 200  # a HEAD takes no slot
+        for writer in held:
+            writer.transport.abort()
+        await server.settled()
+        assert server.slots.active == 0
+
+
+async def test_the_bandwidth_cap_holds(tmp_path: Path, pki: Pki, bundle: Signed) -> None:
+    cap = 1 * MIB
+    async with peer_server(tmp_path, pki, upload_max_bytes=cap) as server:
+        context = pki.client_context(pki.ca.client("node-1"))
+        layer = largest_layer(bundle)
+        started = time.monotonic()
+        status, _, body = await asyncio.to_thread(
+            fetch, server.port, context, "GET", f"/v2/a/blobs/{layer}"
+        )
+        seconds = time.monotonic() - started
+    assert status == 200 and f"sha256:{hashlib.sha256(body).hexdigest()}" == layer
+    burst = max(64 << 10, cap // 10)  # what the bucket holds when full (peer.PeerServer.start)
+    rate = (len(body) - burst) / seconds
+    print(f"bandwidth cap {cap} B/s: {len(body)} bytes in {seconds:.2f} s, {rate:.0f} B/s")
+    assert 0.85 * cap <= rate <= 1.05 * cap
+
+
+async def test_a_connection_that_sends_nothing_is_closed(
+    tmp_path: Path, pki: Pki, bundle: Signed
+) -> None:
+    async with peer_server(tmp_path, pki, request_timeout_s=1) as server:
+        context = pki.client_context(pki.ca.client("node-1"))
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", server.port, ssl=context, server_hostname="127.0.0.1"
+        )
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), timeout=10) == b""
+        assert 0.5 <= time.monotonic() - started <= 5
+        writer.close()
