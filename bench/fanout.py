@@ -46,7 +46,6 @@ import os
 import platform
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -70,37 +69,30 @@ from bench.fanout_model import (
     shape_problems,
     summarize,
 )
+from bench.fanout_probe import (
+    BUNDLE_ID,
+    Watch,
+    check_end,
+    idle_rss_mib,
+    integrity_events,
+    link_bytes,
+    wait_all,
+)
 from bench.prepull import cpu_s, progress, status_kib
 from nodeagent.adapters.store.blobs import BlobStore
-from nodeagent.adapters.store.holdings import StoreHoldings
 from nodeagent.adapters.store.keeper import verify
 from nodeagent.bundles.manifest import BundleManifest
-from nodeagent.site.holdings import parse_holdings
 from tests.testenv.bundles import ext4_media
 from tests.testenv.images import LayerSpec, TestImage
 from tests.testenv.packages import ensure_packages
 from tests.testenv.signed_bundles import Keys, signed_bundle
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
-from tests.testenv.site_node import CA_BUNDLE, CLIENT_PEM, SiteNode, stick_udevd
+from tests.testenv.site_node import SiteNode, stick_udevd
 from tests.testenv.site_pki import Issued, make_ca
 from tests.testenv.udev import LoopMedia
 
-BUNDLE_ID = "bench-fanout"
 SET_NAME = "bench-fanout"
 LAYERS_PER_IMAGE = 4
-POLL_S = 0.25
-IDLE_QUIET_S = 2.0
-INTEGRITY_REASONS = (
-    "BundleDigestMismatch",
-    "BundleSizeMismatch",
-    "StoreBlobCorrupt",
-    "StoreSourceMismatch",
-)
-"""Reason codes that mean bytes failed a digest somewhere (a lying peer, a damaged store)."""
-
-
-class BenchError(RuntimeError):
-    """A measured step failed or did not leave what it should have."""
 
 
 @dataclass(frozen=True)
@@ -136,79 +128,6 @@ def make_bundle(
 # ------------------------------------------------------------------ one run
 
 
-@dataclass
-class Watch:
-    """One node's store, polled: its first byte of the bundle and when it held all of it."""
-
-    node: SiteNode
-    blobs: dict[str, int]
-    first_byte_s: float | None = None
-    complete_s: float | None = None
-    bytes_held: int = 0
-
-    @property
-    def store(self) -> Path:
-        return self.node.state_dir / "store"
-
-    def poll(self, since: float) -> None:
-        if self.complete_s is not None:
-            return
-        now = time.monotonic() - since
-        store = BlobStore(self.store)
-        stored = store.stored()
-        self.bytes_held = sum(size for d, size in stored.items() if d in self.blobs)
-        started = self.bytes_held > 0 or any(d in self.blobs for d in store.partials())
-        if self.first_byte_s is None and started:
-            self.first_byte_s = now
-        if self.bytes_held == sum(self.blobs.values()):
-            held = StoreHoldings(self.store).scan()
-            if any(h.bundle_id == BUNDLE_ID and h.is_complete for h in held):
-                self.complete_s = now
-
-
-def link_bytes(node: SiteNode) -> tuple[int, int]:
-    """Bytes the node's eth0 has sent and received so far."""
-    out = subprocess.run(
-        ["ip", "-n", node.host.netns, "-s", "-j", "link", "show", "eth0"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    stats = json.loads(out)[0]["stats64"]
-    return int(stats["tx"]["bytes"]), int(stats["rx"]["bytes"])
-
-
-def peer_holdings(node: SiteNode) -> dict[str, tuple[bool, str]]:
-    """The node's own ``/nodeagent/v1/holdings`` over mutual TLS: bundle id -> (complete,
-    manifest digest)."""
-    pem, ca = node.path(CLIENT_PEM), node.path(CA_BUNDLE)
-    url = f"https://{node.address}/nodeagent/v1/holdings"
-    cmd = [*node.host.exec_prefix, "curl", "-sS", "--fail", "--max-time", "20"]
-    cmd += ["--cert", str(pem), "--key", str(pem), "--cacert", str(ca), url]
-    done = subprocess.run(cmd, capture_output=True, check=False)
-    if done.returncode != 0:
-        raise BenchError(f"{node.name}: holdings: {done.stderr.decode(errors='replace')}")
-    holdings = parse_holdings(done.stdout)
-    return {b.bundle_id: (b.is_complete, b.manifest_digest) for b in holdings.bundles}
-
-
-def idle_rss_mib(nodes: list[SiteNode], *, timeout_s: float = 30.0) -> float:
-    """The largest VmRSS of the store-only daemons once none spent CPU for 2 s (or at the
-    deadline: a fetcher polling its peers is never fully still)."""
-    pids = [n.process.pid for n in nodes if n.process is not None]
-    deadline, last = time.monotonic() + timeout_s, [-1.0] * len(pids)
-    quiet_since = time.monotonic()
-    while time.monotonic() < deadline:
-        now = [cpu_s(p) for p in pids]
-        if any(b - a > 0.02 for a, b in zip(last, now, strict=True)):
-            quiet_since = time.monotonic()
-        last = now
-        if time.monotonic() - quiet_since >= IDLE_QUIET_S:
-            break
-        time.sleep(0.2)
-    return max(status_kib(p, "VmRSS") / 1024 for p in pids) if pids else 0.0
-
-
 def make_nodes(
     base: Path, net: SiteNetwork, mode: str, ca: Issued, bundle: Bundle
 ) -> list[SiteNode]:
@@ -236,37 +155,6 @@ def make_nodes(
             )
         )
     return nodes
-
-
-def integrity_events(node: SiteNode) -> int:
-    log = node.log_path.read_text(errors="replace") if node.log_path.exists() else ""
-    return sum(log.count(reason) for reason in INTEGRITY_REASONS)
-
-
-def wait_all(watches: list[Watch], since: float, timeout_s: float) -> None:
-    deadline = since + timeout_s
-    while any(w.complete_s is None for w in watches):
-        for w in watches:
-            w.poll(since)
-            w.node._check_running()  # a daemon that died fails the run at once
-        if time.monotonic() > deadline:
-            left = [
-                f"{w.node.name} {w.bytes_held / MB:.0f} MB" for w in watches if not w.complete_s
-            ]
-            raise BenchError(f"not every node holds the bundle after {timeout_s:.0f} s: {left}")
-        time.sleep(POLL_S)
-
-
-def check_end(nodes: list[SiteNode]) -> None:
-    """Every node's peer server says complete, all with one manifest digest."""
-    digests = set()
-    for node in nodes:
-        complete, digest = peer_holdings(node).get(BUNDLE_ID, (False, ""))
-        if not complete:
-            raise BenchError(f"{node.name}'s peer server does not say it holds {BUNDLE_ID}")
-        digests.add(digest)
-    if len(digests) != 1:
-        raise BenchError(f"the nodes hold different manifests: {sorted(digests)}")
 
 
 @dataclass(frozen=True)

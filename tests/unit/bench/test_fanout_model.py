@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.fanout import BUNDLE_ID, make_bundle
+from bench.fanout import make_bundle
 from bench.fanout_model import (
     FANOUT,
     NODE0,
@@ -25,6 +25,7 @@ from bench.fanout_model import (
     shape_problems,
     summarize,
 )
+from bench.fanout_probe import BUNDLE_ID
 from nodeagent.adapters.bundles.intake import check_for_import
 from nodeagent.adapters.store.copier import copy_bundle
 from nodeagent.adapters.store.holdings import StoreHoldings
