@@ -76,6 +76,7 @@ from bench.fanout_probe import (
     idle_rss_mib,
     integrity_events,
     link_bytes,
+    peer_drops,
     wait_all,
 )
 from bench.prepull import cpu_s, progress, status_kib
@@ -233,6 +234,7 @@ def measure(base: Path, mode: str, setup: Setup) -> Run:
         corrupt_blobs=sum(len(v.corrupt) for v in verified),
         partial_files=partials,
         integrity_events=sum(integrity_events(n) for n in nodes),
+        peer_drops=sum(peer_drops(n) for n in nodes),
         idle_rss_mib=rss,
     )
     shutil.rmtree(base, ignore_errors=True)  # N stores of S each

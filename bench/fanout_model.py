@@ -133,6 +133,8 @@ class Run:
     corrupt_blobs: int
     partial_files: int
     integrity_events: int
+    peer_drops: int
+    """Peers the fetchers dropped (slow, failing or lying); informational."""
     idle_rss_mib: float
     """Largest idle RSS of the store-only daemons (serving and following), before the stick."""
 
@@ -268,7 +270,7 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 def render_runs(runs: Sequence[Run], work: Workload) -> list[str]:
     lines = [
         f"{'run':18} {'T_all s':>8} {'stick s':>8} {'ideal s':>8} {'T/ideal':>8} "
-        f"{'notice s':>8} {'read/S':>7} {'daemons CPU s':>13} {'machine CPU s':>13}",
+        f"{'notice s':>8} {'read/S':>7} {'daemons CPU s':>13} {'machine CPU s':>13} {'drops':>5}",
     ]
     for r in sorted(runs, key=lambda r: (r.nodes, r.mode)):
         ideal = r.stick_s + work.ideal_transfer_s
@@ -277,6 +279,7 @@ def render_runs(runs: Sequence[Run], work: Workload) -> list[str]:
             f"{r.mode + f' N={r.nodes}':18} {r.t_all_s:8.1f} {r.stick_s:8.1f} {ideal:8.1f} "
             f"{r.t_all_s / ideal:8.2f} {_fmt(r.notice_s, '.1f'):>8} "
             f"{r.medium_read_bytes / work.size_bytes:7.3f} {cpu:13.1f} {r.machine_cpu_s:13.1f}"
+            f" {r.peer_drops:5d}"
         )
     return lines
 

@@ -115,9 +115,19 @@ def idle_rss_mib(nodes: list[SiteNode], *, timeout_s: float = 30.0) -> float:
     return max(status_kib(p, "VmRSS") / 1024 for p in pids) if pids else 0.0
 
 
-def integrity_events(node: SiteNode) -> int:
+def log_count(node: SiteNode, needles: tuple[str, ...]) -> int:
+    """How many times the node's log (every run of it) names one of ``needles``."""
     log = node.log_path.read_text(errors="replace") if node.log_path.exists() else ""
-    return sum(log.count(reason) for reason in INTEGRITY_REASONS)
+    return sum(log.count(needle) for needle in needles)
+
+
+def integrity_events(node: SiteNode) -> int:
+    return log_count(node, INTEGRITY_REASONS)
+
+
+def peer_drops(node: SiteNode) -> int:
+    """Peers the node's fetcher dropped for a bundle (any reason: slow, failed, lying)."""
+    return log_count(node, ("bundle_fetch_peer_dropped",))
 
 
 def wait_all(watches: list[Watch], since: float, timeout_s: float) -> None:

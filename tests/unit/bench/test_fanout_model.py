@@ -93,7 +93,7 @@ def _modelled_run(mode: str, n: int, *, r: float, d: float, g: float, stick: flo
             _node(i, t_all - work.size_bytes / r, t_all, work.size_bytes) for i in range(1, n)
         ]
         nodes[1] = _node(1, stick + d, stick + d + work.size_bytes / r, work.size_bytes)
-    return Run(mode, n, stick, t_all, work.size_bytes, tuple(nodes), 5.0, 50.0, 0.0, 0, 0, 0, 35)
+    return Run(mode, n, stick, t_all, work.size_bytes, tuple(nodes), 5.0, 50.0, 0.0, 0, 0, 0, 0, 35)
 
 
 def _runs(r: float = 12e6, d: float = 2.0, g: float = 9.0, stick: float = 11.0) -> list[Run]:
