@@ -90,9 +90,11 @@ from tests.testenv.signed_bundles import Keys, signed_bundle
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SiteNode, stick_udevd
 from tests.testenv.site_pki import Issued, make_ca
-from tests.testenv.udev import LoopMedia
+from tests.testenv.udev import LoopMedia, udevd_answers
+from tests.testenv.waiting import wait_for
 
 SET_NAME = "bench-fanout"
+HOST_UDEVD_WAIT_S = 900.0
 LAYERS_PER_IMAGE = 4
 
 
@@ -243,7 +245,13 @@ def measure(base: Path, mode: str, setup: Setup) -> Run:
 
 @contextmanager
 def site(base: Path, n: int, rate_mbit: float) -> Iterator[SiteNetwork]:
-    """The network and the udevd in node 0's namespace (started before any daemon)."""
+    """The network and the udevd in node 0's namespace (started before any daemon). A udevd
+    in the host's namespace (another test's, on a shared machine) would leave node 0 deaf
+    to the stick: wait for it to end first."""
+    if udevd_answers():
+        progress("a udevd runs in the host's namespace (another test's?): waiting for it to end")
+        wait_for(lambda: not udevd_answers(), timeout_s=HOST_UDEVD_WAIT_S, interval_s=2.0,
+                 what="the host's udevd to end")  # fmt: skip
     with ExitStack() as stack:
         net = SiteNetwork(n, rate_mbit=rate_mbit)
         stack.callback(net.stop)
