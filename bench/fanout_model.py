@@ -139,6 +139,14 @@ class Run:
     """Largest idle RSS of the store-only daemons (serving and following), before the stick."""
 
     @property
+    def reserved_share(self) -> float | None:
+        """Of the bytes the nodes received, the share that nodes other than node 0 sent
+        (re-served as they fetched); None when nothing was received."""
+        received = sum(n.received_bytes for n in self.per_node)
+        resent = sum(n.sent_bytes for n in self.per_node if n.index)
+        return resent / received if received else None
+
+    @property
     def notice_s(self) -> float | None:
         """From node 0 holding the bundle to the first peer's first byte."""
         firsts = [n.first_byte_s for n in self.per_node if n.index and n.first_byte_s is not None]
@@ -270,7 +278,8 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 def render_runs(runs: Sequence[Run], work: Workload) -> list[str]:
     lines = [
         f"{'run':18} {'T_all s':>8} {'stick s':>8} {'ideal s':>8} {'T/ideal':>8} "
-        f"{'notice s':>8} {'read/S':>7} {'daemons CPU s':>13} {'machine CPU s':>13} {'drops':>5}",
+        f"{'notice s':>8} {'re-served':>9} {'read/S':>7} {'daemons CPU s':>13} "
+        f"{'machine CPU s':>13} {'drops':>5}",
     ]
     for r in sorted(runs, key=lambda r: (r.nodes, r.mode)):
         ideal = r.stick_s + work.ideal_transfer_s
@@ -278,6 +287,7 @@ def render_runs(runs: Sequence[Run], work: Workload) -> list[str]:
         lines.append(
             f"{r.mode + f' N={r.nodes}':18} {r.t_all_s:8.1f} {r.stick_s:8.1f} {ideal:8.1f} "
             f"{r.t_all_s / ideal:8.2f} {_fmt(r.notice_s, '.1f'):>8} "
+            f"{_fmt(None if r.reserved_share is None else 100 * r.reserved_share, '.0f'):>8}% "
             f"{r.medium_read_bytes / work.size_bytes:7.3f} {cpu:13.1f} {r.machine_cpu_s:13.1f}"
             f" {r.peer_drops:5d}"
         )

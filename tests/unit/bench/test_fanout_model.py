@@ -140,6 +140,17 @@ def test_checks_pass_when_the_fan_out_keeps_to_the_goals_and_miss_when_not() -> 
     assert slow["idle RSS MiB, serving on"] == "PASS"
 
 
+def test_the_re_served_share_counts_what_nodes_other_than_node_0_sent() -> None:
+    nodes = (
+        NodeResult(0, 0.1, 1.0, GB, 1.0, 3 * GB // 2, 0, 30.0),
+        NodeResult(1, 2.0, 9.0, GB, 1.0, GB // 2, GB, 30.0),
+        NodeResult(2, 2.0, 9.0, GB, 1.0, 0, GB, 30.0),
+    )
+    run = Run(FANOUT, 3, 1.0, 9.0, GB, nodes, 0.0, 0.0, 0.0, 0, 0, 0, 0, 35)
+    assert run.reserved_share == pytest.approx(0.25)
+    assert run.notice_s == pytest.approx(1.0)
+
+
 def test_the_report_shows_each_run_its_nodes_the_model_and_the_checks() -> None:
     text = render_report(_runs(), _work(), ["header line"])
     assert text.startswith("header line\n")
