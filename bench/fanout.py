@@ -87,10 +87,10 @@ from tests.testenv.bundles import ext4_media
 from tests.testenv.images import LayerSpec, TestImage
 from tests.testenv.packages import ensure_packages
 from tests.testenv.signed_bundles import Keys, signed_bundle
-from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
+from tests.testenv.site_net import SiteHost, SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SiteNode, stick_udevd
 from tests.testenv.site_pki import Issued, make_ca
-from tests.testenv.udev import LoopMedia, udevd_answers
+from tests.testenv.udev import LoopMedia, Udevd, udevd_answers
 from tests.testenv.waiting import wait_for
 
 SET_NAME = "bench-fanout"
@@ -177,7 +177,11 @@ def measure(base: Path, mode: str, setup: Setup) -> Run:
     )  # fmt: skip
     nodes = make_nodes(base, net, mode, ca, bundle)
     watches = [Watch(n, bundle.blobs) for n in nodes]
-    try:
+    with ExitStack() as stack:
+        udevd = stack.enter_context(stick_listener(base, net.hosts[0]))
+        stack.callback(stick.detach)
+        for node in nodes:
+            stack.callback(node.close)
         for node in nodes:
             node.start(ready="daemon_started", timeout_s=120)
         for node in nodes:
@@ -195,6 +199,8 @@ def measure(base: Path, mode: str, setup: Setup) -> Run:
         devnode = stick.attach()
         read_before = sectors_read(devnode)
         progress(f"  {mode} N={len(nodes)}: stick attached ({devnode})")
+        wait_all(watches[:1], since, timeout_s)
+        udevd.stop()  # node 0 holds the bundle: the stick has done its part
         wait_all(watches, since, timeout_s)
         t_all = max(w.complete_s or 0.0 for w in watches)
         progress(f"  T_all {t_all:.1f} s (node 0: {watches[0].complete_s:.1f} s)")
@@ -204,10 +210,6 @@ def measure(base: Path, mode: str, setup: Setup) -> Run:
         after = [link_bytes(n) for n in nodes]
         peaks = [status_kib(p, "VmHWM") / 1024 for p in pids]
         check_end(nodes)
-    finally:
-        for node in nodes:
-            node.close()
-        stick.detach()
     verified = [verify(w.store) for w in watches]
     partials = sum(len(BlobStore(w.store).partials()) for w in watches)
     per_node = tuple(
@@ -244,20 +246,32 @@ def measure(base: Path, mode: str, setup: Setup) -> Run:
 
 
 @contextmanager
-def site(base: Path, n: int, rate_mbit: float) -> Iterator[SiteNetwork]:
-    """The network and the udevd in node 0's namespace (started before any daemon). A udevd
-    in the host's namespace (another test's, on a shared machine) would leave node 0 deaf
-    to the stick: wait for it to end first."""
+def site(n: int, rate_mbit: float) -> Iterator[SiteNetwork]:
+    """The site's network, torn down after its runs."""
+    net = SiteNetwork(n, rate_mbit=rate_mbit)
+    try:
+        net.start()
+        yield net
+    finally:
+        net.stop()
+
+
+@contextmanager
+def stick_listener(base: Path, host: SiteHost) -> Iterator[Udevd]:
+    """The test udevd in node 0's namespace, started before the daemons: node 0 alone hears
+    the stick. A udevd in the host's namespace (another test's, on a shared machine) would
+    leave node 0 deaf: wait for it to end first. Ours answers the host's ``udevadm`` too
+    while it runs, so a run stops it as soon as node 0 holds the bundle."""
     if udevd_answers():
         progress("a udevd runs in the host's namespace (another test's?): waiting for it to end")
         wait_for(lambda: not udevd_answers(), timeout_s=HOST_UDEVD_WAIT_S, interval_s=2.0,
                  what="the host's udevd to end")  # fmt: skip
-    with ExitStack() as stack:
-        net = SiteNetwork(n, rate_mbit=rate_mbit)
-        stack.callback(net.stop)
-        net.start()
-        stack.enter_context(stick_udevd(base / f"udevd-{n}", net.hosts[0]))
-        yield net
+    udevd = stick_udevd(base / "udevd", host)
+    udevd.start()
+    try:
+        yield udevd
+    finally:
+        udevd.stop()
 
 
 # ------------------------------------------------------------------ main
@@ -301,7 +315,7 @@ def run_all(base: Path, opts: argparse.Namespace) -> tuple[list[Run], Workload, 
                 for m in opts.mode_list
                 if not (m == NODE0 and n == 2 and FANOUT in opts.mode_list)
             ]
-            with site(base, n, opts.rate_mbit) as net:
+            with site(n, opts.rate_mbit) as net:
                 for mode in modes:
                     worst = (n - 1) * work.ideal_transfer_s * 3 + 300
                     setup = Setup(net, stick, bundle, ca, opts.timeout_s or worst)
