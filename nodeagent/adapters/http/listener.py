@@ -9,7 +9,9 @@ sends before it falls back to HTTP) is answered 400 at once and the connection c
 Deadlines: a connection must send its first request head within ``io_timeout_s`` of being
 accepted (after the TLS handshake, itself bounded by the same), an idle keep-alive
 connection is closed after ``io_timeout_s`` (aiohttp's keep-alive timer, which also ends
-a next head that trickles in), and the handler bounds its own sends.
+a next head that trickles in), and the handler bounds its own sends. A TLS handshake
+that fails is logged (``peer_refused``, once a minute per peer address, in words:
+``nodeagent.adapters.http.handshake``), which asyncio itself does only in debug mode.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from aiohttp import web, web_protocol
+
+from nodeagent.adapters.http.handshake import HandshakeWatch
 
 MAX_LINE_BYTES: Final = 8 << 10
 """Request line and each header line."""
@@ -99,10 +103,10 @@ class Listener:
             access_log=None,
         )
         loop = asyncio.get_running_loop()
-        handshake_s = self._io_timeout_s if tls is not None else None
-        self._server = await loop.create_server(
-            self._web, host, port, ssl=tls, ssl_handshake_timeout=handshake_s
-        )
+        factory: Callable[[], asyncio.BaseProtocol] = self._web
+        if tls is not None:  # asyncio's TLS, with each handshake's outcome seen
+            factory = HandshakeWatch(self._web, tls, handshake_s=self._io_timeout_s)
+        self._server = await loop.create_server(factory, host, port)
 
     async def settled(self) -> None:
         await self._settled.wait()

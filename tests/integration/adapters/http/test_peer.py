@@ -17,12 +17,14 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
+from structlog.testing import capture_logs
 
 from nodeagent.adapters.http.peer import PeerServer
 from nodeagent.adapters.http.tls import ReloadingTls
@@ -321,6 +323,44 @@ def test_a_blob_stored_whole_again_is_not_set_aside(bundle: Signed, tmp_path: Pa
     damage(BlobStore(store).path(layer))
     assert set_aside_corrupt(store, layer) is True
     assert set_aside_corrupt(store, layer) is False  # gone already
+
+
+def handshake_from(source: str, port: int, context: ssl.SSLContext) -> None:
+    """Connect from ``source`` (another loopback address), shake hands, send a request."""
+    with (
+        socket.create_connection(
+            ("127.0.0.1", port), timeout=10, source_address=(source, 0)
+        ) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(b"GET /v2/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        if not tls.recv(1):  # TLS 1.3: the refusal arrives after the client's Finished
+            raise ConnectionError("closed")
+
+
+async def test_each_refused_peer_is_logged_once_a_minute_in_plain_words(
+    server: PeerServer, pki: Pki
+) -> None:
+    other_ca = pki.client_context(pki.other_ca.client("intruder"))
+    refusals = [("127.0.0.2", other_ca)] * 3 + [("127.0.0.3", pki.client_context(None))]
+    with capture_logs() as logs:
+        for source, context in refusals:
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                await asyncio.to_thread(handshake_from, source, server.port, context)
+
+        def refused() -> list[MutableMapping[str, Any]]:
+            return [entry for entry in logs if entry["event"] == "peer_refused"]
+
+        await wait_for_async(
+            lambda: asyncio.sleep(0, len(refused()) == 2), timeout_s=10, what="two lines"
+        )
+        # a certificate from the site CA is not refused, nor logged
+        good = pki.client_context(pki.ca.client("node-1"))
+        await asyncio.to_thread(handshake_from, "127.0.0.4", server.port, good)
+    assert sorted((e["address"], e["reason"], e["log_level"]) for e in refused()) == [
+        ("127.0.0.2", "certificate not signed by the site CA", "warning"),
+        ("127.0.0.3", "no client certificate sent", "warning"),
+    ]
 
 
 async def test_the_server_certificate_is_rotated_without_restart(
