@@ -29,7 +29,7 @@ from nodeagent.daemon import root as daemon
 from nodeagent.config import load_config
 
 root = Path(sys.argv[1])
-args = cli._parser().parse_args(["run"])
+args = cli._parser(cli._command_of(["run"])).parse_args(["run"])
 config = load_config(args.config, root=root)
 daemon.build(config)
 print("\\n".join(sorted(sys.modules)))
@@ -53,6 +53,9 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.adapters.bundles.mount",
     "nodeagent.adapters.store.blobs",  # the store: once it holds something (or has to)
     "nodeagent.adapters.store.registry_sets",
+    "nodeagent.cli.bundle",  # the administrator's commands: never for `nodeagent run`
+    "nodeagent.cli.store",
+    "nodeagent.cli.site",
     "difflib",  # did-you-mean for a broken config only
     "ctypes.util",  # inotify takes libc from the process itself
     "getpass",  # a locked signing key on a terminal only
