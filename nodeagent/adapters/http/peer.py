@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Final
 
 import structlog
-from aiohttp import web
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
 
 from nodeagent.adapters.http.content import ServedContent, answer, error
 from nodeagent.adapters.http.listener import Listener
@@ -55,7 +56,7 @@ PACED_STEP_BYTES: Final = 64 << 10
 _JSON: Final = {"Content-Type": "application/json"}
 
 
-def _peer_of(request: web.BaseRequest) -> tuple[str, str]:
+def _peer_of(request: BaseRequest) -> tuple[str, str]:
     """(key, name) of the client certificate: its sha256, and its subject CN for the log."""
     transport = request.transport
     tls = None if transport is None else transport.get_extra_info("ssl_object")
@@ -193,7 +194,7 @@ class PeerServer:
                 await asyncio.sleep(wait_s)
 
     # -------------------------------------------------------------- requests
-    async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _answer(self, request: BaseRequest) -> StreamResponse:
         self._content.count(requests=1)
         target = route_peer(request.method, request.raw_path.partition("?")[0])
         if isinstance(target, ErrorAnswer):
@@ -210,7 +211,7 @@ class PeerServer:
             return await answer(request, 200, _JSON, b"{}", timeout_s=self._timeout_s)
         return await self._own(request, target, offer)
 
-    async def _upload(self, request: web.BaseRequest, target: PeerTarget) -> web.StreamResponse:
+    async def _upload(self, request: BaseRequest, target: PeerTarget) -> StreamResponse:
         peer, name = _peer_of(request)
         refusal = self.slots.take(peer)
         if refusal is not None:
@@ -247,8 +248,8 @@ class PeerServer:
             log.info("peer_uploads_available", active=self.slots.active)
 
     async def _own(
-        self, request: web.BaseRequest, target: PeerTarget, offer: StoreOffer
-    ) -> web.StreamResponse:
+        self, request: BaseRequest, target: PeerTarget, offer: StoreOffer
+    ) -> StreamResponse:
         if target.kind == "holdings":
             holdings = Holdings(
                 node=self.node,
