@@ -31,6 +31,16 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "pinned_images_lost": "bebb67fb84d74287b99c99e224cdcf27",
     "images_restored_from_store": "c578cd8e33ef42eab0b2398242f0fdd0",
     "registry_set_not_stored": "d8c2b0a72c774ef7ae4faa2e560d0a1f",
+    "store_blob_corrupt": "36c41866f2f94f529ec5305068fab25c",
+    "peer_server_started": "aa7ca7d0be24403f938082f6e96e765c",
+    "peer_refused": "25e651d4b6f743e3acd2da7f8c7f72d9",
+    "peer_uploads_saturated": "78939ee4f0dc477abe3244ec1711580f",
+    "peer_blob_corrupt": "c01154e9ca4f47aa89026501d7494e7b",
+    "peer_tls_reload_failed": "28369d1c7af44186a16ad0d9b2cdb997",
+    "peer_holdings_invalid": "4ed92602dce34ccfa5473ecfea469d61",
+    "site_holdings_unavailable": "9980cf66a788482399983c898fcce4c6",
+    "site_holdings_not_published": "c80758574c9a461b8ccde1a6c0f82e6a",
+    "site_address_unknown": "5689e46bd36744668c8cd1f812f1365f",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 
@@ -41,6 +51,8 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
     "reason": "NODEAGENT_REASON",
     "device": "NODEAGENT_DEVICE",
     "file": "NODEAGENT_FILE",
+    "address": "NODEAGENT_ADDRESS",
+    "node": "NODEAGENT_NODE",
 }
 """Log fields that also become journal fields of their own, for ``journalctl FIELD=value``."""
 

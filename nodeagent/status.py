@@ -321,6 +321,8 @@ def bundle_line(report: BundleReport) -> str | None:
         return f"bundle {name} stored: the medium may be removed"
     if report.state == "importing":
         return f"bundle {name}: importing {report.images_total} images{progress}"
+    if report.state == "detected" and report.progress_text:
+        return f"bundle {name}: {report.progress_text}"
     return None
 
 

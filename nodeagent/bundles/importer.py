@@ -22,7 +22,7 @@ import asyncio
 import datetime as dt
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -120,6 +120,9 @@ class ImporterPorts:
     node_labels: Callable[[], Mapping[str, str] | None] = field(default=lambda: None)
     """The node's labels as the Kubernetes API last gave them; None when they are not known
     (no cluster mode, or not listed yet): a bundle with a target selector is then refused."""
+    wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None
+    """Cluster mode: the labels once the API has listed the Node, waited for (bounded) when a
+    bundle with a selector comes before them; unknown is not "no" (None: nothing to wait for)."""
     is_ignoring_target: bool = False
     """``bundle import --ignore-target``: a technician imports a bundle whose target's
     selector leaves this node out (its architecture is still checked, rule R13)."""
@@ -178,10 +181,9 @@ class Importer:
                 action="imported by hand with --ignore-target",
             )
         elif manifest.target is not None:
+            labels = await self._node_labels(replace(report, bundle_id=manifest.bundle_id))
             try:
-                check_node_in_target(
-                    manifest.target, self.ports.node_labels(), bundle_id=manifest.bundle_id
-                )
+                check_node_in_target(manifest.target, labels, bundle_id=manifest.bundle_id)
             except NodeAgentError as exc:
                 return self._reject(replace(report, bundle_id=manifest.bundle_id), exc)
         report = replace(
@@ -199,6 +201,14 @@ class Importer:
             target=describe_target(manifest.architecture, manifest.target),
         )
         return await self._import_verified(root, manifest, report)
+
+    async def _node_labels(self, report: BundleReport) -> Mapping[str, str] | None:
+        labels, wait = self.ports.node_labels(), self.ports.wait_node_labels
+        if labels is not None or wait is None:
+            return labels
+        waiting = replace(report, progress_text="waiting for the node's labels from the API")
+        self._report(waiting, "bundle_waiting_for_labels")
+        return await wait()
 
     def _reject(self, report: BundleReport, exc: NodeAgentError) -> BundleReport:
         message = clip(exc.message, MESSAGE_CHARS)

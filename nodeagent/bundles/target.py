@@ -177,8 +177,8 @@ def check_node_in_target(
     if node_labels is None:
         raise BundleNotInTarget(
             f"bundle {clip(bundle_id, 128)} is only for nodes matching {wanted}, and this "
-            "node's labels are not known (no Kubernetes API, or it has not answered yet); "
-            "if the bundle is meant for this node, import it with "
+            "node's labels are not known (no cluster mode, or the API server did not give "
+            "them in time); if the bundle is meant for this node, import it with "
             "`nodeagent bundle import --ignore-target`"
         )
     if not target.node_selector.matches(node_labels):

@@ -146,6 +146,8 @@ class ClusterSpecs:
         self.view = _View()
         self.changed = asyncio.Event()
         self.placement: Placement | None = None
+        self.node_known = asyncio.Event()
+        """Set while the informer has this Node (its labels are known)."""
 
     def node_labels(self) -> dict[str, str] | None:
         """This Node's labels as last listed or watched; None before the API gave them."""
@@ -154,6 +156,16 @@ class ClusterSpecs:
             return None
         labels = (node.get("metadata") or {}).get("labels") or {}
         return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+
+    async def wait_node_labels(self) -> dict[str, str] | None:
+        """This Node's labels, waited for up to the cluster's request timeout when the informer
+        has not listed them yet, or the Node is not registered yet (a stick plugged in at boot
+        is not refused for want of them); None when they did not come in time."""
+        if not self.node_known.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.cluster.request_timeout_s):
+                    await self.node_known.wait()
+        return self.node_labels()
 
     async def read_node_labels(self) -> dict[str, str] | None:
         """This Node's labels listed once (``bundle import`` outside the daemon); None when the
@@ -213,7 +225,10 @@ class ClusterSpecs:
     def _store(self, key: str, snapshot: dict[str, Obj]) -> None:
         if key == "node":
             self.view.node = snapshot.get(self.node)
-            if self.view.node is not None:
+            if self.view.node is None:
+                self.node_known.clear()
+            else:
+                self.node_known.set()
                 self.on_node(self.view.node)
         elif key == "pools":
             self.view.pools = snapshot

@@ -9,7 +9,7 @@ the registry sets' fetcher (``[store] registry_sets``) are built here too, when 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import structlog
@@ -99,6 +99,7 @@ def build_importer(
     is_present: Callable[[Path], bool] = lambda root: root.exists(),
     release: Callable[[Path], None] = lambda _root: None,
     node_labels: Callable[[], Mapping[str, str] | None] = lambda: None,
+    wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None,
     is_ignoring_target: bool = False,
 ) -> Importer:
     transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
@@ -119,6 +120,7 @@ def build_importer(
         release_medium=release,
         is_probing_mirror=True,
         node_labels=node_labels,
+        wait_node_labels=wait_node_labels,
         is_ignoring_target=is_ignoring_target,
     )
     return Importer(ports, policies.disk)

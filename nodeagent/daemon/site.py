@@ -8,11 +8,13 @@ supervisor restarts it with backoff and pinning goes on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 
 from nodeagent.adapters.http.peer import PeerServer
 from nodeagent.adapters.http.tls import ReloadingTls
 from nodeagent.adapters.store.blobs import BlobStore
+from nodeagent.adapters.store.keeper import set_aside_corrupt
 from nodeagent.config import Config
 from nodeagent.config.addresses import parse_address
 
@@ -37,6 +39,7 @@ async def serve_peers(config: Config) -> None:
         max_uploads=site.max_uploads,
         upload_max_bytes=site.upload_max_bytes,
         request_timeout_s=site.request_timeout_s,
+        on_corrupt=functools.partial(set_aside_corrupt, config.store_dir),
     )
     async with server:
         await asyncio.Event().wait()  # until cancelled (the daemon stops)

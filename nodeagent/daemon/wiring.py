@@ -140,6 +140,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
             is_present=is_present,
             release=release,
             node_labels=cluster.specs.node_labels if cluster else lambda: None,
+            wait_node_labels=cluster.specs.wait_node_labels if cluster else None,
         )
 
     media = MediaImports(

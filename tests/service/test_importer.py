@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -92,8 +92,11 @@ class Rig:
         target: str | None = None,
         node_labels: Mapping[str, str] | None = None,
         is_ignoring_target: bool = False,
+        labels_later: Mapping[str, str] | Literal["no wait"] | None = "no wait",
     ) -> None:
         self.target = target
+        self.labels_later = labels_later
+        self.label_waits = 0
         self.clock = VirtualClock()
         self.crio = FakeCrio(pull=self._pull)
         self.dropins = MemoryDropins()
@@ -125,10 +128,17 @@ class Rig:
                 is_present_on_media=lambda root: root == ROOT and self.is_present,
                 on_report=self.reports.append,
                 node_labels=lambda: node_labels,
+                wait_node_labels=None if labels_later == "no wait" else self._labels_later,
                 is_ignoring_target=is_ignoring_target,
             ),
             DiskPolicy(expansion_factor=2.0, reserve_bytes=GIB),
         )
+
+    async def _labels_later(self) -> Mapping[str, str] | None:
+        """The cluster's wait: the labels it lists (or None when they did not come in time)."""
+        self.label_waits += 1
+        assert self.labels_later != "no wait"
+        return self.labels_later
 
     def _verify(self, root: Path) -> FakeVerified:
         assert root == ROOT
@@ -362,6 +372,38 @@ async def test_a_stick_whose_target_leaves_the_node_out_is_refused_before_anythi
     assert "'site=line-3'" in (report.message or "")
     assert (rig.servers, rig.mirror.writes, rig.reloader.calls) == ([], [], 0)
     assert (rig.crio.pull_calls, rig.space.asked, rig.specs.files) == ([], [], {})
+
+
+@pytest.mark.parametrize(
+    ("later", "states", "reason"),
+    [
+        ({"site": "line-3"}, ["detected", "verified", "admitted", "importing", "imported"], None),
+        ({"site": "line-4"}, ["detected", "rejected"], "BundleNotInTarget"),
+        (None, ["detected", "rejected"], "BundleNotInTarget"),
+    ],
+)
+async def test_labels_not_known_yet_are_waited_for_then_they_decide(
+    later: Mapping[str, str] | None, states: list[str], reason: str | None
+) -> None:
+    # Unknown is not "no": in cluster mode, a stick that comes before the Node's labels waits.
+    rig = Rig(target="site=line-3", node_labels=None, labels_later=later)
+
+    report = await rig.run()
+
+    assert rig.label_waits == 1
+    waiting = [r for r in rig.reports if r.progress_text.startswith("waiting for the node's")]
+    assert [(r.state, r.bundle_id) for r in waiting] == [("detected", BUNDLE_ID)]
+    assert [s for s in rig.states() if s != "detected"] == states[1:]
+    assert report.reason == reason
+
+
+async def test_known_labels_or_no_selector_are_not_waited_for() -> None:
+    for rig in (
+        Rig(target="site=line-3", node_labels={"site": "line-3"}, labels_later=None),
+        Rig(target=None, node_labels=None, labels_later=None),
+    ):
+        report = await rig.run()
+        assert (report.state, rig.label_waits) == ("imported", 0)
 
 
 @pytest.mark.parametrize(

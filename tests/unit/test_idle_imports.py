@@ -29,7 +29,7 @@ from nodeagent.daemon import root as daemon
 from nodeagent.config import load_config
 
 root = Path(sys.argv[1])
-args = cli._parser().parse_args(["run"])
+args = cli._parser(cli._command_of(["run"])).parse_args(["run"])
 config = load_config(args.config, root=root)
 daemon.build(config)
 print("\\n".join(sorted(sys.modules)))
@@ -53,6 +53,9 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.adapters.bundles.mount",
     "nodeagent.adapters.store.blobs",  # the store: once it holds something (or has to)
     "nodeagent.adapters.store.registry_sets",
+    "nodeagent.cli.bundle",  # the administrator's commands: never for `nodeagent run`
+    "nodeagent.cli.store",
+    "nodeagent.cli.site",
     "difflib",  # did-you-mean for a broken config only
     "ctypes.util",  # inotify takes libc from the process itself
     "getpass",  # a locked signing key on a terminal only
@@ -111,3 +114,19 @@ def test_module_named_exists(module: str) -> None:
         except importlib.metadata.PackageNotFoundError:
             pytest.skip(f"{DEV_ONLY[module]} is not installed here")
     assert importlib.util.find_spec(module) is not None, f"no module named {module}"
+
+
+def test_the_http_faces_load_aiohttps_low_level_server_only() -> None:
+    # aiohttp.web (application, router, file responses, websockets) is 1.8 MiB the peer
+    # server and the loopback mirror do not use (docs/performance.md).
+    probe = (
+        "import sys, nodeagent.daemon.site, nodeagent.adapters.http.mirror\n"
+        "print('\\n'.join(m for m in sys.modules if m.startswith('aiohttp.web')))"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=repo
+    )
+    loaded = set(result.stdout.split())
+    assert "aiohttp.web_server" in loaded
+    assert loaded.isdisjoint({"aiohttp.web", "aiohttp.web_app", "aiohttp.web_urldispatcher"})

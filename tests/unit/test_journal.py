@@ -45,6 +45,15 @@ def test_message_ids_are_unique_128_bit_hex_and_each_has_a_catalog_entry() -> No
     assert sorted(headers) == sorted(ids)
 
 
+def test_every_event_with_a_message_id_is_logged_somewhere() -> None:
+    # A renamed event would silently lose its catalog text.
+    package = CATALOG.parents[1] / "nodeagent"
+    sources = "".join(
+        path.read_text() for path in package.rglob("*.py") if path.name != "journal.py"
+    )
+    assert sorted(e for e in journal.MESSAGE_IDS if f'"{e}"' not in sources) == []
+
+
 def recording(sent: list[bytes]) -> Callable[[bytes], bool]:
     """A journal that takes every payload and keeps it in ``sent``."""
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import IO, Final
 
 import structlog
-from aiohttp import web
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
 
 from nodeagent.adapters.bundles.tree import BundleDir
 from nodeagent.adapters.http.streamer import (
@@ -60,15 +61,15 @@ def _read_small(media: BundleDir, file: ExpectedFile) -> bytes:
 
 
 async def answer(
-    request: web.BaseRequest,
+    request: BaseRequest,
     status: int,
     headers: Mapping[str, str],
     body: bytes = b"",
     *,
     timeout_s: float,
-) -> web.StreamResponse:
+) -> StreamResponse:
     """A whole response (HEAD: its head only), sent within ``timeout_s``."""
-    response = web.StreamResponse(status=status, headers={**API_VERSION_HEADER, **headers})
+    response = StreamResponse(status=status, headers={**API_VERSION_HEADER, **headers})
     response.content_length = len(body)
     async with asyncio.timeout(timeout_s):
         await response.prepare(request)
@@ -78,15 +79,13 @@ async def answer(
     return response
 
 
-async def error(
-    request: web.BaseRequest, err: ErrorAnswer, *, timeout_s: float
-) -> web.StreamResponse:
+async def error(request: BaseRequest, err: ErrorAnswer, *, timeout_s: float) -> StreamResponse:
     """A distribution error answer (JSON body)."""
     headers = {"Content-Type": "application/json", **err.headers}
     return await answer(request, err.status, headers, err.body(), timeout_s=timeout_s)
 
 
-def _transport(request: web.BaseRequest) -> asyncio.Transport:
+def _transport(request: BaseRequest) -> asyncio.Transport:
     transport = request.transport
     if transport is None or transport.is_closing():
         raise ConnectionResetError("the client closed the connection")
@@ -168,7 +167,7 @@ class ServedContent:
             raise RuntimeError("server not started")
         return self._media
 
-    async def serve(self, request: web.BaseRequest, kind: str, digest: str) -> web.StreamResponse:
+    async def serve(self, request: BaseRequest, kind: str, digest: str) -> StreamResponse:
         """Answer a manifest (``kind`` "manifests") or blob fetch; a read error ends the
         connection (logged) rather than sending what could not be read."""
         try:
@@ -181,7 +180,7 @@ class ServedContent:
             log.warning("blob_read_failed", digest=digest, error=str(err))
         if request.transport is not None:
             request.transport.abort()
-        return web.StreamResponse()  # aiohttp finds the connection gone and ends it
+        return StreamResponse()  # aiohttp finds the connection gone and ends it
 
     # -------------------------------------------------------------- manifests
     async def load_manifest(self, digest: str) -> tuple[bytes, str] | None:
@@ -200,7 +199,7 @@ class ServedContent:
             self._manifests[digest] = (body, media_type)
         return self._manifests.get(digest)
 
-    async def manifest(self, request: web.BaseRequest, digest: str) -> web.StreamResponse:
+    async def manifest(self, request: BaseRequest, digest: str) -> StreamResponse:
         loaded = await self.load_manifest(digest)
         if loaded is None:
             err = ErrorAnswer(404, "MANIFEST_UNKNOWN", f"no manifest {digest}")
@@ -213,7 +212,7 @@ class ServedContent:
         return response
 
     # -------------------------------------------------------------- blobs
-    async def blob(self, request: web.BaseRequest, digest: str) -> web.StreamResponse:
+    async def blob(self, request: BaseRequest, digest: str) -> StreamResponse:
         file = self.listed(digest)
         stream = None if file is None else await self._open(digest, file)
         if file is None or stream is None:
@@ -229,7 +228,7 @@ class ServedContent:
             self._reject(digest, err)
             return None
 
-    async def _send_blob(self, request: web.BaseRequest, blob: Blob) -> web.StreamResponse:
+    async def _send_blob(self, request: BaseRequest, blob: Blob) -> StreamResponse:
         size, is_get = blob.file.size_bytes, request.method == "GET"
         try:
             span = parse_range(request.headers.get("Range"), size)
@@ -245,7 +244,7 @@ class ServedContent:
             return await error(request, err, timeout_s=self._io_timeout_s)
         headers = {"Content-Type": "application/octet-stream", "Docker-Content-Digest": blob.digest}
         headers |= {"Accept-Ranges": "bytes"} | (content_range(size, span) if span else {})
-        response = web.StreamResponse(status=206 if span else 200, headers=API_VERSION_HEADER)
+        response = StreamResponse(status=206 if span else 200, headers=API_VERSION_HEADER)
         response.headers.update(headers)
         response.content_length = end - start
         async with asyncio.timeout(self._io_timeout_s):
@@ -263,7 +262,7 @@ class ServedContent:
         self.count(blobs_served=0 if span else 1)
         return response
 
-    async def _send_body(self, request: web.BaseRequest, blob: Blob, start: int, end: int) -> None:
+    async def _send_body(self, request: BaseRequest, blob: Blob, start: int, end: int) -> None:
         transport = _transport(request)
         if blob.digest in self._verified:
             await self._streamer.send_range(transport, blob, start, end)

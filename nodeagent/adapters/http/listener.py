@@ -1,7 +1,9 @@
 """The aiohttp low-level server both faces run on: bounded heads, deadlines, graceful close.
 
-``web.Server`` with one handler coroutine and no router: the caller routes on the raw
-path itself (aiohttp's router would normalize ``..`` and percent escapes first). Request
+``aiohttp.web_server.Server`` with one handler coroutine and no router: the caller routes on
+the raw path itself (aiohttp's router would normalize ``..`` and percent escapes first).
+Only the low-level modules are imported, never ``aiohttp.web`` with its application,
+router, file and websocket machinery: 1.8 MiB less resident (docs/performance.md). Request
 heads are bounded by the C parser (``MAX_LINE_BYTES`` per line, ``MAX_HEADERS`` fields);
 a malformed head (a TLS ClientHello on the plain-HTTP mirror port, which containers-image
 sends before it falls back to HTTP) is answered 400 at once and the connection closed.
@@ -9,7 +11,9 @@ sends before it falls back to HTTP) is answered 400 at once and the connection c
 Deadlines: a connection must send its first request head within ``io_timeout_s`` of being
 accepted (after the TLS handshake, itself bounded by the same), an idle keep-alive
 connection is closed after ``io_timeout_s`` (aiohttp's keep-alive timer, which also ends
-a next head that trickles in), and the handler bounds its own sends.
+a next head that trickles in), and the handler bounds its own sends. A TLS handshake
+that fails is logged (``peer_refused``, once a minute per peer address, in words:
+``nodeagent.adapters.http.handshake``), which asyncio itself does only in debug mode.
 """
 
 from __future__ import annotations
@@ -20,18 +24,22 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from aiohttp import web, web_protocol
+from aiohttp import web_protocol, web_server
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
+
+from nodeagent.adapters.http.handshake import HandshakeWatch
 
 MAX_LINE_BYTES: Final = 8 << 10
 """Request line and each header line."""
 MAX_HEADERS: Final = 64
 """Header fields in one request head."""
 
-Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+Handler = Callable[[BaseRequest], Awaitable[StreamResponse]]
 
 
-class _Server(web.Server):
-    """``web.Server`` that closes a connection which sends no request within its deadline."""
+class _Server(web_server.Server):
+    """``web_server.Server`` that closes a connection which sends no request within its deadline."""
 
     def __init__(self, handler: Handler, *, first_request_s: float, **kwargs: object) -> None:
         super().__init__(self._mark, **kwargs)  # type: ignore[arg-type]
@@ -39,7 +47,7 @@ class _Server(web.Server):
         self._waiting: set[web_protocol.RequestHandler] = set()
         """Connections that have not sent a request yet."""
 
-    async def _mark(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _mark(self, request: BaseRequest) -> StreamResponse:
         self._waiting.discard(request.protocol)
         return await self._handle(request)
 
@@ -99,10 +107,10 @@ class Listener:
             access_log=None,
         )
         loop = asyncio.get_running_loop()
-        handshake_s = self._io_timeout_s if tls is not None else None
-        self._server = await loop.create_server(
-            self._web, host, port, ssl=tls, ssl_handshake_timeout=handshake_s
-        )
+        factory: Callable[[], asyncio.BaseProtocol] = self._web
+        if tls is not None:  # asyncio's TLS, with each handshake's outcome seen
+            factory = HandshakeWatch(self._web, tls, handshake_s=self._io_timeout_s)
+        self._server = await loop.create_server(factory, host, port)
 
     async def settled(self) -> None:
         await self._settled.wait()
@@ -119,7 +127,7 @@ class Listener:
         await self._server.wait_closed()
         self._server = self._web = None
 
-    async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _answer(self, request: BaseRequest) -> StreamResponse:
         self._responding += 1
         self._settled.clear()
         try:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Final
 
 import structlog
-from aiohttp import web
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
 
 from nodeagent.adapters.http.content import ServedContent, answer, error
 from nodeagent.adapters.http.listener import Listener
@@ -35,7 +36,7 @@ IO_TIMEOUT_S: Final = 60.0
 """A first request, an idle keep-alive connection and a chunk's send end after this."""
 
 
-def as_request(request: web.BaseRequest) -> Request:
+def as_request(request: BaseRequest) -> Request:
     """The routing view of an aiohttp request: method and raw path (never decoded)."""
     return Request(request.method, request.raw_path.partition("?")[0])
 
@@ -119,7 +120,7 @@ class BundleServer:
         if self._on_rejected is not None:
             self._on_rejected(err)
 
-    async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _answer(self, request: BaseRequest) -> StreamResponse:
         self._content.count(requests=1)
         target = route(as_request(request))
         if isinstance(target, ErrorAnswer):

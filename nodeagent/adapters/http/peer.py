@@ -6,7 +6,9 @@ rotated). Routing is ``nodeagent.site.routes``; manifests and blobs are served b
 ``nodeagent.adapters.http.content`` from the allow-list of the store's offer
 (``nodeagent.adapters.store.offer``: stored blobs a bundle record lists), re-read when it
 is older than ``OFFER_TTL_S``. A stored blob that fails its digest is never sent whole (the
-connection is cut before its last chunk) and is reported as ``StoreBlobCorrupt``.
+connection is cut before its last chunk), is reported as ``StoreBlobCorrupt`` and handed,
+in a thread, to ``on_corrupt`` (the daemon passes the store's ``set_aside_corrupt``, which
+removes it as ``nodeagent store verify`` would); the offer is then read again.
 
 Bounds (``nodeagent.site.limits``): ``max_uploads`` blob downloads at once (503 beyond),
 two per client certificate (429 beyond), both with ``Retry-After``; all uploads under
@@ -23,7 +25,8 @@ from pathlib import Path
 from typing import Final
 
 import structlog
-from aiohttp import web
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
 
 from nodeagent.adapters.http.content import ServedContent, answer, error
 from nodeagent.adapters.http.listener import Listener
@@ -37,7 +40,7 @@ from nodeagent.bundles.manifest import (
     ExpectedFile,
 )
 from nodeagent.bundles.mirror import ErrorAnswer, ServedCounters
-from nodeagent.errors import StoreBlobCorrupt
+from nodeagent.errors import NodeAgentError, StoreBlobCorrupt
 from nodeagent.site.holdings import Holdings, have_of, holding_of, render_have, render_holdings
 from nodeagent.site.limits import PER_PEER, RETRY_AFTER_S, TokenBucket, UploadSlots
 from nodeagent.site.routes import PeerTarget, route_peer
@@ -53,7 +56,7 @@ PACED_STEP_BYTES: Final = 64 << 10
 _JSON: Final = {"Content-Type": "application/json"}
 
 
-def _peer_of(request: web.BaseRequest) -> tuple[str, str]:
+def _peer_of(request: BaseRequest) -> tuple[str, str]:
     """(key, name) of the client certificate: its sha256, and its subject CN for the log."""
     transport = request.transport
     tls = None if transport is None else transport.get_extra_info("ssl_object")
@@ -80,7 +83,7 @@ class PeerServer:
         request_timeout_s: float,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         offer_ttl_s: float = OFFER_TTL_S,
-        on_corrupt: Callable[[StoreBlobCorrupt], None] | None = None,
+        on_corrupt: Callable[[str], object] | None = None,
     ) -> None:
         self.store_root, self._tls, self.node = store_root, tls, node
         self._host, self._port, self._timeout_s = host, port, request_timeout_s
@@ -104,6 +107,7 @@ class PeerServer:
         self._is_saturated = False
         self.corrupt: list[StoreBlobCorrupt] = []
         """Blobs found damaged while being served, in order."""
+        self._setting_aside: dict[str, asyncio.Task[None]] = {}
 
     @property
     def port(self) -> int:
@@ -132,6 +136,8 @@ class PeerServer:
 
     async def close(self, *, grace_s: float = 10.0) -> None:
         await self._listener.close(grace_s=grace_s)
+        if self._setting_aside:
+            await asyncio.wait(list(self._setting_aside.values()))
         self._content.close()
         log.info("peer_server_stopped", bytes=self.counters.bytes_served)
 
@@ -167,8 +173,19 @@ class PeerServer:
         corrupt = StoreBlobCorrupt(f"stored blob {digest} is damaged: {err}")
         self.corrupt.append(corrupt)
         log.error("peer_blob_corrupt", digest=digest, reason=corrupt.reason, error=str(err))
-        if self._on_corrupt is not None:
-            self._on_corrupt(corrupt)
+        if self._on_corrupt is not None and digest not in self._setting_aside:
+            set_aside = self._set_aside(self._on_corrupt, digest)
+            task = asyncio.get_running_loop().create_task(set_aside)
+            self._setting_aside[digest] = task
+
+    async def _set_aside(self, on_corrupt: Callable[[str], object], digest: str) -> None:
+        try:
+            await in_thread(on_corrupt, digest)
+        except NodeAgentError as err:  # the store could not be changed: the next send finds it
+            log.error("peer_blob_not_set_aside", digest=digest, reason=err.reason, error=str(err))
+        finally:
+            del self._setting_aside[digest]
+            self._offer_read_at = None  # no longer offered once removed
 
     async def _pace(self, count: int) -> None:
         if self._bucket is not None:
@@ -177,7 +194,7 @@ class PeerServer:
                 await asyncio.sleep(wait_s)
 
     # -------------------------------------------------------------- requests
-    async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _answer(self, request: BaseRequest) -> StreamResponse:
         self._content.count(requests=1)
         target = route_peer(request.method, request.raw_path.partition("?")[0])
         if isinstance(target, ErrorAnswer):
@@ -194,7 +211,7 @@ class PeerServer:
             return await answer(request, 200, _JSON, b"{}", timeout_s=self._timeout_s)
         return await self._own(request, target, offer)
 
-    async def _upload(self, request: web.BaseRequest, target: PeerTarget) -> web.StreamResponse:
+    async def _upload(self, request: BaseRequest, target: PeerTarget) -> StreamResponse:
         peer, name = _peer_of(request)
         refusal = self.slots.take(peer)
         if refusal is not None:
@@ -231,8 +248,8 @@ class PeerServer:
             log.info("peer_uploads_available", active=self.slots.active)
 
     async def _own(
-        self, request: web.BaseRequest, target: PeerTarget, offer: StoreOffer
-    ) -> web.StreamResponse:
+        self, request: BaseRequest, target: PeerTarget, offer: StoreOffer
+    ) -> StreamResponse:
         if target.kind == "holdings":
             holdings = Holdings(
                 node=self.node,

@@ -5,7 +5,15 @@ record, the blobs stored and the sha256 of each stored ``bundle.json``; a bundle
 with a signed ``bundle.json`` and its signature but no record yet is a fetch under way
 and is listed as started (its manifest parsed for the totals). The digests are kept per
 file identity (inode, size, mtime), so a rescan that finds nothing new reads no manifest
-again. Blocking: the publisher runs it in a worker thread.
+again. The file is read as the peer server reads it (``offer.read_bundle_file``: beneath
+the store, no link followed, bounded), so both publish the same digest. Blocking: the
+publisher runs it in a worker thread.
+
+Two scans, on purpose: this one (for the cluster's NodeImageHoldings) also lists bundles
+being fetched (a manifest, no record yet) and caches by file identity; ``offer.read_offer``
+(for the peer server) lists only recorded bundles and the stored blobs they allow, which is
+what may be served. Both read the records and the stored blobs the same way
+(``StoreRecords.load(is_repairing=False)``, ``BlobStore.stored``).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import os
 from pathlib import Path
 
 from nodeagent.adapters.store.blobs import BlobStore
+from nodeagent.adapters.store.offer import read_bundle_file
 from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from nodeagent.cluster.holdings import HeldBundle
@@ -78,7 +87,7 @@ class StoreHoldings:
         cached = self._digests.get(bundle_id)
         if cached is not None and cached[0] == identity and (cached[2] or not is_parsed):
             return cached[1], cached[2] if is_parsed else None
-        data = _read(path, MAX_MANIFEST_BYTES)
+        data = read_bundle_file(self.root, bundle_id, layout.MANIFEST_NAME)
         if data is None:
             return None
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -97,15 +106,3 @@ def _started(bundle_id: str, digest: str, data: bytes) -> HeldBundle | None:
         return None
     size = sum(f.size_bytes for f in manifest.blobs.values())
     return HeldBundle(bundle_id, digest, False, len(manifest.blobs), size)
-
-
-def _read(path: Path, max_bytes: int) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise HostFileError(f"cannot open {path}: {err.strerror}") from err
-    with os.fdopen(fd, "rb") as stream:
-        data = stream.read(max_bytes + 1)
-    return data if len(data) <= max_bytes else None

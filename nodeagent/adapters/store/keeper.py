@@ -1,5 +1,10 @@
 """What the store keeps (``inspect_store``), removing the rest (``collect``), ``verify``.
 
+A blob found damaged elsewhere (the peer server, while sending it) goes the way ``verify``
+sends one (``set_aside_corrupt``): checked again under the store's lock, removed, and the
+index rewritten, so the records that list it read as incomplete and the bundle is fetched
+or imported again where it can be.
+
 The rules are ``nodeagent.store.keeping``'s; this module reads the records, the blobs and
 the marks, and applies the plan: a blob is removed only after ``gc_grace_s`` unreferenced
 (its mark, the time it was first found so, is kept in ``gc-marks.json``); a partial blob
@@ -21,7 +26,7 @@ import structlog
 
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
 from nodeagent.adapters.store.records import StoreRecords
-from nodeagent.errors import StoreBlobCorrupt
+from nodeagent.errors import StoreBlobCorrupt, StoreBlobMissing
 from nodeagent.store.keeping import (
     BundleVerdict,
     KeepRules,
@@ -213,9 +218,30 @@ def verify(
             try:
                 blobs.check(digest, count)
             except StoreBlobCorrupt as err:
-                blobs.remove(digest)
+                _remove_corrupt(blobs, digest, err)
                 corrupt.append((digest, err.message))
-                log.error("store_blob_corrupt", digest=digest, reason=err.reason, error=err.message)
         if corrupt:
             records.refresh_index(records.load().records, set(blobs.stored()))
     return Verified(len(stored), done, tuple(corrupt), clock() - started_s)
+
+
+def _remove_corrupt(blobs: BlobStore, digest: str, err: StoreBlobCorrupt) -> None:
+    blobs.remove(digest)
+    log.error("store_blob_corrupt", digest=digest, reason=err.reason, error=err.message)
+
+
+def set_aside_corrupt(root: Path, digest: str) -> bool:
+    """A blob reported damaged outside ``verify``: hashed again under the store's lock (a
+    report is not proof, and the blob may have been stored anew since) and, still damaged,
+    removed as ``verify`` removes it, the index rewritten. True when it was removed."""
+    blobs, records = BlobStore(root), StoreRecords(root)
+    with StoreLock(root):
+        try:
+            blobs.check(digest)
+        except StoreBlobMissing:
+            return False
+        except StoreBlobCorrupt as err:
+            _remove_corrupt(blobs, digest, err)
+            records.refresh_index(records.load().records, set(blobs.stored()))
+            return True
+    return False

@@ -19,11 +19,9 @@ from nodeagent.adapters.bundles.tree import BundleDir
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.adapters.store.source import store_files
-from nodeagent.bundles.manifest import BundleError, ExpectedFile
+from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES, BundleError, ExpectedFile
 from nodeagent.store import layout
 
-MAX_MANIFEST_BYTES: Final = 16 << 20
-"""A bundle's ``bundle.json`` (the format's own limit)."""
 MAX_SIGNATURE_BYTES: Final = 16 << 10
 
 

@@ -325,3 +325,44 @@ async def test_in_cluster_mode_a_stick_is_imported_when_the_nodes_labels_match_i
         assert "amd64 nodes matching 'site=line-3'" in agent.current_run_log()
     assert await pinned(fresh_crio, targeted.refs) == targeted.refs
     kube.kubectl_ok("delete", "node", node)
+
+
+@pytest.mark.usefixtures("udevd")
+async def test_in_cluster_mode_a_stick_plugged_in_before_the_node_is_known_waits_for_its_labels(
+    targeted: Factory,
+    fresh_crio: Crio,
+    kube: KubeCluster,
+    tmp_path: Path,
+    media_cleanup: list[LoopMedia],
+) -> None:
+    """Unknown is not "no": a targeted stick found at start, before the Node is registered
+    (a first boot: the kubelet registers it later), waits for the Node's labels (up to
+    ``[cluster] request_timeout_s``), then is judged by them and imported."""
+    install_deploy(kube)
+    node = "target-late-node"
+    media = ext4_media(tmp_path, targeted.bundle)
+    media_cleanup.append(media)
+    media.attach()
+    agent = agent_for(
+        tmp_path, fresh_crio, targeted.public_key, extra_config=cluster_config(kube, node)
+    )
+    with agent:
+        agent.wait_log("bundle_waiting_for_labels")
+        assert "reason=BundleNotInTarget" not in agent.current_run_log()
+        kube.create_node(node, labels={"site": "line-3", "node-role.kubernetes.io/worker": ""})
+
+        # Other tests on this machine plug sticks in too: judge this stick's entry only.
+        def ours(status: dict[str, Any]) -> dict[str, Any] | None:
+            mine = [b for b in status.get("bundles", []) if b.get("source") == media.devnode]
+            return mine[-1] if mine and mine[-1]["state"] in ("rejected", "pinned") else None
+
+        status = agent.wait_status(
+            lambda s: (
+                (ours(s) is not None and set_state(s, targeted.set_name) == "Pinned")
+                or (ours(s) or {}).get("state") == "rejected"
+            ),
+            what="the targeted bundle imported and its set pinned (or refused)",
+        )
+        assert (ours(status) or {}).get("reason") is None, ours(status)
+    assert await pinned(fresh_crio, targeted.refs) == targeted.refs
+    kube.kubectl_ok("delete", "node", node)

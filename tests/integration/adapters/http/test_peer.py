@@ -9,6 +9,7 @@ from a signed bundle by the store's own copier. Loopback only.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import http.client
 import json
@@ -16,21 +17,25 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
+from structlog.testing import capture_logs
 
 from nodeagent.adapters.http.peer import PeerServer
 from nodeagent.adapters.http.tls import ReloadingTls
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import copy_bundle
-from nodeagent.site.holdings import parse_have, parse_holdings
+from nodeagent.adapters.store.keeper import set_aside_corrupt, verify
+from nodeagent.site.holdings import BundleHolding, parse_have, parse_holdings
 from nodeagent.site.limits import RETRY_AFTER_S
 from tests.testenv.pki import Authority, Issued, cert_dir
 from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
+from tests.testenv.waiting import wait_for_async
 
 MIB = 1 << 20
 CHUNK_BYTES = 64 << 10
@@ -81,7 +86,9 @@ def bundle(tmp_path: Path) -> Signed:
     return signed
 
 
-def peer_server(tmp_path: Path, pki: Pki, **limits: int) -> PeerServer:
+def peer_server(
+    tmp_path: Path, pki: Pki, on_corrupt: Callable[[str], object] | None = None, **limits: int
+) -> PeerServer:
     return PeerServer(
         tmp_path / "store",
         ReloadingTls(pki.server_file, pki.server_file, pki.ca_file),
@@ -93,6 +100,7 @@ def peer_server(tmp_path: Path, pki: Pki, **limits: int) -> PeerServer:
         request_timeout_s=limits.get("request_timeout_s", 20),
         chunk_bytes=CHUNK_BYTES,
         offer_ttl_s=0,
+        on_corrupt=on_corrupt,
     )
 
 
@@ -261,6 +269,98 @@ async def test_a_damaged_stored_blob_is_never_sent_whole(
         fetch, server.port, context, "GET", f"/v2/a/blobs/{layer}"
     )
     assert status == 404
+
+
+def damage(path: Path) -> bytes:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+async def test_a_damaged_blob_found_while_serving_is_set_aside_as_verify_would(
+    pki: Pki, bundle: Signed, tmp_path: Path
+) -> None:
+    # As the daemon wires it (nodeagent.daemon.site): the store's own set_aside_corrupt.
+    store = tmp_path / "store"
+    layer = largest_layer(bundle)
+    damage(BlobStore(store).path(layer))
+    context = pki.client_context(pki.ca.client("node-1"))
+    holdings_path = "/nodeagent/v1/holdings"
+    async with peer_server(tmp_path, pki, functools.partial(set_aside_corrupt, store)) as server:
+        (before,) = parse_holdings(
+            (await asyncio.to_thread(fetch, server.port, context, "GET", holdings_path))[2]
+        ).bundles
+        with pytest.raises(http.client.IncompleteRead):
+            await asyncio.to_thread(fetch, server.port, context, "GET", f"/v2/a/blobs/{layer}")
+
+        async def holdings_without_it() -> BundleHolding | None:
+            body = (await asyncio.to_thread(fetch, server.port, context, "GET", holdings_path))[2]
+            (held,) = parse_holdings(body).bundles
+            return held if held.blobs_held < before.blobs_held else None
+
+        after = await wait_for_async(
+            holdings_without_it, timeout_s=20, what="the damaged blob no longer held"
+        )
+        status, _, _ = await asyncio.to_thread(
+            fetch, server.port, context, "GET", f"/v2/a/blobs/{layer}"
+        )
+    assert status == 404
+    assert not BlobStore(store).path(layer).exists()
+    size = bundle.manifest.blobs[layer].size_bytes
+    assert (after.blobs_held, after.bytes_held) == (before.blobs_held - 1, before.bytes_held - size)
+    assert [error.reason for error in server.corrupt] == ["StoreBlobCorrupt"]
+    assert verify(store).is_ok  # nothing damaged left behind
+
+
+def test_a_blob_stored_whole_again_is_not_set_aside(bundle: Signed, tmp_path: Path) -> None:
+    # A report is not proof: the store hashes the blob again before removing anything.
+    store = tmp_path / "store"
+    layer = largest_layer(bundle)
+    assert set_aside_corrupt(store, layer) is False
+    assert BlobStore(store).path(layer).exists()
+    damage(BlobStore(store).path(layer))
+    assert set_aside_corrupt(store, layer) is True
+    assert set_aside_corrupt(store, layer) is False  # gone already
+
+
+def handshake_from(source: str, port: int, context: ssl.SSLContext) -> None:
+    """Connect from ``source`` (another loopback address), shake hands, send a request."""
+    with (
+        socket.create_connection(
+            ("127.0.0.1", port), timeout=10, source_address=(source, 0)
+        ) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(b"GET /v2/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        if not tls.recv(1):  # TLS 1.3: the refusal arrives after the client's Finished
+            raise ConnectionError("closed")
+
+
+async def test_each_refused_peer_is_logged_once_a_minute_in_plain_words(
+    server: PeerServer, pki: Pki
+) -> None:
+    other_ca = pki.client_context(pki.other_ca.client("intruder"))
+    refusals = [("127.0.0.2", other_ca)] * 3 + [("127.0.0.3", pki.client_context(None))]
+    with capture_logs() as logs:
+        for source, context in refusals:
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                await asyncio.to_thread(handshake_from, source, server.port, context)
+
+        def refused() -> list[MutableMapping[str, Any]]:
+            return [entry for entry in logs if entry["event"] == "peer_refused"]
+
+        await wait_for_async(
+            lambda: asyncio.sleep(0, len(refused()) == 2), timeout_s=10, what="two lines"
+        )
+        # a certificate from the site CA is not refused, nor logged
+        good = pki.client_context(pki.ca.client("node-1"))
+        await asyncio.to_thread(handshake_from, "127.0.0.4", server.port, good)
+    assert sorted((e["address"], e["reason"], e["log_level"]) for e in refused()) == [
+        ("127.0.0.2", "certificate not signed by the site CA", "warning"),
+        ("127.0.0.3", "no client certificate sent", "warning"),
+    ]
 
 
 async def test_the_server_certificate_is_rotated_without_restart(
