@@ -190,6 +190,7 @@ BundleState = Literal[
     "detected",
     "verified",
     "admitted",
+    "fetching",
     "storing",
     "stored",
     "importing",
@@ -217,7 +218,8 @@ class BundleReport:
     is_already_imported: bool = False
     sets: tuple[str, ...] = ()
     progress: Mapping[str, object] | None = None
-    """Bytes of the current step (storing, importing): ``progress.ByteProgress.to_json``."""
+    """Bytes of the current step (fetching, storing, importing):
+    ``progress.ByteProgress.to_json``."""
     progress_text: str = ""
     """The same for a person: '312 MiB of 1 GiB (30 %), 38.2 MB/s, about 18 s left'."""
     is_medium_removable: bool = False
@@ -317,6 +319,8 @@ def bundle_line(report: BundleReport) -> str | None:
     progress = f": {report.progress_text}" if report.progress_text else ""
     if report.state == "storing":
         return f"bundle {name}: copying to the image store{progress}"
+    if report.state == "fetching":
+        return f"bundle {name}: fetching from peers{progress}"
     if report.state == "stored":
         return f"bundle {name} stored: the medium may be removed"
     if report.state == "importing":
