@@ -28,9 +28,10 @@ from nodeagent.daemon.bundles import node_store
 from nodeagent.daemon.wiring import Wiring
 from nodeagent.registries import node_platform
 from nodeagent.site.discovery import PeerDirectory, PeerView, StaticPeers
-from nodeagent.site.fetcher import BundleFetcher, FetcherPorts
+from nodeagent.site.fetcher import BundleFetcher
 from nodeagent.site.fetching import SignedBundle
 from nodeagent.site.follow import FollowSetting, NodeFacts
+from nodeagent.site.transfer import FetcherPorts
 from nodeagent.status import BundleReport
 
 log = structlog.get_logger("nodeagent.site.fetcher")

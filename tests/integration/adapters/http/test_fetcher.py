@@ -31,9 +31,10 @@ from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import StoreLimits, copy_bundle
 from nodeagent.adapters.store.fetched import FetchStore
 from nodeagent.site.discovery import PeerView
-from nodeagent.site.fetcher import BundleFetcher, FetcherPorts, FetchTimings
+from nodeagent.site.fetcher import BundleFetcher
 from nodeagent.site.fetching import SignedBundle
 from nodeagent.site.follow import NodeFacts
+from nodeagent.site.transfer import FetcherPorts, FetchTimings
 from nodeagent.status import BundleReport
 from nodeagent.store import layout
 from nodeagent.store.keeping import KeepRules
