@@ -223,7 +223,7 @@ class FetchStore:
                     asking.cancel()
                     await filling  # raises the store's error (a mismatch removed the partial)
                     return
-                await _feed(asking.result(), download, filling)
+                await _feed(asking.result(), size_bytes, download, filling)
         except BaseException as err:
             stopped.set()
             for pipe in list(pipes):
@@ -251,11 +251,18 @@ class FetchStore:
 
 
 async def _feed(
-    source: tuple[int, ChunkPipe], download: Download, filling: asyncio.Future[None]
+    source: tuple[int, ChunkPipe],
+    size_bytes: int,
+    download: Download,
+    filling: asyncio.Future[None],
 ) -> None:
     """Download into one pipe ``BlobStore.fill`` reads; a failed download ends it with its
-    error (the partial stays for a resume) and is raised, unless the store failed first."""
+    error (the partial stays for a resume) and is raised, unless the store failed first. A
+    partial already whole (cut off before its rename) needs no byte more."""
     offset, pipe = source
+    if offset >= size_bytes:
+        pipe.end()
+        return
 
     async def write(chunk: bytes) -> None:
         await asyncio.to_thread(pipe.write, chunk)

@@ -249,10 +249,14 @@ async def test_a_fetch_cut_off_resumes_from_its_partials_and_its_signed_manifest
         (site.bundle.root / "bundle.json.minisig").read_bytes(),
     )
     node.fetcher.ports.store.begin(signed)  # what a run cut off left: manifest, no record
-    largest, file = max(site.bundle.manifest.blobs.items(), key=lambda kv: kv[1].size_bytes)
+    by_size = sorted(site.bundle.manifest.blobs.items(), key=lambda kv: -kv[1].size_bytes)
+    (largest, file), (second, whole) = by_size[:2]
     half = file.size_bytes // 2
     partial = node.store / layout.partial_path(largest)
     partial.write_bytes(site.bundle.blob_file(largest).read_bytes()[:half])
+    # one written whole but cut off before its rename: not asked for again
+    whole_partial = node.store / layout.partial_path(second)
+    whole_partial.write_bytes(site.bundle.blob_file(second).read_bytes())
     with capture_logs() as logs:
         await node.look(a)
     await node.client.close()
@@ -260,7 +264,9 @@ async def test_a_fetch_cut_off_resumes_from_its_partials_and_its_signed_manifest
     assert node.imported == [BUNDLE_ID]
     assert_store_holds_only_verified_blobs(node.store, site.bundle)
     total = sum(f.size_bytes for f in site.bundle.manifest.blobs.values())
-    assert served(site) == [total - half]  # the half already there was not fetched again
+    # the half and the whole blob already there were not fetched again
+    assert served(site) == [total - half - whole.size_bytes]
+    assert not events(logs, "bundle_fetch_peer_dropped")
 
 
 # ------------------------------------------------------------------ lying peers
