@@ -205,13 +205,9 @@ class Importer:
     ) -> BundleReport:
         """A bundle already in the store (fetched from peers, its signature verified and its
         target checked by the fetcher): import and hand over as after a stick's copy."""
+        total = total_size_bytes(served_blobs(manifest))
         report = BundleReport(
-            source,
-            "stored",
-            bundle_id=manifest.bundle_id,
-            signed_by=signed_by,
-            images_total=len(manifest.images),
-            bytes_total=total_size_bytes(served_blobs(manifest)),
+            source, "stored", manifest.bundle_id, signed_by, len(manifest.images), bytes_total=total
         )
         return await self._import_verified(None, manifest, report)
 

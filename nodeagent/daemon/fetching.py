@@ -64,10 +64,8 @@ async def follow_peers(wiring: Wiring) -> None:
     client = PeerClient(tls, request_timeout_s=site.request_timeout_s)
     store = FetchStore(config.store_dir, config.bundles.trusted_keys_dir, node_store(config).limits)
     cluster = wiring.cluster
-    directory: PeerDirectory = (
-        cluster.peers if cluster is not None and cluster.peers is not None
-        else StaticPeers(site.peers)
-    )  # fmt: skip
+    watcher = cluster.peers if cluster is not None else None
+    directory: PeerDirectory = watcher if watcher is not None else StaticPeers(site.peers)
     architecture = node_platform(os.uname().machine).architecture
     follow: FollowSetting = site.follow  # type: ignore[assignment]  # checked at load
 

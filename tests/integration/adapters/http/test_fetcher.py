@@ -30,6 +30,7 @@ from nodeagent.adapters.store import keeper
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import StoreLimits, copy_bundle
 from nodeagent.adapters.store.fetched import FetchStore
+from nodeagent.errors import PeerUnreachable
 from nodeagent.site.discovery import PeerView
 from nodeagent.site.fetcher import BundleFetcher
 from nodeagent.site.fetching import SignedBundle
@@ -447,3 +448,38 @@ async def test_no_peer_left_fails_with_its_reason_and_keeps_what_was_stored(
     assert node.reports[-1].reason == "NoPeerLeft"
     assert len(node.stored_blobs()) == len(site.bundle.manifest.blobs) - 1
     assert node.imported == []
+
+
+async def test_a_peer_whose_certificate_is_not_the_sites_or_not_its_address_is_refused(
+    site: Site,
+) -> None:
+    """The fetcher checks the server too: a certificate from another CA, or one that does
+    not name the address asked (peers are asked by IP), fails the handshake."""
+    store = site.node_store("node-0")
+    intruder_pem = site.tmp / "intruder.pem"
+    Authority("another CA").serving("node-0").write_pair(intruder_pem, intruder_pem)
+    elsewhere_pem = site.tmp / "elsewhere.pem"
+    site.ca.serving("node-0", ip="127.0.0.2").write_pair(elsewhere_pem, elsewhere_pem)
+    addresses = []
+    for pem in (intruder_pem, elsewhere_pem):
+        server = PeerServer(
+            store,
+            ReloadingTls(pem, pem, site.ca_file),
+            node="node-0",
+            host="127.0.0.1",
+            port=0,
+            max_uploads=4,
+            upload_max_bytes=0,
+            request_timeout_s=10,
+        )
+        await server.start()
+        site.servers.append(server)
+        addresses.append(f"127.0.0.1:{server.port}")
+    client = site.client()
+    try:
+        for address in addresses:
+            with pytest.raises(PeerUnreachable, match=r"CERTIFICATE_VERIFY_FAILED|certificate"):
+                await client.holdings(address)
+    finally:
+        await client.close()
+    assert [s.counters.requests for s in site.servers] == [0, 0]
