@@ -90,7 +90,14 @@ async def follow_peers(wiring: Wiring) -> None:
             wiring.reconciler.request_sync()
         return report
 
-    ports = FetcherPorts(client, store, facts, import_bundle, report=wiring.reporter.bundle_report)
+    ports = FetcherPorts(
+        client,
+        store,
+        facts,
+        import_bundle,
+        report=wiring.reporter.bundle_report,
+        state=wiring.state,
+    )
     fetcher = BundleFetcher(ports, concurrency=site.fetch_concurrency)
     own = own_addresses(config)
     log.info("bundle_follow_started", peers=len(directory.peers()), follow=site.follow)

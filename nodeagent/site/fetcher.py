@@ -51,6 +51,8 @@ log = structlog.get_logger(__name__)
 SIGNATURE_NAME: Final = "bundle.json.minisig"
 MANIFEST_NAME: Final = "bundle.json"
 MAX_SIGNATURE_BYTES: Final = 16 << 10
+PENDING: Final = "fetched-imports"
+"""The state document of fetched bundles waiting for their import."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,7 @@ class BundleFetcher:
                 log.info("bundle_fetch_resumed", bundle=signed.manifest.bundle_id)
                 holders = await self._holders(peers, signed.manifest.bundle_id)
                 await self._attempt(signed, holders.get(signed.manifest_digest, ()))
+            await self._import_pending()
             self._resumed = True
         for key, signed in list(self._imports.items()):
             if self.ports.clock() >= self._import_due.get(key, 0.0):
@@ -120,6 +123,44 @@ class BundleFetcher:
             # an unfinished fetch of this very manifest is not "held": it is resumed
             facts_held = {i: d for i, (d, _) in held.items() if (i, d) != key}
             await self._consider(offer, facts_held)
+
+    async def _import_pending(self) -> None:
+        """Bundles fetched whole whose import a restart cut off: imported now."""
+        for bundle_id, digest in sorted(self._pending().items()):
+            signed = await asyncio.to_thread(self.ports.store.stored_signed, bundle_id)
+            if signed is None or signed.manifest_digest != digest:
+                self._set_pending(bundle_id, None)
+                continue
+            log.info("bundle_import_resumed", bundle=bundle_id)
+            await self._import(signed)
+
+    def _pending(self) -> dict[str, str]:
+        """Bundle id → manifest digest of each fetched bundle not imported yet."""
+        if self.ports.state is None:
+            return {}
+        try:
+            doc = self.ports.state.load(PENDING) or {}
+        except NodeAgentError as err:
+            log.warning("state_file_damaged", file=PENDING, reason=err.reason)
+            self.ports.state.set_aside(PENDING)
+            return {}
+        found = doc.get("bundles")
+        if not isinstance(found, dict):
+            return {}
+        return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
+
+    def _set_pending(self, bundle_id: str, digest: str | None) -> None:
+        if self.ports.state is None:
+            return
+        pending = self._pending()
+        if digest is None:
+            pending.pop(bundle_id, None)
+        else:
+            pending[bundle_id] = digest
+        try:
+            self.ports.state.save(PENDING, {"bundles": pending})
+        except NodeAgentError as err:  # a full state disk: the import still runs now
+            log.warning("state_not_saved", file=PENDING, reason=err.reason, error=err.message)
 
     def _is_due(self, key: tuple[str, str]) -> bool:
         memo = self._memo.get(key)
@@ -234,6 +275,7 @@ class BundleFetcher:
             self._refused(key, manifest.bundle_id, err, event="bundle_fetch_failed")
             return
         self._memo.pop(key, None)
+        self._set_pending(manifest.bundle_id, signed.manifest_digest)
         await self._import(signed)
 
     async def _import(self, signed: SignedBundle) -> None:
@@ -256,6 +298,7 @@ class BundleFetcher:
         if report.state == "imported":
             for found in (self._imports, self._import_failures, self._import_due):
                 found.pop(key, None)
+            self._set_pending(bundle_id, None)
             return
         self._imports[key] = signed
         failures = self._import_failures.get(key, 0) + 1

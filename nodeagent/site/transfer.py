@@ -30,6 +30,7 @@ from nodeagent.errors import (
     PeerUnreachable,
     StoreSourceMismatch,
 )
+from nodeagent.ports import StateStore
 from nodeagent.progress import ProgressMeter
 from nodeagent.site.fetching import FetchSchedule, SignedBundle, held_digests
 from nodeagent.site.follow import NodeFacts
@@ -79,6 +80,10 @@ class FetchStorePort(Protocol):
 
     def unfinished(self) -> list[SignedBundle]: ...
 
+    def stored_signed(self, bundle_id: str) -> SignedBundle | None:
+        """A recorded bundle's manifest and signature, verified again; None if not."""
+        ...
+
     def missing(self, manifest: BundleManifest) -> dict[str, int]: ...
 
     def begin(self, signed: SignedBundle) -> int: ...
@@ -113,6 +118,9 @@ class FetcherPorts:
     import_bundle: Callable[[SignedBundle, str], Awaitable[BundleReport]]
     """Import and pin from the store (the importer's ``import_stored``), by source name."""
     report: Callable[[BundleReport], None] = lambda _r: None
+    state: StateStore | None = None
+    """Where fetched bundles wait for their import (``fetched-imports``), so a restart
+    between the record and the import still imports them."""
     clock: Callable[[], float] = time.monotonic
     timings: FetchTimings = field(default_factory=FetchTimings)
 

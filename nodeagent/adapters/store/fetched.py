@@ -160,6 +160,22 @@ class FetchStore:
                 found.append(signed)
         return found
 
+    def stored_signed(self, bundle_id: str) -> SignedBundle | None:
+        """A recorded bundle's ``bundle.json`` and signature, verified again (None when it
+        is not recorded, or no longer verifies)."""
+        if not layout.is_bundle_id(bundle_id):
+            return None
+        directory = self.root / layout.bundle_dir(bundle_id)
+        if not (directory / layout.RECORD_NAME).is_file():
+            return None
+        data = _read(directory / layout.MANIFEST_NAME, MAX_MANIFEST_BYTES)
+        signature = _read(directory / layout.SIGNATURE_NAME, MAX_SIGNATURE_BYTES)
+        try:
+            signed = self.verify(data or b"", signature or b"")
+        except NodeAgentError:
+            return None
+        return signed if signed.manifest.bundle_id == bundle_id else None
+
     def missing(self, manifest: BundleManifest) -> dict[str, int]:
         """Digest → size of the bundle's blobs not stored yet."""
         return {d: f.size_bytes for d, f in plan_copy(self.blobs, manifest).missing}

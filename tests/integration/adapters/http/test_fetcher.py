@@ -19,10 +19,12 @@ from collections.abc import AsyncIterator, Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from structlog.testing import capture_logs
 
+from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.http.client import PeerClient
 from nodeagent.adapters.http.peer import PeerServer
 from nodeagent.adapters.http.tls import ReloadingClientTls, ReloadingTls
@@ -134,6 +136,8 @@ def fetching_node(
     trusted_dir: Path | None = None,
     limits: StoreLimits | None = None,
     clock: Callable[[], float] | None = None,
+    state: JsonStateStore | None = None,
+    import_state: str = "imported",
 ) -> Node:
     store = site.tmp / "fetcher" / "store"
     client = site.client()
@@ -146,7 +150,7 @@ def fetching_node(
 
     async def import_bundle(signed: SignedBundle, source: str) -> BundleReport:
         node.imported.append(signed.manifest.bundle_id)
-        return BundleReport(source, "imported", bundle_id=signed.manifest.bundle_id)
+        return BundleReport(source, import_state, bundle_id=signed.manifest.bundle_id)  # type: ignore[arg-type]
 
     ports = FetcherPorts(
         client,
@@ -154,6 +158,7 @@ def fetching_node(
         facts,
         import_bundle,
         report=node.reports.append,
+        state=state,
         timings=FetchTimings(have_refresh_s=0.5, stall_s=5.0),
     )
     if clock is not None:
@@ -268,6 +273,27 @@ async def test_a_fetch_cut_off_resumes_from_its_partials_and_its_signed_manifest
     # the half and the whole blob already there were not fetched again
     assert served(site) == [total - half - whole.size_bytes]
     assert not events(logs, "bundle_fetch_peer_dropped")
+
+
+async def test_a_fetched_bundle_whose_import_a_restart_cut_off_is_imported_at_start(
+    site: Site,
+) -> None:
+    a = await site.serve("node-0", site.node_store("node-0"))
+    state = JsonStateStore(site.tmp / "fetcher" / "state")
+    first = fetching_node(site, state=state, import_state="interrupted")  # CRI-O went away
+    await first.look(a)
+    await first.client.close()
+    assert first.imported == [BUNDLE_ID]
+    assert state.load("fetched-imports") == {"bundles": {BUNDLE_ID: ANY}}
+    restarted = fetching_node(site, state=state)  # the daemon starts again
+    with capture_logs() as logs:
+        await restarted.look(a)
+        await restarted.look(a)
+    await restarted.client.close()
+    assert events(logs, "bundle_import_resumed")
+    assert restarted.imported == [BUNDLE_ID]  # once, without fetching anything again
+    assert not events(logs, "bundle_fetch_started")
+    assert state.load("fetched-imports") == {"bundles": {}}
 
 
 # ------------------------------------------------------------------ lying peers
