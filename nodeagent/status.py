@@ -321,8 +321,10 @@ def bundle_line(report: BundleReport) -> str | None:
         return f"bundle {name}: copying to the image store{progress}"
     if report.state == "fetching":
         return f"bundle {name}: fetching from peers{progress}"
-    if report.state == "stored":
+    if report.state == "stored" and report.is_medium_removable:
         return f"bundle {name} stored: the medium may be removed"
+    if report.state == "stored":
+        return f"bundle {name} stored: verified in the image store"
     if report.state == "importing":
         return f"bundle {name}: importing {report.images_total} images{progress}"
     return None
