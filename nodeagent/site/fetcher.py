@@ -113,8 +113,8 @@ class BundleFetcher:
         for key, signed in list(self._imports.items()):
             if self.ports.clock() >= self._import_due.get(key, 0.0):
                 await self._import(signed)
+        held = await asyncio.to_thread(store.held)
         for offer in offers(await self._views(peers)):
-            held = await asyncio.to_thread(store.held)
             key = (offer.bundle_id, offer.manifest_digest)
             if held.get(offer.bundle_id) == (offer.manifest_digest, True):
                 continue
@@ -123,6 +123,7 @@ class BundleFetcher:
             # an unfinished fetch of this very manifest is not "held": it is resumed
             facts_held = {i: d for i, (d, _) in held.items() if (i, d) != key}
             await self._consider(offer, facts_held)
+            held = await asyncio.to_thread(store.held)
 
     async def _import_pending(self) -> None:
         """Bundles fetched whole whose import a restart cut off: imported now."""
@@ -167,19 +168,20 @@ class BundleFetcher:
         return memo is None or self.ports.clock() >= memo.until_s
 
     async def _views(self, peers: Sequence[PeerView]) -> dict[str, list[tuple[str, str]]]:
-        """What each peer holds: published, else asked (a peer that fails is left out)."""
-        found: dict[str, list[tuple[str, str]]] = {}
-        for view in peers:
-            if view.bundles is not None:
-                found[view.address] = [(b.bundle_id, b.manifest_digest) for b in view.bundles]
-                continue
-            try:
-                holdings = await self.ports.client.holdings(view.address)
-            except NodeAgentError as err:
-                log.debug("peer_holdings_unavailable", peer=view.address, reason=err.reason)
-                continue
-            found[view.address] = [(b.bundle_id, b.manifest_digest) for b in holdings.bundles]
-        return found
+        """What each peer holds: published, else asked, all peers side by side (one that
+        fails is left out)."""
+        asked = await asyncio.gather(*(self._view(view) for view in peers))
+        return {view.address: held for view, held in zip(peers, asked, strict=True) if held}
+
+    async def _view(self, view: PeerView) -> list[tuple[str, str]] | None:
+        if view.bundles is not None:
+            return [(b.bundle_id, b.manifest_digest) for b in view.bundles]
+        try:
+            holdings = await self.ports.client.holdings(view.address)
+        except NodeAgentError as err:
+            log.debug("peer_holdings_unavailable", peer=view.address, reason=err.reason)
+            return None
+        return [(b.bundle_id, b.manifest_digest) for b in holdings.bundles]
 
     async def _holders(self, peers: Sequence[PeerView], bundle_id: str) -> dict[str, list[str]]:
         holders: dict[str, list[str]] = {}
