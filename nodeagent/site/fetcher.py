@@ -308,7 +308,8 @@ class BundleFetcher:
         first, most = self.ports.timings.retry_after_s
         wait_s = min(most, first * 2 ** (failures - 1))
         self._import_due[key] = self.ports.clock() + wait_s
-        log.warning(
+        level = log.warning if failures == 1 else log.debug  # said once, then quietly
+        level(
             "bundle_fetched_not_imported",
             bundle=bundle_id,
             state=report.state,
