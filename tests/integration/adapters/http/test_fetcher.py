@@ -316,8 +316,10 @@ async def test_a_peer_with_a_damaged_blob_is_dropped_and_the_blob_fetched_elsewh
     node = fetching_node(site)
     with capture_logs() as logs:
         looking = asyncio.create_task(node.look(liar, honest))
-        while not events(logs, "bundle_fetch_peer_dropped"):
+        deadline = asyncio.get_running_loop().time() + 30
+        while not events(logs, "bundle_fetch_peer_dropped"):  # the liar was asked and cut
             assert not looking.done(), logs
+            assert asyncio.get_running_loop().time() < deadline, logs
             await asyncio.sleep(0.05)
         held_back.rename(BlobStore(honest_store).path(largest))  # the honest peer got it
         await asyncio.wait_for(looking, 30)
