@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodeagent.site.fetching import NO_PEER_LEFT, FetchSchedule, held_digests
 from nodeagent.site.holdings import have_of
@@ -148,3 +151,56 @@ def test_held_digests_reads_the_have_bitmap_in_digest_order() -> None:
     ordered = sorted([D3, D1, D4, D2])
     have = have_of("sha256:" + "f" * 64, ordered, {D2, D4})
     assert held_digests(have, ordered) == {D2, D4}
+
+
+PEERS = (A, B, C)
+DIGESTS = (D1, D2, D3, D4)
+_op = st.one_of(
+    st.tuples(st.just("assign"), st.floats(0, 100)),
+    st.tuples(st.just("drop"), st.sampled_from(PEERS)),
+    st.tuples(st.just("defer"), st.sampled_from(PEERS), st.floats(0, 100)),
+    st.tuples(
+        st.just("learn"),
+        st.sampled_from(PEERS),
+        st.sets(st.sampled_from(DIGESTS)),
+        st.integers(0, 8),
+    ),
+    st.tuples(st.just("end"), st.booleans()),
+)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(concurrency=st.integers(1, 6), ops=st.lists(_op, max_size=40), seed=st.integers(0, 9))
+def test_the_schedule_never_breaks_its_bounds(
+    concurrency: int, ops: list[tuple[Any, ...]], seed: int
+) -> None:
+    """Whatever happens: at most ``concurrency`` in flight and ``PER_PEER`` per peer, never
+    to a dropped or deferred peer nor for a blob the peer does not have, each blob once."""
+    peers = {p: (EVERY, 0) for p in PEERS}
+    plan = schedule(dict.fromkeys(DIGESTS, 1), peers, concurrency=concurrency, seed=seed)
+    for op in ops:
+        if op[0] == "assign":
+            now = float(op[1])
+            for digest, address in plan.assign(now):
+                peer = plan.peers[address]
+                assert peer.dropped is None and now >= peer.skip_until_s
+                assert digest in peer.have and digest in plan.needed
+        elif op[0] == "drop":
+            plan.drop(op[1], "PeerUnreachable")
+        elif op[0] == "defer":
+            plan.defer(op[1], op[2])
+        elif op[0] == "learn":
+            plan.learn(op[1], have=frozenset(op[2]), reported_active=op[3])
+        elif plan.in_flight:
+            digest = sorted(plan.in_flight)[0]
+            if op[1]:
+                plan.stored(digest)
+            else:
+                plan.returned(digest)
+        assert len(plan.in_flight) <= concurrency
+        per_peer = Counter(plan.in_flight.values())
+        assert all(n <= PER_PEER for n in per_peer.values())
+        assert all(plan.peers[a].in_flight == per_peer[a] for a in PEERS)
+        assert set(plan.in_flight) <= set(plan.needed)
+        if plan.blocked() is not None:
+            assert not plan.in_flight and all(p.dropped for p in plan.peers.values())
