@@ -25,6 +25,7 @@ from nodeagent.adapters.store.fetched import FetchStore
 from nodeagent.config import Config
 from nodeagent.config.addresses import parse_address
 from nodeagent.daemon.bundles import node_store
+from nodeagent.daemon.site import node_name
 from nodeagent.daemon.wiring import Wiring
 from nodeagent.registries import node_platform
 from nodeagent.site.discovery import PeerDirectory, PeerView, StaticPeers
@@ -97,6 +98,7 @@ async def follow_peers(wiring: Wiring) -> None:
         import_bundle,
         report=wiring.reporter.bundle_report,
         state=wiring.state,
+        own_node=node_name(config),
     )
     fetcher = BundleFetcher(ports, concurrency=site.fetch_concurrency)
     own = own_addresses(config)

@@ -181,6 +181,8 @@ class BundleFetcher:
         except NodeAgentError as err:
             log.debug("peer_holdings_unavailable", peer=view.address, reason=err.reason)
             return None
+        if self.ports.own_node and holdings.node == self.ports.own_node:
+            return None  # this node itself, listed under an address it does not listen on
         return [(b.bundle_id, b.manifest_digest) for b in holdings.bundles]
 
     async def _holders(self, peers: Sequence[PeerView], bundle_id: str) -> dict[str, list[str]]:

@@ -118,6 +118,8 @@ class FetcherPorts:
     import_bundle: Callable[[SignedBundle, str], Awaitable[BundleReport]]
     """Import and pin from the store (the importer's ``import_stored``), by source name."""
     report: Callable[[BundleReport], None] = lambda _r: None
+    own_node: str = ""
+    """This node's name: a static peer whose holdings name it is this node (never asked)."""
     state: StateStore | None = None
     """Where fetched bundles wait for their import (``fetched-imports``), so a restart
     between the record and the import still imports them."""

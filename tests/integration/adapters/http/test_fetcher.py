@@ -138,6 +138,7 @@ def fetching_node(
     clock: Callable[[], float] | None = None,
     state: JsonStateStore | None = None,
     import_state: str = "imported",
+    own_node: str = "",
 ) -> Node:
     store = site.tmp / "fetcher" / "store"
     client = site.client()
@@ -159,6 +160,7 @@ def fetching_node(
         import_bundle,
         report=node.reports.append,
         state=state,
+        own_node=own_node,
         timings=FetchTimings(have_refresh_s=0.5, stall_s=5.0),
     )
     if clock is not None:
@@ -294,6 +296,16 @@ async def test_a_fetched_bundle_whose_import_a_restart_cut_off_is_imported_at_st
     assert restarted.imported == [BUNDLE_ID]  # once, without fetching anything again
     assert not events(logs, "bundle_fetch_started")
     assert state.load("fetched-imports") == {"bundles": {}}
+
+
+async def test_a_static_peer_that_is_this_node_itself_is_not_fetched_from(site: Site) -> None:
+    itself = await site.serve("node-7", site.node_store("node-7"))  # listed under another address
+    node = fetching_node(site, own_node="node-7")
+    with capture_logs() as logs:
+        await node.look(itself)
+    await node.client.close()
+    assert not events(logs, "bundle_fetch_started")
+    assert node.imported == [] and node.stored_blobs() == {}
 
 
 # ------------------------------------------------------------------ lying peers
