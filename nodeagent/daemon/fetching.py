@@ -25,7 +25,6 @@ from nodeagent.adapters.store.fetched import FetchStore
 from nodeagent.config import Config
 from nodeagent.config.addresses import parse_address
 from nodeagent.daemon.bundles import node_store
-from nodeagent.daemon.site import node_name
 from nodeagent.daemon.wiring import Wiring
 from nodeagent.registries import node_platform
 from nodeagent.site.discovery import PeerDirectory, PeerView, StaticPeers
@@ -98,7 +97,8 @@ async def follow_peers(wiring: Wiring) -> None:
         import_bundle,
         report=wiring.reporter.bundle_report,
         state=wiring.state,
-        own_node=node_name(config),
+        # only a configured name: host names may repeat (cloned images, one test machine)
+        own_node=config.cluster.node_name,
     )
     fetcher = BundleFetcher(ports, concurrency=site.fetch_concurrency)
     own = own_addresses(config)

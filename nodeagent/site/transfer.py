@@ -119,7 +119,9 @@ class FetcherPorts:
     """Import and pin from the store (the importer's ``import_stored``), by source name."""
     report: Callable[[BundleReport], None] = lambda _r: None
     own_node: str = ""
-    """This node's name: a static peer whose holdings name it is this node (never asked)."""
+    """This node's configured name (``[cluster] node_name``; ``""``: none): a static peer
+    whose holdings name it is this node (never asked). Host names are not used: they may
+    repeat across nodes (cloned images), and a node must never skip a real peer."""
     state: StateStore | None = None
     """Where fetched bundles wait for their import (``fetched-imports``), so a restart
     between the record and the import still imports them."""
