@@ -17,7 +17,10 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   ├── MediaUnmountFailed          MediaUnmountFailed
     │   ├── MediaWatchFailed            MediaWatchFailed
     │   ├── ApiUnreachable              ApiUnreachable
-    │   └── PeerAnswerInvalid           PeerAnswerInvalid (a peer's document is malformed)
+    │   ├── PeerAnswerInvalid           PeerAnswerInvalid (a peer's document is malformed)
+    │   ├── PeerUnreachable             PeerUnreachable (a peer failed, stalled or refused TLS)
+    │   ├── PeerBusy                    PeerBusy (a peer answered 429/503: ask it later)
+    │   └── BundleFetchFailed           NoPeerLeft (every peer was dropped; tried again later)
     └── PermanentError                  (retrying the same thing will not help)
         ├── ImageNotFound               ImageNotFound
         ├── RegistryAuthFailed          RegistryAuthFailed
@@ -412,6 +415,31 @@ class PeerAnswerInvalid(TransientError):
     out of range, contradicting itself): that peer is dropped and another one asked."""
 
     reason = "PeerAnswerInvalid"
+    default_retry_after_s = 30.0
+
+
+class PeerUnreachable(TransientError):
+    """A peer did not answer as the protocol says: no connection, a TLS handshake refused, no
+    progress for ``[site] request_timeout_s``, an answer cut short or an unexpected status.
+    That peer is dropped for the bundle being fetched."""
+
+    reason = "PeerUnreachable"
+    default_retry_after_s = 30.0
+
+
+class PeerBusy(TransientError):
+    """A peer answered 429 or 503 (too many uploads): it is asked again after its
+    ``Retry-After``, other peers meanwhile."""
+
+    reason = "PeerBusy"
+    default_retry_after_s = 2.0
+
+
+class BundleFetchFailed(TransientError):
+    """A bundle could not be fetched from any peer (every one was dropped or none holds what
+    is missing); the fetch is tried again later, resuming what is stored."""
+
+    reason = "NoPeerLeft"
     default_retry_after_s = 30.0
 
 

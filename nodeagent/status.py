@@ -190,6 +190,7 @@ BundleState = Literal[
     "detected",
     "verified",
     "admitted",
+    "fetching",
     "storing",
     "stored",
     "importing",
@@ -217,7 +218,8 @@ class BundleReport:
     is_already_imported: bool = False
     sets: tuple[str, ...] = ()
     progress: Mapping[str, object] | None = None
-    """Bytes of the current step (storing, importing): ``progress.ByteProgress.to_json``."""
+    """Bytes of the current step (fetching, storing, importing):
+    ``progress.ByteProgress.to_json``."""
     progress_text: str = ""
     """The same for a person: '312 MiB of 1 GiB (30 %), 38.2 MB/s, about 18 s left'."""
     is_medium_removable: bool = False
@@ -317,8 +319,12 @@ def bundle_line(report: BundleReport) -> str | None:
     progress = f": {report.progress_text}" if report.progress_text else ""
     if report.state == "storing":
         return f"bundle {name}: copying to the image store{progress}"
-    if report.state == "stored":
+    if report.state == "fetching":
+        return f"bundle {name}: fetching from peers{progress}"
+    if report.state == "stored" and report.is_medium_removable:
         return f"bundle {name} stored: the medium may be removed"
+    if report.state == "stored":
+        return f"bundle {name} stored: verified in the image store"
     if report.state == "importing":
         return f"bundle {name}: importing {report.images_total} images{progress}"
     if report.state == "detected" and report.progress_text:

@@ -210,14 +210,26 @@ class Importer:
         self._report(waiting, "bundle_waiting_for_labels")
         return await wait()
 
+    async def import_stored(
+        self, manifest: BundleManifest, *, signed_by: str, source: str
+    ) -> BundleReport:
+        """A bundle already in the store (fetched from peers, its signature verified and its
+        target checked by the fetcher): import and hand over as after a stick's copy."""
+        total = total_size_bytes(served_blobs(manifest))
+        report = BundleReport(
+            source, "stored", manifest.bundle_id, signed_by, len(manifest.images), bytes_total=total
+        )
+        return await self._import_verified(None, manifest, report)
+
     def _reject(self, report: BundleReport, exc: NodeAgentError) -> BundleReport:
         message = clip(exc.message, MESSAGE_CHARS)
         rejected = replace(report, state="rejected", reason=exc.reason, message=message)
         return self._report(rejected, "bundle_rejected")
 
     async def _import_verified(
-        self, root: Path, manifest: BundleManifest, report: BundleReport
+        self, root: Path | None, manifest: BundleManifest, report: BundleReport
     ) -> BundleReport:
+        """From ``root`` (a medium), or from the store alone (``root`` None)."""
         refs = [str(image.ref) for image in manifest.images]
         missing = [ref for ref in refs if await self.ports.runtime.image_status(ref) is None]
         report = replace(report, images_present=len(refs) - len(missing))
@@ -231,11 +243,14 @@ class Importer:
         except InsufficientDiskSpace as exc:
             return self._reject(report, exc)
         source, files = root, served_blobs(manifest)
-        if store is not None:
+        if store is not None and root is not None:
             report = await self._store(store, root, manifest, report, to_store)
             if report.state == "rejected":
                 return report
+        if store is not None:
             source, files = store.root, store.served_files(manifest)
+        if source is None:
+            raise ValueError("a bundle without a medium is imported from the store")
         if missing:
             report = await self._pull_through_mirror(source, files, manifest, missing, report)
             if report.state in ("rejected", "interrupted"):

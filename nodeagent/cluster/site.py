@@ -62,6 +62,7 @@ _RANK = {
     "importing": 7,
     "stored": 6,
     "storing": 5,
+    "fetching": 5,
     "admitted": 4,
     "verified": 3,
     "detected": 2,
@@ -315,8 +316,8 @@ def _bundle_report(node: str, entry: Mapping[str, Any] | None) -> NodeReport:
         return NodeReport(node, "pinned", state, images_total=total)
     if state in FAILING_STATES:
         return NodeReport(node, "failing", state, reason or state, message, images_total=total)
-    left = _bytes_left(entry) if state in ("storing", "importing") else None
-    is_moving = state in ("storing", "importing") or state not in HOLDING_STATES
+    left = _bytes_left(entry) if state in ("fetching", "storing", "importing") else None
+    is_moving = state in ("fetching", "storing", "importing") or state not in HOLDING_STATES
     verdict: Verdict = "progressing" if is_moving else "holding"
     return NodeReport(node, verdict, state, bytes_left=left, images_total=total)
 

@@ -25,6 +25,7 @@ from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
 from nodeagent.daemon.wiring import Wiring, build, has_bundles
 from nodeagent.errors import NodeAgentError
+from nodeagent.site.discovery import is_following
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +57,7 @@ async def run(config: Config) -> int:
 
 def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     """Critical: the sync loop, the spec watch, the watchdog. Optional: the runtime socket's
-    watch, the store's collection, media, the peer server, cluster."""
+    watch, the store's collection, media, the peer server, the fetcher, cluster."""
     config = wiring.config
     found = [
         Task("sync", wiring.reconciler.run, is_critical=True),
@@ -80,6 +81,8 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
         found.append(Task("media", lambda: media_loop(wiring), is_critical=False))
     if config.site.serve:
         found.append(Task("peer-server", lambda: peer_server_loop(config), is_critical=False))
+    if is_following(config):
+        found.append(Task("site-fetcher", lambda: fetcher_loop(wiring), is_critical=False))
     if wiring.cluster is not None:
         found.extend(wiring.cluster.tasks())
     return found
@@ -172,6 +175,13 @@ async def peer_server_loop(config: Config) -> None:
     from nodeagent.daemon.site import serve_peers  # noqa: PLC0415  (aiohttp: serving on)
 
     await serve_peers(config)
+
+
+async def fetcher_loop(wiring: Wiring) -> None:
+    """Fetch the bundles this node follows from its peers (``[site] follow``; docs/site.md)."""
+    from nodeagent.daemon.fetching import follow_peers  # noqa: PLC0415  (aiohttp: following)
+
+    await follow_peers(wiring)
 
 
 def watched_dirs(config: Config) -> list[Path]:

@@ -2,8 +2,10 @@
 
 Pure rules first: which bundles a node follows, what its store holds as peers see it,
 which peer to ask for which blob. Modules: ``discovery`` (what this node publishes, the
-merged peer view, the ``PeerDirectory`` port the fetcher reads) and ``publishing`` (the
-cluster-mode tasks: the holdings publisher and the peer watcher, decision 0029).
+merged peer view, the ``PeerDirectory`` port the fetcher reads), ``publishing`` (the
+cluster-mode tasks: the holdings publisher and the peer watcher, decision 0029),
+``fetching`` (which blob from which peer, pure), ``transfer`` (one bundle's blobs from
+the peers into the store) and ``fetcher`` (the follow loop's service).
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
 
@@ -13,5 +15,8 @@ Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
 - the node's image store, read without its lock: records, stored blobs, each bundle's
   signed ``bundle.json`` (``adapters.store.holdings``);
 - the peer server and client (HTTPS with mutual TLS) are adapters too; the daemon wires
-  them.
+  them (``adapters.http.peer``, ``adapters.http.client``);
+- the store as the fetcher writes it: verify a signed manifest with this node's keys,
+  admit, write the manifest, fill blobs verified by digest, write the record
+  (``adapters.store.fetched``); the importer's ``import_stored`` for the import.
 """

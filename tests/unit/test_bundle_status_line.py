@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nodeagent.progress import ByteProgress
 from nodeagent.reporting import Reporter
 from nodeagent.status import BundleReport, NodeStatus, bundle_line
@@ -33,6 +35,15 @@ def test_lines_say_what_is_copied_how_fast_and_when_the_medium_may_go() -> None:
     importing = BundleReport("/dev/sdb1", "importing", bundle_id="line-3", images_total=12)
     assert bundle_line(importing) == "bundle line-3: importing 12 images"
     assert bundle_line(BundleReport("/dev/sdb1", "verified", bundle_id="line-3")) is None
+
+
+def test_a_bundle_fetched_from_peers_says_so_and_names_no_medium() -> None:
+    fetching = replace(storing(312 * MIB, 1024 * MIB), source="peers:line-3", state="fetching")
+    assert bundle_line(fetching) == (
+        "bundle line-3: fetching from peers: 312 MiB of 1 GiB (30 %), 38.2 MB/s, about 20 s left"
+    )
+    stored = BundleReport("peers:line-3", "stored", bundle_id="line-3")
+    assert bundle_line(stored) == "bundle line-3 stored: verified in the image store"
 
 
 def test_the_reporter_shows_bundle_steps_then_the_sync_line_again() -> None:

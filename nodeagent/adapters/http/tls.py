@@ -92,3 +92,50 @@ class ReloadingTls:
         self._identity, self._failed_identity = identity, None
         self.reloads += 1
         log.info("peer_tls_reloaded", cert_file=str(self._paths[0]))
+
+
+def client_context(cert_file: Path, key_file: Path, ca_file: Path) -> ssl.SSLContext:
+    """A TLS client context that presents the node's certificate and checks the peer's:
+    chained to ``ca_file`` and naming the address asked (peers are asked by IP address, so
+    their certificates carry it as an IP SAN, as the kubelet's serving certificate does)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, check_hostname
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_file, key_file)
+        context.load_verify_locations(cafile=ca_file)
+    except (OSError, ssl.SSLError, ValueError) as err:
+        raise ConfigInvalid(
+            f"[site] cannot load the fetcher's TLS files (client_cert_file {cert_file}, "
+            f"client_key_file {key_file}, ca_file {ca_file}): {clip(err, 200)}; check that "
+            "they exist and hold PEM certificates and the matching key"
+        ) from err
+    return context
+
+
+class ReloadingClientTls:
+    """The fetcher's client context, built again when its files changed (looked at before
+    each request: the kubelet rotates its client certificate in place). Files that do not
+    load leave the previous context in use, logged once (``peer_tls_reload_failed``)."""
+
+    def __init__(self, cert_file: Path, key_file: Path, ca_file: Path) -> None:
+        self._paths = (cert_file, key_file, ca_file)
+        self._identity = _identity(self._paths)
+        self._context = client_context(cert_file, key_file, ca_file)
+        self._failed_identity: FileIdentity | None = None
+        self.reloads = 0
+
+    @property
+    def context(self) -> ssl.SSLContext:
+        identity = _identity(self._paths)
+        if identity in (self._identity, self._failed_identity):
+            return self._context
+        try:
+            self._context = client_context(*self._paths)
+        except ConfigInvalid as err:
+            self._failed_identity = identity
+            log.warning("peer_tls_reload_failed", side="client", error=str(err))
+            return self._context
+        self._identity, self._failed_identity = identity, None
+        self.reloads += 1
+        log.info("peer_tls_reloaded", side="client", cert_file=str(self._paths[0]))
+        return self._context

@@ -8,10 +8,11 @@ or imported again where it can be.
 The rules are ``nodeagent.store.keeping``'s; this module reads the records, the blobs and
 the marks, and applies the plan: a blob is removed only after ``gc_grace_s`` unreferenced
 (its mark, the time it was first found so, is kept in ``gc-marks.json``); a partial blob
-nothing refers to goes once it is older than the grace period. The signed manifests and
-records are never removed; a registry set's record (no signature, nothing to keep it
-for) goes once the set is released. ``index.json`` is rewritten afterwards so it names only images
-whose top manifest is still stored.
+nothing refers to goes once it is older than the grace period. The blobs of a bundle
+being fetched (``fetched.fetching_digests``) and their partials are kept while it is. The
+signed manifests and records are never removed; a registry set's record (no signature,
+nothing to keep it for) goes once the set is released. ``index.json`` is rewritten
+afterwards so it names only images whose top manifest is still stored.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import structlog
 
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
+from nodeagent.adapters.store.fetched import fetching_digests
 from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.errors import StoreBlobCorrupt, StoreBlobMissing
 from nodeagent.store.keeping import (
@@ -51,6 +53,9 @@ class StoreView:
     removals: RemovalPlan
     partial_bytes: int
     repairs: tuple[str, ...] = ()
+    fetching: frozenset[str] = frozenset()
+    """Blobs of the bundles being fetched (signed manifest, no record yet): kept, with
+    their partials, until the fetch ends."""
 
     @property
     def stored_bytes(self) -> int:
@@ -127,11 +132,11 @@ def inspect_store(
     loaded = records.load(is_repairing=is_repairing)
     verdicts = decide(loaded.records, pinned_sets, rules, now_s)
     stored = blobs.stored()
-    plan = plan_removals(
-        stored, referenced(verdicts), records.load_marks(), rules.gc_grace_s, now_s
-    )
+    fetching = fetching_digests(root)
+    keep = referenced(verdicts) | fetching
+    plan = plan_removals(stored, keep, records.load_marks(), rules.gc_grace_s, now_s)
     partial_bytes = sum(size for size, _ in blobs.partials().values())
-    return StoreView(root, verdicts, stored, plan, partial_bytes, loaded.repairs)
+    return StoreView(root, verdicts, stored, plan, partial_bytes, loaded.repairs, fetching)
 
 
 @dataclass(frozen=True)
@@ -153,7 +158,7 @@ def collect(
         for digest in view.removals.remove:
             if blobs.remove(digest):
                 freed += view.stored[digest]
-        keep = referenced(view.verdicts)
+        keep = referenced(view.verdicts) | view.fetching
         for digest, (_size, mtime) in blobs.partials().items():
             if digest not in keep and now_s - mtime >= rules.gc_grace_s:
                 blobs.remove_partial(digest)

@@ -2,9 +2,11 @@
 
 Read without the store lock (a reader; ``StoreRecords.load(is_repairing=False)``): the
 peer server reads an offer, serves from it for a few seconds, then reads it again. Only
-blobs that are both listed by a record and stored are offered; a bundle's manifest digest
-is the sha256 of its ``bundle.json`` as stored (as signed). Registry sets are not
-offered: they have no signed manifest a peer could check.
+blobs that are both listed by a bundle and stored are offered: by its record, or, for a
+bundle being fetched (its signed ``bundle.json`` written, no record yet), by that
+manifest, so a node re-serves each blob as soon as it is stored (verified). A bundle's
+manifest digest is the sha256 of its ``bundle.json`` as stored (as signed). Registry sets
+are not offered: they have no signed manifest a peer could check.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from typing import Final
 
 from nodeagent.adapters.bundles.tree import BundleDir
 from nodeagent.adapters.store.blobs import BlobStore
+from nodeagent.adapters.store.fetched import fetching_sizes
 from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.adapters.store.source import store_files
 from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES, BundleError, ExpectedFile
 from nodeagent.store import layout
 
 MAX_SIGNATURE_BYTES: Final = 16 << 10
+FETCHING: Final = -1.0
+"""``accepted_at_s`` of a bundle being fetched (no record yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +37,8 @@ class OfferedBundle:
     sizes: Mapping[str, int]
     """Digest → size of every blob the bundle lists (held or not)."""
     accepted_at_s: float
-    """The record's acceptance time: a bundle accepted again may have a new manifest."""
+    """The record's acceptance time: a bundle accepted again may have a new manifest
+    (``FETCHING`` for a bundle without a record yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,4 +93,11 @@ def read_offer(root: Path, previous: StoreOffer | None = None) -> StoreOffer:
             record.bundle_id, digest, sizes, record.accepted_at_s
         )
         listed |= {d: size for d, size in sizes.items() if stored.get(d) == size}
+    for bundle_id, sizes in fetching_sizes(root).items():
+        if bundle_id in bundles:
+            continue
+        digest = _manifest_digest(root, bundle_id)
+        if digest is not None:
+            bundles[bundle_id] = OfferedBundle(bundle_id, digest, sizes, FETCHING)
+            listed |= {d: size for d, size in sizes.items() if stored.get(d) == size}
     return StoreOffer(store_files(listed), bundles, frozenset(listed))

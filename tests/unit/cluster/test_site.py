@@ -96,6 +96,7 @@ def test_an_empty_scope_never_completes() -> None:
         (bundle("imported"), "holding", True),
         (bundle("importing"), "progressing", True),
         (bundle("storing"), "progressing", False),
+        (bundle("fetching"), "progressing", False),
         (bundle("verified"), "progressing", False),
         (bundle("pinned", bundle_id="other"), "absent", False),
     ],
@@ -128,6 +129,12 @@ def test_bytes_left_from_progress_and_unknown_never_zero() -> None:
     assert result.bytes_left() == (700, 1)
     assert "700 B left" in result.lines()[1]
     assert "(1 nodes not reporting bytes)" in result.summary()
+
+
+def test_a_node_fetching_from_its_peers_reports_its_bytes_left() -> None:
+    fetching = bundle("fetching", progress={"doneBytes": 1 << 20, "totalBytes": 3 << 20})
+    (report,) = view(["a"], nis("a", fetching)).nodes
+    assert (report.verdict, report.bytes_left) == ("progressing", 2 << 20)
 
 
 def test_a_node_in_progress_without_heartbeat_is_stale() -> None:

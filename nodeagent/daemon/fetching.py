@@ -1,0 +1,114 @@
+"""The fetcher as a daemon task (``[site] follow``; docs/site.md, "Fetch").
+
+Loaded only when the node follows (``site.discovery.is_following``): it imports aiohttp.
+The task is optional: a failure is restarted with backoff by the supervisor, pinning goes
+on. It looks at the peers when the peer directory changes (cluster mode: a peer's
+published holdings changed) and every ``POLL_S`` (jittered) otherwise, which is how
+static peers (``[site] peers``, holdings asked over HTTPS) are followed. A fetched bundle
+is imported and pinned from the store by the same importer a stick uses, one import at a
+time with the media (``MediaImports.lock``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+from collections.abc import Sequence
+
+import structlog
+
+from nodeagent.adapters.http.client import PeerClient
+from nodeagent.adapters.http.tls import ReloadingClientTls
+from nodeagent.adapters.store.fetched import FetchStore
+from nodeagent.config import Config
+from nodeagent.config.addresses import parse_address
+from nodeagent.daemon.bundles import node_store
+from nodeagent.daemon.wiring import Wiring
+from nodeagent.registries import node_platform
+from nodeagent.site.discovery import PeerDirectory, PeerView, StaticPeers
+from nodeagent.site.fetcher import BundleFetcher
+from nodeagent.site.fetching import SignedBundle
+from nodeagent.site.follow import FollowSetting, NodeFacts
+from nodeagent.site.transfer import FetcherPorts
+from nodeagent.status import BundleReport
+
+log = structlog.get_logger("nodeagent.site.fetcher")
+
+POLL_S = 10.0
+"""Peers are looked at this often (±20 %) when nothing wakes the fetcher earlier."""
+
+
+def own_addresses(config: Config) -> set[str]:
+    """This node's own peer addresses (never a peer of itself, also when the static list
+    that every node shares names it)."""
+    found = set()
+    for text in (config.site.advertise, config.site.listen):
+        with contextlib.suppress(ValueError):
+            if text:
+                found.add(str(parse_address(text)))
+    return found
+
+
+def other_peers(peers: Sequence[PeerView], own: set[str]) -> list[PeerView]:
+    return [p for p in peers if p.address not in own]
+
+
+async def follow_peers(wiring: Wiring) -> None:
+    """Fetch the bundles this node follows from its peers, until cancelled."""
+    config, site = wiring.config, wiring.config.site
+    tls = await asyncio.to_thread(
+        ReloadingClientTls, site.client_cert_file, site.client_key_file, site.ca_file
+    )
+    client = PeerClient(tls, request_timeout_s=site.request_timeout_s)
+    store = FetchStore(config.store_dir, config.bundles.trusted_keys_dir, node_store(config).limits)
+    cluster = wiring.cluster
+    watcher = cluster.peers if cluster is not None else None
+    directory: PeerDirectory = watcher if watcher is not None else StaticPeers(site.peers)
+    architecture = node_platform(os.uname().machine).architecture
+    follow: FollowSetting = site.follow  # type: ignore[assignment]  # checked at load
+
+    def facts(held: dict[str, str]) -> NodeFacts:
+        labels = cluster.specs.node_labels() if cluster is not None else None
+        return NodeFacts(
+            follow=follow,
+            is_cluster_mode=config.cluster.enabled,
+            has_peers=bool(site.peers),
+            architecture=architecture,
+            labels=labels,
+            held=held,
+        )
+
+    async def import_bundle(signed: SignedBundle, source: str) -> BundleReport:
+        media = wiring.media
+        async with media.lock:
+            report = await media.importer.import_stored(
+                signed.manifest, signed_by=signed.signed_by, source=source
+            )
+        if report.state == "imported":
+            wiring.reconciler.request_sync()
+        return report
+
+    ports = FetcherPorts(
+        client,
+        store,
+        facts,
+        import_bundle,
+        report=wiring.reporter.bundle_report,
+        state=wiring.state,
+        # only a configured name: host names may repeat (cloned images, one test machine)
+        own_node=config.cluster.node_name,
+    )
+    fetcher = BundleFetcher(ports, concurrency=site.fetch_concurrency)
+    own = own_addresses(config)
+    log.info("bundle_follow_started", peers=len(directory.peers()), follow=site.follow)
+    try:
+        while True:
+            version = directory.version
+            await fetcher.look(other_peers(directory.peers(), own))
+            wait_s = POLL_S * random.uniform(0.8, 1.2)  # noqa: S311  (spreading, not secrecy)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(directory.changed(version), timeout=wait_s)
+    finally:
+        await client.close()

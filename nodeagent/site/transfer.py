@@ -1,0 +1,277 @@
+"""One bundle's blobs, from the peers into the store (``FetchRun``), and the ports it uses.
+
+``FetchRun.run`` drives a ``fetching.FetchSchedule``: it asks every usable peer's ``have``
+and load (``uploads.active``) every ``have_refresh_s``, starts the blobs the schedule hands
+out (each one ``FetchStorePort.fill``: verified by digest and size before it is stored),
+and settles each: stored; a 429/503 (``PeerBusy``) defers its peer until ``Retry-After``;
+a peer fault (``PEER_FAULTS``: it failed, stalled, answered garbage or sent wrong bytes)
+drops the peer for this bundle (``bundle_fetch_peer_dropped``); any other error (the
+store's: no space, a write error) stops the fetch. No peer left, or no progress for
+``stall_s`` with nothing in flight: ``BundleFetchFailed`` (``NoPeerLeft``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Final, Protocol
+
+import structlog
+
+from nodeagent.bundles.manifest import BundleManifest
+from nodeagent.errors import (
+    BundleFetchFailed,
+    NodeAgentError,
+    PeerAnswerInvalid,
+    PeerBusy,
+    PeerUnreachable,
+    StoreSourceMismatch,
+)
+from nodeagent.ports import StateStore
+from nodeagent.progress import ProgressMeter
+from nodeagent.site.fetching import FetchSchedule, SignedBundle, held_digests
+from nodeagent.site.follow import NodeFacts
+from nodeagent.site.holdings import Have, Holdings
+from nodeagent.status import BundleReport
+from nodeagent.strict import clip
+from nodeagent.units import format_bytes
+
+log = structlog.get_logger("nodeagent.site.fetcher")
+
+MESSAGE_CHARS: Final = 1000
+PEER_FAULTS: Final = (PeerUnreachable, PeerAnswerInvalid, StoreSourceMismatch)
+"""What a peer did wrong (it is dropped); any other error of a blob stops the fetch."""
+
+
+class PeerClientPort(Protocol):
+    async def holdings(self, address: str) -> Holdings: ...
+
+    async def have(self, address: str, bundle_id: str) -> Have: ...
+
+    async def bundle_file(
+        self, address: str, bundle_id: str, name: str, max_bytes: int
+    ) -> bytes: ...
+
+    async def blob(
+        self,
+        address: str,
+        digest: str,
+        *,
+        offset: int,
+        size_bytes: int,
+        write: Callable[[bytes], Awaitable[None]],
+    ) -> int: ...
+
+
+Download = Callable[[int, Callable[[bytes], Awaitable[None]]], Awaitable[int]]
+
+
+class FetchStorePort(Protocol):
+    """The store as the fetcher writes it; blocking calls except ``fill``."""
+
+    def verify(self, data: bytes, signature: bytes) -> SignedBundle: ...
+
+    def held(self) -> dict[str, tuple[str, bool]]:
+        """Bundle id → (digest of its stored ``bundle.json``, whether it has a record)."""
+        ...
+
+    def unfinished(self) -> list[SignedBundle]: ...
+
+    def stored_signed(self, bundle_id: str) -> SignedBundle | None:
+        """A recorded bundle's manifest and signature, verified again; None if not."""
+        ...
+
+    def missing(self, manifest: BundleManifest) -> dict[str, int]: ...
+
+    def begin(self, signed: SignedBundle) -> int: ...
+
+    async def fill(
+        self,
+        digest: str,
+        size_bytes: int,
+        download: Download,
+        on_bytes: Callable[[int], None] = ...,
+    ) -> None: ...
+
+    def finish(self, signed: SignedBundle) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FetchTimings:
+    have_refresh_s: float = 3.0
+    stall_s: float = 60.0
+    """No blob stored and none in flight for this long: the fetch fails (``NoPeerLeft``)."""
+    retry_after_s: tuple[float, float] = (10.0, 300.0)
+    """A failed fetch is tried again after the first, doubling up to the second."""
+    recheck_s: float = 300.0
+
+
+@dataclass
+class FetcherPorts:
+    client: PeerClientPort
+    store: FetchStorePort
+    facts: Callable[[dict[str, str]], NodeFacts]
+    """This node's facts for the follow rule, given what the store holds."""
+    import_bundle: Callable[[SignedBundle, str], Awaitable[BundleReport]]
+    """Import and pin from the store (the importer's ``import_stored``), by source name."""
+    report: Callable[[BundleReport], None] = lambda _r: None
+    own_node: str = ""
+    """This node's configured name (``[cluster] node_name``; ``""``: none): a static peer
+    whose holdings name it is this node (never asked). Host names are not used: they may
+    repeat across nodes (cloned images), and a node must never skip a real peer."""
+    state: StateStore | None = None
+    """Where fetched bundles wait for their import (``fetched-imports``), so a restart
+    between the record and the import still imports them."""
+    clock: Callable[[], float] = time.monotonic
+    timings: FetchTimings = field(default_factory=FetchTimings)
+
+
+class FetchRun:
+    """One bundle's blobs: the schedule, the requests in flight, the have refreshes."""
+
+    def __init__(
+        self,
+        ports: FetcherPorts,
+        signed: SignedBundle,
+        schedule: FetchSchedule,
+        meter: ProgressMeter,
+        base: BundleReport,
+    ) -> None:
+        self.ports, self.signed, self.schedule = ports, signed, schedule
+        self.meter, self.base = meter, base
+        self.ordered = sorted(signed.manifest.blobs)
+        self.tasks: dict[asyncio.Task[None], tuple[str, str]] = {}
+        self.received = 0
+        self.sources: set[str] = set()
+        self.last_progress_s = ports.clock()
+        self.loop = asyncio.get_running_loop()
+
+    async def run(self) -> None:
+        timings = self.ports.timings
+        next_refresh_s = 0.0
+        try:
+            while not self.schedule.is_complete:
+                now_s = self.ports.clock()
+                if now_s >= next_refresh_s:
+                    await self.refresh()
+                    next_refresh_s = self.ports.clock() + timings.have_refresh_s
+                self.start_blobs()
+                self.check_blocked()
+                wait_s = max(0.05, next_refresh_s - self.ports.clock())
+                retry_s = self.schedule.next_retry_s(now_s)
+                if retry_s is not None:
+                    wait_s = min(wait_s, max(0.05, retry_s - now_s))
+                await self.wait(wait_s)
+        finally:
+            for task in self.tasks:
+                task.cancel()
+            for task in list(self.tasks):
+                with contextlib.suppress(BaseException):
+                    await task
+
+    def check_blocked(self) -> None:
+        reason = self.schedule.blocked()
+        bundle = self.signed.manifest.bundle_id
+        left = format_bytes(self.schedule.bytes_left)
+        dropped = "; ".join(f"{a}: {r}" for a, r in sorted(self.schedule.dropped().items()))
+        if reason is not None:
+            raise BundleFetchFailed(
+                f"bundle {bundle}: no peer left to fetch {left} from ({dropped or 'no peers'})"
+            )
+        idle_s = self.ports.clock() - self.last_progress_s
+        if not self.tasks and idle_s >= self.ports.timings.stall_s:
+            raise BundleFetchFailed(
+                f"bundle {bundle}: no peer has had the missing {left} for {idle_s:.0f} s"
+                + (f" (dropped: {dropped})" if dropped else "")
+            )
+
+    async def refresh(self) -> None:
+        """Every usable peer's ``have`` and load, side by side."""
+        peers = [p for p in self.schedule.peers.values() if p.dropped is None]
+        await asyncio.gather(*(self._refresh_one(p.address) for p in peers))
+
+    async def _refresh_one(self, address: str) -> None:
+        client, bundle_id = self.ports.client, self.signed.manifest.bundle_id
+        try:
+            have = await client.have(address, bundle_id)
+            holdings = await client.holdings(address)
+            if have.manifest_digest != self.signed.manifest_digest:
+                raise PeerAnswerInvalid(f"peer {address} holds another manifest of {bundle_id}")
+            if have.blobs != len(self.ordered):
+                raise PeerAnswerInvalid(f"peer {address}: have lists {have.blobs} blobs")
+        except PeerBusy as err:
+            self.schedule.defer(address, self.ports.clock() + err.retry_after_s)
+            return
+        except NodeAgentError as err:
+            self.drop(address, err)
+            return
+        self.schedule.learn(
+            address,
+            have=held_digests(have, self.ordered),
+            reported_active=holdings.uploads_active,
+        )
+
+    def drop(self, address: str, err: NodeAgentError) -> None:
+        if self.schedule.drop(address, err.reason):
+            log.warning(
+                "bundle_fetch_peer_dropped",
+                bundle=self.signed.manifest.bundle_id,
+                peer=address,
+                reason=err.reason,
+                error=clip(err.message, MESSAGE_CHARS),
+            )
+
+    def start_blobs(self) -> None:
+        for digest, address in self.schedule.assign(self.ports.clock()):
+            task = asyncio.create_task(self.fetch_blob(digest, address))
+            self.tasks[task] = (digest, address)
+
+    async def fetch_blob(self, digest: str, address: str) -> None:
+        size = self.signed.manifest.blobs[digest].size_bytes
+
+        async def download(offset: int, write: Callable[[bytes], Awaitable[None]]) -> int:
+            got = await self.ports.client.blob(
+                address, digest, offset=offset, size_bytes=size, write=write
+            )
+            self.received += got
+            return got
+
+        await self.ports.store.fill(digest, size, download, self.count)
+
+    def count(self, count: int) -> None:
+        """Bytes written (a worker thread): the progress goes to the loop."""
+        self.loop.call_soon_threadsafe(self.show, count)
+
+    async def wait(self, wait_s: float) -> None:
+        if not self.tasks:
+            await asyncio.sleep(wait_s)
+        else:
+            await asyncio.wait(set(self.tasks), timeout=wait_s, return_when="FIRST_COMPLETED")
+        for task in [t for t in self.tasks if t.done()]:
+            digest, address = self.tasks.pop(task)
+            self.settle(task, digest, address)
+
+    def settle(self, task: asyncio.Task[None], digest: str, address: str) -> None:
+        err = task.exception()
+        if err is None:
+            self.schedule.stored(digest)
+            self.sources.add(address)
+            self.last_progress_s = self.ports.clock()
+            return
+        self.schedule.returned(digest)
+        if isinstance(err, PeerBusy):
+            self.schedule.defer(address, self.ports.clock() + err.retry_after_s)
+        elif isinstance(err, PEER_FAULTS):
+            self.drop(address, err)
+        else:  # the store's own failure (no space, a write error): the fetch stops
+            raise err
+
+    def show(self, count: int) -> None:
+        shown = self.meter.advance(count, self.ports.clock())
+        if shown is not None:
+            self.ports.report(
+                replace(self.base, progress=shown.to_json(), progress_text=shown.describe())
+            )
