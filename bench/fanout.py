@@ -288,7 +288,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=0.0, help="per run (default: from S/R)")
     p.add_argument("--workdir", type=Path, help="parent of the temp dir (default: $TMPDIR)")
     p.add_argument("--quick", action="store_true", help="smoke test: 64 MB, N = 2,3")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--json", action="store_true", help="JSON on stdout (the table on stderr)")
     opts = p.parse_args(argv)
     if opts.quick:
         opts.size_gb, opts.nodes = 0.064, "2,3"
@@ -367,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             "model": summary["model"],
         }
         print(json.dumps(doc, indent=2))
+        print(render_report(runs, work, header(work, opts)), file=sys.stderr)
     else:
         print(render_report(runs, work, header(work, opts)))
     return 0
