@@ -365,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             "checks": summary["checks"],
             "calibration": asdict(summary["calibration"]),
             "model": summary["model"],
+            "growth": summary["growth"],
         }
         print(json.dumps(doc, indent=2))
         print(render_report(runs, work, header(work, opts)), file=sys.stderr)

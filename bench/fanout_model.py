@@ -233,6 +233,27 @@ def predict(cal: Calibration, nodes: int, work: Workload) -> dict[str, float]:
     }
 
 
+def growth_seen(runs: Sequence[Run], cal: Calibration, work: Workload) -> str | None:
+    """Which the largest fan-out run is closer to: the tree the model assumes, or node 0's
+    link carrying every copy (new holders not used as sources); None without such a run."""
+    fanout = [r for r in runs if r.mode == FANOUT and r.nodes >= 3]
+    if not fanout:
+        return None
+    run = max(fanout, key=lambda r: r.nodes)
+    tree = predict(cal, run.nodes, work)
+    to_tree, to_node0 = (
+        abs(run.t_all_s - tree["t_all_theory_s"]),
+        abs(run.t_all_s - tree["t_base_s"]),
+    )
+    share = run.reserved_share or 0.0
+    if to_tree <= to_node0:
+        return f"N={run.nodes} grew as a tree (re-served {share:.0%}): the T_all column applies"
+    return (
+        f"N={run.nodes} grew as node 0's link carrying every copy (re-served {share:.0%}): "
+        "read the 'all from node 0' column for this fetcher, not T_all"
+    )
+
+
 # ---------------------------------------------------------------- checks and the report
 
 
@@ -268,7 +289,13 @@ def summarize(runs: Sequence[Run], work: Workload) -> dict[str, Any]:
     ]
     cal = calibrate(runs, work)
     sizes = sorted({r.nodes for r in runs} | set(SCALE_NODES))
-    return {"checks": checks, "calibration": cal, "model": [predict(cal, n, work) for n in sizes]}
+    model = [predict(cal, n, work) for n in sizes]
+    return {
+        "checks": checks,
+        "calibration": cal,
+        "model": model,
+        "growth": growth_seen(runs, cal, work),
+    }
 
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:
@@ -332,6 +359,8 @@ def render_model(summary: dict[str, Any], work: Workload) -> list[str]:
             f"{p['nodes']:7.0f} {p['generations']:5.0f} {p['t_all_s']:9.1f} "
             f"{p['t_all_theory_s']:11.1f} {p['t_base_s']:18.1f}"
         )
+    if summary.get("growth"):
+        lines.append(f"  measured: {summary['growth']}")
     return lines
 
 

@@ -4,6 +4,7 @@ tiny sizes, no network; the full run is by hand (bench/README.md)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,19 @@ def test_checks_pass_when_the_fan_out_keeps_to_the_goals_and_miss_when_not() -> 
     assert slow["(T_all - stick) / (S/R), N=8"] == "MISS"
     assert slow["T_all / all-from-node-0, N=8"] == "MISS"
     assert slow["idle RSS MiB, serving on"] == "PASS"
+
+
+def test_the_growth_seen_names_a_tree_or_node_0s_link() -> None:
+    work = _work()
+    tree = _runs(r=12e6, d=2.0, g=9.0, stick=11.0)
+    assert "grew as a tree" in (summarize(tree, work)["growth"] or "")
+    slow = [r for r in tree if r.mode == NODE0 or r.nodes == 2]
+    slow += [
+        replace(r, mode=FANOUT) for r in _runs(r=12e6, d=2.0, g=9.0, stick=11.0) if r.mode == NODE0
+    ]
+    text = summarize(slow, work)["growth"] or ""
+    assert "node 0's link" in text
+    assert summarize([r for r in tree if r.nodes == 2], work)["growth"] is None
 
 
 def test_the_re_served_share_counts_what_nodes_other_than_node_0_sent() -> None:
