@@ -66,6 +66,7 @@ from bench.fanout_model import (
     Workload,
     layer_sizes,
     render_report,
+    runs_from_json,
     shape_problems,
     summarize,
 )
@@ -289,6 +290,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, help="parent of the temp dir (default: $TMPDIR)")
     p.add_argument("--quick", action="store_true", help="smoke test: 64 MB, N = 2,3")
     p.add_argument("--json", action="store_true", help="JSON on stdout (the table on stderr)")
+    p.add_argument("--from-json", type=Path, help="print the table of a saved --json run")
     opts = p.parse_args(argv)
     if opts.quick:
         opts.size_gb, opts.nodes = 0.064, "2,3"
@@ -323,10 +325,10 @@ def run_all(base: Path, opts: argparse.Namespace) -> tuple[list[Run], Workload, 
     return runs, work, bundle
 
 
-def header(work: Workload, opts: argparse.Namespace) -> list[str]:
+def header(work: Workload) -> list[str]:
     return [
         f"workload: bundle {work.size_bytes / GB:.3f} GB in {work.blob_count} blobs (largest "
-        f"{work.largest_blob_bytes / MB:.1f} MB), links {opts.rate_mbit:g} Mbit/s each way "
+        f"{work.largest_blob_bytes / MB:.1f} MB), links {work.rate_mbit:g} Mbit/s each way "
         f"(S/R {work.ideal_transfer_s:.1f} s), max_uploads {work.max_uploads}, "
         f"fetch_concurrency {work.fetch_concurrency}",
         f"machine: {os.cpu_count()} CPUs, Linux {platform.release()}, Python "
@@ -340,6 +342,10 @@ def _raise_exit(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
+    if opts.from_json is not None:
+        runs, work = runs_from_json(json.loads(opts.from_json.read_text()))
+        print(render_report(runs, work, header(work)))
+        return 0
     if os.geteuid() != 0:
         print(
             "bench.fanout makes network namespaces and loop devices: run it as root",
@@ -368,9 +374,9 @@ def main(argv: list[str] | None = None) -> int:
             "growth": summary["growth"],
         }
         print(json.dumps(doc, indent=2))
-        print(render_report(runs, work, header(work, opts)), file=sys.stderr)
+        print(render_report(runs, work, header(work)), file=sys.stderr)
     else:
-        print(render_report(runs, work, header(work, opts)))
+        print(render_report(runs, work, header(work)))
     return 0
 
 

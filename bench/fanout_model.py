@@ -254,6 +254,14 @@ def growth_seen(runs: Sequence[Run], cal: Calibration, work: Workload) -> str | 
     )
 
 
+def runs_from_json(doc: dict[str, Any]) -> tuple[list[Run], Workload]:
+    """The runs and workload of a saved ``--json`` report (``dataclasses.asdict`` of them)."""
+    runs = [
+        Run(**{**r, "per_node": tuple(NodeResult(**n) for n in r["per_node"])}) for r in doc["runs"]
+    ]
+    return runs, Workload(**doc["workload"])
+
+
 # ---------------------------------------------------------------- checks and the report
 
 

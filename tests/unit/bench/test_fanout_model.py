@@ -3,8 +3,9 @@ tiny sizes, no network; the full run is by hand (bench/README.md)."""
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from bench.fanout_model import (
     layer_sizes,
     predict,
     render_report,
+    runs_from_json,
     shape_problems,
     summarize,
 )
@@ -174,6 +176,12 @@ def test_the_report_shows_each_run_its_nodes_the_model_and_the_checks() -> None:
     model = text.split("model:")[1]
     assert all(f"\n{n:7d} " in model for n in SCALE_NODES)
     assert "T_all / all-from-node-0, N=8" in text
+
+
+def test_a_saved_report_reads_back_as_the_same_runs() -> None:
+    runs, work = _runs(), _work()
+    doc = json.loads(json.dumps({"workload": asdict(work), "runs": [asdict(r) for r in runs]}))
+    assert runs_from_json(doc) == (runs, work)
 
 
 def test_the_generated_bundle_is_signed_verifies_and_fills_a_store(tmp_path: Path) -> None:
