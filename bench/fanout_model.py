@@ -15,8 +15,10 @@ is c bytes, N nodes whose links carry r bytes/s each way::
 * ``d``: the notice delay, from node 0 holding the bundle until the first peer's first byte
   (holdings poll, the signed manifest fetched and checked).
 * ``S / r``: a node's own download; no node takes the bundle in faster than its link.
-  ``r`` is calibrated: the median over the fan-out runs' nodes of bytes held over the time
-  from their first to their last byte.
+  ``r`` is calibrated on the smallest fan-out run (N = 2: one sender, one receiver, the
+  link's goodput with TLS and verification): the median over its fetching nodes of bytes
+  held over the time from their first to their last byte. Larger runs are not used for r:
+  where sources are short, their nodes' rates measure the shortage, not the link.
 * ``G(N) - 1`` generations: each blob spreads as a tree. A generation is the time ``g`` a
   node needs to hold a whole blob it can pass on; in each, every holder starts up to
   ``min(U, F)`` new downloads at ``r / F`` each (it serves at most U = ``max_uploads`` at once;
@@ -172,7 +174,7 @@ class Workload:
 @dataclass(frozen=True)
 class Calibration:
     rate_bytes_per_s: float
-    """r: median per-node download rate in the fan-out runs."""
+    """r: median per-node download rate in the smallest fan-out run."""
     node0_rate_bytes_per_s: float
     """r0: node 0's upload rate when every node fetches from it alone."""
     stick_s: float
@@ -195,7 +197,14 @@ def _median(values: Sequence[float], what: str) -> float:
 
 def calibrate(runs: Sequence[Run], work: Workload) -> Calibration:
     fanout = [r for r in runs if r.mode == FANOUT]
-    rates = [x for r in fanout for n in r.per_node if (x := n.rate_bytes_per_s) is not None]
+    smallest = min((r.nodes for r in fanout), default=0)
+    rates = [
+        x
+        for r in fanout
+        if r.nodes == smallest
+        for n in r.per_node
+        if (x := n.rate_bytes_per_s) is not None
+    ]
     rate = _median(rates, "per-node rate")
     notices = [x for r in fanout if (x := r.notice_s) is not None]
     notice = _median(notices, "notice delay")
@@ -247,10 +256,10 @@ def growth_seen(runs: Sequence[Run], cal: Calibration, work: Workload) -> str | 
     )
     share = run.reserved_share or 0.0
     if to_tree <= to_node0:
-        return f"N={run.nodes} grew as a tree (re-served {share:.0%}): the T_all column applies"
+        return f"N={run.nodes} grew as a tree (re-served {share:.0%}): the tree columns apply"
     return (
         f"N={run.nodes} grew as node 0's link carrying every copy (re-served {share:.0%}): "
-        "read the 'all from node 0' column for this fetcher, not T_all"
+        "read the 'all from node 0' column for this fetcher, not the tree's"
     )
 
 
@@ -360,12 +369,13 @@ def render_model(summary: dict[str, Any], work: Workload) -> list[str]:
         f"(link {link_bytes_per_s(work.rate_mbit) / MB:.1f}), r0 = "
         f"{cal.node0_rate_bytes_per_s / MB:.1f} MB/s, T_stick = {cal.stick_s:.1f} s, "
         f"d = {cal.notice_s:.1f} s, g = {fit} (theory F*c/r = {cal.generation_theory_s:.1f} s)",
-        f"{'nodes':>7} {'G(N)':>5} {'T_all s':>9} {'(theory g)':>11} {'all from node 0 s':>18}",
+        f"{'nodes':>7} {'G(N)':>5} {'tree, g fitted s':>17} {'tree, g = F*c/r s':>18} "
+        f"{'all from node 0 s':>18}",
     ]
     for p in summary["model"]:
         lines.append(
-            f"{p['nodes']:7.0f} {p['generations']:5.0f} {p['t_all_s']:9.1f} "
-            f"{p['t_all_theory_s']:11.1f} {p['t_base_s']:18.1f}"
+            f"{p['nodes']:7.0f} {p['generations']:5.0f} {p['t_all_s']:17.1f} "
+            f"{p['t_all_theory_s']:18.1f} {p['t_base_s']:18.1f}"
         )
     if summary.get("growth"):
         lines.append(f"  measured: {summary['growth']}")
