@@ -15,10 +15,11 @@ is c bytes, N nodes whose links carry r bytes/s each way::
 * ``d``: the notice delay, from node 0 holding the bundle until the first peer's first byte
   (holdings poll, the signed manifest fetched and checked).
 * ``S / r``: a node's own download; no node takes the bundle in faster than its link.
-  ``r`` is calibrated on the smallest fan-out run (N = 2: one sender, one receiver, the
-  link's goodput with TLS and verification): the median over its fetching nodes of bytes
-  held over the time from their first to their last byte. Larger runs are not used for r:
-  where sources are short, their nodes' rates measure the shortage, not the link.
+  ``r`` is calibrated on the 2-node fan-out (one sender, one receiver: the link's goodput
+  with TLS and verification): the median over its fetching nodes of bytes held over the
+  time from their first to their last byte; without that run, node 0's upload rate in the
+  all-from-node-0 runs. Larger fan-outs are not used for r: where sources are short, their
+  nodes' rates measure the shortage, not the link.
 * ``G(N) - 1`` generations: each blob spreads as a tree. A generation is the time ``g`` a
   node needs to hold a whole blob it can pass on; in each, every holder starts up to
   ``min(U, F)`` new downloads at ``r / F`` each (it serves at most U = ``max_uploads`` at once;
@@ -174,7 +175,7 @@ class Workload:
 @dataclass(frozen=True)
 class Calibration:
     rate_bytes_per_s: float
-    """r: median per-node download rate in the smallest fan-out run."""
+    """r: a node's download rate when its source keeps up (``_rate``)."""
     node0_rate_bytes_per_s: float
     """r0: node 0's upload rate when every node fetches from it alone."""
     stick_s: float
@@ -195,9 +196,14 @@ def _median(values: Sequence[float], what: str) -> float:
     return statistics.median(values)
 
 
-def calibrate(runs: Sequence[Run], work: Workload) -> Calibration:
+def _rate(runs: Sequence[Run], node0_rate: float | None) -> float:
+    """r: the fetching nodes' median rate in a 2-node fan-out (one sender, one receiver:
+    the link's goodput with TLS and verification); without one, node 0's upload rate in
+    the all-from-node-0 runs (the same link the other way); else the smallest fan-out's."""
     fanout = [r for r in runs if r.mode == FANOUT]
     smallest = min((r.nodes for r in fanout), default=0)
+    if smallest != 2 and node0_rate is not None:
+        return node0_rate
     rates = [
         x
         for r in fanout
@@ -205,9 +211,20 @@ def calibrate(runs: Sequence[Run], work: Workload) -> Calibration:
         for n in r.per_node
         if (x := n.rate_bytes_per_s) is not None
     ]
-    rate = _median(rates, "per-node rate")
+    return _median(rates, "per-node rate")
+
+
+def calibrate(runs: Sequence[Run], work: Workload) -> Calibration:
+    fanout = [r for r in runs if r.mode == FANOUT]
     notices = [x for r in fanout if (x := r.notice_s) is not None]
     notice = _median(notices, "notice delay")
+    base = [
+        (r.nodes - 1) * work.size_bytes / (r.t_all_s - r.stick_s - notice)
+        for r in runs
+        if r.mode == NODE0 and r.t_all_s - r.stick_s - notice > 0
+    ]
+    node0_rate = statistics.median(base) if base else None
+    rate = _rate(runs, node0_rate)
     stick = _median([r.stick_s for r in runs], "stick copy time")
     k = growth(work.max_uploads, work.fetch_concurrency)
     theory = work.fetch_concurrency * work.largest_blob_bytes / rate
@@ -219,13 +236,7 @@ def calibrate(runs: Sequence[Run], work: Workload) -> Calibration:
     fit = None
     if points:
         fit = max(0.0, sum(x * y for x, y in points) / sum(x * x for x, _ in points))
-    base = [
-        (r.nodes - 1) * work.size_bytes / (r.t_all_s - r.stick_s - notice)
-        for r in runs
-        if r.mode == NODE0 and r.t_all_s - r.stick_s - notice > 0
-    ]
-    node0_rate = statistics.median(base) if base else rate
-    return Calibration(rate, node0_rate, stick, notice, theory, fit, k)
+    return Calibration(rate, node0_rate or rate, stick, notice, theory, fit, k)
 
 
 def predict(cal: Calibration, nodes: int, work: Workload) -> dict[str, float]:
