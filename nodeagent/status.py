@@ -317,19 +317,18 @@ def bundle_line(report: BundleReport) -> str | None:
     """STATUS= while a bundle is copied or imported, or None (the sync's line stands)."""
     name = report.bundle_id or report.source
     progress = f": {report.progress_text}" if report.progress_text else ""
-    if report.state == "storing":
-        return f"bundle {name}: copying to the image store{progress}"
-    if report.state == "fetching":
-        return f"bundle {name}: fetching from peers{progress}"
-    if report.state == "stored" and report.is_medium_removable:
-        return f"bundle {name} stored: the medium may be removed"
     if report.state == "stored":
+        if report.is_medium_removable:
+            return f"bundle {name} stored: the medium may be removed"
         return f"bundle {name} stored: verified in the image store"
-    if report.state == "importing":
-        return f"bundle {name}: importing {report.images_total} images{progress}"
+    lines = {
+        "storing": f"bundle {name}: copying to the image store{progress}",
+        "fetching": f"bundle {name}: fetching from peers{progress}",
+        "importing": f"bundle {name}: importing {report.images_total} images{progress}",
+    }
     if report.state == "detected" and report.progress_text:
         return f"bundle {name}: {report.progress_text}"
-    return None
+    return lines.get(report.state)
 
 
 # ---------------------------------------------------------------- builders

@@ -22,20 +22,20 @@ import asyncio
 import datetime as dt
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 import yaml
 
+from nodeagent.bundles.import_ports import ImageStorePort, ImporterPorts
 from nodeagent.bundles.manifest import MAX_NAME_BYTES, BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import served_blobs, total_size_bytes
 from nodeagent.bundles.serving import (
     MIRROR_LOCK,
     BundleServerPort,
-    MirrorPort,
     MirrorPullPorts,
     pull_via_mirror,
 )
@@ -49,8 +49,8 @@ from nodeagent.errors import (
     NodeAgentError,
     StateFileDamaged,
 )
-from nodeagent.ports import FilesystemSpace, ImageRuntime, Reloader, SpaceProbe, StateStore
-from nodeagent.prepull import PrePuller, PullResult
+from nodeagent.ports import FilesystemSpace
+from nodeagent.prepull import PullResult
 from nodeagent.progress import DEFAULT_INTERVAL_S, ByteProgress, ProgressMeter
 from nodeagent.status import BundleReport
 from nodeagent.strict import clip
@@ -60,72 +60,6 @@ log = structlog.get_logger(__name__)
 
 MESSAGE_CHARS = 1000
 """A refusal's message in the status and the journal is clipped to this (escaped)."""
-
-
-# ---------------------------------------------------------------- ports
-class VerifiedBundle(Protocol):
-    @property
-    def manifest(self) -> BundleManifest: ...
-
-    @property
-    def signed_by(self) -> str: ...
-
-
-class ImageStorePort(Protocol):
-    """The node's image store (``adapters.store.node_store.NodeImageStore``); blocking calls
-    run in a worker thread."""
-
-    @property
-    def root(self) -> Path: ...
-
-    def missing_bytes(self, manifest: BundleManifest) -> int: ...
-
-    def shares_filesystem(self, path: str) -> bool: ...
-
-    def copy(
-        self, medium: Path, manifest: BundleManifest, on_progress: Callable[[ByteProgress], None]
-    ) -> object: ...
-
-    def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
-
-
-class SpecSink(Protocol):
-    """Writes a bundle's PinnedImageSet into the persistent or transient spec directory."""
-
-    def write_set(self, file_name: str, text: str, *, is_persistent: bool) -> Path: ...
-
-
-@dataclass
-class ImporterPorts:
-    verify: Callable[[Path], VerifiedBundle]
-    runtime: ImageRuntime
-    make_server: Callable[[Path, Mapping[str, ExpectedFile]], BundleServerPort]
-    mirror: MirrorPort
-    reloader: Reloader
-    make_puller: Callable[[], PrePuller]
-    space: SpaceProbe
-    specs: SpecSink
-    store: StateStore
-    is_present_on_media: Callable[[Path], bool] = lambda root: root.exists()
-    on_report: Callable[[BundleReport], None] = field(default=lambda _r: None)
-    image_store: ImageStorePort | None = None
-    """With a store, the bundle is copied into it first and imported from there."""
-    is_probing_mirror: bool = False
-    """``serving.MirrorPullPorts.is_probing``: no image pulled before the runtime is seen to
-    follow the mirror (the daemon's wiring: True)."""
-    release_medium: Callable[[Path], None] = field(default=lambda _root: None)
-    """Told once the bundle is in the store, before the status says the medium may be
-    removed: from then on the import no longer reads the medium, so its removal must not
-    stop it."""
-    node_labels: Callable[[], Mapping[str, str] | None] = field(default=lambda: None)
-    """The node's labels as the Kubernetes API last gave them; None when they are not known
-    (no cluster mode, or not listed yet): a bundle with a target selector is then refused."""
-    wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None
-    """Cluster mode: the labels once the API has listed the Node, waited for (bounded) when a
-    bundle with a selector comes before them; unknown is not "no" (None: nothing to wait for)."""
-    is_ignoring_target: bool = False
-    """``bundle import --ignore-target``: a technician imports a bundle whose target's
-    selector leaves this node out (its architecture is still checked, rule R13)."""
 
 
 # ---------------------------------------------------------------- pure helpers

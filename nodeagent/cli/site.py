@@ -9,7 +9,9 @@ hold a different manifest under the same id.
 ``wait`` polls until every Node in scope reports the bundle (``--set``: that set) pinned,
 all with the same manifest, and exits 0 with a one-line summary; at ``--timeout`` it
 exits 75 naming each laggard and why. The scope is every Node, or those ``--selector``
-matches (a bundle's manifest names no target yet). The API server unreachable: 69;
+matches: neither NodeImageStatus nor NodeImageHoldings carries a bundle's target
+(``bundle create --target-selector``), so the command cannot default to it; pass the
+target's selector. The API server unreachable: 69;
 denied: 77; a bad kubeconfig: 78. Pure logic: ``nodeagent.cluster.site``;
 docs/cluster.md, "Site view".
 """

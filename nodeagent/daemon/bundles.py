@@ -24,7 +24,8 @@ from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.store.copier import StoreLimits
 from nodeagent.adapters.store.node_store import NodeImageStore
 from nodeagent.adapters.store.registry_sets import RegistrySets
-from nodeagent.bundles.importer import Importer, ImporterPorts
+from nodeagent.bundles.import_ports import ImporterPorts
+from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MirrorPullPorts

@@ -16,7 +16,8 @@ from typing import Any, Literal
 import pytest
 import yaml
 
-from nodeagent.bundles.importer import Importer, ImporterPorts
+from nodeagent.bundles.import_ports import ImporterPorts
+from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.manifest import (
     BundleDigestMismatch,
     BundleError,

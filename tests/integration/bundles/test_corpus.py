@@ -31,7 +31,8 @@ from nodeagent.adapters.bundles.tree import verify_bundle
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
 from nodeagent.bundles.content import check_architecture, check_content
-from nodeagent.bundles.importer import Importer, ImporterPorts
+from nodeagent.bundles.import_ports import ImporterPorts
+from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.manifest import (
     BundleIncomplete,
     BundleSizeMismatch,

@@ -1,0 +1,84 @@
+"""The importer's ports: what ``bundles.importer.Importer`` is given by the daemon's wiring
+(``nodeagent.daemon.bundles``) or by a test: the bundle's verification, the runtime, the
+loopback server and mirror, the node's image store, the spec directories and the node's
+labels. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
+from nodeagent.bundles.serving import BundleServerPort, MirrorPort
+from nodeagent.ports import ImageRuntime, Reloader, SpaceProbe, StateStore
+from nodeagent.prepull import PrePuller
+from nodeagent.progress import ByteProgress
+from nodeagent.status import BundleReport
+
+
+class VerifiedBundle(Protocol):
+    @property
+    def manifest(self) -> BundleManifest: ...
+
+    @property
+    def signed_by(self) -> str: ...
+
+
+class ImageStorePort(Protocol):
+    """The node's image store (``adapters.store.node_store.NodeImageStore``); blocking calls
+    run in a worker thread."""
+
+    @property
+    def root(self) -> Path: ...
+
+    def missing_bytes(self, manifest: BundleManifest) -> int: ...
+
+    def shares_filesystem(self, path: str) -> bool: ...
+
+    def copy(
+        self, medium: Path, manifest: BundleManifest, on_progress: Callable[[ByteProgress], None]
+    ) -> object: ...
+
+    def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
+
+
+class SpecSink(Protocol):
+    """Writes a bundle's PinnedImageSet into the persistent or transient spec directory."""
+
+    def write_set(self, file_name: str, text: str, *, is_persistent: bool) -> Path: ...
+
+
+@dataclass
+class ImporterPorts:
+    verify: Callable[[Path], VerifiedBundle]
+    runtime: ImageRuntime
+    make_server: Callable[[Path, Mapping[str, ExpectedFile]], BundleServerPort]
+    mirror: MirrorPort
+    reloader: Reloader
+    make_puller: Callable[[], PrePuller]
+    space: SpaceProbe
+    specs: SpecSink
+    store: StateStore
+    is_present_on_media: Callable[[Path], bool] = lambda root: root.exists()
+    on_report: Callable[[BundleReport], None] = field(default=lambda _r: None)
+    image_store: ImageStorePort | None = None
+    """With a store, the bundle is copied into it first and imported from there."""
+    is_probing_mirror: bool = False
+    """``serving.MirrorPullPorts.is_probing``: no image pulled before the runtime is seen to
+    follow the mirror (the daemon's wiring: True)."""
+    release_medium: Callable[[Path], None] = field(default=lambda _root: None)
+    """Told once the bundle is in the store, before the status says the medium may be
+    removed: from then on the import no longer reads the medium, so its removal must not
+    stop it."""
+    node_labels: Callable[[], Mapping[str, str] | None] = field(default=lambda: None)
+    """The node's labels as the Kubernetes API last gave them; None when they are not known
+    (no cluster mode, or not listed yet): a bundle with a target selector is then refused."""
+    wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None
+    """Cluster mode: the labels once the API has listed the Node, waited for (bounded) when a
+    bundle with a selector comes before them; unknown is not "no" (None: nothing to wait for)."""
+    is_ignoring_target: bool = False
+    """``bundle import --ignore-target``: a technician imports a bundle whose target's
+    selector leaves this node out (its architecture is still checked, rule R13)."""
