@@ -107,7 +107,8 @@ class BundleFetcher:
             for signed in await asyncio.to_thread(store.unfinished):
                 log.info("bundle_fetch_resumed", bundle=signed.manifest.bundle_id)
                 holders = await self._holders(peers, signed.manifest.bundle_id)
-                await self._attempt(signed, holders.get(signed.manifest_digest, ()))
+                found = holders.get(signed.manifest_digest, ())
+                await self._attempt(signed, found, _others(peers, found))
             await self._import_pending()
             self._resumed = True
         for key, signed in list(self._imports.items()):
@@ -122,7 +123,7 @@ class BundleFetcher:
                 continue
             # an unfinished fetch of this very manifest is not "held": it is resumed
             facts_held = {i: d for i, (d, _) in held.items() if (i, d) != key}
-            await self._consider(offer, facts_held)
+            await self._consider(offer, facts_held, _others(peers, offer.holders))
             held = await asyncio.to_thread(store.held)
 
     async def _import_pending(self) -> None:
@@ -193,7 +194,7 @@ class BundleFetcher:
                     holders.setdefault(digest, []).append(address)
         return holders
 
-    async def _consider(self, offer: Offer, held: dict[str, str]) -> None:
+    async def _consider(self, offer: Offer, held: dict[str, str], others: Sequence[str]) -> None:
         key = (offer.bundle_id, offer.manifest_digest)
         signed = await self._signed(offer)
         if signed is None:
@@ -202,7 +203,7 @@ class BundleFetcher:
         if not decision.is_following:
             self._skip(key, decision)
             return
-        await self._attempt(signed, offer.holders)
+        await self._attempt(signed, offer.holders, others)
 
     async def _signed(self, offer: Offer) -> SignedBundle | None:
         """The manifest and signature from the first holder that sends a pair that verifies
@@ -270,11 +271,13 @@ class BundleFetcher:
         )
 
     # ------------------------------------------------------------ fetching
-    async def _attempt(self, signed: SignedBundle, holders: Sequence[str]) -> None:
+    async def _attempt(
+        self, signed: SignedBundle, holders: Sequence[str], others: Sequence[str] = ()
+    ) -> None:
         manifest = signed.manifest
         key = (manifest.bundle_id, signed.manifest_digest)
         try:
-            await self.fetch(signed, holders)
+            await self.fetch(signed, holders, others)
         except NodeAgentError as err:
             self._refused(key, manifest.bundle_id, err, event="bundle_fetch_failed")
             return
@@ -319,8 +322,13 @@ class BundleFetcher:
             retry_in_s=round(wait_s),
         )
 
-    async def fetch(self, signed: SignedBundle, holders: Sequence[str]) -> None:
-        """Fetch every missing blob of ``signed`` from ``holders`` into the store."""
+    async def fetch(
+        self, signed: SignedBundle, holders: Sequence[str], others: Sequence[str] = ()
+    ) -> None:
+        """Fetch every missing blob of ``signed`` from ``holders`` into the store; ``others``,
+        the peers that did not hold it when the fetch began, are asked at each refresh and
+        used as soon as they hold blobs of it (nodes that start together feed each other:
+        with the holders alone they all fetched from node 0, bench/fanout)."""
         store, manifest = self.ports.store, signed.manifest
         total = sum(f.size_bytes for f in manifest.blobs.values())
         base = BundleReport(
@@ -343,7 +351,8 @@ class BundleFetcher:
             blobs=len(missing),
             bytes=format_bytes(sum(missing.values())),
         )
-        schedule = FetchSchedule.start(missing, holders, concurrency=self.concurrency)
+        peers = [*holders, *(a for a in others if a not in holders)]
+        schedule = FetchSchedule.start(missing, peers, concurrency=self.concurrency)
         run = FetchRun(self.ports, signed, schedule, meter, base)
         await run.run()
         await asyncio.to_thread(store.finish, signed)
@@ -360,6 +369,11 @@ class BundleFetcher:
         self.ports.report(
             replace(base, state="stored", progress=final.to_json(), progress_text=final.describe())
         )
+
+
+def _others(peers: Sequence[PeerView], holders: Sequence[str]) -> list[str]:
+    """The peers' addresses not among ``holders``."""
+    return [view.address for view in peers if view.address not in holders]
 
 
 def _source(bundle_id: str) -> str:

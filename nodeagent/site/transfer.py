@@ -196,8 +196,16 @@ class FetchRun:
     async def _refresh_one(self, address: str) -> None:
         client, bundle_id = self.ports.client, self.signed.manifest.bundle_id
         try:
-            have = await client.have(address, bundle_id)
             holdings = await client.holdings(address)
+            if self.ports.own_node and holdings.node == self.ports.own_node:
+                self.schedule.forget(address)  # this node, under an address it does not use
+                return
+            if not _offers(holdings, bundle_id, self.signed.manifest_digest):
+                # not (yet) fetching this bundle: asked again at the next refresh
+                active = holdings.uploads_active
+                self.schedule.learn(address, have=frozenset(), reported_active=active)
+                return
+            have = await client.have(address, bundle_id)
             if have.manifest_digest != self.signed.manifest_digest:
                 raise PeerAnswerInvalid(f"peer {address} holds another manifest of {bundle_id}")
             if have.blobs != len(self.ordered):
@@ -275,3 +283,10 @@ class FetchRun:
             self.ports.report(
                 replace(self.base, progress=shown.to_json(), progress_text=shown.describe())
             )
+
+
+def _offers(holdings: Holdings, bundle_id: str, manifest_digest: str) -> bool:
+    """Whether a peer's holdings list this very manifest, complete or being fetched."""
+    return any(
+        b.bundle_id == bundle_id and b.manifest_digest == manifest_digest for b in holdings.bundles
+    )

@@ -76,6 +76,34 @@ def test_ties_are_broken_at_random() -> None:
     assert chosen == {A, B, C}
 
 
+def test_blobs_equally_rare_are_taken_in_an_order_of_each_nodes_own() -> None:
+    """Nodes fetching side by side ask for different blobs first, so they soon hold different
+    blobs to give each other; one node keeps its order for the whole fetch."""
+    needed = {D1: 1, D2: 1, D3: 1, D4: 1}
+    firsts = {
+        schedule(needed, {A: (EVERY, 0)}, concurrency=1, seed=seed).assign(0.0)[0][0]
+        for seed in range(40)
+    }
+    assert firsts == set(needed)
+    plan = schedule(needed, {A: (EVERY, 0), B: (EVERY, 0)}, concurrency=1, seed=7)
+    order = []
+    while plan.needed:
+        ((digest, _),) = plan.assign(0.0)
+        order.append(digest)
+        plan.stored(digest)
+    again = schedule(needed, {A: (EVERY, 0), B: (EVERY, 0)}, concurrency=1, seed=7)
+    assert [again.assign(0.0)[0][0]] == order[:1]
+    assert sorted(order) == sorted(needed)
+
+
+def test_a_peer_that_is_this_node_is_forgotten() -> None:
+    plan = schedule({D1: 1}, {A: (EVERY, 0), B: (EVERY, 0)})
+    plan.forget(B)
+    assert plan.assign(0.0) == [(D1, A)]
+    plan.forget(A)  # a request in flight: kept until it ends
+    assert A in plan.peers
+
+
 def test_at_most_concurrency_in_flight_and_per_peer_at_most_two() -> None:
     plan = schedule({D1: 1, D2: 1, D3: 1, D4: 1}, {A: (EVERY, 0)}, concurrency=3)
     assert len(plan.assign(0.0)) == PER_PEER  # the peer server answers a third with 429

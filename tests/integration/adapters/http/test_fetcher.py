@@ -43,6 +43,7 @@ from nodeagent.store import layout
 from nodeagent.store.keeping import KeepRules
 from tests.testenv.pki import Authority
 from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
+from tests.testenv.waiting import wait_for_async
 
 MIB = 1 << 20
 BUNDLE_ID = "site-2026-11"
@@ -71,7 +72,7 @@ class Site:
         self.ca.serving(name).write_pair(pem, pem)
         return ReloadingTls(pem, pem, self.ca_file)
 
-    async def serve(self, name: str, store: Path) -> str:
+    async def serve(self, name: str, store: Path, *, upload_max_bytes: int = 0) -> str:
         server = PeerServer(
             store,
             self.server_tls(name),
@@ -79,7 +80,7 @@ class Site:
             host="127.0.0.1",
             port=0,
             max_uploads=4,
-            upload_max_bytes=0,
+            upload_max_bytes=upload_max_bytes,
             request_timeout_s=10,
             offer_ttl_s=0,
         )
@@ -212,6 +213,36 @@ async def test_a_bundle_is_fetched_from_two_peers_verified_recorded_and_imported
     assert states[0] == "fetching" and states[-1] == "stored"
     assert node.reports[-1].progress is not None
     assert node.reports[-1].progress["doneBytes"] == total
+
+
+async def test_a_peer_that_gets_the_bundle_during_the_fetch_is_used_and_never_dropped(
+    site: Site,
+) -> None:
+    """Nodes that start together feed each other: a peer that held nothing when the fetch
+    began is asked at each refresh, not dropped, and fetched from once it holds blobs."""
+    slow = await site.serve("node-0", site.node_store("node-0"), upload_max_bytes=MIB)
+    late_store = site.tmp / "node-1" / "store"
+    late_store.mkdir(parents=True)
+    late = await site.serve("node-1", late_store)
+    node = fetching_node(site)
+    with capture_logs() as logs:
+        look = asyncio.create_task(node.look(slow, late))
+
+        async def some_stored() -> dict[str, int]:
+            return node.stored_blobs()
+
+        # the fetch is under way, from node 0 alone
+        await wait_for_async(some_stored, timeout_s=60, interval_s=0.05, what="a first blob")
+        assert served(site)[1] == 0
+        site.node_store("node-1")  # node 1 now holds the whole bundle (as after its stick)
+        await look
+    await node.client.close()
+    assert node.imported == [BUNDLE_ID]
+    assert_store_holds_only_verified_blobs(node.store, site.bundle)
+    assert served(site)[1] > 0, served(site)  # node 1 served blobs it did not have at first
+    assert not events(logs, "bundle_fetch_peer_dropped")
+    (fetched,) = events(logs, "bundle_fetched")
+    assert set(str(fetched["from_peers"]).split(",")) == {slow, late}
 
 
 async def test_a_node_being_fetched_serves_what_it_has_and_its_blobs_are_kept(
