@@ -141,8 +141,13 @@ BAD_ENTRIES: list[dict[str, Any]] = [
     ENTRY | {"target": {"architecture": "AMD64", "nodeSelector": ""}},
     ENTRY | {"target": {"architecture": "amd64", "nodeSelector": "a=" * 3}},
     ENTRY | {"target": {"architecture": "amd64", "nodeSelector": 5}},
-    ENTRY | {"target": {"architecture": "amd64",
-                        "nodeSelector": "a=b," * (MAX_TARGET_SELECTOR_CHARS // 4 + 1)}},
+    ENTRY
+    | {
+        "target": {
+            "architecture": "amd64",
+            "nodeSelector": "a=b," * (MAX_TARGET_SELECTOR_CHARS // 4 + 1),
+        }
+    },
 ]
 
 

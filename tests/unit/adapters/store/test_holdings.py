@@ -24,12 +24,16 @@ def test_a_recorded_bundle_with_every_blob_is_complete(tmp_path: Path) -> None:
     digest = store_bundle(tmp_path, "site-1", BLOBS)
     manifest = (tmp_path / "bundles" / "site-1" / "bundle.json").read_bytes()
     assert digest == "sha256:" + hashlib.sha256(manifest).hexdigest()
-    assert StoreHoldings(tmp_path).scan() == (HeldBundle("site-1", digest, True, 3, SIZE, EVERY_AMD64),)
+    assert StoreHoldings(tmp_path).scan() == (
+        HeldBundle("site-1", digest, True, 3, SIZE, EVERY_AMD64),
+    )
 
 
 def test_a_fetch_under_way_is_started_with_the_manifests_totals(tmp_path: Path) -> None:
     digest = store_bundle(tmp_path, "site-1", BLOBS, is_recorded=False, stored=1)
-    assert StoreHoldings(tmp_path).scan() == (HeldBundle("site-1", digest, False, 3, SIZE, EVERY_AMD64),)
+    assert StoreHoldings(tmp_path).scan() == (
+        HeldBundle("site-1", digest, False, 3, SIZE, EVERY_AMD64),
+    )
 
 
 def test_a_blob_gone_from_a_recorded_bundle_makes_it_incomplete(tmp_path: Path) -> None:
