@@ -235,8 +235,8 @@ async def _status(config: Config, args: argparse.Namespace) -> int:
         print(json.dumps(doc | {"holdingsUnreadable": unreadable}, indent=2))
         return 0
     without = [n for n in nodes if n not in statuses]
-    _say(scope.description)
     _say(f"{len(nodes)} nodes in scope, {len(nodes) - len(without)} reporting")
+    _say(scope.description)
     if without:
         _say("no status: " + ", ".join(without))
     for node, why in sorted(unreadable.items()):
@@ -262,7 +262,7 @@ async def _wait(config: Config, args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     stale = _stale_after_s(config, args)
     shown: list[str] = []
-    scope_shown = ""
+    scope = ""
     view: BundleView | None = None
     outage: ApiUnreachable | None = None
     try:
@@ -277,30 +277,29 @@ async def _wait(config: Config, args: argparse.Namespace) -> int:
                 outage = exc
             else:
                 outage = None
-                scope = site.scope(args.bundle, args.selector)
-                if scope.description != scope_shown:
-                    scope_shown = scope.description
-                    _say(scope_shown, file=sys.stderr)
+                chosen = site.scope(args.bundle, args.selector)
+                scope = chosen.description
                 view = bundle_view(
-                    list(scope.nodes), site.statuses, args.bundle, args.set_name,
+                    list(chosen.nodes), site.statuses, args.bundle, args.set_name,
                     now=_now(), stale_after_s=stale, holdings=site.holdings,
                 )  # fmt: skip
                 if view.is_complete:
-                    return _done(view, args, scope_shown)
-                shown = _progress(view, shown)
+                    return _done(view, args, scope, is_shown=shown[1:2] == [f"  {scope}"])
+                shown = _progress(view, scope, shown)
             left_s = deadline - time.monotonic()
             if left_s <= 0:
                 if outage is not None:
                     raise outage
-                return _timed_out(view, args, scope_shown)
+                return _timed_out(view, args, scope)
             await asyncio.sleep(min(args.interval, left_s))
     finally:
         await api.close()
 
 
-def _progress(view: BundleView, shown: list[str]) -> list[str]:
-    """Print the laggards on stderr when they changed since the last print."""
+def _progress(view: BundleView, scope: str, shown: list[str]) -> list[str]:
+    """Print the laggards (and the scope) on stderr when they changed since the last print."""
     lines = view.lines() if view.nodes else [view.summary() + " (no Node in scope)"]
+    lines.insert(1, f"  {scope}")
     if lines != shown:
         _say("waiting: " + lines[0], file=sys.stderr)
         for line in lines[1:]:
@@ -308,11 +307,15 @@ def _progress(view: BundleView, shown: list[str]) -> list[str]:
     return lines
 
 
-def _done(view: BundleView, args: argparse.Namespace, scope: str) -> int:
+def _done(view: BundleView, args: argparse.Namespace, scope: str, *, is_shown: bool) -> int:
+    """The summary alone on stdout (a pipeline reads it); the scope on stderr, unless the
+    last progress lines already said it."""
     if args.json:
         print(json.dumps(view.to_json() | {"scope": scope}, indent=2))
     else:
-        _say(view.summary())  # the scope went to stderr when chosen
+        _say(view.summary())
+    if not is_shown:
+        _say(scope, file=sys.stderr)
     return 0
 
 

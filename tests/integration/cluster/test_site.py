@@ -211,8 +211,8 @@ def test_status_lists_each_bundle_and_the_silent_node_with_the_reader_role(
         cluster.kubectl("delete", "clusterrolebinding", reader)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"scope: Nodes matching '{selector}' (--selector)",
         "3 nodes in scope, 2 reporting",
+        f"scope: Nodes matching '{selector}' (--selector)",
         f"no status: {silent}",
         f"bundle {BUNDLE}: 1/3 nodes pinned, 2 holding, 0 failing, 4 KiB left",
         f"  {second}: importing, 4 KiB left",
@@ -368,6 +368,10 @@ def test_wait_without_a_selector_takes_the_bundles_published_target(
     )  # fmt: skip
     assert opened.returncode == 0, opened.stderr
     assert opened.stdout.strip() == f"bundle {bundle_id}: 2/2 nodes pinned, 2 holding, 0 failing"
+    assert opened.stderr.strip() == (
+        f"scope: the bundle's target, amd64 Nodes matching '{selector}' "
+        "(as 1 node holding it publish)"
+    )
 
     # A node publishing another target for the id: no default is guessed (78), --selector is.
     publish_target(cluster, names["worker"], bundle_id, HeldTarget("amd64", ""))
