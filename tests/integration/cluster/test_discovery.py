@@ -211,7 +211,9 @@ async def publishing(
     node = nodes[1][0]
     name = name_of(node)
     store = tmp_path / "store"
-    store_bundle(store, "site-1", BLOBS)
+    store_bundle(
+        store, "site-1", BLOBS, node_selector="zone in (b, a),node-role.kubernetes.io/edge"
+    )
     settings = ClusterSettings(
         enabled=True, kubeconfig=cluster.kubeconfig_for_node(name), node_name=name,
         status_interval_s=0.1, progress_interval_s=0.2, heartbeat_s=0.5, events=False,
@@ -268,6 +270,10 @@ async def test_holdings_are_written_once_per_change_never_with_progress(
     assert first["spec"]["bundles"][0] | {"manifestDigest": "-"} == {
         "bundleId": "site-1", "manifestDigest": "-", "complete": True,
         "blobs": 3, "bytes": sum(map(len, BLOBS)),
+        # the stored manifest's target, in canonical form
+        "target": {
+            "architecture": "amd64", "nodeSelector": "node-role.kubernetes.io/edge,zone in (a,b)"
+        },
     }  # fmt: skip
     assert first["metadata"]["ownerReferences"][0]["uid"] == p.node["metadata"]["uid"]
     assert p.publisher.writes == 1
