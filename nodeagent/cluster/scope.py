@@ -122,11 +122,9 @@ def choose_scope(
     selector = parse_selector(target.node_selector)
     chosen = _names(n for n in every if _in_target(n, target, selector))
     holders = len(targets)
+    who = "1 node that holds it" if holders == 1 else f"{holders} nodes that hold it"
     return Scope(
-        chosen,
-        f"scope: the bundle's target, {describe(target)} (as {holders} node"
-        f"{'s' if holders != 1 else ''} holding it publish)",
-        target,
+        chosen, f"scope: the bundle's target, {describe(target)} (published by {who})", target
     )
 
 

@@ -353,7 +353,7 @@ def test_wait_without_a_selector_takes_the_bundles_published_target(
     assert lagging.returncode == TransientError.exit_code, lagging.stderr
     assert (
         f"scope: the bundle's target, amd64 Nodes matching '{selector}' "
-        "(as 1 node holding it publish)"
+        "(published by 1 node that holds it)"
     ) in lagging.stderr
     assert f"bundle {bundle_id}: 1/2 nodes pinned" in lagging.stderr
     assert f"  {names['edge1']}: no status" in lagging.stderr
@@ -370,7 +370,7 @@ def test_wait_without_a_selector_takes_the_bundles_published_target(
     assert opened.stdout.strip() == f"bundle {bundle_id}: 2/2 nodes pinned, 2 holding, 0 failing"
     assert opened.stderr.strip() == (
         f"scope: the bundle's target, amd64 Nodes matching '{selector}' "
-        "(as 1 node holding it publish)"
+        "(published by 1 node that holds it)"
     )
 
     # A node publishing another target for the id: no default is guessed (78), --selector is.

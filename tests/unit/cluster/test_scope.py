@@ -51,7 +51,7 @@ def test_without_a_selector_the_target_of_the_holders_chooses_selector_and_archi
     assert "the bundle's target, amd64 Nodes matching 'node-role.kubernetes.io/edge'" in (
         scope.description
     )
-    assert "2 nodes holding it" in scope.description
+    assert "(published by 2 nodes that hold it)" in scope.description
 
 
 def test_a_target_without_a_selector_is_every_node_of_its_architecture() -> None:
