@@ -8,11 +8,11 @@ their NodeImageHoldings), have it pinned, fail and why, the bytes left and the n
 hold a different manifest under the same id.
 ``wait`` polls until every Node in scope reports the bundle (``--set``: that set) pinned,
 all with the same manifest, and exits 0 with a one-line summary; at ``--timeout`` it
-exits 75 naming each laggard and why. The scope is every Node, or those ``--selector``
-matches: neither NodeImageStatus nor NodeImageHoldings carries a bundle's target
-(``bundle create --target-selector``), so the command cannot default to it; pass the
-target's selector. The API server unreachable: 69;
-denied: 77; a bad kubeconfig: 78. Pure logic: ``nodeagent.cluster.site``;
+exits 75 naming each laggard and why. The scope is the Nodes ``--selector`` matches, else
+the bundle's target as the nodes holding it publish it (every Node while none does);
+holders that publish different targets: 78, pass ``--selector``
+(``nodeagent.cluster.scope``). The API server unreachable: 69; denied: 77; a bad
+kubeconfig: 78. Pure logic: ``nodeagent.cluster.site``;
 docs/cluster.md, "Site view".
 """
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     # Imported by the commands that use them: `nodeagent run` parses these arguments too.
     from nodeagent.adapters.kube import KubeApi
     from nodeagent.cluster.holdings import Holdings
+    from nodeagent.cluster.scope import Scope
     from nodeagent.cluster.site import BundleView
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -86,8 +87,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "(default: [cluster] kubeconfig)",
     )  # fmt: skip
     parser.add_argument(
-        "--selector", default="", metavar="SEL",
-        help="only Nodes matching this label selector (kubectl -l syntax; default: all Nodes)",
+        "--selector", default=None, metavar="SEL",
+        help="only Nodes matching this label selector (kubectl -l syntax; default: the "
+        "bundle's target as the nodes holding it publish it, else every Node)",
     )  # fmt: skip
     parser.add_argument(
         "--stale-after", type=_seconds, default=None, metavar="SECONDS",
@@ -138,8 +140,8 @@ def _stale_after_s(config: Config, args: argparse.Namespace) -> float:
 
 @dataclass(frozen=True)
 class _Site:
-    nodes: list[str]
-    """The Nodes in scope."""
+    node_objects: list[Any]
+    """Every Node object."""
     statuses: dict[str, Any]
     """Every NodeImageStatus by node name."""
     holdings: dict[str, Holdings]
@@ -147,17 +149,22 @@ class _Site:
     unreadable: dict[str, str]
     """Node → why its NodeImageHoldings was refused (clipped)."""
 
+    def scope(self, bundle_id: str | None, selector_text: str | None) -> Scope:
+        from nodeagent.cluster.scope import choose_scope  # noqa: PLC0415
 
-async def _read(api: KubeApi, selector_text: str) -> _Site:
+        return choose_scope(self.node_objects, self.holdings, bundle_id, selector_text)
+
+
+async def _read(api: KubeApi, selector_text: str | None) -> _Site:
     from nodeagent.cluster.kinds import NODE, NODE_IMAGE_STATUS  # noqa: PLC0415
-    from nodeagent.cluster.site import nodes_in_scope, statuses_by_node  # noqa: PLC0415
+    from nodeagent.cluster.site import statuses_by_node  # noqa: PLC0415
     from nodeagent.selectors import parse_selector  # noqa: PLC0415
 
-    selector = parse_selector(selector_text)
+    parse_selector(selector_text or "")  # a bad selector fails before any request
     nodes, _ = await api.list(NODE)
     statuses, _ = await api.list(NODE_IMAGE_STATUS)
     holdings, unreadable = await _holdings(api)
-    return _Site(nodes_in_scope(nodes, selector), statuses_by_node(statuses), holdings, unreadable)
+    return _Site(list(nodes), statuses_by_node(statuses), holdings, unreadable)
 
 
 async def _holdings(api: KubeApi) -> tuple[dict[str, Holdings], dict[str, str]]:
@@ -206,7 +213,8 @@ async def _status(config: Config, args: argparse.Namespace) -> int:
         site = await _read(api, args.selector)
     finally:
         await api.close()
-    nodes, statuses, held = site.nodes, site.statuses, site.holdings
+    scope = site.scope(args.bundle, args.selector)
+    nodes, statuses, held = list(scope.nodes), site.statuses, site.holdings
     stale = _stale_after_s(config, args)
     if args.bundle is not None:
         views = [
@@ -219,11 +227,16 @@ async def _status(config: Config, args: argparse.Namespace) -> int:
         views = site_views(nodes, statuses, now=_now(), stale_after_s=stale, holdings=held)
     unreadable = {n: why for n, why in site.unreadable.items() if n in nodes}
     if args.json:
-        doc = {"nodes": len(nodes), "bundles": [v.to_json() for v in views]}
+        doc = {
+            "scope": scope.description,
+            "nodes": len(nodes),
+            "bundles": [v.to_json() for v in views],
+        }
         print(json.dumps(doc | {"holdingsUnreadable": unreadable}, indent=2))
         return 0
     without = [n for n in nodes if n not in statuses]
     _say(f"{len(nodes)} nodes in scope, {len(nodes) - len(without)} reporting")
+    _say(scope.description)
     if without:
         _say("no status: " + ", ".join(without))
     for node, why in sorted(unreadable.items()):
@@ -249,6 +262,7 @@ async def _wait(config: Config, args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     stale = _stale_after_s(config, args)
     shown: list[str] = []
+    scope = ""
     view: BundleView | None = None
     outage: ApiUnreachable | None = None
     try:
@@ -263,26 +277,29 @@ async def _wait(config: Config, args: argparse.Namespace) -> int:
                 outage = exc
             else:
                 outage = None
+                chosen = site.scope(args.bundle, args.selector)
+                scope = chosen.description
                 view = bundle_view(
-                    site.nodes, site.statuses, args.bundle, args.set_name,
+                    list(chosen.nodes), site.statuses, args.bundle, args.set_name,
                     now=_now(), stale_after_s=stale, holdings=site.holdings,
                 )  # fmt: skip
                 if view.is_complete:
-                    return _done(view, args)
-                shown = _progress(view, shown)
+                    return _done(view, args, scope, is_shown=shown[1:2] == [f"  {scope}"])
+                shown = _progress(view, scope, shown)
             left_s = deadline - time.monotonic()
             if left_s <= 0:
                 if outage is not None:
                     raise outage
-                return _timed_out(view, args)
+                return _timed_out(view, args, scope)
             await asyncio.sleep(min(args.interval, left_s))
     finally:
         await api.close()
 
 
-def _progress(view: BundleView, shown: list[str]) -> list[str]:
-    """Print the laggards on stderr when they changed since the last print."""
+def _progress(view: BundleView, scope: str, shown: list[str]) -> list[str]:
+    """Print the laggards (and the scope) on stderr when they changed since the last print."""
     lines = view.lines() if view.nodes else [view.summary() + " (no Node in scope)"]
+    lines.insert(1, f"  {scope}")
     if lines != shown:
         _say("waiting: " + lines[0], file=sys.stderr)
         for line in lines[1:]:
@@ -290,19 +307,24 @@ def _progress(view: BundleView, shown: list[str]) -> list[str]:
     return lines
 
 
-def _done(view: BundleView, args: argparse.Namespace) -> int:
+def _done(view: BundleView, args: argparse.Namespace, scope: str, *, is_shown: bool) -> int:
+    """The summary alone on stdout (a pipeline reads it); the scope on stderr, unless the
+    last progress lines already said it."""
     if args.json:
-        print(json.dumps(view.to_json(), indent=2))
+        print(json.dumps(view.to_json() | {"scope": scope}, indent=2))
     else:
         _say(view.summary())
+    if not is_shown:
+        _say(scope, file=sys.stderr)
     return 0
 
 
-def _timed_out(view: BundleView, args: argparse.Namespace) -> int:
+def _timed_out(view: BundleView, args: argparse.Namespace, scope: str) -> int:
     if args.json:
-        print(json.dumps(view.to_json(), indent=2))
-    scope = "" if view.nodes else " (no Node in scope: check --selector)"
-    _say(f"error: timed out after {args.timeout:g} s: {view.summary()}{scope}", file=sys.stderr)
+        print(json.dumps(view.to_json() | {"scope": scope}, indent=2))
+    empty = "" if view.nodes else " (no Node in scope: check --selector)"
+    _say(f"error: timed out after {args.timeout:g} s: {view.summary()}{empty}", file=sys.stderr)
+    _say(f"  {scope}", file=sys.stderr)
     for node in view.laggards:
         _say(f"  {node.node}: {node.why()}", file=sys.stderr)
     for line in view.conflict_lines():

@@ -23,7 +23,8 @@ from typing import Any, Final
 from nodeagent.cluster.kinds import NODE_IMAGE_HOLDINGS
 from nodeagent.cluster.objects import NodeIdentity
 from nodeagent.config.addresses import MAX_ADDRESS_CHARS, parse_address
-from nodeagent.errors import PeerHoldingsInvalid
+from nodeagent.errors import ConfigInvalid, PeerHoldingsInvalid
+from nodeagent.selectors import parse_selector
 from nodeagent.strict import quoted
 
 MAX_LISTED_BUNDLES: Final = 100
@@ -32,11 +33,27 @@ MAX_BUNDLE_COUNT: Final = 100_000
 MAX_BLOBS: Final = 1_000_000
 MAX_SIZE_BYTES: Final = (1 << 63) - 1
 MAX_NAME_CHARS: Final = 253
+MAX_TARGET_SELECTOR_CHARS: Final = 4096
+"""A published target's nodeSelector (the CRD's maxLength): ``bundle.json``'s own bound."""
+_ARCHITECTURE: Final = re.compile(r"[a-z0-9_]{1,32}")
 _BUNDLE_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _DIGEST: Final = re.compile(r"sha256:[a-f0-9]{64}")
 _NODE_NAME: Final = re.compile(
     r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTarget:
+    """The target of a held bundle, as its verified ``bundle.json`` says (decision 0028):
+    the architecture, and the nodeSelector in canonical form (``""``: none, every node of
+    the architecture)."""
+
+    architecture: str
+    node_selector: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"architecture": self.architecture, "nodeSelector": self.node_selector}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,15 +67,18 @@ class HeldBundle:
     blobs: int
     """Blobs the manifest lists (not how many are stored: that moves with every blob)."""
     size_bytes: int
+    target: HeldTarget | None = None
+    """From the stored manifest; None: not published (an older agent), or over the bound."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "bundleId": self.bundle_id,
             "manifestDigest": self.manifest_digest,
             "complete": self.is_complete,
             "blobs": self.blobs,
             "bytes": self.size_bytes,
         }
+        return doc | ({"target": self.target.to_json()} if self.target else {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +200,32 @@ def _bundle(item: object, index: int, name: str) -> HeldBundle:
     size = _int(_field(item, "bytes", where, name), 0, MAX_SIZE_BYTES)
     if blobs is None or size is None:
         raise _refuse(name, f"{where}blobs and bytes must be whole numbers in range")
-    return HeldBundle(bundle_id, digest, complete, blobs, size)
+    return HeldBundle(bundle_id, digest, complete, blobs, size, _target(item, where, name))
+
+
+def _target(item: Mapping[str, Any], where: str, name: str) -> HeldTarget | None:
+    """The optional ``target``: a GOARCH name and a bounded, parseable nodeSelector."""
+    if "target" not in item:
+        return None
+    value = item["target"]
+    if not isinstance(value, Mapping):
+        raise _refuse(name, f"{where}target is not an object")
+    arch = value.get("architecture")
+    if not isinstance(arch, str) or not _ARCHITECTURE.fullmatch(arch):
+        raise _refuse(name, f"{where}target.architecture {quoted(arch, 40)} is not a GOARCH name")
+    text = value.get("nodeSelector", "")
+    if not isinstance(text, str) or len(text) > MAX_TARGET_SELECTOR_CHARS:
+        raise _refuse(
+            name, f"{where}target.nodeSelector is not a string of at most "
+            f"{MAX_TARGET_SELECTOR_CHARS} characters",
+        )  # fmt: skip
+    try:
+        parse_selector(text)
+    except ConfigInvalid:
+        raise _refuse(
+            name, f"{where}target.nodeSelector {quoted(text, 100)} is not a label selector"
+        ) from None
+    return HeldTarget(arch, text)
 
 
 def object_name(obj: object) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from nodeagent.cluster.holdings import HeldBundle, Holdings
+from nodeagent.cluster.holdings import HeldBundle, HeldTarget, Holdings
 from nodeagent.config import Config
 from nodeagent.config.addresses import Address, parse_address
 from nodeagent.status import NodeStatus
@@ -29,12 +29,20 @@ from nodeagent.store.layout import BundleRecord
 
 
 def record_bundle(
-    record: BundleRecord, manifest_digest: str, stored: Mapping[str, int]
+    record: BundleRecord,
+    manifest_digest: str,
+    stored: Mapping[str, int],
+    target: HeldTarget | None = None,
 ) -> HeldBundle:
     """A stored bundle: complete when every blob its record lists is stored at its size."""
     is_complete = all(stored.get(b.digest) == b.size_bytes for b in record.blobs)
     return HeldBundle(
-        record.bundle_id, manifest_digest, is_complete, len(record.blobs), record.size_bytes
+        record.bundle_id,
+        manifest_digest,
+        is_complete,
+        len(record.blobs),
+        record.size_bytes,
+        target,
     )
 
 
@@ -43,19 +51,22 @@ def held_bundles(
     stored: Mapping[str, int],
     manifest_digests: Mapping[str, str],
     started: Iterable[HeldBundle] = (),
+    targets: Mapping[str, HeldTarget] | None = None,
 ) -> tuple[HeldBundle, ...]:
     """Every signed bundle of the store, sorted by id.
 
     ``manifest_digests``: bundle id → sha256 of its stored ``bundle.json`` (a record whose
     manifest cannot be read is not listed: it could not be served). ``started``: bundles
     with a manifest but no record yet; a record of the same id wins. Registry sets have no
-    signed manifest and are never listed."""
+    signed manifest and are never listed. ``targets``: bundle id → the target its stored
+    (verified) ``bundle.json`` names, published with it."""
     found: dict[str, HeldBundle] = {b.bundle_id: b for b in started if not b.is_complete}
     for record in records:
         digest = manifest_digests.get(record.bundle_id)
         if record.is_registry or digest is None:
             continue
-        found[record.bundle_id] = record_bundle(record, digest, stored)
+        target = (targets or {}).get(record.bundle_id)
+        found[record.bundle_id] = record_bundle(record, digest, stored, target)
     return tuple(found[key] for key in sorted(found))
 
 

@@ -26,9 +26,12 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def manifest_bytes(bundle_id: str, blobs: Sequence[bytes], *, note: str = "") -> bytes:
+def manifest_bytes(
+    bundle_id: str, blobs: Sequence[bytes], *, note: str = "", node_selector: str | None = None
+) -> bytes:
     """A valid ``bundle.json`` listing ``blobs`` (the first is the image's manifest);
-    ``note`` changes the manifest (and its digest) without changing its blobs."""
+    ``note`` changes the manifest (and its digest) without changing its blobs;
+    ``node_selector``: a target (format version 2)."""
     digests = [digest_of(b) for b in blobs]
     top = digests[0]
     ref = f"quay.io/acme/app@{top}"
@@ -56,6 +59,8 @@ def manifest_bytes(bundle_id: str, blobs: Sequence[bytes], *, note: str = "") ->
             }
         ],
     }
+    if node_selector is not None:
+        doc |= {"formatVersion": 2, "target": {"nodeSelector": node_selector}}
     return json.dumps(doc, indent=1).encode()
 
 
@@ -72,10 +77,11 @@ def store_bundle(
     is_recorded: bool = True,
     stored: int | None = None,
     note: str = "",
+    node_selector: str | None = None,
 ) -> str:
     """Write the bundle into the store at ``root``; return its manifest digest.
     ``stored``: how many of the blobs are in the store (default all)."""
-    data = manifest_bytes(bundle_id, blobs, note=note)
+    data = manifest_bytes(bundle_id, blobs, note=note, node_selector=node_selector)
     store_blobs(root, blobs[: len(blobs) if stored is None else stored])
     records = StoreRecords(root)
     if is_recorded:

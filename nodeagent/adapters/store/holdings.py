@@ -1,7 +1,8 @@
 """What the store holds, at bundle granularity, for the node's published holdings.
 
 ``StoreHoldings.scan`` reads (without the store lock, repairing nothing) every bundle's
-record, the blobs stored and the sha256 of each stored ``bundle.json``; a bundle directory
+record, the blobs stored, the sha256 of each stored ``bundle.json`` and the target it names
+(parsed once per file identity); a bundle directory
 with a signed ``bundle.json`` and its signature but no record yet is a fetch under way
 and is listed as started (its manifest parsed for the totals). The digests are kept per
 file identity (inode, size, mtime), so a rescan that finds nothing new reads no manifest
@@ -26,7 +27,8 @@ from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.offer import read_bundle_file
 from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES, parse_manifest
-from nodeagent.cluster.holdings import HeldBundle
+from nodeagent.bundles.target import MAX_SELECTOR_CHARS
+from nodeagent.cluster.holdings import HeldBundle, HeldTarget
 from nodeagent.errors import HostFileError, NodeAgentError
 from nodeagent.site.discovery import held_bundles
 from nodeagent.store import layout
@@ -40,6 +42,7 @@ class StoreHoldings:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._digests: dict[str, tuple[_Identity, str, HeldBundle | None]] = {}
+        """bundle id → (file identity, digest, the manifest as a started bundle)."""
 
     def scan(self) -> tuple[HeldBundle, ...]:
         if not (self.root / layout.BUNDLES_DIR).is_dir():
@@ -48,16 +51,20 @@ class StoreHoldings:
         recorded = {r.bundle_id for r in records}
         digests: dict[str, str] = {}
         started: list[HeldBundle] = []
+        targets: dict[str, HeldTarget] = {}
         for bundle_id in self._bundle_ids():
-            read = self._manifest(bundle_id, is_parsed=bundle_id not in recorded)
+            read = self._manifest(bundle_id)
             if read is None:
                 continue
             digest, held = read
             digests[bundle_id] = digest
-            if held is not None:
+            if held is not None and held.target is not None:
+                targets[bundle_id] = held.target
+            if held is not None and bundle_id not in recorded:
                 started.append(held)
         self._digests = {k: v for k, v in self._digests.items() if k in digests}
-        return held_bundles(records, BlobStore(self.root).stored(), digests, started)
+        stored = BlobStore(self.root).stored()
+        return held_bundles(records, stored, digests, started, targets)
 
     def _bundle_ids(self) -> list[str]:
         directory = self.root / layout.BUNDLES_DIR
@@ -69,9 +76,10 @@ class StoreHoldings:
             raise HostFileError(f"cannot list {directory}: {err.strerror}") from err
         return [name for name in names if layout.is_bundle_id(name)]
 
-    def _manifest(self, bundle_id: str, *, is_parsed: bool) -> tuple[str, HeldBundle | None] | None:
-        """The digest of the bundle's ``bundle.json`` (and, for a bundle without a record,
-        its totals as a started bundle); None: no manifest or signature (yet)."""
+    def _manifest(self, bundle_id: str) -> tuple[str, HeldBundle | None] | None:
+        """The digest of the bundle's ``bundle.json`` and the manifest as a started bundle
+        (its totals and target; None: not a manifest of that id); None: no manifest or
+        signature (yet)."""
         directory = self.root / layout.bundle_dir(bundle_id)
         path = directory / layout.MANIFEST_NAME
         try:
@@ -85,13 +93,13 @@ class StoreHoldings:
             return None
         identity = (info.st_ino, info.st_size, info.st_mtime_ns)
         cached = self._digests.get(bundle_id)
-        if cached is not None and cached[0] == identity and (cached[2] or not is_parsed):
-            return cached[1], cached[2] if is_parsed else None
+        if cached is not None and cached[0] == identity:
+            return cached[1], cached[2]
         data = read_bundle_file(self.root, bundle_id, layout.MANIFEST_NAME)
         if data is None:
             return None
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        started = _started(bundle_id, digest, data) if is_parsed else None
+        started = _started(bundle_id, digest, data)
         self._digests[bundle_id] = (identity, digest, started)
         return digest, started
 
@@ -105,4 +113,9 @@ def _started(bundle_id: str, digest: str, data: bytes) -> HeldBundle | None:
     if manifest.bundle_id != bundle_id:
         return None
     size = sum(f.size_bytes for f in manifest.blobs.values())
-    return HeldBundle(bundle_id, digest, False, len(manifest.blobs), size)
+    text = manifest.target.selector_text if manifest.target is not None else ""
+    # The canonical text of a selector bound at 4 KiB in bundle.json could grow past it
+    # (terms written once each, with their own spacing): then no target is published,
+    # which the site view treats as not known, never as "every node".
+    target = HeldTarget(manifest.architecture, text) if len(text) <= MAX_SELECTOR_CHARS else None
+    return HeldBundle(bundle_id, digest, False, len(manifest.blobs), size, target)

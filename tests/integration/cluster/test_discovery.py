@@ -24,7 +24,14 @@ import pytest
 
 from nodeagent.adapters.kube import KubeApi
 from nodeagent.adapters.store.holdings import StoreHoldings
-from nodeagent.cluster.holdings import HeldBundle, holdings_object, holdings_of
+from nodeagent.cluster.holdings import (
+    MAX_TARGET_SELECTOR_CHARS,
+    HeldBundle,
+    HeldTarget,
+    holdings_object,
+    holdings_of,
+    parse_holdings,
+)
 from nodeagent.cluster.kinds import NODE_IMAGE_HOLDINGS
 from nodeagent.cluster.objects import FIELD_MANAGER, NodeIdentity
 from nodeagent.cluster.tasks import Connection, StatusReporter
@@ -105,6 +112,10 @@ def test_the_api_server_refuses_an_object_over_its_bounds(
     entry: dict[str, Any] = {
         "bundleId": "a", "manifestDigest": DIGEST_A, "complete": True, "blobs": 1, "bytes": 1
     }  # fmt: skip
+    longest = "zone in (" + ",".join(["v" * 60] * 100) + ")"
+    longest = longest[: MAX_TARGET_SELECTOR_CHARS - 1].rsplit(",", 1)[0] + ")"
+    longest += " " * (MAX_TARGET_SELECTOR_CHARS - len(longest))
+    long = longest + " "
     bad_specs: dict[str, dict[str, Any]] = {
         "too many bundles": {
             "bundleCount": 101,
@@ -113,6 +124,15 @@ def test_the_api_server_refuses_an_object_over_its_bounds(
         "a digest of another form": {"bundles": [entry | {"manifestDigest": "md5:00"}]},
         "an address too long": {"address": "x" * 301},
         "a count below the list": {"bundleCount": 0, "bundles": [entry]},
+        "a target selector over 4096 characters": {
+            "bundles": [entry | {"target": {"architecture": "amd64", "nodeSelector": long}}]
+        },
+        "a target architecture of another form": {
+            "bundles": [entry | {"target": {"architecture": "AMD64", "nodeSelector": ""}}]
+        },
+        "a target without its architecture": {
+            "bundles": [entry | {"target": {"nodeSelector": "zone=a"}}]
+        },
     }
     for what, change in bad_specs.items():
         spec = {"nodeName": name, "serving": True, "bundleCount": 1, "bundles": []} | change
@@ -126,6 +146,16 @@ def test_the_api_server_refuses_an_object_over_its_bounds(
         assert result.returncode != 0, f"{what} was accepted"
         assert "Invalid" in result.stderr or "invalid" in result.stderr, (what, result.stderr)
     assert cluster.kubectl("get", "nih", name).returncode != 0  # nothing was stored
+    # At the bound, the same target is taken, and it reads back as nodeagent reads a peer's.
+    assert len(longest) == MAX_TARGET_SELECTOR_CHARS
+    held = HeldBundle("a", DIGEST_A, True, 1, 1, HeldTarget("amd64", longest))
+    body = holdings_body(name, "", held)
+    result = cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(body))
+    assert result.returncode == 0, result.stderr
+    stored = get(cluster, "nih", name)
+    assert stored is not None
+    assert parse_holdings(stored).bundles == (held,)
+    cluster.kubectl_ok("delete", "nih", name)
 
 
 async def test_a_node_writes_its_own_holdings_and_not_another_nodes(
@@ -181,7 +211,9 @@ async def publishing(
     node = nodes[1][0]
     name = name_of(node)
     store = tmp_path / "store"
-    store_bundle(store, "site-1", BLOBS)
+    store_bundle(
+        store, "site-1", BLOBS, node_selector="zone in (b, a),node-role.kubernetes.io/edge"
+    )
     settings = ClusterSettings(
         enabled=True, kubeconfig=cluster.kubeconfig_for_node(name), node_name=name,
         status_interval_s=0.1, progress_interval_s=0.2, heartbeat_s=0.5, events=False,
@@ -238,6 +270,10 @@ async def test_holdings_are_written_once_per_change_never_with_progress(
     assert first["spec"]["bundles"][0] | {"manifestDigest": "-"} == {
         "bundleId": "site-1", "manifestDigest": "-", "complete": True,
         "blobs": 3, "bytes": sum(map(len, BLOBS)),
+        # the stored manifest's target, in canonical form
+        "target": {
+            "architecture": "amd64", "nodeSelector": "node-role.kubernetes.io/edge,zone in (a,b)"
+        },
     }  # fmt: skip
     assert first["metadata"]["ownerReferences"][0]["uid"] == p.node["metadata"]["uid"]
     assert p.publisher.writes == 1

@@ -24,14 +24,15 @@ from urllib.parse import urlsplit
 import pytest
 
 from nodeagent.adapters.kube import SERVICE_ACCOUNT_DIR, KubeApi
-from nodeagent.cluster.kinds import NODE_IMAGE_STATUS
+from nodeagent.cluster.holdings import HeldBundle, HeldTarget, holdings_object, holdings_of
+from nodeagent.cluster.kinds import NODE_IMAGE_HOLDINGS, NODE_IMAGE_STATUS
 from nodeagent.cluster.objects import (
     FIELD_MANAGER,
     NodeIdentity,
     owner_object,
     status_object,
 )
-from nodeagent.errors import ApiAccessDenied, ApiUnreachable, TransientError
+from nodeagent.errors import ApiAccessDenied, ApiUnreachable, ConfigInvalid, TransientError
 from nodeagent.status import (
     BundleReport,
     ImageFailure,
@@ -211,6 +212,7 @@ def test_status_lists_each_bundle_and_the_silent_node_with_the_reader_role(
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "3 nodes in scope, 2 reporting",
+        f"scope: Nodes matching '{selector}' (--selector)",
         f"no status: {silent}",
         f"bundle {BUNDLE}: 1/3 nodes pinned, 2 holding, 0 failing, 4 KiB left",
         f"  {second}: importing, 4 KiB left",
@@ -285,3 +287,104 @@ def test_in_cluster_with_a_service_account_bound_to_the_reader_role(
         cluster.kubectl("delete", "serviceaccount", account, "-n", "default")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"bundle {BUNDLE}: 3/3 nodes pinned, 3 holding, 0 failing"
+
+
+# ---------------------------------------------------------------- the default scope: the target
+
+
+def publish_target(kube: KubeCluster, node: str, bundle_id: str, target: HeldTarget) -> None:
+    """The node's NodeImageHoldings listing the bundle with ``target``, written as the node."""
+    held = HeldBundle(bundle_id, "sha256:" + "a" * 64, True, 3, 300, target)
+    holdings = holdings_of(node, [held], is_serving=True, address="10.9.9.9:9447")
+
+    async def write() -> None:
+        api = KubeApi(kube.kubeconfig_for_node(node), timeout_s=10, field_manager=FIELD_MANAGER)
+        try:
+            await api.apply(NODE_IMAGE_HOLDINGS, holdings_object(NodeIdentity(node, ""), holdings))
+        finally:
+            await api.close()
+
+    asyncio.run(write())
+
+
+@pytest.fixture
+def target_site(cluster: KubeCluster) -> Iterator[tuple[str, dict[str, str]]]:
+    """Four new Nodes: two amd64 edge Nodes, an arm64 edge Node and an amd64 worker; the
+    edge label is unique to the test. Returns (the edge selector, role → Node name)."""
+    run = uuid.uuid4().hex[:8]
+    names = {role: f"scope-{run}-{role}" for role in ("edge0", "edge1", "edgearm", "worker")}
+    for role, name in names.items():
+        labels = {"sitescope": run, "kubernetes.io/arch": "arm64" if role == "edgearm" else "amd64"}
+        if role != "worker":
+            labels["sitescope-edge"] = run
+        cluster.create_node(name, labels)
+    yield f"sitescope-edge={run}", names
+    cluster.kubectl("delete", "nih", *names.values(), "--ignore-not-found", "--wait=false")
+    cluster.kubectl("delete", "node", *names.values(), "--wait=false")
+
+
+def test_wait_without_a_selector_takes_the_bundles_published_target(
+    cluster: KubeCluster, target_site: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    selector, names = target_site
+    bundle_id = f"edge-{selector.rsplit('=', 1)[1]}"
+    wait = ("wait", "--bundle", bundle_id, "--interval", "0.2")
+
+    # Nobody holds it yet: every Node of the (shared) API server, and the output says why.
+    unknown = subprocess.run(
+        site_cmd(cluster, tmp_path, *wait, "--timeout", "1"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert unknown.returncode == TransientError.exit_code, unknown.stderr
+    assert (
+        "scope: every Node; the bundle's target is not known until a node holds it"
+        in unknown.stderr
+    )
+    assert f"  {names['worker']}: no status" in unknown.stderr
+
+    # One edge node holds and pins it: the scope is the amd64 edge Nodes, the other one lags.
+    target = HeldTarget("amd64", selector)
+    publish_target(cluster, names["edge0"], bundle_id, target)
+    write_status(cluster, names["edge0"], pinned(bundle_id))
+    lagging = subprocess.run(
+        site_cmd(cluster, tmp_path, *wait, "--timeout", "1"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert lagging.returncode == TransientError.exit_code, lagging.stderr
+    assert (
+        f"scope: the bundle's target, amd64 Nodes matching '{selector}' "
+        "(published by 1 node that holds it)"
+    ) in lagging.stderr
+    assert f"bundle {bundle_id}: 1/2 nodes pinned" in lagging.stderr
+    assert f"  {names['edge1']}: no status" in lagging.stderr
+    for outside in (names["edgearm"], names["worker"]):
+        assert outside not in lagging.stderr, lagging.stderr
+
+    # The other amd64 edge node pins it (an older agent: status only, no holdings): open.
+    write_status(cluster, names["edge1"], pinned(bundle_id))
+    opened = subprocess.run(
+        site_cmd(cluster, tmp_path, *wait, "--timeout", "20"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == f"bundle {bundle_id}: 2/2 nodes pinned, 2 holding, 0 failing"
+    assert opened.stderr.strip() == (
+        f"scope: the bundle's target, amd64 Nodes matching '{selector}' "
+        "(published by 1 node that holds it)"
+    )
+
+    # A node publishing another target for the id: no default is guessed (78), --selector is.
+    publish_target(cluster, names["worker"], bundle_id, HeldTarget("amd64", ""))
+    refused = subprocess.run(
+        site_cmd(cluster, tmp_path, *wait, "--timeout", "20"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == ConfigInvalid.exit_code, refused.stderr
+    assert "2 different targets" in refused.stderr
+    assert "pass --selector" in refused.stderr
+    chosen = subprocess.run(
+        site_cmd(cluster, tmp_path, *wait, "--selector", selector, "--timeout", "1"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert chosen.returncode == TransientError.exit_code, chosen.stderr
+    assert f"  {names['edgearm']}: no status" in chosen.stderr

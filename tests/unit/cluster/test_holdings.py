@@ -9,7 +9,9 @@ import pytest
 
 from nodeagent.cluster.holdings import (
     MAX_LISTED_BUNDLES,
+    MAX_TARGET_SELECTOR_CHARS,
     HeldBundle,
+    HeldTarget,
     Holder,
     digest_conflicts,
     holders,
@@ -91,6 +93,19 @@ def test_a_valid_object_reads_back_as_the_holdings_written() -> None:
     assert parse_holdings(holdings_object(NODE, holdings)) == holdings
 
 
+def test_a_target_is_published_and_reads_back() -> None:
+    target = HeldTarget("arm64", "node-role.kubernetes.io/edge,zone in (a,b)")
+    held = HeldBundle("a", D1, True, 1, 2, target)
+    holdings = holdings_of("worker-1", [held, bundle("b")], is_serving=False, address="")
+    body = holdings_object(NODE, holdings)
+    assert body["spec"]["bundles"][0]["target"] == {
+        "architecture": "arm64",
+        "nodeSelector": "node-role.kubernetes.io/edge,zone in (a,b)",
+    }
+    assert "target" not in body["spec"]["bundles"][1]
+    assert parse_holdings(body) == holdings
+
+
 BAD_SPECS: list[tuple[str, dict[str, Any]]] = [
     ("nodeName", {"nodeName": "worker-2"}),
     ("serving", {"serving": "yes"}),
@@ -121,6 +136,18 @@ BAD_ENTRIES: list[dict[str, Any]] = [
     ENTRY | {"blobs": 1.0},
     ENTRY | {"bytes": 1 << 63},
     ENTRY | {"blobs": False},
+    ENTRY | {"target": "amd64"},
+    ENTRY | {"target": {"nodeSelector": "a=b"}},
+    ENTRY | {"target": {"architecture": "AMD64", "nodeSelector": ""}},
+    ENTRY | {"target": {"architecture": "amd64", "nodeSelector": "a=" * 3}},
+    ENTRY | {"target": {"architecture": "amd64", "nodeSelector": 5}},
+    ENTRY
+    | {
+        "target": {
+            "architecture": "amd64",
+            "nodeSelector": "a=b," * (MAX_TARGET_SELECTOR_CHARS // 4 + 1),
+        }
+    },
 ]
 
 

@@ -6,12 +6,13 @@ import hashlib
 from pathlib import Path
 
 from nodeagent.adapters.store.holdings import StoreHoldings
-from nodeagent.cluster.holdings import HeldBundle
+from nodeagent.cluster.holdings import HeldBundle, HeldTarget
 from nodeagent.store import layout
 from tests.testenv.store_bundles import digest_of, store_bundle
 
 BLOBS = [b"top manifest", b"layer one" * 100, b"layer two" * 50]
 SIZE = sum(len(b) for b in BLOBS)
+EVERY_AMD64 = HeldTarget("amd64", "")
 
 
 def test_an_empty_or_missing_store_holds_nothing(tmp_path: Path) -> None:
@@ -23,12 +24,16 @@ def test_a_recorded_bundle_with_every_blob_is_complete(tmp_path: Path) -> None:
     digest = store_bundle(tmp_path, "site-1", BLOBS)
     manifest = (tmp_path / "bundles" / "site-1" / "bundle.json").read_bytes()
     assert digest == "sha256:" + hashlib.sha256(manifest).hexdigest()
-    assert StoreHoldings(tmp_path).scan() == (HeldBundle("site-1", digest, True, 3, SIZE),)
+    assert StoreHoldings(tmp_path).scan() == (
+        HeldBundle("site-1", digest, True, 3, SIZE, EVERY_AMD64),
+    )
 
 
 def test_a_fetch_under_way_is_started_with_the_manifests_totals(tmp_path: Path) -> None:
     digest = store_bundle(tmp_path, "site-1", BLOBS, is_recorded=False, stored=1)
-    assert StoreHoldings(tmp_path).scan() == (HeldBundle("site-1", digest, False, 3, SIZE),)
+    assert StoreHoldings(tmp_path).scan() == (
+        HeldBundle("site-1", digest, False, 3, SIZE, EVERY_AMD64),
+    )
 
 
 def test_a_blob_gone_from_a_recorded_bundle_makes_it_incomplete(tmp_path: Path) -> None:
@@ -56,3 +61,13 @@ def test_a_changed_manifest_is_hashed_again(tmp_path: Path) -> None:
     second = store_bundle(tmp_path, "site-1", BLOBS, note="re-signed")
     assert second != first
     assert holdings.scan()[0].manifest_digest == second
+
+
+def test_the_target_of_the_stored_manifest_is_published_in_canonical_form(tmp_path: Path) -> None:
+    store_bundle(tmp_path, "site-1", BLOBS, node_selector="zone=b, role in (edge)")
+    store_bundle(tmp_path, "site-2", BLOBS, is_recorded=False, node_selector="role=edge")
+    held = {b.bundle_id: b.target for b in StoreHoldings(tmp_path).scan()}
+    assert held == {
+        "site-1": HeldTarget("amd64", "role=edge,zone=b"),
+        "site-2": HeldTarget("amd64", "role=edge"),
+    }
