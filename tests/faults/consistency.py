@@ -25,19 +25,21 @@ image's, a condition's, a spec problem's, a bundle's) or the ``(Reason)`` of the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.ports import StoredImage
 from tests.faults.node import DROPIN, DrillNode, Mark, pins_of
 from tests.testenv.agent import set_status
-from tests.testenv.waiting import log_tail, wait_for
+from tests.testenv.waiting import WaitTimeout, log_tail, wait_for
 
 TMP_NAME = re.compile(r"^\..+\.[0-9a-f]+\.tmp$")
 """``adapters/files``' temporary names: ``.<name>.<random hex>.tmp``."""
@@ -189,13 +191,7 @@ def half_written_problems(node: DrillNode) -> list[str]:
         crio.dropin_dir,
         crio.registries_dir,
     ]
-    problems = [
-        f"temporary file left: {path}"
-        for directory in dirs
-        if directory.exists()
-        for path in directory.rglob("*")
-        if TMP_NAME.match(path.name)
-    ]
+    problems = [f"temporary file left: {path}" for path in _lasting_temporaries(dirs)]
     for path in sorted(agent.state_dir.rglob("*.json")):
         try:
             doc = json.loads(path.read_bytes())
@@ -205,6 +201,27 @@ def half_written_problems(node: DrillNode) -> list[str]:
         if not isinstance(doc, dict):
             problems.append(f"{path} holds a {type(doc).__name__}, not an object")
     return problems
+
+
+TMP_GRACE_S = 5.0
+"""A running daemon's atomic write holds its temporary file for milliseconds; one still
+there this long after it was seen was left behind."""
+
+
+def _lasting_temporaries(dirs: Iterable[Path]) -> list[Path]:
+    """Temporary files of atomic writes that stay: a write in progress when the check looks
+    (a status write of a daemon that runs through the fault) is not one."""
+    dirs = [d for d in dirs if d.exists()]
+
+    def temporaries() -> set[Path]:
+        return {p for d in dirs for p in d.rglob("*") if TMP_NAME.match(p.name)}
+
+    seen = temporaries()
+    if not seen:
+        return []
+    with contextlib.suppress(WaitTimeout):
+        wait_for(lambda: not (seen & temporaries()), timeout_s=TMP_GRACE_S, what="writes")
+    return sorted(seen & temporaries())
 
 
 def foreign_pins(node: DrillNode) -> set[str]:

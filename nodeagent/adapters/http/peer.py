@@ -44,6 +44,7 @@ from nodeagent.errors import NodeAgentError, StoreBlobCorrupt
 from nodeagent.site.holdings import Holdings, have_of, holding_of, render_have, render_holdings
 from nodeagent.site.limits import PER_PEER, RETRY_AFTER_S, TokenBucket, UploadSlots
 from nodeagent.site.routes import PeerTarget, route_peer
+from nodeagent.store import layout
 from nodeagent.store.layout import MANIFEST_NAME
 from nodeagent.strict import clip
 
@@ -155,11 +156,13 @@ class PeerServer:
     def _listed(self, digest: str) -> ExpectedFile | None:
         return self._offer.blobs.get(digest)
 
-    async def _current_offer(self) -> StoreOffer:
+    async def _current_offer(self, *, max_age_s: float | None = None) -> StoreOffer:
+        """The store's offer, read again when older than ``max_age_s`` (default: the TTL)."""
         loop = asyncio.get_running_loop()
+        ttl_s = self._offer_ttl_s if max_age_s is None else min(max_age_s, self._offer_ttl_s)
         async with self._offer_lock:
             read_at = self._offer_read_at
-            if read_at is None or loop.time() - read_at >= self._offer_ttl_s:
+            if read_at is None or loop.time() - read_at >= ttl_s:
                 offer = await in_thread(read_offer, self.store_root, self._offer)
                 if offer != self._offer:
                     self._content.forget_verdicts(offer.stored)
@@ -263,6 +266,14 @@ class PeerServer:
             body = render_holdings(holdings)
             return await answer(request, 200, _JSON, body, timeout_s=self._timeout_s)
         bundle = offer.bundles.get(target.bundle_id)
+        if bundle is None:
+            # A peer may ask as soon as this node's holdings are published, before the
+            # offer's TTL has passed: when the store has the bundle's signed manifest now,
+            # read the offer again (a stat per miss; the id was checked by the route).
+            manifest = self.store_root / layout.bundle_dir(target.bundle_id) / MANIFEST_NAME
+            if await in_thread(manifest.is_file):
+                offer = await self._current_offer(max_age_s=0.0)
+                bundle = offer.bundles.get(target.bundle_id)
         if bundle is None:
             err = ErrorAnswer(404, "BUNDLE_UNKNOWN", f"no bundle {target.bundle_id}")
             return await error(request, err, timeout_s=self._timeout_s)

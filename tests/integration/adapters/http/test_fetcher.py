@@ -72,7 +72,9 @@ class Site:
         self.ca.serving(name).write_pair(pem, pem)
         return ReloadingTls(pem, pem, self.ca_file)
 
-    async def serve(self, name: str, store: Path, *, upload_max_bytes: int = 0) -> str:
+    async def serve(
+        self, name: str, store: Path, *, upload_max_bytes: int = 0, offer_ttl_s: float = 0
+    ) -> str:
         server = PeerServer(
             store,
             self.server_tls(name),
@@ -82,7 +84,7 @@ class Site:
             max_uploads=4,
             upload_max_bytes=upload_max_bytes,
             request_timeout_s=10,
-            offer_ttl_s=0,
+            offer_ttl_s=offer_ttl_s,
         )
         await server.start()
         self.servers.append(server)
@@ -243,6 +245,23 @@ async def test_a_peer_that_gets_the_bundle_during_the_fetch_is_used_and_never_dr
     assert not events(logs, "bundle_fetch_peer_dropped")
     (fetched,) = events(logs, "bundle_fetched")
     assert set(str(fetched["from_peers"]).split(",")) == {slow, late}
+
+
+async def test_a_bundle_stored_after_the_offer_was_read_is_served_at_once(site: Site) -> None:
+    """The holdings publisher may announce a bundle within the offer's TTL: a request for a
+    bundle the cached offer lacks looks at the store again instead of answering 404 (peers
+    took that for a failure and waited their backoff: seen in the site gate test)."""
+    store = site.tmp / "node-0" / "store"
+    store.mkdir(parents=True)
+    address = await site.serve("node-0", store, offer_ttl_s=3600)
+    client = site.client()
+    try:
+        assert (await client.holdings(address)).bundles == ()  # the offer is read, empty
+        site.node_store("node-0")
+        data = await client.bundle_file(address, BUNDLE_ID, "bundle.json", 1 << 20)
+        assert data == (site.bundle.root / "bundle.json").read_bytes()
+    finally:
+        await client.close()
 
 
 async def test_a_node_being_fetched_serves_what_it_has_and_its_blobs_are_kept(
