@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -653,20 +653,26 @@ def _raise_exit(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
-    opts = parse_args(argv)
+def run_as_root(
+    module: str,
+    prefix: str,
+    opts: argparse.Namespace,
+    bench: Callable[[Path, argparse.Namespace], dict[str, Any]],
+    render_table: Callable[[dict[str, Any]], str],
+) -> int:
+    """Run ``bench`` in a scratch directory as root and print its report (table or JSON).
+
+    Shared by the benchmarks that mount a loop device and start CRI-O.
+    """
     if os.geteuid() != 0:
-        print(
-            "bench.bundle_import mounts a loop device and starts CRI-O: run it as root",
-            file=sys.stderr,
-        )
+        print(f"{module} mounts a loop device and starts CRI-O: run it as root", file=sys.stderr)
         return 2
     ensure_packages()
     # SIGTERM (and SIGINT, even when a non-interactive shell ignores it for background jobs)
     # end the run through the finally blocks: unmount, detach, stop CRI-O, remove temp dirs.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _raise_exit)
-    base = Path(tempfile.mkdtemp(prefix="nodeagent-bench-bundle-", dir=opts.workdir))
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=opts.workdir))
     try:
         report = bench(base, opts)
     finally:
@@ -677,6 +683,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(render_table(report))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    return run_as_root("bench.bundle_import", "nodeagent-bench-bundle-", opts, bench, render_table)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,10 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +50,7 @@ from bench.bundle_import import (
     make_bundle,
     nodeagent_cmd,
     run,
+    run_as_root,
     run_stamped,
     runtime_version,
 )
@@ -61,7 +60,6 @@ from nodeagent.bundles import minisign
 from tests.faults.node import NotifyListener
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio, _unmount_below
-from tests.testenv.packages import ensure_packages
 from tests.testenv.waiting import wait_for
 
 MEASUREMENTS = ("import", "restore", "skopeo")
@@ -367,31 +365,9 @@ def bench(base: Path, opts: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _raise_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    if os.geteuid() != 0:
-        print(
-            "bench.restore mounts a loop device and starts CRI-O: run it as root", file=sys.stderr
-        )
-        return 2
-    ensure_packages()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _raise_exit)
-    base = Path(tempfile.mkdtemp(prefix="nodeagent-bench-restore-", dir=opts.workdir))
-    try:
-        report = bench(base, opts)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    if opts.json:
-        out = dict(report, runs={n: [asdict(m) for m in ms] for n, ms in report["runs"].items()})
-        print(json.dumps(out, indent=2))
-    else:
-        print(render_table(report))
-    return 0
+    return run_as_root("bench.restore", "nodeagent-bench-restore-", opts, bench, render_table)
 
 
 if __name__ == "__main__":
