@@ -53,7 +53,7 @@ drills: deps
 
 ## fuzz: every fuzz harness (tests/fuzz) with 100,000 inputs, or FUZZ_BUDGET_S seconds of wall
 ## clock each, FUZZ_JOBS at a time; prints the inputs run per entry point (tools/fuzz_report.py)
-FUZZ_BUDGET_S ?= 1800
+FUZZ_BUDGET_S ?= 3600
 FUZZ_JOBS     ?= 2
 FUZZ_ARGS     ?=
 fuzz: $(VENV)/.installed

@@ -120,7 +120,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", help="test files or node ids (default: tests/fuzz)")
     parser.add_argument("--examples", type=int, default=100_000)
-    parser.add_argument("--budget-s", type=float, default=1800.0, help="per harness")
+    parser.add_argument("--budget-s", type=float, default=3600.0, help="per harness")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--target", type=int, default=100_000, help="inputs per entry point")
     parser.add_argument("--pending", action="store_true", help="add the fuzz_pending harnesses")
