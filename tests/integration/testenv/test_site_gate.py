@@ -228,9 +228,9 @@ def check_gate(gate: Waiter, seen: Observed, agents: list[str]) -> tuple[float, 
     assert lag_s < LAG_S, f"the gate opened {lag_s:.1f} s after the last node pinned"
     # while it waited it named each of the three as not pinned yet
     assert err.startswith("waiting: bundle "), err
-    # (a node that pinned before the wait's first look, node 0 from its stick, is not named)
+    # (a node that pinned before the wait's first look is not named: with the fan-out as
+    # fast as it is now, all three may have pinned by then)
     late = [a for a in agents if seen.pinned_at[a] > gate.started_at + FIRST_LOOK_S]
-    assert late, seen.pinned_at  # the fetching nodes pin well after the stick's node
     assert all(f"  {a}: " in err for a in late), err
     return lag_s, resolution_s
 
