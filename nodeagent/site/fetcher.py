@@ -35,6 +35,7 @@ from typing import Final
 
 import structlog
 
+from nodeagent.bundles import minisign
 from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES
 from nodeagent.errors import BundleFetchFailed, NodeAgentError, PeerAnswerInvalid
 from nodeagent.progress import ProgressMeter
@@ -50,7 +51,6 @@ log = structlog.get_logger(__name__)
 
 SIGNATURE_NAME: Final = "bundle.json.minisig"
 MANIFEST_NAME: Final = "bundle.json"
-MAX_SIGNATURE_BYTES: Final = 16 << 10
 PENDING: Final = "fetched-imports"
 """The state document of fetched bundles waiting for their import."""
 
@@ -227,7 +227,7 @@ class BundleFetcher:
         client = self.ports.client
         data = await client.bundle_file(address, bundle_id, MANIFEST_NAME, MAX_MANIFEST_BYTES)
         signature = await client.bundle_file(
-            address, bundle_id, SIGNATURE_NAME, MAX_SIGNATURE_BYTES
+            address, bundle_id, SIGNATURE_NAME, minisign.MAX_SIGNATURE_BYTES
         )
         signed = await asyncio.to_thread(self.ports.store.verify, data, signature)
         if signed.manifest.bundle_id != bundle_id:

@@ -55,8 +55,8 @@ from nodeagent.registries import Platform
 from nodeagent.strict import clip
 
 READ_CHUNK_BYTES = 1 << 20
-MAX_SIGNATURE_BYTES = 16 * 1024
-"""A minisign signature is four lines; the trusted comment, its longest, is under 8 KiB."""
+MAX_SIGNATURE_BYTES = minisign.MAX_SIGNATURE_BYTES
+"""The format's bound on a signature file (``bundles.minisign``), re-exported for readers."""
 TRUSTED_KEY_SUFFIX = ".pub"
 
 Progress = Callable[[int, int], None]

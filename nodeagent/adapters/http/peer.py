@@ -32,7 +32,8 @@ from nodeagent.adapters.http.content import ServedContent, answer, error
 from nodeagent.adapters.http.listener import Listener
 from nodeagent.adapters.http.streamer import DEFAULT_CHUNK_BYTES, in_thread
 from nodeagent.adapters.http.tls import ReloadingTls
-from nodeagent.adapters.store.offer import StoreOffer, read_bundle_file, read_offer
+from nodeagent.adapters.store.offer import StoreOffer, read_offer
+from nodeagent.adapters.store.records import read_bundle_file
 from nodeagent.bundles.manifest import (
     BundleDigestMismatch,
     BundleError,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -36,31 +35,17 @@ from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
 from nodeagent.adapters.files import write_atomic
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
 from nodeagent.adapters.store.copier import StoreLimits, admit_copy, plan_copy
-from nodeagent.adapters.store.records import StoreRecords, record_for
+from nodeagent.adapters.store.records import StoreRecords, read_bundle_file, record_for
 from nodeagent.adapters.store.registry_sets import ChunkPipe
 from nodeagent.bundles import minisign
-from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES, BundleManifest, parse_manifest
+from nodeagent.bundles.manifest import BundleManifest, parse_manifest
 from nodeagent.errors import HostFileError, NodeAgentError, StoreBlobMissing
 from nodeagent.site.fetching import SignedBundle
 from nodeagent.store import layout
 
-MAX_SIGNATURE_BYTES = 16 << 10
-
 Download = Callable[[int, Callable[[bytes], Awaitable[None]]], Awaitable[int]]
 """Fetches a blob from the given offset to its end, handing each chunk to the writer; the
 bytes received."""
-
-
-def _read(path: Path, max_bytes: int) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise HostFileError(f"cannot open {path}: {err.strerror}") from err
-    with os.fdopen(fd, "rb") as stream:
-        data = stream.read(max_bytes + 1)
-    return data if len(data) <= max_bytes else None
 
 
 def fetching_manifests(root: Path) -> dict[str, bytes]:
@@ -79,7 +64,7 @@ def fetching_manifests(root: Path) -> dict[str, bytes]:
             continue
         if not (directory / layout.SIGNATURE_NAME).is_file():
             continue
-        data = _read(directory / layout.MANIFEST_NAME, MAX_MANIFEST_BYTES)
+        data = read_bundle_file(root, name, layout.MANIFEST_NAME)
         if data is not None:
             found[name] = data
     return found
@@ -139,7 +124,7 @@ class FetchStore:
             if not layout.is_bundle_id(name):
                 continue
             directory = self.root / layout.bundle_dir(name)
-            data = _read(directory / layout.MANIFEST_NAME, MAX_MANIFEST_BYTES)
+            data = read_bundle_file(self.root, name, layout.MANIFEST_NAME)
             if data is not None:
                 digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
                 found[name] = (digest, (directory / layout.RECORD_NAME).exists())
@@ -150,8 +135,7 @@ class FetchStore:
         whose key is no longer trusted is left as it is and not resumed."""
         found = []
         for bundle_id, data in fetching_manifests(self.root).items():
-            path = self.root / layout.bundle_dir(bundle_id) / layout.SIGNATURE_NAME
-            signature = _read(path, MAX_SIGNATURE_BYTES)
+            signature = read_bundle_file(self.root, bundle_id, layout.SIGNATURE_NAME)
             try:
                 signed = self.verify(data, signature or b"")
             except NodeAgentError:
@@ -168,8 +152,8 @@ class FetchStore:
         directory = self.root / layout.bundle_dir(bundle_id)
         if not (directory / layout.RECORD_NAME).is_file():
             return None
-        data = _read(directory / layout.MANIFEST_NAME, MAX_MANIFEST_BYTES)
-        signature = _read(directory / layout.SIGNATURE_NAME, MAX_SIGNATURE_BYTES)
+        data = read_bundle_file(self.root, bundle_id, layout.MANIFEST_NAME)
+        signature = read_bundle_file(self.root, bundle_id, layout.SIGNATURE_NAME)
         try:
             signed = self.verify(data or b"", signature or b"")
         except NodeAgentError:

@@ -6,7 +6,7 @@ record, the blobs stored, the sha256 of each stored ``bundle.json`` and the targ
 with a signed ``bundle.json`` and its signature but no record yet is a fetch under way
 and is listed as started (its manifest parsed for the totals). The digests are kept per
 file identity (inode, size, mtime), so a rescan that finds nothing new reads no manifest
-again. The file is read as the peer server reads it (``offer.read_bundle_file``: beneath
+again. The file is read as the peer server reads it (``records.read_bundle_file``: beneath
 the store, no link followed, bounded), so both publish the same digest. Blocking: the
 publisher runs it in a worker thread.
 
@@ -24,8 +24,7 @@ import os
 from pathlib import Path
 
 from nodeagent.adapters.store.blobs import BlobStore
-from nodeagent.adapters.store.offer import read_bundle_file
-from nodeagent.adapters.store.records import StoreRecords
+from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
 from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from nodeagent.bundles.target import MAX_SELECTOR_CHARS
 from nodeagent.cluster.holdings import HeldBundle, HeldTarget

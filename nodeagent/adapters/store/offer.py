@@ -17,15 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from nodeagent.adapters.bundles.tree import BundleDir
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.fetched import fetching_sizes
-from nodeagent.adapters.store.records import StoreRecords
+from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
 from nodeagent.adapters.store.source import store_files
-from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES, BundleError, ExpectedFile
+from nodeagent.bundles.manifest import ExpectedFile
 from nodeagent.store import layout
 
-MAX_SIGNATURE_BYTES: Final = 16 << 10
 FETCHING: Final = -1.0
 """``accepted_at_s`` of a bundle being fetched (no record yet)."""
 
@@ -47,23 +45,6 @@ class StoreOffer:
     """Digest → its file in the store, for every stored blob a bundle lists."""
     bundles: Mapping[str, OfferedBundle]
     stored: frozenset[str]
-
-
-def read_bundle_file(root: Path, bundle_id: str, name: str) -> bytes | None:
-    """``bundle.json`` or its signature, read beneath the store without following links;
-    None when absent or not a valid bundle id."""
-    if not layout.is_bundle_id(bundle_id) or name not in (
-        layout.MANIFEST_NAME,
-        layout.SIGNATURE_NAME,
-    ):
-        return None
-    limit = MAX_MANIFEST_BYTES if name == layout.MANIFEST_NAME else MAX_SIGNATURE_BYTES
-    with BundleDir(root) as store:
-        try:
-            data = store.read_small(f"{layout.bundle_dir(bundle_id)}/{name}", limit)
-        except BundleError:
-            return None  # a link or another unsafe entry: never served
-    return data if data is not None and len(data) <= limit else None
 
 
 def _manifest_digest(root: Path, bundle_id: str) -> str | None:

@@ -18,9 +18,15 @@ from pathlib import Path
 
 import structlog
 
+from nodeagent.adapters.bundles.tree import BundleDir
 from nodeagent.adapters.files import set_aside, write_atomic
 from nodeagent.bundles import minisign
-from nodeagent.bundles.manifest import BundleManifest, parse_manifest
+from nodeagent.bundles.manifest import (
+    MAX_MANIFEST_BYTES,
+    BundleError,
+    BundleManifest,
+    parse_manifest,
+)
 from nodeagent.bundles.mirror import manifest_media_type
 from nodeagent.errors import HostFileError, NodeAgentError, StoreRecordDamaged
 from nodeagent.registries import MEDIA_TYPE_OCI_MANIFEST
@@ -53,6 +59,23 @@ def _read_bounded(path: Path, max_bytes: int) -> bytes | None:
     if len(data) > max_bytes:
         raise StoreRecordDamaged(f"{path} is larger than {max_bytes} bytes")
     return data
+
+
+def read_bundle_file(root: Path, bundle_id: str, name: str) -> bytes | None:
+    """``bundle.json`` or its signature, read beneath the store without following links;
+    None when absent or not a valid bundle id."""
+    if not layout.is_bundle_id(bundle_id) or name not in (
+        layout.MANIFEST_NAME,
+        layout.SIGNATURE_NAME,
+    ):
+        return None
+    limit = MAX_MANIFEST_BYTES if name == layout.MANIFEST_NAME else minisign.MAX_SIGNATURE_BYTES
+    with BundleDir(root) as store:
+        try:
+            data = store.read_small(f"{layout.bundle_dir(bundle_id)}/{name}", limit)
+        except BundleError:
+            return None  # a link or another unsafe entry: never served
+    return data if data is not None and len(data) <= limit else None
 
 
 def _json(path: Path, max_bytes: int) -> object | None:
