@@ -24,7 +24,8 @@ holdings over mutual TLS (``curl`` inside its namespace, parsed by
 ``site.holdings.parse_holdings``): every node must say complete, with one manifest digest.
 Then the daemons stop and every store is re-hashed (``adapters.store.keeper.verify``): a
 blob failing its digest, a partial file left, or an integrity reason code in a daemon's log
-is counted. Also: the loop device's sectors read (the medium read once), each daemon's CPU
+is counted. The store poll also gives when each node held half and 90 % of the bytes (the
+tail of its fetch). Also: the loop device's sectors read (the medium read once), each daemon's CPU
 (``/proc/<pid>/stat``, from attach to the end), CRI-O's, the machine's, each node's bytes
 sent and received on its link, idle RSS of the store-only daemons before the stick
 (serving and following on) next to the 40 MiB budget, and a model of T_all for 100 and 1000
@@ -32,7 +33,7 @@ nodes calibrated from the runs (``bench/fanout_model.py`` says the model and its
 assumptions). Run as root::
 
     .venv/bin/python -m bench.fanout [--size-gb 1] [--blobs 32] [--nodes 2,4,8]
-        [--rate-mbit 100] [--json] [--quick]
+        [--rate-mbit 100] [--max-uploads 4] [--fetch-concurrency 4] [--json] [--quick]
 
 Goals (issue 15): T_all(N=8) <= 1.5 x S/R + stick copy time, and <= 0.3 x the
 all-from-node-0 time; the medium read once; zero unverified bytes stored or served.
@@ -84,6 +85,7 @@ from bench.prepull import cpu_s, progress, status_kib
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.keeper import verify
 from nodeagent.bundles.manifest import BundleManifest
+from nodeagent.config.settings import SiteSettings
 from tests.testenv.bundles import ext4_media
 from tests.testenv.images import LayerSpec, TestImage
 from tests.testenv.packages import ensure_packages
@@ -132,9 +134,20 @@ def make_bundle(
 # ------------------------------------------------------------------ one run
 
 
-def make_nodes(
-    base: Path, net: SiteNetwork, mode: str, ca: Issued, bundle: Bundle
-) -> list[SiteNode]:
+@dataclass(frozen=True)
+class Setup:
+    """What every run of one site size shares."""
+
+    net: SiteNetwork
+    stick: LoopMedia
+    bundle: Bundle
+    ca: Issued
+    timeout_s: float
+    work: Workload
+
+
+def make_nodes(base: Path, mode: str, setup: Setup) -> list[SiteNode]:
+    net, ca, bundle, work = setup.net, setup.ca, setup.bundle, setup.work
     addresses = [f"{h.address}:9447" for h in net.hosts]
     nodes = []
     for host in net.hosts:
@@ -155,28 +168,18 @@ def make_nodes(
                 has_stick=i == 0,
                 watch_media=i == 0,
                 trusted_keys=[bundle.public_key],
-                extra_config='follow = "on"\n',
+                extra_config=(
+                    f'follow = "on"\nmax_uploads = {work.max_uploads}\n'
+                    f"fetch_concurrency = {work.fetch_concurrency}\n"
+                ),
             )
         )
     return nodes
 
 
-@dataclass(frozen=True)
-class Setup:
-    """What every run of one site size shares."""
-
-    net: SiteNetwork
-    stick: LoopMedia
-    bundle: Bundle
-    ca: Issued
-    timeout_s: float
-
-
 def measure(base: Path, mode: str, setup: Setup) -> Run:
-    net, stick, bundle, ca, timeout_s = (
-        setup.net, setup.stick, setup.bundle, setup.ca, setup.timeout_s
-    )  # fmt: skip
-    nodes = make_nodes(base, net, mode, ca, bundle)
+    net, stick, bundle, timeout_s = setup.net, setup.stick, setup.bundle, setup.timeout_s
+    nodes = make_nodes(base, mode, setup)
     watches = [Watch(n, bundle.blobs) for n in nodes]
     with ExitStack() as stack:
         udevd = stack.enter_context(stick_listener(base, net.hosts[0]))
@@ -223,6 +226,8 @@ def measure(base: Path, mode: str, setup: Setup) -> Run:
             sent_bytes=after[i][0] - links[i][0],
             received_bytes=after[i][1] - links[i][1],
             peak_rss_mib=peaks[i],
+            half_s=w.half_s,
+            ninety_s=w.ninety_s,
         )
         for i, w in enumerate(watches)
     )
@@ -285,6 +290,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nodes", default="2,4,8", help="site sizes N, comma-separated (2,4,8)")
     p.add_argument("--rate-mbit", type=float, default=100.0, help="link rate R each way (100)")
     p.add_argument("--modes", default=f"{FANOUT},{NODE0}", help="runs per N (both)")
+    p.add_argument(
+        "--max-uploads",
+        type=int,
+        default=SiteSettings().max_uploads,
+        help="[site] max_uploads of every node (default: the setting's default)",
+    )
+    p.add_argument(
+        "--fetch-concurrency",
+        type=int,
+        default=SiteSettings().fetch_concurrency,
+        help="[site] fetch_concurrency of every node (default: the setting's)",
+    )
     p.add_argument("--seed", type=int, default=15_000, help="layer content seed (15000)")
     p.add_argument("--timeout-s", type=float, default=0.0, help="per run (default: from S/R)")
     p.add_argument("--workdir", type=Path, help="parent of the temp dir (default: $TMPDIR)")
@@ -306,7 +323,9 @@ def run_all(base: Path, opts: argparse.Namespace) -> tuple[list[Run], Workload, 
     sizes = sorted(bundle.blobs.values())
     for problem in shape_problems(sizes):
         progress(f"note: the bundle is not of the issue's shape: {problem}")
-    work = Workload(sum(sizes), len(sizes), sizes[-1], opts.rate_mbit, 4, 4)
+    work = Workload(
+        sum(sizes), len(sizes), sizes[-1], opts.rate_mbit, opts.max_uploads, opts.fetch_concurrency
+    )
     ca = make_ca("bench fan-out site CA")
     runs: list[Run] = []
     with ext4_media(base, bundle.root) as stick:
@@ -320,7 +339,7 @@ def run_all(base: Path, opts: argparse.Namespace) -> tuple[list[Run], Workload, 
             with site(n, opts.rate_mbit) as net:
                 for mode in modes:
                     worst = (n - 1) * work.ideal_transfer_s * 3 + 300
-                    setup = Setup(net, stick, bundle, ca, opts.timeout_s or worst)
+                    setup = Setup(net, stick, bundle, ca, opts.timeout_s or worst, work)
                     runs.append(measure(base / f"{mode}-{n}", mode, setup))
     return runs, work, bundle
 

@@ -110,6 +110,10 @@ class NodeResult:
     sent_bytes: int
     received_bytes: int
     peak_rss_mib: float
+    half_s: float | None = None
+    """When the node held half of the bundle's bytes (runs saved before: None)."""
+    ninety_s: float | None = None
+    """When it held 90 %: ``complete_s - ninety_s`` is the tail of its fetch."""
 
     @property
     def rate_bytes_per_s(self) -> float | None:
@@ -351,14 +355,15 @@ def render_runs(runs: Sequence[Run], work: Workload) -> list[str]:
 
 def render_nodes(run: Run) -> list[str]:
     lines = [
-        f"{run.mode} N={run.nodes}: node  first byte s  complete s  MB/s  sent MB  recv MB"
-        f"  CPU s  peak RSS MiB",
+        f"{run.mode} N={run.nodes}: node  first byte s  half s  90% s  complete s  MB/s"
+        f"  sent MB  recv MB  CPU s  peak RSS MiB",
     ]
     for n in run.per_node:
         rate = n.rate_bytes_per_s
         mb_per_s = None if rate is None else rate / MB
         lines.append(
             f"{'':22}{n.index:4}  {_fmt(n.first_byte_s, '.1f'):>12}  "
+            f"{_fmt(n.half_s, '.1f'):>6}  {_fmt(n.ninety_s, '.1f'):>5}  "
             f"{_fmt(n.complete_s, '.1f'):>10}  {_fmt(mb_per_s, '.1f'):>4}"
             f"  {n.sent_bytes / MB:7.0f}  {n.received_bytes / MB:7.0f}  {n.cpu_s:5.1f}"
             f"  {n.peak_rss_mib:12.1f}"

@@ -51,6 +51,10 @@ class Watch:
     first_byte_s: float | None = None
     complete_s: float | None = None
     bytes_held: int = 0
+    half_s: float | None = None
+    """When the store first held half of the bundle's bytes."""
+    ninety_s: float | None = None
+    """When it first held 90 % of them: ``complete_s - ninety_s`` is the fetch's tail."""
 
     @property
     def store(self) -> Path:
@@ -66,6 +70,11 @@ class Watch:
         started = self.bytes_held > 0 or any(d in self.blobs for d in store.partials())
         if self.first_byte_s is None and started:
             self.first_byte_s = now
+        total = sum(self.blobs.values())
+        if self.half_s is None and 2 * self.bytes_held >= total:
+            self.half_s = now
+        if self.ninety_s is None and 10 * self.bytes_held >= 9 * total:
+            self.ninety_s = now
         if self.bytes_held == sum(self.blobs.values()):
             held = StoreHoldings(self.store).scan()
             if any(h.bundle_id == BUNDLE_ID and h.is_complete for h in held):
@@ -150,7 +159,7 @@ def _holdings_text(node: SiteNode) -> str:
 
 def check_end(nodes: list[SiteNode]) -> None:
     """Every node's peer server says complete, all with one manifest digest (a server reads
-    the store again at most every 5 s: docs/site.md)."""
+    the store again at most every second: docs/site.md)."""
     digests = set()
     for node in nodes:
 

@@ -3,8 +3,9 @@
 Loaded only when the node follows (``site.discovery.is_following``): it imports aiohttp.
 The task is optional: a failure is restarted with backoff by the supervisor, pinning goes
 on. It looks at the peers when the peer directory changes (cluster mode: a peer's
-published holdings changed) and every ``POLL_S`` (jittered) otherwise, which is how
-static peers (``[site] peers``, holdings asked over HTTPS) are followed. A fetched bundle
+published holdings changed) and every ``discovery.poll_interval_s`` (jittered) otherwise:
+10 s when every peer publishes, 0.4 s per static peer (``[site] peers``, holdings asked
+over HTTPS; 2 to 10 s) when some must be asked. A fetched bundle
 is imported and pinned from the store by the same importer a stick uses, one import at a
 time with the media (``MediaImports.lock``).
 """
@@ -27,7 +28,7 @@ from nodeagent.config.addresses import parse_address
 from nodeagent.daemon.bundles import node_store
 from nodeagent.daemon.wiring import Wiring
 from nodeagent.registries import node_platform
-from nodeagent.site.discovery import PeerDirectory, PeerView, StaticPeers
+from nodeagent.site.discovery import PeerDirectory, PeerView, StaticPeers, poll_interval_s
 from nodeagent.site.fetcher import BundleFetcher
 from nodeagent.site.fetching import SignedBundle
 from nodeagent.site.follow import FollowSetting, NodeFacts
@@ -35,9 +36,6 @@ from nodeagent.site.transfer import FetcherPorts
 from nodeagent.status import BundleReport
 
 log = structlog.get_logger("nodeagent.site.fetcher")
-
-POLL_S = 10.0
-"""Peers are looked at this often (±20 %) when nothing wakes the fetcher earlier."""
 
 
 def own_addresses(config: Config) -> set[str]:
@@ -106,8 +104,10 @@ async def follow_peers(wiring: Wiring) -> None:
     try:
         while True:
             version = directory.version
-            await fetcher.look(other_peers(directory.peers(), own))
-            wait_s = POLL_S * random.uniform(0.8, 1.2)  # noqa: S311  (spreading, not secrecy)
+            peers = other_peers(directory.peers(), own)
+            await fetcher.look(peers)
+            spread = random.uniform(0.8, 1.2)  # noqa: S311  (spreading, not secrecy)
+            wait_s = poll_interval_s(peers) * spread
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(directory.changed(version), timeout=wait_s)
     finally:

@@ -33,6 +33,7 @@ from nodeagent.adapters.http.streamer import (
     AbortConnection,
     Blob,
     BlobStreamer,
+    Outlet,
     in_thread,
 )
 from nodeagent.bundles.manifest import BundleError, ExpectedFile, check_digest
@@ -253,7 +254,7 @@ class ServedContent:
             await response.write_eof()
             return response
         try:
-            await self._send_body(request, blob, start, end)
+            await self._send_body(request, response, blob, start, end)
         except (AbortConnection, ConnectionError, TimeoutError):
             if request.transport is not None:
                 request.transport.abort()  # the client never gets a damaged blob whole
@@ -262,9 +263,11 @@ class ServedContent:
         self.count(blobs_served=0 if span else 1)
         return response
 
-    async def _send_body(self, request: BaseRequest, blob: Blob, start: int, end: int) -> None:
-        transport = _transport(request)
+    async def _send_body(
+        self, request: BaseRequest, response: StreamResponse, blob: Blob, start: int, end: int
+    ) -> None:
+        out = Outlet(response, _transport(request))
         if blob.digest in self._verified:
-            await self._streamer.send_range(transport, blob, start, end)
+            await self._streamer.send_range(out, blob, start, end)
         else:
-            await self._streamer.send_verifying(transport, blob)
+            await self._streamer.send_verifying(out, blob)

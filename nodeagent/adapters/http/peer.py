@@ -51,8 +51,10 @@ from nodeagent.strict import clip
 
 log = structlog.get_logger(__name__)
 
-OFFER_TTL_S: Final = 5.0
-"""How long the store's offer is served before it is read again."""
+OFFER_TTL_S: Final = 1.0
+"""How long the store's offer is served before it is read again: a blob this node has just
+fetched is offered on within a second (the offer is read only when asked, a listing of the
+store and its small records)."""
 PACED_STEP_BYTES: Final = 64 << 10
 """Send step under a bandwidth cap (each step waits for its share)."""
 _JSON: Final = {"Content-Type": "application/json"}

@@ -1,8 +1,12 @@
 """Sending a blob over HTTP while hashing it: the body pipeline of both servers.
 
-Bodies go out on the connection's transport, under the aiohttp response whose head was
-sent (``StreamResponse.prepare``), by ``loop.sendfile``: zero-copy on plain TCP, the loop's
-read-and-write fallback under TLS (the peer server).
+Bodies go out under the aiohttp response whose head was sent (``StreamResponse.prepare``):
+on plain TCP (the loopback mirror) by ``loop.sendfile`` on its transport, zero-copy; under
+TLS (the peer server) in writes of ``TLS_WRITE_BYTES`` read by ``pread`` in a worker
+thread, through ``StreamResponse.write`` (aiohttp's flow control). asyncio's own sendfile
+fallback for TLS reads 16 KiB at a time, each read a worker-thread round trip: measured,
+it cost the peer server 14 CPU-s per GB sent (bench/fanout, 8 nodes on 2 cores, where the
+daemons' CPU then bounded the fan-out); see docs/performance.md.
 
 Hashing and sending (measured: 500 MB blob, loopback, curl, warm cache; sha256
 alone ~1450 MB/s): plain sendfile ~2500 MB/s; (a) hash all, then sendfile ~930
@@ -33,12 +37,28 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import IO, Final, TypeVar
 
+from aiohttp.web_response import StreamResponse
+
 from nodeagent.bundles.manifest import BundleError, BundleIncomplete, ExpectedFile, check_digest
 
 _T = TypeVar("_T")
 
 DEFAULT_CHUNK_BYTES: Final = 16 << 20
 """Hash/send pipeline step (16 MiB measured best of 1/4/16 MiB)."""
+TLS_WRITE_BYTES: Final = 1 << 20
+"""One read and one write of a body under TLS (memory per upload: about twice this)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outlet:
+    """Where a body goes: the response whose head was sent, and its connection."""
+
+    response: StreamResponse
+    transport: asyncio.Transport
+
+    @property
+    def is_tls(self) -> bool:
+        return self.transport.get_extra_info("sslcontext") is not None
 
 
 class AbortConnection(Exception):
@@ -122,21 +142,19 @@ class BlobStreamer:
             blob, _Digesting(blob.stream.fileno(), blob.file.size_bytes)
         )
 
-    async def send_range(
-        self, transport: asyncio.Transport, blob: Blob, start: int, end: int
-    ) -> None:
+    async def send_range(self, out: Outlet, blob: Blob, start: int, end: int) -> None:
         """Send bytes ``start`` to ``end`` of a blob as they are (verified already)."""
         for offset in range(start, end, self.chunk_bytes):
-            await self._sendfile(transport, blob, offset, min(self.chunk_bytes, end - offset))
+            await self._send(out, blob, offset, min(self.chunk_bytes, end - offset))
 
-    async def send_verifying(self, transport: asyncio.Transport, blob: Blob) -> None:
+    async def send_verifying(self, out: Outlet, blob: Blob) -> None:
         """Hash the next chunk while this one is sent; the last goes only if the digest matched."""
         size, chunk = blob.file.size_bytes, self.chunk_bytes
         digesting = _Digesting(blob.stream.fileno(), size)
         try:
             await in_thread(digesting.advance, chunk)
             for offset in range(0, size - chunk, chunk):
-                await self._send_while_hashing(transport, blob, digesting, offset)
+                await self._send_while_hashing(out, blob, digesting, offset)
         except (ConnectionError, TimeoutError):
             await self._finish_digest(blob, digesting)  # the client left (a runtime that found
             raise  # corrupt gzip does): damage is still reported, a retry not hashed again
@@ -146,7 +164,7 @@ class BlobStreamer:
         if not await self._finish_digest(blob, digesting):
             raise AbortConnection
         last = (size - 1) // chunk * chunk
-        await self._sendfile(transport, blob, last, size - last)
+        await self._send(out, blob, last, size - last)
 
     async def _finish_digest(self, blob: Blob, digesting: _Digesting) -> bool:
         """Hash what is left, compare, and report the blob as verified or rejected."""
@@ -160,28 +178,41 @@ class BlobStreamer:
         self._on_verified(blob.digest, blob.file.size_bytes)
         return True
 
-    async def _sendfile(
-        self, transport: asyncio.Transport, blob: Blob, offset: int, count: int
-    ) -> None:
+    async def _send(self, out: Outlet, blob: Blob, offset: int, count: int) -> None:
         loop = asyncio.get_running_loop()
-        for start in range(offset, offset + count, self._step_bytes):
-            step = min(self._step_bytes, offset + count - start)
+        step_bytes = min(self._step_bytes, TLS_WRITE_BYTES) if out.is_tls else self._step_bytes
+        for start in range(offset, offset + count, step_bytes):
+            step = min(step_bytes, offset + count - start)
             if self._pace is not None:
                 await self._pace(step)
-            if transport.is_closing():  # the peer left; loop.sendfile would raise RuntimeError
+            if out.transport.is_closing():  # the peer left; loop.sendfile would raise
                 raise ConnectionResetError("the client closed the connection")
-            async with asyncio.timeout(self._send_timeout_s):
-                sent = await loop.sendfile(transport, blob.stream, start, step)
+            if out.is_tls:
+                data = await in_thread(_read_at, blob.stream.fileno(), step, start)
+                async with asyncio.timeout(self._send_timeout_s):
+                    await out.response.write(data)
+                sent = len(data)
+            else:
+                async with asyncio.timeout(self._send_timeout_s):
+                    sent = await loop.sendfile(out.transport, blob.stream, start, step)
             self._on_sent(sent)
 
     async def _send_while_hashing(
-        self, transport: asyncio.Transport, blob: Blob, digesting: _Digesting, offset: int
+        self, out: Outlet, blob: Blob, digesting: _Digesting, offset: int
     ) -> None:
         job = asyncio.ensure_future(asyncio.to_thread(digesting.advance, self.chunk_bytes))
         try:
-            await self._sendfile(transport, blob, offset, self.chunk_bytes)
+            await self._send(out, blob, offset, self.chunk_bytes)
         finally:
             await asyncio.wait([job])  # never leave a thread reading a file about to be closed
             error = job.exception()
         if error is not None:
             raise error
+
+
+def _read_at(fd: int, count: int, offset: int) -> bytes:
+    """``count`` bytes at ``offset``, all of them (a file that shrank raises)."""
+    data = os.pread(fd, count, offset)
+    if len(data) != count:
+        raise BundleIncomplete(f"blob shrank while being sent (at byte {offset + len(data)})")
+    return data

@@ -22,6 +22,7 @@ from nodeagent.site.discovery import (
     is_publishing,
     merge_peers,
     node_address,
+    poll_interval_s,
 )
 from nodeagent.status import BundleReport, NodeStatus
 from nodeagent.store.layout import BlobRef, BundleRecord, registry_record
@@ -152,3 +153,14 @@ async def test_static_peers_alone_never_change() -> None:
     waiting.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await waiting
+
+
+def test_poll_interval_grows_with_the_peers_that_must_be_asked() -> None:
+    published = PeerView("10.0.0.9:9447", "node-9", ())
+    asked = [PeerView(f"10.0.0.{i}:9447") for i in range(1, 8)]
+    assert poll_interval_s([published]) == 10.0  # their changes wake the fetcher
+    assert poll_interval_s([]) == 10.0
+    assert poll_interval_s(asked[:1]) == 2.0  # the floor: 2.5 requests a second per server
+    assert poll_interval_s([published, *asked]) == pytest.approx(2.8)  # 7 asked, 8 nodes
+    many = [PeerView(f"10.0.{i // 250}.{i % 250}:9447") for i in range(256)]
+    assert poll_interval_s(many) == 10.0  # the ceiling
