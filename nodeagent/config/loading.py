@@ -328,7 +328,7 @@ BOUNDS: dict[str, Bounds] = {
     "store.gc_grace_s": Bounds(0, 30 * _DAY_S, unit="seconds"),
     "site.max_uploads": Bounds(1, 256),
     "site.upload_max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
-    "site.fetch_concurrency": Bounds(1, 64),
+    "site.fetch_concurrency": Bounds(1, 16),
     "site.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
 }
 """Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""

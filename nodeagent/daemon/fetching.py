@@ -60,7 +60,9 @@ async def follow_peers(wiring: Wiring) -> None:
         ReloadingClientTls, site.client_cert_file, site.client_key_file, site.ca_file
     )
     client = PeerClient(tls, request_timeout_s=site.request_timeout_s)
-    store = FetchStore(config.store_dir, config.bundles.trusted_keys_dir, node_store(config).limits)
+    limits = node_store(config).limits
+    keys_dir = config.bundles.trusted_keys_dir
+    store = FetchStore(config.store_dir, keys_dir, limits, fills=site.fetch_concurrency)
     cluster = wiring.cluster
     watcher = cluster.peers if cluster is not None else None
     directory: PeerDirectory = watcher if watcher is not None else StaticPeers(site.peers)
@@ -112,3 +114,4 @@ async def follow_peers(wiring: Wiring) -> None:
                 await asyncio.wait_for(directory.changed(version), timeout=wait_s)
     finally:
         await client.close()
+        store.close()
