@@ -277,16 +277,18 @@ class SiteSettings:
     follow: str = "auto"
     """Fetch the bundles seen on peers that this node's keys trust and whose target includes
     this node: ``on``, ``off`` or ``auto`` (default: on in cluster mode or with ``peers``)."""
-    max_uploads: int = 4
-    """Blob downloads this node serves at once; beyond them a peer is answered 503 with
-    ``Retry-After`` and goes elsewhere. Default 4. Range: from 1 to 256."""
+    max_uploads: int = 3
+    """Blob downloads this node serves at once (one peer at most half of them); beyond them a
+    peer is answered 503 with ``Retry-After`` and goes elsewhere. Few uploads each at a good
+    rate get whole blobs to peers sooner, which then serve them too (docs/performance.md,
+    "Site fan-out"). Default 3. Range: from 1 to 256."""
     upload_max_bytes: int = 0
     """Upload bandwidth cap in bytes per second over all peers (a number or a size such as
     ``"40MiB"``), so production traffic keeps its share. ``0`` (default): no cap.
     Range: from 0 to 2^63-1 bytes."""
-    fetch_concurrency: int = 4
+    fetch_concurrency: int = 8
     """Blobs this node fetches at once, from different peers where it can (each takes three
-    threads, within the unit's TasksMax=64). Default 4. Range: from 1 to 16."""
+    threads, within the unit's TasksMax=64). Default 8. Range: from 1 to 16."""
     request_timeout_s: float = 60.0
     """A peer request (either side) that makes no progress for this long is dropped and the
     peer is dropped for that bundle. Default 60. Range: greater than 0 and at most 3600 seconds."""

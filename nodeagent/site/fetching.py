@@ -7,8 +7,11 @@ of our requests are in flight to it. ``assign`` hands out blobs:
 
 * at most ``concurrency`` blobs in flight, at most ``PER_PEER`` to one peer (the peer
   server answers a third one 429);
-* rarest first (the blob fewest usable peers have), so what only one peer holds moves on
-  early and the others can re-serve it;
+* rarest first (the blob fewest usable peers have, each peer fetching it counting as two
+  more), so what only one peer holds moves on early and the others can re-serve it, and
+  nodes fetching side by side take different blobs from the node that has them all (a blob
+  another node is fetching from it now is taken later, from that node, rather than sent
+  out twice: ``have``'s ``fetching``);
 * for each blob, a peer that has it with the fewest active uploads (its own count plus
   our requests in flight to it), ties broken at random;
 * a peer that was dropped (wrong bytes, a failure, a timeout, a garbage answer) is never
@@ -60,6 +63,8 @@ class PeerState:
     """``uploads.active`` of its last holdings (0 until known)."""
     have: frozenset[str] = frozenset()
     """Digests of this bundle's blobs it has, from its last ``have``."""
+    fetching: frozenset[str] = frozenset()
+    """Digests of this bundle's blobs it is fetching now, from its last ``have``."""
     in_flight: int = 0
     skip_until_s: float = 0.0
     dropped: str | None = None
@@ -77,6 +82,11 @@ def held_digests(have: Have, ordered: Sequence[str]) -> frozenset[str]:
     """The digests a ``have`` marks, ``ordered`` being the manifest's blobs sorted by digest
     (the caller checked that the counts agree)."""
     return frozenset(digest for index, digest in enumerate(ordered) if have.is_held(index))
+
+
+def fetching_digests(have: Have, ordered: Sequence[str]) -> frozenset[str]:
+    """The digests a ``have`` marks as being fetched (same layout as ``held_digests``)."""
+    return frozenset(digest for index, digest in enumerate(ordered) if have.is_fetching(index))
 
 
 @dataclass(slots=True)
@@ -122,11 +132,19 @@ class FetchSchedule:
         if peer is not None and not peer.in_flight:
             del self.peers[address]
 
-    def learn(self, address: str, *, have: frozenset[str], reported_active: int) -> None:
-        """A peer's fresh ``have`` and load."""
+    def learn(
+        self,
+        address: str,
+        *,
+        have: frozenset[str],
+        reported_active: int,
+        fetching: frozenset[str] = frozenset(),
+    ) -> None:
+        """A peer's fresh ``have`` (held and being fetched) and load."""
         peer = self.peers.get(address)
         if peer is not None and peer.dropped is None:
             peer.have, peer.reported_active = have, reported_active
+            peer.fetching = fetching
 
     def drop(self, address: str, reason: str) -> bool:
         """Never ask ``address`` again for this bundle; False when it already was dropped."""
@@ -161,8 +179,19 @@ class FetchSchedule:
         usable = [p for p in self.peers.values() if p.is_usable(now_s)]
         waiting = [d for d in self.needed if d not in self.in_flight]
         holders = {d: sum(1 for p in usable if d in p.have) for d in waiting}
+        fetchers = {
+            d: sum(1 for p in self.peers.values() if p.dropped is None and d in p.fetching)
+            for d in waiting
+        }
         rank = {d: self.rank.setdefault(d, self.rng.random()) for d in waiting}
-        return sorted(waiting, key=lambda d: (holders[d] == 0, holders[d], rank[d]))
+
+        def order(d: str) -> tuple[bool, bool, int, float]:
+            # last: none has it; then one alone has it and another node is fetching it from
+            # there (it would leave that peer twice: take it from the other node later)
+            alone = holders[d] == 1 and fetchers[d] > 0
+            return (holders[d] == 0, alone, holders[d] + 2 * fetchers[d], rank[d])
+
+        return sorted(waiting, key=order)
 
     def _least_busy(self, digest: str, now_s: float) -> PeerState | None:
         candidates = [p for p in self.peers.values() if p.is_usable(now_s) and digest in p.have]

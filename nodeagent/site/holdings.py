@@ -8,6 +8,9 @@ every field present, typed and in range, no unknown field. A document that fails
 
 ``have``'s bitmap: bit *i*, most significant bit first, set when the *i*-th of the
 manifest's blobs sorted by digest is stored; the unused bits of the last byte are zero.
+Its optional ``fetching`` bitmap, in the same layout, marks the blobs the peer is fetching
+now: a fetcher prefers blobs no other node is fetching, so the node that has them all
+sends each blob out once rather than to several fetchers at the same time.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Final
 
@@ -68,16 +71,25 @@ class Holdings:
 
 @dataclass(frozen=True, slots=True)
 class Have:
-    """A bundle's ``have`` document: which of its blobs (sorted by digest) are stored."""
+    """A bundle's ``have`` document: which of its blobs (sorted by digest) are stored, and
+    which are being fetched now (``fetching``: the same layout; empty when not said)."""
 
     manifest_digest: str
     blobs: int
     bitmap: bytes
+    fetching: bytes = b""
 
     def is_held(self, index: int) -> bool:
-        if not 0 <= index < self.blobs:
-            raise IndexError(index)
-        return bool(self.bitmap[index // 8] & (0x80 >> (index % 8)))
+        return _bit(self.bitmap, self.blobs, index)
+
+    def is_fetching(self, index: int) -> bool:
+        return bool(self.fetching) and _bit(self.fetching, self.blobs, index)
+
+
+def _bit(bitmap: bytes, count: int, index: int) -> bool:
+    if not 0 <= index < count:
+        raise IndexError(index)
+    return bool(bitmap[index // 8] & (0x80 >> (index % 8)))
 
 
 # ---------------------------------------------------------------- building
@@ -97,14 +109,23 @@ def holding_of(
     )
 
 
-def have_of(manifest_digest: str, digests: Iterable[str], stored: Set[str]) -> Have:
-    """The ``have`` of a bundle whose blobs are ``digests`` (any order)."""
+def have_of(
+    manifest_digest: str, digests: Iterable[str], stored: Set[str], fetching: Set[str] = frozenset()
+) -> Have:
+    """The ``have`` of a bundle whose blobs are ``digests`` (any order): ``stored`` the blobs
+    held, ``fetching`` those being fetched now (a stored one is not fetching)."""
     ordered = sorted(set(digests))
+    held = _bitmap(ordered, stored)
+    under_way = _bitmap(ordered, fetching - stored) if fetching else b""
+    return Have(manifest_digest, len(ordered), held, under_way)
+
+
+def _bitmap(ordered: Sequence[str], marked: Set[str]) -> bytes:
     bitmap = bytearray((len(ordered) + 7) // 8)
     for index, digest in enumerate(ordered):
-        if digest in stored:
+        if digest in marked:
             bitmap[index // 8] |= 0x80 >> (index % 8)
-    return Have(manifest_digest, len(ordered), bytes(bitmap))
+    return bytes(bitmap)
 
 
 def _holding_json(holding: BundleHolding) -> dict[str, object]:
@@ -135,6 +156,8 @@ def render_have(have: Have) -> bytes:
         "blobs": have.blobs,
         "bitmap": base64.b64encode(have.bitmap).decode(),
     }
+    if have.fetching:
+        doc["fetching"] = base64.b64encode(have.fetching).decode()
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -219,19 +242,28 @@ def parse_holdings(data: bytes) -> Holdings:
 
 
 def parse_have(data: bytes) -> Have:
-    """A peer's ``have`` document: the bitmap's length must match ``blobs`` exactly."""
+    """A peer's ``have`` document: each bitmap's length must match ``blobs`` exactly;
+    ``fetching`` is optional (a peer that says nothing is fetching nothing we know of)."""
     keys = {"manifestDigest", "blobs", "bitmap"}
-    doc = _object(_load(data, "have", MAX_HAVE_BYTES), keys, "have")
+    loaded = _load(data, "have", MAX_HAVE_BYTES)
+    if isinstance(loaded, dict) and "fetching" in loaded:
+        keys.add("fetching")
+    doc = _object(loaded, keys, "have")
     blobs = _count(doc, "blobs", "have", MAX_BLOBS)
-    encoded = doc["bitmap"]
+    bitmap = _parse_bitmap(doc["bitmap"], blobs, "bitmap")
+    fetching = _parse_bitmap(doc["fetching"], blobs, "fetching") if "fetching" in doc else b""
+    return Have(_text(doc, "manifestDigest", _DIGEST, "have"), blobs, bitmap, fetching)
+
+
+def _parse_bitmap(encoded: object, blobs: int, key: str) -> bytes:
     if not isinstance(encoded, str):
-        raise _invalid("have", "bitmap must be a base64 string")
+        raise _invalid("have", f"{key} must be a base64 string")
     try:
         bitmap = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
-        raise _invalid("have", "bitmap is not base64") from None
+        raise _invalid("have", f"{key} is not base64") from None
     if len(bitmap) != (blobs + 7) // 8:
-        raise _invalid("have", f"bitmap has {len(bitmap)} bytes for {blobs} blobs")
+        raise _invalid("have", f"{key} has {len(bitmap)} bytes for {blobs} blobs")
     if blobs % 8 and bitmap[-1] & (0xFF >> (blobs % 8)):
-        raise _invalid("have", "bits past the last blob are set")
-    return Have(_text(doc, "manifestDigest", _DIGEST, "have"), blobs, bitmap)
+        raise _invalid("have", f"bits past the last blob are set in {key}")
+    return bitmap

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 PER_PEER: Final = 2
-"""Blob downloads one peer (client certificate) may have at once."""
+"""Blob downloads one peer (client certificate) may have at once: at most this, and at most
+half the node's ``max_uploads`` (at least one), so one peer never takes every slot."""
 RETRY_AFTER_S: Final = 2
 """``Retry-After`` of a 503 or 429: soon, but after the download in progress moved on."""
 
@@ -36,9 +37,13 @@ class UploadSlots:
     def active(self) -> int:
         return self._by_peer.total()
 
+    @property
+    def per_peer(self) -> int:
+        return max(1, min(PER_PEER, self.max_uploads // 2))
+
     def take(self, peer: str) -> Refusal | None:
         """Take a slot for ``peer``; None when taken, else why not (nothing taken then)."""
-        if self._by_peer[peer] >= PER_PEER:
+        if self._by_peer[peer] >= self.per_peer:
             return "too-many"
         if self.active >= self.max_uploads:
             return "busy"

@@ -32,7 +32,12 @@ from nodeagent.errors import (
 )
 from nodeagent.ports import StateStore
 from nodeagent.progress import ProgressMeter
-from nodeagent.site.fetching import FetchSchedule, SignedBundle, held_digests
+from nodeagent.site.fetching import (
+    FetchSchedule,
+    SignedBundle,
+    fetching_digests,
+    held_digests,
+)
 from nodeagent.site.follow import NodeFacts
 from nodeagent.site.holdings import Have, Holdings
 from nodeagent.status import BundleReport
@@ -101,7 +106,10 @@ class FetchStorePort(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FetchTimings:
-    have_refresh_s: float = 3.0
+    have_refresh_s: float = 1.0
+    """Each peer's holdings and ``have`` are asked again this often while a fetch runs: a blob
+    a peer has just stored is offered on within about a second (its server reads the store
+    again after 1 s). Two small requests a second to each peer in use."""
     stall_s: float = 60.0
     """No blob stored and none in flight for this long: the fetch fails (``NoPeerLeft``)."""
     retry_after_s: tuple[float, float] = (10.0, 300.0)
@@ -220,6 +228,7 @@ class FetchRun:
             address,
             have=held_digests(have, self.ordered),
             reported_active=holdings.uploads_active,
+            fetching=fetching_digests(have, self.ordered),
         )
 
     def drop(self, address: str, err: NodeAgentError) -> None:

@@ -215,6 +215,7 @@ reload_timeout_s = 30.0
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM"):
             env.pop(name, None)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env["MALLOC_ARENA_MAX"] = "2"  # as systemd/nodeagent.service sets it
         return env
 
     @property

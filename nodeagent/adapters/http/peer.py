@@ -30,7 +30,7 @@ from aiohttp.web_response import StreamResponse
 
 from nodeagent.adapters.http.content import ServedContent, answer, error
 from nodeagent.adapters.http.listener import Listener
-from nodeagent.adapters.http.streamer import DEFAULT_CHUNK_BYTES, in_thread
+from nodeagent.adapters.http.streamer import in_thread
 from nodeagent.adapters.http.tls import ReloadingTls
 from nodeagent.adapters.store.offer import StoreOffer, read_offer
 from nodeagent.adapters.store.records import read_bundle_file
@@ -43,7 +43,7 @@ from nodeagent.bundles.manifest import (
 from nodeagent.bundles.mirror import ErrorAnswer, ServedCounters
 from nodeagent.errors import NodeAgentError, StoreBlobCorrupt
 from nodeagent.site.holdings import Holdings, have_of, holding_of, render_have, render_holdings
-from nodeagent.site.limits import PER_PEER, RETRY_AFTER_S, TokenBucket, UploadSlots
+from nodeagent.site.limits import RETRY_AFTER_S, TokenBucket, UploadSlots
 from nodeagent.site.routes import PeerTarget, route_peer
 from nodeagent.store import layout
 from nodeagent.store.layout import MANIFEST_NAME
@@ -55,6 +55,11 @@ OFFER_TTL_S: Final = 1.0
 """How long the store's offer is served before it is read again: a blob this node has just
 fetched is offered on within a second (the offer is read only when asked, a listing of the
 store and its small records)."""
+CHUNK_BYTES: Final = 2 << 20
+"""Hash/send step of the peer server: a blob served the first time is hashed a step ahead of
+what is sent, so each upload holds about two steps and a 1 MiB TLS write. The loopback
+mirror's 16 MiB (``streamer.DEFAULT_CHUNK_BYTES``, one client, plain TCP) would hold 32 MiB
+per upload: bench/fanout measured daemons peaking at 250-350 MiB with 8 uploads."""
 PACED_STEP_BYTES: Final = 64 << 10
 """Send step under a bandwidth cap (each step waits for its share)."""
 _JSON: Final = {"Content-Type": "application/json"}
@@ -85,7 +90,7 @@ class PeerServer:
         max_uploads: int,
         upload_max_bytes: int,
         request_timeout_s: float,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        chunk_bytes: int = CHUNK_BYTES,
         offer_ttl_s: float = OFFER_TTL_S,
         on_corrupt: Callable[[str], object] | None = None,
     ) -> None:
@@ -227,7 +232,7 @@ class PeerServer:
                 busy = f"{self.slots.max_uploads} uploads in progress, try another peer"
                 err = ErrorAnswer(503, "UNAVAILABLE", busy, headers)
             else:
-                many = f"at most {PER_PEER} downloads at once per peer"
+                many = f"at most {self.slots.per_peer} downloads at once per peer"
                 err = ErrorAnswer(429, "TOOMANYREQUESTS", many, headers)
             return await error(request, err, timeout_s=self._timeout_s)
         try:
@@ -281,7 +286,8 @@ class PeerServer:
             err = ErrorAnswer(404, "BUNDLE_UNKNOWN", f"no bundle {target.bundle_id}")
             return await error(request, err, timeout_s=self._timeout_s)
         if target.kind == "have":
-            body = render_have(have_of(bundle.manifest_digest, bundle.sizes, offer.stored))
+            have = have_of(bundle.manifest_digest, bundle.sizes, offer.stored, offer.fetching)
+            body = render_have(have)
             return await answer(request, 200, _JSON, body, timeout_s=self._timeout_s)
         data = await in_thread(read_bundle_file, self.store_root, target.bundle_id, target.file)
         if data is None:

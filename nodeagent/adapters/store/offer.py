@@ -12,6 +12,7 @@ are not offered: they have no signed manifest a peer could check.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,9 @@ from nodeagent.store import layout
 
 FETCHING: Final = -1.0
 """``accepted_at_s`` of a bundle being fetched (no record yet)."""
+FRESH_PARTIAL_S: Final = 30.0
+"""A partial blob written to within this long is being fetched; an older one was left by a
+cut transfer (it is resumed when its fetch runs again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +49,8 @@ class StoreOffer:
     """Digest → its file in the store, for every stored blob a bundle lists."""
     bundles: Mapping[str, OfferedBundle]
     stored: frozenset[str]
+    fetching: frozenset[str] = frozenset()
+    """Blobs of bundles being fetched whose partial was written to lately (``have``)."""
 
 
 def _manifest_digest(root: Path, bundle_id: str) -> str | None:
@@ -52,10 +58,14 @@ def _manifest_digest(root: Path, bundle_id: str) -> str | None:
     return None if manifest is None else f"sha256:{hashlib.sha256(manifest).hexdigest()}"
 
 
-def read_offer(root: Path, previous: StoreOffer | None = None) -> StoreOffer:
+def read_offer(
+    root: Path, previous: StoreOffer | None = None, *, now_s: float | None = None
+) -> StoreOffer:
     """The store as its peers see it now (blocking: run in a thread). A bundle whose record
-    is the one ``previous`` was read from keeps its manifest digest (not hashed again)."""
-    stored = BlobStore(root).stored()
+    is the one ``previous`` was read from keeps its manifest digest (not hashed again).
+    ``now_s``: the wall-clock time partials are judged fresh by (default: now)."""
+    blob_store = BlobStore(root)
+    stored = blob_store.stored()
     records = StoreRecords(root).load(is_repairing=False).records
     bundles: dict[str, OfferedBundle] = {}
     listed: dict[str, int] = {}
@@ -74,6 +84,7 @@ def read_offer(root: Path, previous: StoreOffer | None = None) -> StoreOffer:
             record.bundle_id, digest, sizes, record.accepted_at_s
         )
         listed |= {d: size for d, size in sizes.items() if stored.get(d) == size}
+    fetched: set[str] = set()
     for bundle_id, sizes in fetching_sizes(root).items():
         if bundle_id in bundles:
             continue
@@ -81,4 +92,10 @@ def read_offer(root: Path, previous: StoreOffer | None = None) -> StoreOffer:
         if digest is not None:
             bundles[bundle_id] = OfferedBundle(bundle_id, digest, sizes, FETCHING)
             listed |= {d: size for d, size in sizes.items() if stored.get(d) == size}
-    return StoreOffer(store_files(listed), bundles, frozenset(listed))
+            fetched |= set(sizes)
+    fetching: frozenset[str] = frozenset()
+    if fetched:
+        since = (time.time() if now_s is None else now_s) - FRESH_PARTIAL_S
+        partials = blob_store.partials()
+        fetching = frozenset(d for d in fetched if d in partials and partials[d][1] >= since)
+    return StoreOffer(store_files(listed), bundles, frozenset(listed), fetching)

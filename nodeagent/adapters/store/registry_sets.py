@@ -69,12 +69,14 @@ class _FetchStopped(Exception):
 
 class ChunkPipe:
     """The registry client writes chunks (its worker thread); ``BlobStore.fill`` reads them
-    (another): at most ``QUEUED_CHUNKS`` wait, so a blob is never whole in memory. ``end``
+    (another): at most ``queued`` (default ``QUEUED_CHUNKS``) wait, so a blob is never whole
+    in memory. ``end``
     is called once the download returned, with its error if it failed; the reader then
     sees the end of the blob, or ``_FetchStopped``. A reader that stopped (``close_reader``)
     makes the next write fail at once, so the download does not wait for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, queued: int = QUEUED_CHUNKS) -> None:
+        self._queued = queued
         self._ready = threading.Condition()
         self._chunks: deque[bytes] = deque()
         self._left = memoryview(b"")
@@ -84,7 +86,7 @@ class ChunkPipe:
 
     def write(self, data: bytes) -> int:
         with self._ready:
-            while len(self._chunks) >= QUEUED_CHUNKS and not self._is_reader_gone:
+            while len(self._chunks) >= self._queued and not self._is_reader_gone:
                 self._ready.wait()
             if self._is_reader_gone:
                 raise BrokenPipeError(errno.EPIPE, "the store stopped reading this blob")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeagent.site.fetching import NO_PEER_LEFT, FetchSchedule, held_digests
+from nodeagent.site.fetching import NO_PEER_LEFT, FetchSchedule, fetching_digests, held_digests
 from nodeagent.site.holdings import have_of
 from nodeagent.site.limits import PER_PEER
 
@@ -118,6 +118,31 @@ def test_rarest_blob_first() -> None:
     assert plan.assign(0.0) == [(D2, A)]
 
 
+def test_a_blob_another_node_is_fetching_is_taken_later_and_from_that_node() -> None:
+    # A has everything (the stick's node); B fetches D1 from it now and already holds D3
+    plan = schedule({D1: 1, D2: 1, D3: 1}, {A: (frozenset({D1, D2, D3}), 0)}, concurrency=1)
+    plan.learn(B, have=frozenset(), reported_active=0)  # unknown peer: ignored
+    plan.add_peer(B)
+    plan.learn(B, have=frozenset({D3}), reported_active=0, fetching=frozenset({D1}))
+    # D2: only A has it, nobody fetches it (1); D3: two holders (2); D1: A, and B fetching (3)
+    assert plan.assign(0.0) == [(D2, A)]
+    plan.stored(D2)
+    assert plan.assign(0.0) == [(D3, B)]  # from B, which holds it: A sends nothing twice
+    plan.stored(D3)
+    assert plan.assign(0.0) == [(D1, A)]  # in the end it is taken, from whoever has it
+
+
+def test_a_dropped_peer_fetching_counts_for_nothing() -> None:
+    peers = {A: (frozenset({D1, D2}), 0), C: (frozenset({D2}), 0)}
+    plan = schedule({D1: 1, D2: 1}, peers, concurrency=1)
+    plan.add_peer(B)
+    plan.learn(B, have=frozenset(), reported_active=0, fetching=frozenset({D1}))
+    assert plan.assign(0.0)[0][0] == D2  # D1: one holder and B fetching it (3) > D2's two
+    plan.returned(D2)
+    plan.drop(B, "PeerAnswerInvalid")  # a dropped peer's word is not believed
+    assert plan.assign(0.0)[0][0] == D1
+
+
 def test_a_dropped_peer_is_never_asked_again_and_its_blob_goes_elsewhere() -> None:
     plan = schedule({D1: 5}, {A: (EVERY, 0), B: (EVERY, 9)})
     assert plan.assign(0.0) == [(D1, A)]
@@ -177,8 +202,9 @@ def test_a_blob_nobody_has_yet_waits_for_the_next_have() -> None:
 
 def test_held_digests_reads_the_have_bitmap_in_digest_order() -> None:
     ordered = sorted([D3, D1, D4, D2])
-    have = have_of("sha256:" + "f" * 64, ordered, {D2, D4})
+    have = have_of("sha256:" + "f" * 64, ordered, {D2, D4}, {D1, D4})
     assert held_digests(have, ordered) == {D2, D4}
+    assert fetching_digests(have, ordered) == {D1}  # a stored blob is not fetching
 
 
 PEERS = (A, B, C)

@@ -56,6 +56,15 @@ def test_have_bitmap_is_sorted_by_digest_most_significant_bit_first() -> None:
         have.is_held(11)
 
 
+def test_have_says_which_blobs_are_being_fetched() -> None:
+    have = have_of(MANIFEST, DIGESTS, {DIGESTS[0]}, {DIGESTS[0], DIGESTS[8]})
+    assert have.fetching == bytes([0b0000_0000, 0b1000_0000])  # stored is not fetching
+    assert [i for i in range(have.blobs) if have.is_fetching(i)] == [8]
+    assert parse_have(render_have(have)) == have
+    assert "fetching" not in json.loads(render_have(have_of(MANIFEST, DIGESTS, set())))
+    assert not parse_have(render_have(have_of(MANIFEST, DIGESTS, set()))).is_fetching(8)
+
+
 def test_empty_have() -> None:
     have = have_of(MANIFEST, [], set())
     assert have == Have(MANIFEST, 0, b"")
@@ -115,6 +124,10 @@ HAVE = json.loads(render_have(have_of(MANIFEST, DIGESTS, {DIGESTS[1]})))
         _edited(HAVE, bitmap=7),
         _edited(HAVE, manifestDigest="md5:00"),
         _edited(HAVE, more=True),
+        _edited(HAVE, fetching="!!"),
+        _edited(HAVE, fetching=base64.b64encode(b"\x40").decode()),  # one byte for 11 blobs
+        _edited(HAVE, fetching=base64.b64encode(b"\x00\x01").decode()),  # past blob 10
+        _edited(HAVE, fetching=None),
     ],
 )
 def test_malformed_have_is_refused(data: bytes) -> None:

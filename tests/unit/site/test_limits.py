@@ -8,20 +8,29 @@ from nodeagent.site.limits import PER_PEER, TokenBucket, UploadSlots
 
 
 def test_slots_refuse_a_greedy_peer_then_everyone_when_full() -> None:
-    slots = UploadSlots(max_uploads=3)
+    slots = UploadSlots(max_uploads=4)
     assert [slots.take("a") for _ in range(PER_PEER)] == [None] * PER_PEER
     assert slots.take("a") == "too-many"
     assert slots.take("b") is None
-    assert slots.active == 3
+    assert slots.take("d") is None
+    assert slots.active == 4
     assert slots.take("c") == "busy"
     assert slots.take("a") == "too-many"  # the peer's own bound is told first
     slots.give_back("a")
     assert slots.take("c") is None
-    for peer in ("a", "b", "c"):
+    for peer in ("a", "b", "c", "d"):
         slots.give_back(peer)
     assert slots.active == 0
     with pytest.raises(ValueError, match="no upload slot"):
         slots.give_back("a")
+
+
+@pytest.mark.parametrize(("max_uploads", "per_peer"), [(1, 1), (2, 1), (3, 1), (4, 2), (256, 2)])
+def test_one_peer_takes_at_most_half_the_slots(max_uploads: int, per_peer: int) -> None:
+    slots = UploadSlots(max_uploads)
+    assert slots.per_peer == per_peer
+    assert [slots.take("a") for _ in range(per_peer)] == [None] * per_peer
+    assert slots.take("a") == "too-many"
 
 
 def test_bucket_paces_to_its_rate_after_the_burst() -> None:

@@ -410,23 +410,23 @@ async def test_uploads_beyond_the_limits_are_refused_with_retry_after(
     tmp_path: Path, pki: Pki, bundle: Signed
 ) -> None:
     # a slow cap keeps the downloads going while the test asks for more
-    async with peer_server(tmp_path, pki, max_uploads=3, upload_max_bytes=64 << 10) as server:
+    async with peer_server(tmp_path, pki, max_uploads=4, upload_max_bytes=64 << 10) as server:
         greedy = pki.client_context(pki.ca.client("node-1"))
         polite = pki.client_context(pki.ca.client("node-2"))
         third = pki.client_context(pki.ca.client("node-3"))
         path = f"/v2/a/blobs/{largest_layer(bundle)}"
         held = [await _hold_download(server.port, greedy, path) for _ in range(2)]
         status, headers, body = await asyncio.to_thread(fetch, server.port, greedy, "GET", path)
-        assert (status, headers["retry-after"]) == (429, str(RETRY_AFTER_S))
+        assert (status, headers["retry-after"]) == (429, str(RETRY_AFTER_S))  # half the slots
         assert json.loads(body)["errors"][0]["code"] == "TOOMANYREQUESTS"
-        held.append(await _hold_download(server.port, polite, path))
-        assert server.slots.active == 3
+        held += [await _hold_download(server.port, polite, path) for _ in range(2)]
+        assert server.slots.active == 4
         status, headers, _ = await asyncio.to_thread(fetch, server.port, third, "GET", path)
         assert (status, headers["retry-after"]) == (503, str(RETRY_AFTER_S))
         status, _, body = await asyncio.to_thread(
             fetch, server.port, third, "GET", "/nodeagent/v1/holdings"
         )
-        assert parse_holdings(body).uploads_active == 3  # the signal, ahead of time
+        assert parse_holdings(body).uploads_active == 4  # the signal, ahead of time
         status, _, _ = await asyncio.to_thread(fetch, server.port, third, "HEAD", path)
         assert status == 200  # a HEAD takes no slot
         for writer in held:

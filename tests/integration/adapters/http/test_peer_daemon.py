@@ -46,7 +46,7 @@ ca_file = "{pki / "ca.crt"}"
         status, _, body = fetch(port, context, "GET", "/nodeagent/v1/holdings")
         assert status == 200
         holdings = parse_holdings(body)
-        assert (holdings.node, holdings.bundles, holdings.uploads_max) == ("node-0", (), 4)
+        assert (holdings.node, holdings.bundles, holdings.uploads_max) == ("node-0", (), 3)
     with Agent(tmp_path / "quiet", crio) as agent:  # the default: nothing listens
         agent.wait_log("daemon_started")
         assert "peer_server" not in agent.current_run_log()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from nodeagent.adapters.store.holdings import StoreHoldings
+from nodeagent.adapters.store.offer import FRESH_PARTIAL_S, read_offer
 from nodeagent.cluster.holdings import HeldBundle, HeldTarget
 from nodeagent.store import layout
 from tests.testenv.store_bundles import digest_of, store_bundle
@@ -71,3 +73,19 @@ def test_the_target_of_the_stored_manifest_is_published_in_canonical_form(tmp_pa
         "site-1": HeldTarget("amd64", "role=edge,zone=b"),
         "site-2": HeldTarget("amd64", "role=edge"),
     }
+
+
+def test_the_offer_says_which_blobs_are_being_fetched_now(tmp_path: Path) -> None:
+    store_bundle(tmp_path, "site-1", BLOBS, is_recorded=False, stored=1)
+    fresh, stale = digest_of(BLOBS[1]), digest_of(BLOBS[2])
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    for digest, mtime in ((fresh, 1_000_000.0), (stale, 1_000_000.0 - FRESH_PARTIAL_S - 1)):
+        partial = tmp / f"{digest.removeprefix('sha256:')}.partial"
+        partial.write_bytes(b"part")
+        os.utime(partial, (mtime, mtime))
+    offer = read_offer(tmp_path, now_s=1_000_000.0)
+    assert offer.fetching == {fresh}  # the stale one was left by a cut transfer
+    assert digest_of(BLOBS[0]) in offer.stored and fresh not in offer.stored
+    store_bundle(tmp_path / "recorded", "site-2", BLOBS)  # a whole bundle fetches nothing
+    assert read_offer(tmp_path / "recorded").fetching == frozenset()
