@@ -27,6 +27,7 @@ from typing import Any, Final, Protocol
 
 from nodeagent.errors import BundleReleaseInvalid, ImageReferenceInvalid, ReleaseImageInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
+from nodeagent.specs import PinnedImageSet
 from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
 IMAGE_REFERENCES_PATH: Final = "release-manifests/image-references"
@@ -205,6 +206,24 @@ def check_set_name(name: str) -> str:
     if not _SET_NAME.match(name):
         raise ReleaseImageInvalid(f"{quoted(name, 80)} is not a PinnedImageSet name")
     return name
+
+
+def release_set(
+    payload: ReleasePayload, image: PinnedImageRef, set_name: str, *, is_persistent: bool
+) -> PinnedImageSet:
+    """The PinnedImageSet of a release: its image, then every payload image, each once."""
+    refs = dict.fromkeys([image, *(p.ref for p in payload.images)])
+    if len(refs) > MAX_PAYLOAD_IMAGES:
+        raise ReleaseImageInvalid(
+            f"release {payload.version} names {len(refs)} images; a set holds at most "
+            f"{MAX_PAYLOAD_IMAGES}"
+        )
+    return PinnedImageSet(
+        name=check_set_name(set_name),
+        images=tuple(refs),
+        source=f"release {payload.version}",
+        is_persistent=is_persistent,
+    )
 
 
 def layer_member_name(name: str) -> str:
