@@ -381,6 +381,11 @@ async def _import(config: Config, root: Path, *, is_ignoring_target: bool) -> Bu
         )  # fmt: skip
         report = await importer.import_bundle(root, source=str(root))
         if report.state == "imported":
+            if report.next_steps:  # a release: its signatures to the CVO, or how to
+                from nodeagent.daemon.bundles import signature_publisher  # noqa: PLC0415
+
+                api = wiring.cluster.api if wiring.cluster else None
+                await signature_publisher(config, api).publish(report.bundle_id)
             status = await wiring.reconciler.sync()
             wiring.reporter.sync_finished(status)
             print(f"sync: {status_line(status)}")

@@ -110,19 +110,9 @@ def bundle_root(config: Config, text: str) -> Path:
 def config_map_of(config: Config, text: str, keys_dir: Path | None) -> dict[str, Any]:
     """The signature ConfigMap of the bundle BUNDLE names, every byte checked first."""
     from nodeagent.adapters.bundles import release as adapter  # noqa: PLC0415  (heavy)
-    from nodeagent.adapters.bundles import tree  # noqa: PLC0415
-    from nodeagent.bundles import release  # noqa: PLC0415
 
     root = bundle_root(config, text)
-    trusted = tree.load_trusted_keys_dir(keys_dir or config.bundles.trusted_keys_dir)
-    manifest, _ = tree.read_signed_manifest(root, trusted)
-    if manifest.release is None or not manifest.release.signatures:
-        raise ReleaseImageInvalid(
-            f"bundle {manifest.bundle_id} carries no release signatures (made without "
-            "bundle create --release and --release-signature or --signature-dir)"
-        )
-    contents = adapter.read_release_signatures(root, manifest)
-    return release.signature_config_map(manifest.release, contents, bundle_id=manifest.bundle_id)
+    return adapter.config_map_at(root, keys_dir or config.bundles.trusted_keys_dir)
 
 
 def cmd_release_signatures(config: Config, args: argparse.Namespace) -> int:

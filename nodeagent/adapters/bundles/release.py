@@ -23,12 +23,18 @@ import zlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from nodeagent.adapters.bundles.fetcher import ImageFetcher, PlannedImage
-from nodeagent.adapters.bundles.tree import BundleDir, release_signatures
+from nodeagent.adapters.bundles.tree import (
+    BundleDir,
+    load_trusted_keys_dir,
+    read_signed_manifest,
+    release_signatures,
+)
 from nodeagent.bundles import release
 from nodeagent.bundles.manifest import BundleManifest
+from nodeagent.cluster.kinds import CONFIG_MAP, ResourceKind
 from nodeagent.errors import ReleaseImageInvalid
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import Platform
@@ -173,3 +179,41 @@ def read_signature_dir(directory: Path, digest: str) -> tuple[bytes, ...]:
 def read_release_signatures(root: Path, manifest: BundleManifest) -> dict[str, bytes]:
     with BundleDir(root) as directory:
         return release_signatures(directory, manifest)
+
+
+# ---------------------------------------------------------------- the ConfigMap, on the node
+class StoredSignatures:
+    """``bundles.release_signatures.SignatureSource``: a bundle's directory in the node
+    store (or any bundle directory), its signature checked against the trusted keys."""
+
+    def __init__(self, store_dir: Path, trusted_keys_dir: Path) -> None:
+        self.store_dir, self.trusted_keys_dir = store_dir, trusted_keys_dir
+
+    def config_map(self, bundle_id: str) -> dict[str, Any]:
+        return config_map_at(self.store_dir / "bundles" / bundle_id, self.trusted_keys_dir)
+
+
+def config_map_at(root: Path, trusted_keys_dir: Path) -> dict[str, Any]:
+    """The signature ConfigMap of the bundle at ``root``, every byte checked first."""
+    manifest, _ = read_signed_manifest(root, load_trusted_keys_dir(trusted_keys_dir))
+    if manifest.release is None or not manifest.release.signatures:
+        raise ReleaseImageInvalid(
+            f"bundle {manifest.bundle_id} carries no release signatures (made without "
+            "bundle create --release and --release-signature or --signature-dir)"
+        )
+    contents = read_release_signatures(root, manifest)
+    return release.signature_config_map(manifest.release, contents, bundle_id=manifest.bundle_id)
+
+
+class _Applies(Protocol):
+    async def apply(self, kind: ResourceKind, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class ConfigMaps:
+    """``bundles.release_signatures.ConfigMapApplier`` over ``adapters.kube.KubeApi``."""
+
+    def __init__(self, api: _Applies) -> None:
+        self.api = api
+
+    async def apply_config_map(self, body: dict[str, Any]) -> None:
+        await self.api.apply(CONFIG_MAP, body)
