@@ -380,6 +380,7 @@ async def _import(config: Config, root: Path, *, is_ignoring_target: bool) -> Bu
             node_labels=lambda: labels, is_ignoring_target=is_ignoring_target,
         )  # fmt: skip
         report = await importer.import_bundle(root, source=str(root))
+        wiring.reporter.bundle_report(report)  # the status file's bundles, as the daemon's
         if report.state == "imported":
             if report.next_steps:  # a release: its signatures to the CVO, or how to
                 from nodeagent.daemon.bundles import signature_publisher  # noqa: PLC0415

@@ -90,7 +90,9 @@ def files_layer(files: dict[str, bytes], directory: Path) -> GeneratedLayer:
     return GeneratedLayer(spec, digest, diff_id, len(compressed), path)
 
 
-def image_of_layers(repository: str, architecture: str, layers: Sequence[GeneratedLayer]) -> BuiltImage:
+def image_of_layers(
+    repository: str, architecture: str, layers: Sequence[GeneratedLayer]
+) -> BuiltImage:
     config_doc = {
         "architecture": architecture,
         "os": "linux",
@@ -138,26 +140,25 @@ def push_release(
     payload: dict[str, str] = {}
     for index in range(payload_count):
         name = f"component-{index:03d}"
-        children = [
+        platforms = [
             TestImage(f"ocp/payload-{index:03d}", [LayerSpec(layer_bytes, 7_000 + index * 4 + n)],
                       architecture=arch).build(cache_dir)
             for n, arch in enumerate(ARCHITECTURES)
         ]  # fmt: skip
-        pushed = push(registry_url, f"ocp/payload-{index:03d}", build_index(children))
-        payload[name] = pushed.reference(host)
+        one = push(registry_url, f"ocp/payload-{index:03d}", build_index(platforms))
+        payload[name] = one.reference(host)
     metadata = json.dumps({"kind": "cincinnati-metadata-v0", "version": version}).encode()
     files = {
-        "release-manifests/0000_00_cluster-version-operator_01_namespace.yaml": b"kind: Namespace\n",
+        "release-manifests/0000_00_cvo_namespace.yaml": b"kind: Namespace\n",
         "release-manifests/image-references": image_references(version, payload),
         "release-manifests/release-metadata": metadata,
     }
     top = files_layer(files, work / "layers")
     base = generate_layer(LayerSpec(4096, 6_999), cache_dir)
     images = [image_of_layers(RELEASE_REPOSITORY, arch, [base, top]) for arch in ARCHITECTURES]
-    index = build_index(images)
-    pushed = push(registry_url, RELEASE_REPOSITORY, index, tag=f"{version}-multi")
-    children = {arch: image.digest for arch, image in zip(ARCHITECTURES, images, strict=True)}
-    return SyntheticRelease(host, version, pushed.digest, children, payload)
+    pushed = push(registry_url, RELEASE_REPOSITORY, build_index(images), tag=f"{version}-multi")
+    by_arch = {arch: image.digest for arch, image in zip(ARCHITECTURES, images, strict=True)}
+    return SyntheticRelease(host, version, pushed.digest, by_arch, payload)
 
 
 # ---------------------------------------------------------------- signatures
@@ -165,7 +166,9 @@ def signature_document(release: SyntheticRelease) -> bytes:
     """The "atomic container signature" the CVO verifies (containers/image's simple signing)."""
     doc: dict[str, Any] = {
         "critical": {
-            "identity": {"docker-reference": f"{release.host}/{RELEASE_REPOSITORY}:{release.version}"},
+            "identity": {
+                "docker-reference": f"{release.host}/{RELEASE_REPOSITORY}:{release.version}"
+            },
             "image": {"docker-manifest-digest": release.digest},
             "type": "atomic container signature",
         },
@@ -188,7 +191,14 @@ class TestGpg:
         if shutil.which("gpg") is None or shutil.which("gpgv") is None:
             raise RuntimeError("gpg and gpgv are needed (Debian packages gnupg and gpgv)")
         home.mkdir(mode=0o700, parents=True)
-        run_gpg(home, "--quick-gen-key", "Test Release <release@test.invalid>", "ed25519", "sign", "never")
+        run_gpg(
+            home,
+            "--quick-gen-key",
+            "Test Release <release@test.invalid>",
+            "ed25519",
+            "sign",
+            "never",
+        )
         keyring = home / "public.gpg"
         keyring.write_bytes(run_gpg(home, "--export", "release@test.invalid"))
         return cls(home, keyring)
