@@ -204,7 +204,8 @@ class Importer:
         to_store: int,
     ) -> BundleReport:
         """Copy what the store lacks from the medium; then the medium may be removed."""
-        if to_store:
+        carries_files = manifest.release is not None and bool(manifest.release.signatures)
+        if to_store or carries_files:  # a release's signature files go to the store too
             storing = replace(report, state="storing")
             self._report(storing, "bundle_storing", bytes=format_bytes(to_store))
             loop = asyncio.get_running_loop()

@@ -76,6 +76,10 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
         )
         assert code == 0, err
         assert f"release {VERSION}: {PAYLOAD_COUNT} payload images" in out
+        code, _, err = made.create(
+            made.work / "again", "--signature-dir", store, "--arch", "amd64", "--id", "again"
+        )
+        assert code == 0, err
         yield made
     gpg.close()
 
@@ -203,3 +207,12 @@ async def test_imported_with_no_registry_pinned_and_the_next_steps_said(
     by_id = agent.cli("bundle", "release-signatures", "release-test", "--json")
     assert by_id.returncode == 0, by_id.stderr
     assert json.loads(by_id.stdout)["metadata"]["namespace"] == "openshift-config-managed"
+    # The same release again under another id: every blob is stored, the signatures too.
+    again = agent.cli("bundle", "import", str(made.work / "again"), "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    again_map = agent.cli("bundle", "release-signatures", "again", "--json")
+    assert again_map.returncode == 0, again_map.stderr
+    assert json.loads(again_map.stdout) == json.loads(by_id.stdout) | {
+        "metadata": json.loads(by_id.stdout)["metadata"]
+        | {"annotations": json.loads(again_map.stdout)["metadata"]["annotations"]}
+    }
