@@ -20,6 +20,7 @@ Reading the layers is ``nodeagent.adapters.bundles.release``; everything here is
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -378,21 +379,19 @@ def signature_config_map(
 
 def render_yaml(config_map: Mapping[str, Any]) -> str:
     """The ConfigMap as YAML for ``oc apply -f``; every scalar is JSON-quoted (valid YAML)."""
-    import json  # noqa: PLC0415  (only here)
-
     lines: list[str] = []
-    _yaml_lines(config_map, 0, lines, json.dumps)
+    _yaml_lines(config_map, 0, lines)
     return "\n".join(lines) + "\n"
 
 
-def _yaml_lines(value: Mapping[str, Any], indent: int, out: list[str], quote: Any) -> None:
+def _yaml_lines(value: Mapping[str, Any], indent: int, out: list[str]) -> None:
     pad = "  " * indent
     for key, item in value.items():
         if isinstance(item, Mapping):
-            out.append(f"{pad}{quote(key)}:" + ("" if item else " {}"))
-            _yaml_lines(item, indent + 1, out, quote)
+            out.append(f"{pad}{json.dumps(key)}:" + ("" if item else " {}"))
+            _yaml_lines(item, indent + 1, out)
         else:
-            out.append(f"{pad}{quote(key)}: {quote(item)}")
+            out.append(f"{pad}{json.dumps(key)}: {json.dumps(item)}")
 
 
 def upgrade_command(release: BundleRelease) -> str:
