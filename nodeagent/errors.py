@@ -42,6 +42,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── UnknownSigningKey           BundleSignedByUnknownKey
         ├── SignatureInvalid            BundleSignatureInvalid
         ├── KeyMalformed                SigningKeyMalformed
+        ├── ReleaseImageInvalid         ReleaseImageInvalid (bundle create --release input)
         ├── SecretKeyLocked             SigningKeyLocked
         ├── MediaMountFailed            MediaMountFailed
         ├── KubeconfigInvalid           KubeconfigInvalid
@@ -60,6 +61,7 @@ happened and what to do about it. Retry decisions follow the two branches::
             ├── BundleSetInvalid        BundleSetInvalid
             ├── BundleArchitectureMismatch BundleArchitectureMismatch
             ├── BundleNotInTarget       BundleNotInTarget (the target leaves the node out)
+            ├── BundleReleaseInvalid    BundleReleaseInvalid (bundle.json's release object)
             ├── BundleUnsafePath        BundleUnsafePath
             ├── BundleUnsafeEntry       BundleUnsafeEntry
             ├── BundleUnlistedFile      BundleUnlistedFile
@@ -316,6 +318,13 @@ class SecretKeyLocked(PermanentError):
     exit_code = 77  # EX_NOPERM
 
 
+class ReleaseImageInvalid(PermanentError):
+    """``bundle create --release``: the release image or its signatures are not usable."""
+
+    reason = "ReleaseImageInvalid"
+    exit_code = 65  # EX_DATAERR
+
+
 class BundleError(PermanentError):
     """A bundle nodeagent refuses; the reason code says which rule it broke."""
 
@@ -348,6 +357,12 @@ class BundleNotInTarget(BundleError):
     node's labels are not known (no Kubernetes API): it is meant for other nodes."""
 
     reason = "BundleNotInTarget"
+
+
+class BundleReleaseInvalid(BundleError):
+    """``bundle.json``'s ``release`` object breaks a rule (docs/bundle-format.md R31, R32)."""
+
+    reason = "BundleReleaseInvalid"
 
 
 class BundleUnsafePath(BundleError):

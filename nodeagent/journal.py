@@ -41,6 +41,9 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "site_holdings_unavailable": "9980cf66a788482399983c898fcce4c6",
     "site_holdings_not_published": "c80758574c9a461b8ccde1a6c0f82e6a",
     "site_address_unknown": "5689e46bd36744668c8cd1f812f1365f",
+    "release_pinned": "e1825a14a9a249a186677c4727479481",
+    "release_signatures_applied": "4b124317404946d9a1e847f3dab1a992",
+    "release_signatures_not_applied": "9f86ef29e8bc4b5d8180adf63622cc52",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

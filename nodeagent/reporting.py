@@ -107,6 +107,9 @@ class BundleBoard:
             if report.state == "imported" and set(report.sets) <= pinned_sets:
                 self.reports[source] = replace(report, state="pinned")
                 log.info("bundle_pinned", bundle=report.bundle_id, sets=list(report.sets))
+                if report.next_steps:  # a release: what the technician does next
+                    log.info("release_pinned", bundle=report.bundle_id, next=report.next_steps[0],
+                             then=" ".join(report.next_steps[1:]))  # fmt: skip
 
     def to_json(self) -> list[dict[str, object]]:
         return [report.to_json() for report in self.reports.values()]

@@ -33,6 +33,7 @@ import yaml
 from nodeagent.bundles.import_ports import ImageStorePort, ImporterPorts
 from nodeagent.bundles.manifest import MAX_NAME_BYTES, BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import served_blobs, total_size_bytes
+from nodeagent.bundles.release import next_steps
 from nodeagent.bundles.serving import (
     MIRROR_LOCK,
     BundleServerPort,
@@ -164,6 +165,9 @@ class Importer:
         self, root: Path | None, manifest: BundleManifest, report: BundleReport
     ) -> BundleReport:
         """From ``root`` (a medium), or from the store alone (``root`` None)."""
+        if manifest.release is not None:
+            steps = tuple(next_steps(manifest.release, manifest.bundle_id))
+            report = replace(report, next_steps=steps)
         refs = [str(image.ref) for image in manifest.images]
         missing = [ref for ref in refs if await self.ports.runtime.image_status(ref) is None]
         report = replace(report, images_present=len(refs) - len(missing))
@@ -200,7 +204,8 @@ class Importer:
         to_store: int,
     ) -> BundleReport:
         """Copy what the store lacks from the medium; then the medium may be removed."""
-        if to_store:
+        carries_files = manifest.release is not None and bool(manifest.release.signatures)
+        if to_store or carries_files:  # a release's signature files go to the store too
             storing = replace(report, state="storing")
             self._report(storing, "bundle_storing", bytes=format_bytes(to_store))
             loop = asyncio.get_running_loop()

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from nodeagent.bundles.release import BundleRelease, release_of
 from nodeagent.bundles.target import FORMAT_VERSION as FORMAT_VERSION
+from nodeagent.bundles.target import RELEASE_FORMAT_VERSION, BundleTarget, target_of
 from nodeagent.bundles.target import TARGET_FORMAT_VERSION as TARGET_FORMAT_VERSION
-from nodeagent.bundles.target import BundleTarget, target_of
 from nodeagent.errors import (  # re-exported: callers may name them bundle.X
     BundleDigestMismatch as BundleDigestMismatch,
 )
@@ -53,7 +54,7 @@ from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.specs import API_VERSION, KIND, PinnedImageSet, parse_set_object
 from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
-FORMAT_VERSIONS: Final = (FORMAT_VERSION, TARGET_FORMAT_VERSION)
+FORMAT_VERSIONS: Final = (FORMAT_VERSION, TARGET_FORMAT_VERSION, RELEASE_FORMAT_VERSION)
 MANIFEST_NAME: Final = "bundle.json"
 SIGNATURE_NAME: Final = "bundle.json.minisig"
 MAX_MANIFEST_BYTES: Final = 16 * 1024 * 1024
@@ -138,6 +139,7 @@ class BundleManifest:
     target: BundleTarget | None = None
     """The optional ``target`` (format version 2): the nodes the bundle is meant for, beyond
     its ``architecture`` (``bundles.target``)."""
+    release: BundleRelease | None = None  # format version 3: an OpenShift release (bundles.release)
 
     @property
     def total_size_bytes(self) -> int:
@@ -355,13 +357,13 @@ def _document(data: bytes) -> dict[str, Any]:
     version = doc.get("formatVersion")
     if type(version) is not int:  # not True, 1.0 or "1"
         raise BundleManifestInvalid(
-            f"bundle.json: formatVersion must be the integer {FORMAT_VERSION} or "
-            f"{TARGET_FORMAT_VERSION}, not {_kind(version)}"
+            f"bundle.json: formatVersion must be the integer {FORMAT_VERSION}, "
+            f"{TARGET_FORMAT_VERSION} or {RELEASE_FORMAT_VERSION}, not {_kind(version)}"
         )
     if version not in FORMAT_VERSIONS:
         raise BundleFormatUnsupported(
             f"bundle format version {clip(version, 50)} is not supported (this nodeagent reads "
-            f"versions {FORMAT_VERSION} and {TARGET_FORMAT_VERSION}); use a bundle made for "
+            f"versions {FORMAT_VERSION} to {RELEASE_FORMAT_VERSION}); use a bundle made for "
             "this nodeagent version"
         )
     return doc
@@ -382,7 +384,7 @@ def parse_manifest(data: bytes) -> BundleManifest:
     target = target_of(doc)
     images = _images(doc)
     blobs = _blobs(doc, layout)
-    return BundleManifest(
+    manifest = BundleManifest(
         bundle_id=bundle_id,
         created=created,
         architecture=architecture,
@@ -394,6 +396,7 @@ def parse_manifest(data: bytes) -> BundleManifest:
         channel=channel,
         target=target,
     )
+    return replace(manifest, release=release_of(doc, manifest))
 
 
 # ---------------------------------------------------------------- the tree

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from nodeagent import logs
 from nodeagent.authfile import AuthStore, parse_auth_file
 from nodeagent.bundles.target import BundleTarget, describe_target, parse_selector_text
+from nodeagent.cli import release as release_cli
 from nodeagent.config import Config
 from nodeagent.errors import (
     AuthFileInvalid,
@@ -92,6 +93,7 @@ def add_parser(sub: Subparsers) -> Subparsers:
     create.add_argument(
         "--transient", action="store_true", help="the sets last until reboot (/run), not /etc"
     )
+    release_cli.add_create_arguments(create)
     verify = commands.add_parser("verify", help="check a bundle's signature and every byte")
     verify.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
@@ -110,6 +112,7 @@ def add_parser(sub: Subparsers) -> Subparsers:
         help="import even when the bundle's target selector leaves this node out "
         "(its architecture is still checked)",
     )  # fmt: skip
+    release_cli.add_parser(commands)
     return commands
 
 
@@ -256,7 +259,9 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
 
     secret_key = read_secret_key(args.key, args.password_file)
     sets = load_set_files(args.pinned_image_set, is_persistent=not args.transient)
-    refs = bundle_writer.resolve_refs(args.image, sets)
+    release = release_cli.release_request(args)
+    release_image = [str(release.ref)] if release is not None else []
+    refs = bundle_writer.resolve_refs([*release_image, *args.image], sets)
     client = RegistryClient(insecure=args.insecure_registry, platform=args.arch)
     progress = TerminalProgress() if sys.stderr.isatty() else None
     try:
@@ -264,7 +269,7 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
             bundle_writer.create_bundle(
                 refs, sets, secret_key, args.output, client=client, auth=read_auth(args.auth_file),
                 bundle_id=args.bundle_id, target=args.target_selector,
-                progress=progress.blobs if progress else None,
+                progress=progress.blobs if progress else None, release=release,
             )
         )  # fmt: skip
     finally:
@@ -276,6 +281,11 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
         f"signed by key {created.key_id_hex}"
     )
     _out(f"  for {describe_target(args.arch.architecture, created.target)}")
+    if created.release is not None:
+        _out(
+            f"  release {created.release.version}: {created.payload_count} payload images, "
+            f"set {created.release.set_name}, {len(created.release.signatures)} signatures"
+        )
     for image in created.images:
         _out(f"  {image.ref} ({format_bytes(image.size_bytes)})")
     return 0
@@ -370,7 +380,13 @@ async def _import(config: Config, root: Path, *, is_ignoring_target: bool) -> Bu
             node_labels=lambda: labels, is_ignoring_target=is_ignoring_target,
         )  # fmt: skip
         report = await importer.import_bundle(root, source=str(root))
+        wiring.reporter.bundle_report(report)  # the status file's bundles, as the daemon's
         if report.state == "imported":
+            if report.next_steps:  # a release: its signatures to the CVO, or how to
+                from nodeagent.daemon.bundles import signature_publisher  # noqa: PLC0415
+
+                api = wiring.cluster.api if wiring.cluster else None
+                await signature_publisher(config, api).publish(report.bundle_id)
             status = await wiring.reconciler.sync()
             wiring.reporter.sync_finished(status)
             print(f"sync: {status_line(status)}")
@@ -385,4 +401,5 @@ BUNDLE_COMMANDS: dict[str, Callable[[Config, argparse.Namespace], int]] = {
     "create": cmd_create,
     "verify": cmd_verify,
     "import": cmd_import,
+    "release-signatures": release_cli.cmd_release_signatures,
 }

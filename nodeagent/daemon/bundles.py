@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
 from nodeagent.adapters.bundles.mirror import MirrorDropin
+from nodeagent.adapters.bundles.release import ConfigMaps, StoredSignatures
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
@@ -27,6 +29,7 @@ from nodeagent.adapters.store.registry_sets import RegistrySets
 from nodeagent.bundles.import_ports import ImporterPorts
 from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
+from nodeagent.bundles.release_signatures import SignaturePublisher, is_due
 from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MirrorPullPorts
 from nodeagent.config import Config
@@ -125,6 +128,33 @@ def build_importer(
         is_ignoring_target=is_ignoring_target,
     )
     return Importer(ports, policies.disk)
+
+
+def signature_publisher(config: Config, api: Any | None) -> SignaturePublisher:
+    """A release bundle's signatures to the CVO: applied with ``api`` (cluster mode), else
+    a journal line that says how to apply them by hand."""
+    source = StoredSignatures(config.store_dir, config.bundles.trusted_keys_dir)
+    return SignaturePublisher(source, ConfigMaps(api) if api is not None else None)
+
+
+def with_release_signatures(
+    config: Config,
+    report: Callable[[BundleReport], None],
+    api: Any | None,
+    spawn: Callable[..., object],
+) -> Callable[[BundleReport], None]:
+    """``report``, and for a release bundle just imported, its signatures published."""
+    publisher = signature_publisher(config, api)
+
+    async def publish(bundle_id: str) -> None:
+        await publisher.publish(bundle_id)
+
+    def on_report(found: BundleReport) -> None:
+        report(found)
+        if is_due(found):
+            spawn(f"release-signatures {found.bundle_id}", publish(found.bundle_id))
+
+    return on_report
 
 
 def build_registry_store(

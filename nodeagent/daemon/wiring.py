@@ -129,14 +129,16 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     def make_importer(
         is_present: Callable[[Path], bool], release: Callable[[Path], None]
     ) -> Importer:
-        from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (first medium)
+        from nodeagent.daemon.bundles import build_importer, with_release_signatures  # noqa: PLC0415
 
         return build_importer(
             config,
             policies,
             cri,
             reloader,
-            report=reporter.bundle_report,
+            report=with_release_signatures(
+                config, reporter.bundle_report, cluster.api if cluster else None, supervisor.spawn
+            ),
             is_present=is_present,
             release=release,
             node_labels=cluster.specs.node_labels if cluster else lambda: None,

@@ -238,6 +238,16 @@ def check_contents(root: Path, manifest: BundleManifest, platform: Platform) -> 
     """Every image complete for ``platform`` (``bundles.content``), reading only small files."""
     with BundleDir(root) as directory:
         content.check_content(manifest, platform, directory.read_listed)
+        release_signatures(directory, manifest)
+
+
+def release_signatures(directory: BundleDir, manifest: BundleManifest) -> dict[str, bytes]:
+    """Each signature file of ``manifest.release`` in a bundle (or a bundle's directory in the
+    node store), checked against its size and sha256 in the signed manifest (rule R32)."""
+    if manifest.release is None:
+        return {}
+    files = {f.path: f for f in manifest.files}
+    return {s.path: directory.read_listed(files[s.path]) for s in manifest.release.signatures}
 
 
 def check_signed_bundle(root: Path, manifest: BundleManifest, platform: Platform) -> None:
