@@ -41,6 +41,7 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "site_holdings_unavailable": "9980cf66a788482399983c898fcce4c6",
     "site_holdings_not_published": "c80758574c9a461b8ccde1a6c0f82e6a",
     "site_address_unknown": "5689e46bd36744668c8cd1f812f1365f",
+    "offline_not_ready": "fbf7083e858441079552daa8bacb084b",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

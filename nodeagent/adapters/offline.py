@@ -18,8 +18,6 @@ from typing import Any, Final, Protocol
 
 from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import list_files
-from nodeagent.adapters.store.copier import StoreLimits
-from nodeagent.adapters.store.node_store import NodeImageStore
 from nodeagent.cluster import kinds
 from nodeagent.cluster.api import Obj
 from nodeagent.config import Config
@@ -210,6 +208,9 @@ class HostFacts:
             return None
 
     def _restorable(self, refs: Sequence[str], problems: list[Finding]) -> frozenset[str] | None:
+        from nodeagent.adapters.store.copier import StoreLimits  # noqa: PLC0415  (first run)
+        from nodeagent.adapters.store.node_store import NodeImageStore  # noqa: PLC0415
+
         config = self.config
         store = NodeImageStore(config.store_dir, config.bundles.trusted_keys_dir, StoreLimits())
         try:

@@ -52,13 +52,15 @@ class OfflineDrill:
         interval_s: float,
         warnings: PodWarnings | None = None,
         checks: Sequence[tuple[str, Check]] = CHECKS,
+        changed: asyncio.Event | None = None,
     ) -> None:
+        """``changed``: set by whoever knows of a change (the reporter after each sync)."""
         self.facts = facts
         self.sink = sink
         self.interval_s = interval_s
         self.warnings = warnings
         self.checks = checks
-        self.changed = asyncio.Event()
+        self.changed = changed or asyncio.Event()
         self.last: OfflineReport | None = None
         self.warned: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.runs = 0
