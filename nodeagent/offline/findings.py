@@ -18,6 +18,7 @@ from nodeagent.strict import clip
 
 MAX_MESSAGE_CHARS: Final = 600
 """One finding's message (it names an image, a pod or a file, each clipped on its own)."""
+MAX_SUBJECT_CHARS: Final = 500
 MAX_FINDINGS_PER_REASON: Final = 50
 """Findings of one reason kept in a report; the rest are counted in one more finding."""
 CONDITION_TYPE: Final = "OfflineReady"
@@ -67,12 +68,22 @@ class Finding:
         return doc
 
 
+def clipped(text: object, limit: int) -> str:
+    """``strict.clip`` within ``limit`` characters, its "…(n more characters)" included."""
+    shown = clip(text, limit)
+    return shown if len(shown) <= limit else clip(text, limit - 32)
+
+
 def finding(
     reason: str, message: str, remedy: str, *, subject: str = "", pod: PodRef | None = None
 ) -> Finding:
     """A finding with its message and subject clipped and escaped."""
     return Finding(
-        reason, clip(message, MAX_MESSAGE_CHARS), remedy, clip(subject, 300) if subject else "", pod
+        reason,
+        clipped(message, MAX_MESSAGE_CHARS),
+        remedy,
+        clipped(subject, MAX_SUBJECT_CHARS) if subject else "",
+        pod,
     )
 
 
@@ -128,7 +139,7 @@ class OfflineReport:
         first = self.findings[0]
         reasons = self.reasons()
         message = f"{len(self.findings)} finding(s) ({', '.join(reasons)}): {first.message}"
-        return Condition(CONDITION_TYPE, False, first.reason, clip(message, MAX_MESSAGE_CHARS))
+        return Condition(CONDITION_TYPE, False, first.reason, clipped(message, MAX_MESSAGE_CHARS))
 
 
 def report_of(checks: Sequence[str], findings: Iterable[Finding]) -> OfflineReport:
