@@ -98,7 +98,7 @@ def pods_from_api(items: Iterable[object]) -> list[PodImage]:
     """Pods as the API server lists them (defaults applied); pods that ended are left out."""
     found: list[PodImage] = []
     for item in items:
-        phase = (_mapping(item, "a pod").get("status") or {}).get("phase")
+        phase = _mapping(_mapping(item, "a pod").get("status") or {}, "status").get("phase")
         if phase in ("Succeeded", "Failed"):
             continue
         found.extend(pod_images(item, source="api"))

@@ -68,6 +68,8 @@ def test_api_pods_that_ended_are_left_out() -> None:
     done = dict(running, status={"phase": "Succeeded"})
     found = pods_from_api([running, done])
     assert [(p.pod.uid, p.pull_policy) for p in found] == [("u1", "Always")]
+    with pytest.raises(MalformedInput):
+        pods_from_api([dict(running, status=["Running"])])
 
 
 @pytest.mark.parametrize(
