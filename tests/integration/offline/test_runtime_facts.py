@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +48,6 @@ def node_config(tmp_path: Path, crio: Crio) -> Config:
 def write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-
-
-@pytest.fixture
-async def cri(fresh_crio: Crio) -> AsyncIterator[CriClient]:
-    async with CriClient(fresh_crio.endpoint, timeout_s=60) as client:
-        yield client
 
 
 async def check(config: Config, cri: CriClient) -> OfflineReport:
