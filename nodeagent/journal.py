@@ -44,6 +44,7 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "release_pinned": "e1825a14a9a249a186677c4727479481",
     "release_signatures_applied": "4b124317404946d9a1e847f3dab1a992",
     "release_signatures_not_applied": "9f86ef29e8bc4b5d8180adf63622cc52",
+    "offline_not_ready": "fbf7083e858441079552daa8bacb084b",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 
