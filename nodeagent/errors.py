@@ -60,6 +60,8 @@ happened and what to do about it. Retry decisions follow the two branches::
             ├── BundleSetInvalid        BundleSetInvalid
             ├── BundleArchitectureMismatch BundleArchitectureMismatch
             ├── BundleNotInTarget       BundleNotInTarget (the target leaves the node out)
+            ├── BundleRollback          BundleRollback (older than a bundle already accepted)
+            ├── BundleExpired           BundleExpired (its signed expiry time is past)
             ├── BundleUnsafePath        BundleUnsafePath
             ├── BundleUnsafeEntry       BundleUnsafeEntry
             ├── BundleUnlistedFile      BundleUnlistedFile
@@ -348,6 +350,20 @@ class BundleNotInTarget(BundleError):
     node's labels are not known (no Kubernetes API): it is meant for other nodes."""
 
     reason = "BundleNotInTarget"
+
+
+class BundleRollback(BundleError):
+    """The bundle's signed ``sequence`` is lower than the highest this node accepted for
+    the same signing key and channel, or equal to it with another manifest: the replay of an
+    older, validly signed bundle (docs/bundle-format.md#anti-rollback)."""
+
+    reason = "BundleRollback"
+
+
+class BundleExpired(BundleError):
+    """The bundle's signed ``expires`` time is past (by this node's clock)."""
+
+    reason = "BundleExpired"
 
 
 class BundleUnsafePath(BundleError):

@@ -216,7 +216,7 @@ _TABLE: list[tuple[str, str, str, Flaw]] = [
     ("bundle.json", "formatVersion true", "BundleManifestInvalid", field("formatVersion", True)),
     ("bundle.json", "formatVersion as a string", "BundleManifestInvalid",
      field("formatVersion", "1")),
-    ("bundle.json", "formatVersion 3", "BundleFormatUnsupported", field("formatVersion", 3)),
+    ("bundle.json", "formatVersion 4", "BundleFormatUnsupported", field("formatVersion", 4)),
     ("bundle.json", "a target in a format 1 bundle", "BundleManifestInvalid",
      field("target", {"nodeSelector": "site=line-3"})),
     ("bundle.json", "a target with a key this reader does not know", "BundleManifestInvalid",
