@@ -118,7 +118,7 @@ class Stamp:
     bundle_id: str
 
 
-Verdict = Literal["fresh", "same", "rollback", "reused", "expired"]
+Verdict = Literal["fresh", "same", "rollback", "reused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,7 @@ class Judgement:
     """The high-water mark of the bundle's key and channel (None: nothing accepted yet)."""
 
     @property
-    def is_accepted(self) -> bool:
+    def is_taken(self) -> bool:
         return self.verdict in ("fresh", "same")
 
 
@@ -143,14 +143,16 @@ def _reverse(digest: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in digest)
 
 
-def judge(
-    candidate: Stamp, expires: str | None, accepted: Iterable[Stamp], now: dt.datetime
-) -> Judgement:
-    """Whether this node takes ``candidate`` given what it accepted before and the time."""
+def is_expired(expires: str | None, now: dt.datetime) -> bool:
+    """Whether ``expires`` (None: never) is past: at that very instant the bundle is expired."""
+    return expires is not None and now >= parse_time(expires, "expires")
+
+
+def judge(candidate: Stamp, accepted: Iterable[Stamp]) -> Judgement:
+    """Whether this node takes ``candidate`` given what it accepted before (the sequence
+    rule; the expiry is ``is_expired``'s)."""
     accepted = tuple(accepted)
     mark = high_water(accepted, candidate.key_id, candidate.channel)
-    if expires is not None and now >= parse_time(expires, "expires"):
-        return Judgement("expired", mark)
     if mark is None or candidate.sequence > mark.sequence:
         return Judgement("fresh", mark)
     if candidate.sequence < mark.sequence:
@@ -163,30 +165,26 @@ def judge(
     return Judgement("same" if same else "reused", mark)
 
 
-def refusal(
-    candidate: Stamp, expires: str | None, judgement: Judgement
-) -> BundleRollback | BundleExpired:
-    """The error a refused ``judgement`` is reported with, saying what to do."""
-    bundle = clip(candidate.bundle_id, 128)
-    if judgement.verdict == "expired":
-        return BundleExpired(
-            f"bundle {bundle} expired at {clip(expires, 40)} (by this node's clock); use a "
-            "newer bundle, or import it by hand with `nodeagent bundle import --allow-expired` "
-            "if it must be taken anyway"
-        )
-    mark = judgement.mark
-    line = f"key {candidate.key_id} channel {clip(candidate.channel, 64)}"
-    if mark is None:  # not a refusal: no caller asks
-        raise ValueError(f"bundle {bundle} is not refused")
+def expired_error(bundle_id: str, expires: str | None) -> BundleExpired:
+    return BundleExpired(
+        f"bundle {clip(bundle_id, 128)} expired at {clip(expires, 40)} (by this node's clock); "
+        "use a newer bundle, or import it by hand with `nodeagent bundle import "
+        "--allow-expired` if it must be taken anyway"
+    )
+
+
+def rollback_error(candidate: Stamp, mark: Stamp) -> BundleRollback:
+    """Why ``candidate`` is refused, its high-water mark being ``mark``; what to do."""
     held = f"bundle {clip(mark.bundle_id, 128)} (sequence {mark.sequence})"
-    if judgement.verdict == "reused":
-        why = f"has sequence {candidate.sequence}, which {held} of {line} already has"
+    line = f"key {candidate.key_id} channel {clip(candidate.channel, 64)}"
+    if candidate.sequence == mark.sequence:
+        why = f"has sequence {candidate.sequence} with another manifest than {held} of {line}"
     else:
-        why = f"has sequence {candidate.sequence}, older than {held} of {line}"
+        why = f"has sequence {candidate.sequence}, lower than {held} of {line}"
     return BundleRollback(
-        f"bundle {bundle} {why}, accepted before: an older bundle is never taken after a newer "
-        "one. Use the newest bundle of the channel; to go back on purpose, import it by hand "
-        "with `nodeagent bundle import --allow-rollback`"
+        f"bundle {clip(candidate.bundle_id, 128)} {why}, accepted before: an older bundle is "
+        "never taken after a newer one. Use the newest bundle of the channel; to go back on "
+        "purpose, import it by hand with `nodeagent bundle import --allow-rollback`"
     )
 
 

@@ -1,0 +1,63 @@
+"""What this node has accepted, read from the signed manifests its store keeps (anti-rollback).
+
+Every ``bundles/<id>/bundle.json`` the store holds with its signature, whether its blobs
+are all there, some, or none any more (the keeper removes blobs only, never a signed
+manifest: ``adapters.store.keeper``), and whether its record is whole, damaged or not
+written yet (a fetch under way: the node decided to take it). Each is verified again
+against this node's trusted keys and parsed; one that no longer verifies (its key was
+removed from ``trusted-keys.d``) or does not parse counts for nothing, as the bundle
+itself would not be taken. No state file is read: a state directory or a record set
+aside and rebuilt cannot lower a high-water mark (``bundles.freshness``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
+from nodeagent.adapters.store.records import read_bundle_file
+from nodeagent.bundles import minisign
+from nodeagent.bundles.freshness import Stamp
+from nodeagent.bundles.manifest import parse_manifest
+from nodeagent.errors import HostFileError, NodeAgentError
+from nodeagent.store import layout
+
+
+def stamp_of(data: bytes, signature: bytes, keys: dict[bytes, minisign.PublicKey]) -> Stamp:
+    """The stamp of one signed manifest; raises the bundle's error when it does not verify."""
+    verified = minisign.verify(data, signature, keys, is_legacy_allowed=False)
+    manifest = parse_manifest(data)
+    return Stamp(
+        key_id=verified.key_id_hex,
+        channel=manifest.channel,
+        sequence=manifest.sequence,
+        manifest_digest=f"sha256:{hashlib.sha256(data).hexdigest()}",
+        bundle_id=manifest.bundle_id,
+    )
+
+
+def accepted_stamps(root: Path, trusted_keys_dir: Path) -> tuple[Stamp, ...]:
+    """A stamp for every signed manifest in the store at ``root`` that verifies now."""
+    directory = root / layout.BUNDLES_DIR
+    try:
+        names = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
+    except FileNotFoundError:
+        return ()
+    except OSError as err:
+        raise HostFileError(f"cannot list {directory}: {err.strerror}") from err
+    keys = load_trusted_keys_dir(trusted_keys_dir)
+    stamps = []
+    for name in names:
+        data = read_bundle_file(root, name, layout.MANIFEST_NAME)
+        signature = read_bundle_file(root, name, layout.SIGNATURE_NAME)
+        if data is None or signature is None:
+            continue
+        try:
+            stamp = stamp_of(data, signature, keys)
+        except NodeAgentError:
+            continue  # not verifiable now: the bundle itself would be refused
+        if stamp.bundle_id == name:
+            stamps.append(stamp)
+    return tuple(stamps)
