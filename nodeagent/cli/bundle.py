@@ -387,6 +387,8 @@ def print_report(report: bundle_media.VerifyReport) -> None:
         f"{len(manifest.images)} images, {len(manifest.sets)} PinnedImageSets"
     )
     _out(f"  for {describe_target(manifest.architecture, manifest.target)}")
+    expiry = f", expires {clip(manifest.expires, 40)}" if manifest.expires else ""
+    _out(f"  channel {clip(manifest.channel, 70)}, sequence {manifest.sequence}{expiry}")
     rate = report.hashed_bytes / report.seconds / 1e6 if report.seconds > 0 else 0.0
     _out(
         f"  {len(manifest.files)} files, {format_bytes(report.hashed_bytes)} hashed in "

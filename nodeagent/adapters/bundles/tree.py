@@ -361,6 +361,9 @@ def _manifest_json(manifest: BundleManifest) -> dict[str, Any]:
         "created": manifest.created,
         "architecture": manifest.architecture,
         "target": None if manifest.target is None else target_doc(manifest.target),
+        "channel": manifest.channel,
+        "sequence": manifest.sequence,
+        "expires": manifest.expires,
         "layout": manifest.layout,
         "images": [
             {"name": str(i.ref), "manifestDigest": i.manifest_digest, "sizeBytes": i.size_bytes}
