@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from typing import Any
 
 import pytest
@@ -161,8 +162,7 @@ def test_accepted_sequences_are_monotone_per_key_and_channel(
             accepted.append(candidate)
     for line in {(s.key_id, s.channel) for s in accepted}:
         taken = [s for s in accepted if (s.key_id, s.channel) == line]
-        assert all(a.sequence <= b.sequence for a, b in zip(taken, taken[1:], strict=False))
-        for a, b in zip(taken, taken[1:], strict=False):
+        for a, b in itertools.pairwise(taken):
             assert a.sequence < b.sequence or a.manifest_digest == b.manifest_digest
 
 
