@@ -165,6 +165,29 @@ def judge(candidate: Stamp, accepted: Iterable[Stamp]) -> Judgement:
     return Judgement("same" if same else "reused", mark)
 
 
+def lowered_marks(candidate: Stamp, accepted: Iterable[Stamp]) -> tuple[Stamp, ...]:
+    """The high-water marks that storing ``candidate`` would lower: the store keeps one signed
+    manifest per bundle id, so a bundle replaces the manifest stored under its id. Never
+    allowed, not even by hand: the marks only go up."""
+    accepted = tuple(accepted)
+    after = [s for s in accepted if s.bundle_id != candidate.bundle_id] + [candidate]
+    lost = []
+    for key_id, channel in sorted({(s.key_id, s.channel) for s in accepted}):
+        mark, kept = high_water(accepted, key_id, channel), high_water(after, key_id, channel)
+        if mark is not None and (kept is None or kept.sequence < mark.sequence):
+            lost.append(mark)
+    return tuple(lost)
+
+
+def replacing_error(candidate: Stamp, mark: Stamp) -> BundleRollback:
+    return BundleRollback(
+        f"bundle {clip(candidate.bundle_id, 128)} would replace the signed manifest stored "
+        f"under its id, which holds the high-water mark of key {mark.key_id} channel "
+        f"{clip(mark.channel, 64)} (sequence {mark.sequence}); a bundle's id must be its "
+        "own: make it again with another id (`bundle create --id`)"
+    )
+
+
 def expired_error(bundle_id: str, expires: str | None) -> BundleExpired:
     return BundleExpired(
         f"bundle {clip(bundle_id, 128)} expired at {clip(expires, 40)} (by this node's clock); "
@@ -186,6 +209,42 @@ def rollback_error(candidate: Stamp, mark: Stamp) -> BundleRollback:
         "never taken after a newer one. Use the newest bundle of the channel; to go back on "
         "purpose, import it by hand with `nodeagent bundle import --allow-rollback`"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """``check``'s answer: the refusal, else what a technician's flag set aside (to log)."""
+
+    refusal: BundleRollback | BundleExpired | None = None
+    is_expiry_ignored: bool = False
+    passed_mark: Stamp | None = None
+    """With ``--allow-rollback``: the high-water mark the bundle is not newer than."""
+
+
+def check(
+    candidate: Stamp,
+    expires: str | None,
+    accepted: Iterable[Stamp],
+    now: dt.datetime | None,
+    *,
+    is_allowing_rollback: bool = False,
+    is_allowing_expired: bool = False,
+) -> Checked:
+    """Expiry (by ``now``; None: not checked), then whether storing the bundle would lower a
+    mark (never allowed), then the sequence rule."""
+    is_past = now is not None and is_expired(expires, now)
+    if is_past and not is_allowing_expired:
+        return Checked(expired_error(candidate.bundle_id, expires))
+    accepted = tuple(accepted)
+    lowered = lowered_marks(candidate, accepted)
+    if lowered:
+        return Checked(replacing_error(candidate, lowered[0]), is_past)
+    judgement = judge(candidate, accepted)
+    if judgement.is_taken or judgement.mark is None:
+        return Checked(None, is_past)
+    if not is_allowing_rollback:
+        return Checked(rollback_error(candidate, judgement.mark), is_past)
+    return Checked(None, is_past, judgement.mark)
 
 
 # ---------------------------------------------------------------- bundle create

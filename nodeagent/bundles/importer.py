@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 import yaml
 
-from nodeagent.bundles.freshness import Stamp, expired_error, is_expired, judge, rollback_error
+from nodeagent.bundles.freshness import Stamp, check
 from nodeagent.bundles.import_ports import ImageStorePort, ImporterPorts
 from nodeagent.bundles.manifest import MAX_NAME_BYTES, BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import served_blobs, total_size_bytes
@@ -166,28 +166,26 @@ class Importer:
     async def _stale(
         self, manifest: BundleManifest, key_id_hex: str, digest: str
     ) -> NodeAgentError | None:
-        """Expiry, then the anti-rollback rule (``bundles.freshness``): the refusal, or None
-        to go on (overridden by hand: logged as a warning naming what was set aside)."""
+        """Expiry and anti-rollback (``bundles.freshness.check``): the refusal, or None to go
+        on; a rule set aside by hand is logged as a warning naming what it let in."""
         ports, bundle_id, sequence = self.ports, manifest.bundle_id, manifest.sequence
-        now = dt.datetime.fromtimestamp(ports.wall_clock(), dt.UTC)
-        if is_expired(manifest.expires, now):
-            if not ports.is_allowing_expired:
-                return expired_error(bundle_id, manifest.expires)
+        candidate = Stamp(key_id_hex, manifest.channel, sequence, digest, bundle_id)
+        checked = check(
+            candidate, manifest.expires, await asyncio.to_thread(ports.accepted),
+            dt.datetime.fromtimestamp(ports.wall_clock(), dt.UTC),
+            is_allowing_rollback=ports.is_allowing_rollback,
+            is_allowing_expired=ports.is_allowing_expired,
+        )  # fmt: skip
+        if checked.is_expiry_ignored:
             log.warning("bundle_expiry_ignored", bundle=bundle_id, expires=manifest.expires,
                         action="imported by hand with --allow-expired")  # fmt: skip
-        candidate = Stamp(key_id_hex, manifest.channel, sequence, digest, bundle_id)
-        judgement = judge(candidate, await asyncio.to_thread(ports.accepted))
-        if judgement.is_taken or judgement.mark is None:
-            return None
-        if not ports.is_allowing_rollback:
-            return rollback_error(candidate, judgement.mark)
-        log.warning(
-            "bundle_rollback_allowed", bundle=bundle_id, key=key_id_hex, channel=manifest.channel,
-            sequence=sequence, high_water=judgement.mark.sequence,
-            high_water_bundle=judgement.mark.bundle_id,
-            action="imported by hand with --allow-rollback",
-        )  # fmt: skip
-        return None
+        if (mark := checked.passed_mark) is not None:
+            log.warning(
+                "bundle_rollback_allowed", bundle=bundle_id, key=key_id_hex,
+                channel=manifest.channel, sequence=sequence, high_water=mark.sequence,
+                high_water_bundle=mark.bundle_id, action="imported by hand with --allow-rollback",
+            )  # fmt: skip
+        return checked.refusal
 
     def _reject(self, report: BundleReport, exc: NodeAgentError) -> BundleReport:
         message = clip(exc.message, MESSAGE_CHARS)

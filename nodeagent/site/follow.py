@@ -33,9 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from nodeagent.bundles.freshness import Stamp, expired_error, is_expired, judge, rollback_error
+from nodeagent.bundles.freshness import Stamp, check
 from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.bundles.target import TargetPart, describe_target, target_miss
+from nodeagent.errors import BundleExpired
 from nodeagent.strict import clip
 
 FollowSetting = Literal["on", "off", "auto"]
@@ -128,20 +129,16 @@ def decide(
 def _fresh(
     manifest: BundleManifest, manifest_digest: str, node: NodeFacts, key_id_hex: str | None
 ) -> FollowDecision:
-    """``Expired`` or ``Rollback`` when the import would refuse it, else follow."""
-    if node.now_s is not None and is_expired(
-        manifest.expires, dt.datetime.fromtimestamp(node.now_s, dt.UTC)
-    ):
-        return _skip("Expired", expired_error(manifest.bundle_id, manifest.expires).message)
-    if key_id_hex is None:
-        return FOLLOW
+    """``Expired`` or ``Rollback`` when the import would refuse it, else follow (without the
+    key's id only the expiry can be judged)."""
+    now = None if node.now_s is None else dt.datetime.fromtimestamp(node.now_s, dt.UTC)
     candidate = Stamp(
-        key_id_hex, manifest.channel, manifest.sequence, manifest_digest, manifest.bundle_id
+        key_id_hex or "", manifest.channel, manifest.sequence, manifest_digest, manifest.bundle_id
     )
-    judgement = judge(candidate, node.accepted)
-    if judgement.is_taken or judgement.mark is None:
+    refusal = check(candidate, manifest.expires, node.accepted if key_id_hex else (), now).refusal
+    if refusal is None:
         return FOLLOW
-    return _skip("Rollback", rollback_error(candidate, judgement.mark).message)
+    return _skip("Expired" if isinstance(refusal, BundleExpired) else "Rollback", refusal.message)
 
 
 def _not_in_target(manifest: BundleManifest, node: NodeFacts, part: TargetPart) -> str:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 
 from nodeagent.bundles import freshness
 from nodeagent.bundles.freshness import MAX_SEQUENCE, Stamp, judge
-from nodeagent.errors import BundleExpired, BundleRollback
+from nodeagent.errors import BundleManifestInvalid
 from tests.unit.bundles.test_manifest import manifest_doc, parse
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, 0, tzinfo=dt.UTC)
@@ -78,7 +77,7 @@ def test_sequence_bounds_are_those_of_a_double() -> None:
 )
 def test_bad_freshness_fields_are_refused(changes: dict[str, Any], needle: str) -> None:
     doc = v3(**changes)
-    with pytest.raises(freshness.BundleManifestInvalid) as info:
+    with pytest.raises(BundleManifestInvalid) as info:
         parse(doc)
     assert needle in info.value.message
 
@@ -86,7 +85,7 @@ def test_bad_freshness_fields_are_refused(changes: dict[str, Any], needle: str) 
 def test_R31_a_sequence_is_missing_from_format_3() -> None:
     doc = v3()
     del doc["sequence"]
-    with pytest.raises(freshness.BundleManifestInvalid, match="sequence must be an integer"):
+    with pytest.raises(BundleManifestInvalid, match="sequence must be an integer"):
         parse(doc)
 
 
@@ -94,12 +93,12 @@ def test_R31_a_sequence_is_missing_from_format_3() -> None:
 def test_R31_freshness_fields_need_format_3(key: str) -> None:
     """A reader of version 1 or 2 would ignore them: such a bundle is refused, not read."""
     value = 5 if key == "sequence" else "2027-01-31T00:00:00Z"
-    with pytest.raises(freshness.BundleManifestInvalid, match="needs formatVersion 3"):
+    with pytest.raises(BundleManifestInvalid, match="needs formatVersion 3"):
         parse(manifest_doc(**{key: value}))
 
 
 def test_created_that_names_no_real_time_is_refused() -> None:
-    with pytest.raises(freshness.BundleManifestInvalid, match="no real time"):
+    with pytest.raises(BundleManifestInvalid, match="no real time"):
         parse(manifest_doc(created="2026-13-01T00:00:00Z"))
 
 
@@ -132,7 +131,7 @@ def test_a_rollback_says_what_it_is_older_than_and_what_to_do() -> None:
     judgement = judge(stamp(3), [stamp(5)])
     assert judgement.mark == stamp(5)
     error = freshness.rollback_error(stamp(3), stamp(5))
-    assert isinstance(error, BundleRollback) and error.reason == "BundleRollback"
+    assert error.reason == "BundleRollback"
     assert "sequence 3, lower than bundle b-5-a (sequence 5)" in error.message
     assert f"key {KEY} channel default" in error.message
     assert "--allow-rollback" in error.message
@@ -145,25 +144,70 @@ def test_a_rollback_says_what_it_is_older_than_and_what_to_do() -> None:
     st.lists(
         st.tuples(
             st.integers(0, 6), st.sampled_from("abc"), st.sampled_from(["default", "apps"]),
-            st.sampled_from([KEY, OTHER_KEY]),
+            st.sampled_from([KEY, OTHER_KEY]), st.sampled_from(["x", "y", "z"]),
+            st.booleans(),
         ),
         max_size=30,
     )
 )  # fmt: skip
 def test_accepted_sequences_are_monotone_per_key_and_channel(
-    offers: list[tuple[int, str, str, str]],
+    offers: list[tuple[int, str, str, str, str, bool]],
 ) -> None:
-    """Whatever comes, in whatever order: what a node takes never goes down in a key and
-    channel, and one sequence is taken again only as the same manifest."""
-    accepted: list[Stamp] = []
-    for sequence, digest, channel, key in offers:
-        candidate = stamp(sequence, digest, channel, key)
-        if judge(candidate, accepted).is_taken:
-            accepted.append(candidate)
-    for line in {(s.key_id, s.channel) for s in accepted}:
-        taken = [s for s in accepted if (s.key_id, s.channel) == line]
-        for a, b in itertools.pairwise(taken):
-            assert a.sequence < b.sequence or a.manifest_digest == b.manifest_digest
+    """Whatever comes, in whatever order, with or without ``--allow-rollback``, into a store
+    that keeps one signed manifest per bundle id (a bundle replaces its id's): a key and
+    channel's high-water mark never goes down; without the flag a bundle is taken only above
+    the mark, or at it as a manifest the store holds at that sequence already."""
+    store: dict[str, Stamp] = {}
+    for sequence, digest, channel, key, bundle_id, is_by_hand in offers:
+        candidate = Stamp(key, channel, sequence, f"sha256:{digest * 64}", bundle_id)
+        before = dict(store)
+        checked = freshness.check(
+            candidate, None, before.values(), NOW, is_allowing_rollback=is_by_hand
+        )
+        if checked.refusal is not None:
+            continue
+        store[bundle_id] = candidate
+        for line in {(s.key_id, s.channel) for s in before.values()}:
+            old, new = (
+                freshness.high_water(before.values(), *line),
+                freshness.high_water(store.values(), *line),
+            )
+            assert old is not None and new is not None and new.sequence >= old.sequence
+        mark = freshness.high_water(before.values(), key, channel)
+        if checked.passed_mark is None and mark is not None:
+            held = {s.manifest_digest for s in before.values() if s.sequence == mark.sequence
+                    and (s.key_id, s.channel) == (key, channel)}  # fmt: skip
+            assert sequence > mark.sequence or (
+                sequence == mark.sequence and candidate.manifest_digest in held
+            )
+
+
+def test_a_bundle_never_replaces_the_manifest_that_holds_a_mark() -> None:
+    """The store keeps one manifest per bundle id: one reusing the id of another line's mark
+    would drop it, even one taken by hand."""
+    mark = Stamp(KEY, "release", 10, f"sha256:{'a' * 64}", "x")
+    same_id = Stamp(KEY, "apps", 3, f"sha256:{'b' * 64}", "x")
+    checked = freshness.check(same_id, None, [mark], NOW, is_allowing_rollback=True)
+    assert checked.refusal is not None and checked.refusal.reason == "BundleRollback"
+    assert "would replace the signed manifest" in checked.refusal.message
+    newer = Stamp(KEY, "release", 11, f"sha256:{'c' * 64}", "x")
+    assert freshness.check(newer, None, [mark], NOW).refusal is None
+
+
+def test_by_hand_a_rollback_passes_and_names_the_mark() -> None:
+    checked = freshness.check(stamp(3), None, [stamp(5)], NOW, is_allowing_rollback=True)
+    assert (checked.refusal, checked.passed_mark) == (None, stamp(5))
+    refused = freshness.check(stamp(3), None, [stamp(5)], NOW)
+    assert refused.refusal is not None and "lower than" in refused.refusal.message
+
+
+def test_by_hand_an_expired_bundle_passes_and_still_meets_the_sequence_rule() -> None:
+    past = "2026-01-01T00:00:00Z"
+    assert freshness.check(stamp(6), past, [stamp(5)], NOW).refusal is not None
+    ignored = freshness.check(stamp(6), past, [stamp(5)], NOW, is_allowing_expired=True)
+    assert (ignored.refusal, ignored.is_expiry_ignored) == (None, True)
+    both = freshness.check(stamp(3), past, [stamp(5)], NOW, is_allowing_expired=True)
+    assert both.refusal is not None and both.refusal.reason == "BundleRollback"
 
 
 # ---------------------------------------------------------------- expiry (R33)
@@ -182,7 +226,7 @@ def test_expiry(expires: str | None, is_expired: bool) -> None:
 
 def test_an_expired_bundle_says_when() -> None:
     error = freshness.expired_error("b", "2026-11-01T00:00:00Z")
-    assert isinstance(error, BundleExpired) and error.reason == "BundleExpired"
+    assert error.reason == "BundleExpired"
     assert "2026-11-01T00:00:00Z" in error.message and "--allow-expired" in error.message
 
 
