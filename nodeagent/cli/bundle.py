@@ -32,6 +32,7 @@ from nodeagent.bundles.freshness import (
     Freshness,
     expiry_from_option,
     freshness_of,
+    is_expired,
 )
 from nodeagent.bundles.target import BundleTarget, describe_target, parse_selector_text
 from nodeagent.config import Config
@@ -104,7 +105,7 @@ def add_parser(sub: Subparsers) -> Subparsers:
         "earlier bundle's (default: the creation time in seconds since 1970)",
     )  # fmt: skip
     create.add_argument(
-        "--expires", default=None, metavar="TIME",
+        "--expires", type=parse_expires, default=None, metavar="TIME",
         help="no node takes the bundle after this RFC 3339 UTC time (2027-01-31T00:00:00Z), "
         "or this long after its creation (30d, 12h, 90m); default: never",
     )  # fmt: skip
@@ -178,6 +179,15 @@ def parse_sequence(text: str) -> int:
             f"{clip(text, 40)!r} is not an integer 0 to {MAX_SEQUENCE}"
         )
     return int(text)
+
+
+def parse_expires(text: str) -> str:
+    """``--expires``, checked now (its time is computed from the creation time later)."""
+    try:
+        expiry_from_option(text, datetime.now(UTC))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def parse_target_selector(text: str) -> BundleTarget:
@@ -338,10 +348,11 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
 def freshness_option(args: argparse.Namespace, now: datetime) -> Freshness:
     """``--channel``, ``--sequence`` (default ``now`` in seconds) and ``--expires``."""
     sequence = int(now.timestamp()) if args.sequence is None else args.sequence
-    try:
-        expires = None if args.expires is None else expiry_from_option(args.expires, now)
-    except ValueError as exc:
-        raise BundleManifestInvalid(f"--expires: {exc}") from None
+    expires = None if args.expires is None else expiry_from_option(args.expires, now)
+    if expires is not None and is_expired(expires, now):
+        raise BundleManifestInvalid(
+            f"--expires {expires} is not after the creation time: no node would take the bundle"
+        )
     return Freshness(args.channel, sequence, expires)
 
 

@@ -21,6 +21,7 @@ import pytest
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.store.accepted import accepted_stamps
 from nodeagent.adapters.store.keeper import collect
+from nodeagent.bundles import minisign
 from nodeagent.store.keeping import KeepRules
 from tests.testenv.agent import Agent
 from tests.testenv.bundles import build_factory
@@ -176,7 +177,13 @@ def test_bundle_create_writes_format_3_with_channel_sequence_and_expiry(
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--sequence", "-1"), ("--sequence", str(1 << 53)), ("--channel", "a/b")],
+    [
+        ("--sequence", "-1"),
+        ("--sequence", str(1 << 53)),
+        ("--channel", "a/b"),
+        ("--expires", "tomorrow"),
+        ("--expires", "2027-02-30T00:00:00Z"),
+    ],
 )
 def test_bundle_create_refuses_a_bad_option_before_anything(
     tmp_path: Path, option: str, value: str
@@ -188,3 +195,21 @@ def test_bundle_create_refuses_a_bad_option_before_anything(
     )  # fmt: skip
     assert bad.returncode == 2 and option in bad.stderr, bad.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_bundle_create_refuses_an_expiry_already_past(tmp_path: Path) -> None:
+    past = create_refused(tmp_path, ["--expires", "2020-01-01T00:00:00Z"])
+    assert past.returncode == 65 and "not after the creation time" in past.stderr, past.stderr
+
+
+def create_refused(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``bundle create`` with a real key and image reference: refused before any fetch."""
+    _public, secret = minisign.generate_keypair(comment="t")
+    (tmp_path / "k").write_text(secret)
+    ref = f"registry.invalid/a@sha256:{'a' * 64}"
+    return subprocess.run(
+        [sys.executable, "-m", "nodeagent", "--config", str(tmp_path / "none.toml"), "bundle",
+         "create", "--key", str(tmp_path / "k"), "--output", str(tmp_path / "o"),
+         "--image", ref, *args],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
