@@ -136,8 +136,7 @@ class BundleManifest:
     """The optional ``channel``: a release line of the signing key (``bundles.freshness``)."""
     sequence: int = 0
     expires: str | None = None
-    """Its place in the channel (format 3; before, ``created`` in seconds) and the optional
-    time no node takes it after (format 3): anti-rollback, ``bundles.freshness``."""
+    """Its place in its channel and its optional expiry: anti-rollback, ``bundles.freshness``."""
     target: BundleTarget | None = None
     """The optional ``target`` (format version 2): the nodes the bundle is meant for, beyond
     its ``architecture`` (``bundles.target``)."""
