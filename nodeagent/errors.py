@@ -62,6 +62,8 @@ happened and what to do about it. Retry decisions follow the two branches::
             ├── BundleArchitectureMismatch BundleArchitectureMismatch
             ├── BundleNotInTarget       BundleNotInTarget (the target leaves the node out)
             ├── BundleReleaseInvalid    BundleReleaseInvalid (bundle.json's release object)
+            ├── BundleRollback          BundleRollback (older than a bundle already accepted)
+            ├── BundleExpired           BundleExpired (its signed expiry time is past)
             ├── BundleUnsafePath        BundleUnsafePath
             ├── BundleUnsafeEntry       BundleUnsafeEntry
             ├── BundleUnlistedFile      BundleUnlistedFile
@@ -363,6 +365,18 @@ class BundleReleaseInvalid(BundleError):
     """``bundle.json``'s ``release`` object breaks a rule (docs/bundle-format.md R31, R32)."""
 
     reason = "BundleReleaseInvalid"
+class BundleRollback(BundleError):
+    """The bundle's signed ``sequence`` is lower than the highest this node accepted for
+    the same signing key and channel, or equal to it with another manifest: the replay of an
+    older, validly signed bundle (docs/bundle-format.md#anti-rollback)."""
+
+    reason = "BundleRollback"
+
+
+class BundleExpired(BundleError):
+    """The bundle's signed ``expires`` time is past (by this node's clock)."""
+
+    reason = "BundleExpired"
 
 
 class BundleUnsafePath(BundleError):

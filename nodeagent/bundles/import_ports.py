@@ -6,11 +6,13 @@ labels. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from nodeagent.bundles.freshness import Stamp
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
 from nodeagent.bundles.serving import BundleServerPort, MirrorPort
 from nodeagent.ports import ImageRuntime, Reloader, SpaceProbe, StateStore
@@ -25,6 +27,14 @@ class VerifiedBundle(Protocol):
 
     @property
     def signed_by(self) -> str: ...
+
+    @property
+    def key_id_hex(self) -> str: ...
+
+    @property
+    def manifest_digest(self) -> str:
+        """``sha256:<hex>`` of the ``bundle.json`` verified."""
+        ...
 
 
 class ImageStorePort(Protocol):
@@ -82,3 +92,13 @@ class ImporterPorts:
     is_ignoring_target: bool = False
     """``bundle import --ignore-target``: a technician imports a bundle whose target's
     selector leaves this node out (its architecture is still checked, rule R13)."""
+    accepted: Callable[[], Sequence[Stamp]] = field(default=lambda: ())
+    """The signed manifests the node's store keeps, verified again (blocking, run in a
+    thread; ``adapters.store.accepted``): the anti-rollback rule's high-water marks."""
+    wall_clock: Callable[[], float] = time.time
+    """Unix time, for a bundle's ``expires``."""
+    is_allowing_rollback: bool = False
+    """``bundle import --allow-rollback``: a technician takes a bundle older than one the
+    node accepted (logged, ``bundle_rollback_allowed``). The daemon never sets it."""
+    is_allowing_expired: bool = False
+    """``bundle import --allow-expired``: likewise for an expired bundle."""

@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 import yaml
 
+from nodeagent.bundles.freshness import Stamp, check
 from nodeagent.bundles.import_ports import ImageStorePort, ImporterPorts
 from nodeagent.bundles.manifest import MAX_NAME_BYTES, BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import served_blobs, total_size_bytes
@@ -121,6 +122,9 @@ class Importer:
                 check_node_in_target(manifest.target, labels, bundle_id=manifest.bundle_id)
             except NodeAgentError as exc:
                 return self._reject(replace(report, bundle_id=manifest.bundle_id), exc)
+        stale = await self._stale(manifest, checked.key_id_hex, checked.manifest_digest)
+        if stale is not None:
+            return self._reject(replace(report, bundle_id=manifest.bundle_id), stale)
         report = replace(
             report,
             state="verified",
@@ -146,15 +150,43 @@ class Importer:
         return await wait()
 
     async def import_stored(
-        self, manifest: BundleManifest, *, signed_by: str, source: str
+        self, manifest: BundleManifest, *, signed_by: str, key_id_hex: str, digest: str, source: str
     ) -> BundleReport:
         """A bundle already in the store (fetched from peers, its signature verified and its
-        target checked by the fetcher): import and hand over as after a stick's copy."""
+        target checked by the fetcher): import and hand over as after a stick's copy, unless
+        the anti-rollback rule refuses it now (a newer one came meanwhile)."""
         total = total_size_bytes(served_blobs(manifest))
         report = BundleReport(
             source, "stored", manifest.bundle_id, signed_by, len(manifest.images), bytes_total=total
         )
+        stale = await self._stale(manifest, key_id_hex, digest)
+        if stale is not None:
+            return self._reject(report, stale)
         return await self._import_verified(None, manifest, report)
+
+    async def _stale(
+        self, manifest: BundleManifest, key_id_hex: str, digest: str
+    ) -> NodeAgentError | None:
+        """Expiry and anti-rollback (``bundles.freshness.check``): the refusal, or None to go
+        on; a rule set aside by hand is logged as a warning naming what it let in."""
+        ports, bundle_id, sequence = self.ports, manifest.bundle_id, manifest.sequence
+        candidate = Stamp(key_id_hex, manifest.channel, sequence, digest, bundle_id)
+        checked = check(
+            candidate, manifest.expires, await asyncio.to_thread(ports.accepted),
+            dt.datetime.fromtimestamp(ports.wall_clock(), dt.UTC),
+            is_allowing_rollback=ports.is_allowing_rollback,
+            is_allowing_expired=ports.is_allowing_expired,
+        )  # fmt: skip
+        if checked.is_expiry_ignored:
+            log.warning("bundle_expiry_ignored", bundle=bundle_id, expires=manifest.expires,
+                        action="imported by hand with --allow-expired")  # fmt: skip
+        if (mark := checked.passed_mark) is not None:
+            log.warning(
+                "bundle_rollback_allowed", bundle=bundle_id, key=key_id_hex,
+                channel=manifest.channel, sequence=sequence, high_water=mark.sequence,
+                high_water_bundle=mark.bundle_id, action="imported by hand with --allow-rollback",
+            )  # fmt: skip
+        return checked.refusal
 
     def _reject(self, report: BundleReport, exc: NodeAgentError) -> BundleReport:
         message = clip(exc.message, MESSAGE_CHARS)

@@ -23,6 +23,7 @@ from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
 from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.adapters.registry.client import RegistryClient
+from nodeagent.adapters.store.accepted import accepted_stamps
 from nodeagent.adapters.store.copier import StoreLimits
 from nodeagent.adapters.store.node_store import NodeImageStore
 from nodeagent.adapters.store.registry_sets import RegistrySets
@@ -105,7 +106,10 @@ def build_importer(
     node_labels: Callable[[], Mapping[str, str] | None] = lambda: None,
     wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None,
     is_ignoring_target: bool = False,
+    is_allowing_rollback: bool = False,
+    is_allowing_expired: bool = False,
 ) -> Importer:
+    """The importer; the ``is_*`` overrides are ``bundle import``'s flags (never the daemon's)."""
     transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
     platform = node_platform(os.uname().machine)
     ports = ImporterPorts(
@@ -126,6 +130,9 @@ def build_importer(
         node_labels=node_labels,
         wait_node_labels=wait_node_labels,
         is_ignoring_target=is_ignoring_target,
+        accepted=lambda: accepted_stamps(config.store_dir, config.bundles.trusted_keys_dir),
+        is_allowing_rollback=is_allowing_rollback,
+        is_allowing_expired=is_allowing_expired,
     )
     return Importer(ports, policies.disk)
 

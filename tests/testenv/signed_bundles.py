@@ -56,9 +56,12 @@ def signed_bundle(
     created: str = "2026-01-01T00:00:00Z",
     channel: str | None = None,
     host: str = HOST,
+    sequence: int | None = None,
+    expires: str | None = None,
 ) -> Signed:
     """An OCI-layout bundle of ``images`` (named ``host/<repository>@<digest>``) carrying
-    one set of them, signed by ``keys``."""
+    one set of them, signed by ``keys``; with a ``sequence`` (and perhaps ``expires``), of
+    format 3."""
     layout = write_oci_layout(root, host, images, bundle_id=bundle_id)
     doc = json.loads((root / "bundle.json").read_text())
     refs = [{"name": layout.ref(i)} for i in images]
@@ -71,6 +74,10 @@ def signed_bundle(
     doc |= {"created": created, "pinnedImageSets": [{"persistent": True, "object": spec}]}
     if channel is not None:
         doc["channel"] = channel
+    if sequence is not None:
+        doc |= {"formatVersion": 3, "sequence": sequence}
+    if expires is not None:
+        doc["expires"] = expires
     data = json.dumps(doc, indent=1).encode()
     (root / "bundle.json").write_bytes(data)
     (root / "bundle.json.minisig").write_text(minisign.sign(data, keys.secret, trusted_comment="t"))

@@ -191,6 +191,14 @@ def read_signed_manifest(
     root: Path, trusted_keys: dict[bytes, minisign.PublicKey]
 ) -> tuple[BundleManifest, minisign.Verified]:
     """Read ``bundle.json``, verify its signature, and only then parse it."""
+    manifest, verified, _digest = read_signed(root, trusted_keys)
+    return manifest, verified
+
+
+def read_signed(
+    root: Path, trusted_keys: dict[bytes, minisign.PublicKey]
+) -> tuple[BundleManifest, minisign.Verified, str]:
+    """``read_signed_manifest``, and the ``sha256:<hex>`` of the bytes verified."""
     with BundleDir(root) as directory:
         data = directory.read_small(bundle.MANIFEST_NAME, bundle.MAX_MANIFEST_BYTES)
         signature = directory.read_small(bundle.SIGNATURE_NAME, MAX_SIGNATURE_BYTES)
@@ -206,7 +214,7 @@ def read_signed_manifest(
     if signature is not None and len(signature) > MAX_SIGNATURE_BYTES:
         raise SignatureMalformed(f"{bundle.SIGNATURE_NAME} is larger than a minisign signature")
     verified = minisign.verify(data, signature, trusted_keys, is_legacy_allowed=False)
-    return bundle.parse_manifest(data), verified
+    return bundle.parse_manifest(data), verified, f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
 # ---------------------------------------------------------------- 2. the tree
@@ -363,6 +371,9 @@ def _manifest_json(manifest: BundleManifest) -> dict[str, Any]:
         "created": manifest.created,
         "architecture": manifest.architecture,
         "target": None if manifest.target is None else target_doc(manifest.target),
+        "channel": manifest.channel,
+        "sequence": manifest.sequence,
+        "expires": manifest.expires,
         "layout": manifest.layout,
         "images": [
             {"name": str(i.ref), "manifestDigest": i.manifest_digest, "sizeBytes": i.size_bytes}

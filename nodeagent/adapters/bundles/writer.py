@@ -41,7 +41,8 @@ from nodeagent.authfile import AuthStore
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
 from nodeagent.bundles import release as releases
-from nodeagent.bundles.target import RELEASE_FORMAT_VERSION, BundleTarget, target_doc
+from nodeagent.bundles.freshness import Freshness
+from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION, BundleTarget, target_doc
 from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
@@ -145,21 +146,26 @@ def manifest_doc(
     files: dict[str, bytes],
     sets: Sequence[PinnedImageSet],
     target: BundleTarget | None = None,
+    freshness: Freshness | None = None,
     release: releases.BundleRelease | None = None,
 ) -> bytes:
-    """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 1, or
-    format 2 with a ``target`` (a reader of format 1 refuses it rather than ignore it), or
-    format 3 with a ``release`` (``bundles.release``)."""
+    """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 3 with
+    a ``freshness`` (channel, sequence, expiry: what ``bundle create`` writes) and optionally
+    a ``release`` (``bundles.release``), else format 1, or 2 with a ``target`` (a reader of
+    an older format refuses a newer one)."""
+    if release is not None and freshness is None:
+        raise ValueError("a release is format 3, which needs a sequence (freshness)")
     blobs = {blob.digest: blob.size_bytes for image in images for blob in image.blobs}
     version = bundle.FORMAT_VERSION if target is None else bundle.TARGET_FORMAT_VERSION
-    if release is not None:
-        version = RELEASE_FORMAT_VERSION
     doc: dict[str, Any] = {
-        "formatVersion": version,
+        "formatVersion": version if freshness is None else FRESHNESS_FORMAT_VERSION,
         "bundleId": bundle_id,
         "created": created,
         "architecture": architecture,
     }
+    if freshness is not None:
+        doc |= {"channel": freshness.channel, "sequence": freshness.sequence}
+        doc |= {"expires": freshness.expires} if freshness.expires is not None else {}
     if target is not None:
         doc["target"] = target_doc(target)
     doc |= {
@@ -246,6 +252,7 @@ async def create_bundle(
     progress: Progress | None = None,
     now: datetime | None = None,
     release: ReleaseRequest | None = None,
+    freshness: Freshness | None = None,
 ) -> CreatedBundle:
     """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle.
 
@@ -267,11 +274,13 @@ async def create_bundle(
     )
     images = [await fetcher.plan(ref, platform) for ref in refs]
     await fetcher.fetch_layers(images, output_dir)
-    created = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = now or datetime.now(UTC)
+    created = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    freshness = freshness or Freshness(bundle.DEFAULT_CHANNEL, int(when.timestamp()), None)
     doc = manifest_doc(
         bundle_id=bundle_id, created=created, architecture=platform.architecture,
         images=images, files=_layout_files(images) | extra, sets=sets, target=target,
-        release=carried,
+        freshness=freshness, release=carried,
     )  # fmt: skip
     comment = f"nodeagent bundle {bundle_id} created {created}"
     await asyncio.to_thread(

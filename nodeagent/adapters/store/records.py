@@ -325,4 +325,5 @@ def record_for(
         sets=tuple(s.name for s in manifest.sets),
         images=images,
         blobs=blobs,
+        sequence=manifest.sequence,
     )
