@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from nodeagent.bundles.signatures import ImageSignature, image_signatures_of
 from nodeagent.bundles.target import FORMAT_VERSION as FORMAT_VERSION
+from nodeagent.bundles.target import SIGNATURES_FORMAT_VERSION, BundleTarget, target_of
 from nodeagent.bundles.target import TARGET_FORMAT_VERSION as TARGET_FORMAT_VERSION
-from nodeagent.bundles.target import BundleTarget, target_of
 from nodeagent.errors import (  # re-exported: callers may name them bundle.X
     BundleDigestMismatch as BundleDigestMismatch,
 )
@@ -39,21 +40,15 @@ from nodeagent.errors import (
 from nodeagent.errors import (
     BundleSizeMismatch as BundleSizeMismatch,
 )
-from nodeagent.errors import (
-    BundleUnlistedFile as BundleUnlistedFile,
-)
-from nodeagent.errors import (
-    BundleUnsafeEntry as BundleUnsafeEntry,
-)
-from nodeagent.errors import (
-    BundleUnsafePath as BundleUnsafePath,
-)
+from nodeagent.errors import BundleUnlistedFile as BundleUnlistedFile
+from nodeagent.errors import BundleUnsafeEntry as BundleUnsafeEntry
+from nodeagent.errors import BundleUnsafePath as BundleUnsafePath
 from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.specs import API_VERSION, KIND, PinnedImageSet, parse_set_object
 from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
-FORMAT_VERSIONS: Final = (FORMAT_VERSION, TARGET_FORMAT_VERSION)
+FORMAT_VERSIONS: Final = (FORMAT_VERSION, TARGET_FORMAT_VERSION, SIGNATURES_FORMAT_VERSION)
 MANIFEST_NAME: Final = "bundle.json"
 SIGNATURE_NAME: Final = "bundle.json.minisig"
 MAX_MANIFEST_BYTES: Final = 16 * 1024 * 1024
@@ -138,6 +133,7 @@ class BundleManifest:
     target: BundleTarget | None = None
     """The optional ``target`` (format version 2): the nodes the bundle is meant for, beyond
     its ``architecture`` (``bundles.target``)."""
+    image_signatures: tuple[ImageSignature, ...] = ()  # format 3: bundles.signatures
 
     @property
     def total_size_bytes(self) -> int:
@@ -355,13 +351,13 @@ def _document(data: bytes) -> dict[str, Any]:
     version = doc.get("formatVersion")
     if type(version) is not int:  # not True, 1.0 or "1"
         raise BundleManifestInvalid(
-            f"bundle.json: formatVersion must be the integer {FORMAT_VERSION} or "
-            f"{TARGET_FORMAT_VERSION}, not {_kind(version)}"
+            f"bundle.json: formatVersion must be an integer {FORMAT_VERSION} to "
+            f"{FORMAT_VERSIONS[-1]}, not {_kind(version)}"
         )
     if version not in FORMAT_VERSIONS:
         raise BundleFormatUnsupported(
             f"bundle format version {clip(version, 50)} is not supported (this nodeagent reads "
-            f"versions {FORMAT_VERSION} and {TARGET_FORMAT_VERSION}); use a bundle made for "
+            f"versions {FORMAT_VERSION} to {FORMAT_VERSIONS[-1]}); use a bundle made for "
             "this nodeagent version"
         )
     return doc
@@ -382,6 +378,7 @@ def parse_manifest(data: bytes) -> BundleManifest:
     target = target_of(doc)
     images = _images(doc)
     blobs = _blobs(doc, layout)
+    listed = {f"sha256:{f.sha256_hex}": f for f in blobs.values()}
     return BundleManifest(
         bundle_id=bundle_id,
         created=created,
@@ -390,9 +387,10 @@ def parse_manifest(data: bytes) -> BundleManifest:
         images=images,
         files=_files(doc, layout, blobs),
         sets=_sets(doc, images),
-        blobs={f"sha256:{f.sha256_hex}": f for f in blobs.values()},
+        blobs=listed,
         channel=channel,
         target=target,
+        image_signatures=image_signatures_of(doc, [i.ref for i in images], listed),
     )
 
 

@@ -29,6 +29,8 @@ TARGET_FORMAT_VERSION: Final = 2
 """The version of a bundle with a ``target``. A nodeagent that reads only version 1 ignores
 fields it does not know, so it would take a bundle not meant for it; it refuses version 2
 (``BundleFormatUnsupported``) instead (docs/decisions/0028-bundle-targets.md)."""
+SIGNATURES_FORMAT_VERSION: Final = 3
+"""The version of a bundle with ``imageSignatures`` (``bundles.signatures``)."""
 TARGET_KEYS: Final = frozenset({"nodeSelector"})
 MAX_SELECTOR_CHARS: Final = 4096
 """A selector's text in ``bundle.json``: 4 KiB holds about 50 requirements of the longest
@@ -125,7 +127,7 @@ def target_of(doc: Mapping[str, Any]) -> BundleTarget | None:
     in version 2, which a reader of version 1 refuses rather than ignore the target."""
     if "target" not in doc:
         return None
-    if doc.get("formatVersion") != TARGET_FORMAT_VERSION:
+    if doc.get("formatVersion") == FORMAT_VERSION:
         raise BundleManifestInvalid(
             f"bundle.json: a target needs formatVersion {TARGET_FORMAT_VERSION} (a nodeagent "
             f"that reads only version {FORMAT_VERSION} would ignore it and take the bundle)"
