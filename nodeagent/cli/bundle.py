@@ -92,6 +92,11 @@ def add_parser(sub: Subparsers) -> Subparsers:
     create.add_argument(
         "--transient", action="store_true", help="the sets last until reboot (/run), not /etc"
     )
+    create.add_argument(
+        "--with-signatures", action="store_true",
+        help="carry each image's sigstore signature (tag sha256-<hex>.sig) when its registry "
+        "has one, for nodes whose signature policy requires them",
+    )  # fmt: skip
     verify = commands.add_parser("verify", help="check a bundle's signature and every byte")
     verify.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
@@ -265,6 +270,7 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
                 refs, sets, secret_key, args.output, client=client, auth=read_auth(args.auth_file),
                 bundle_id=args.bundle_id, target=args.target_selector,
                 progress=progress.blobs if progress else None,
+                with_signatures=args.with_signatures,
             )
         )  # fmt: skip
     finally:
@@ -276,8 +282,12 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
         f"signed by key {created.key_id_hex}"
     )
     _out(f"  for {describe_target(args.arch.architecture, created.target)}")
+    signed = {str(c.signature.image) for c in created.signatures}
     for image in created.images:
-        _out(f"  {image.ref} ({format_bytes(image.size_bytes)})")
+        mark = ", sigstore signature carried" if str(image.ref) in signed else ""
+        _out(f"  {image.ref} ({format_bytes(image.size_bytes)}{mark})")
+    if args.with_signatures:
+        _out(f"  {len(signed)} of {len(created.images)} images signed (sigstore)")
     return 0
 
 

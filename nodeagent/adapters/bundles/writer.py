@@ -34,12 +34,14 @@ from typing import Any, Final
 
 from nodeagent.adapters.bundles import tree as bundle_media
 from nodeagent.adapters.bundles.fetcher import ImageFetcher, PlannedImage, Progress
+from nodeagent.adapters.bundles.sigstore import CarriedSignature, fetch_signature
 from nodeagent.adapters.files import write_atomic
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.authfile import AuthStore
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
-from nodeagent.bundles.target import BundleTarget, target_doc
+from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
+from nodeagent.bundles.target import SIGNATURES_FORMAT_VERSION, BundleTarget, target_doc
 from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
@@ -61,6 +63,8 @@ class CreatedBundle:
     key_id_hex: str
     trusted_comment: str
     target: BundleTarget | None = None
+    signatures: tuple[CarriedSignature, ...] = ()
+    """The images' sigstore signatures carried (``--with-signatures``)."""
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -140,11 +144,16 @@ def manifest_doc(
     files: dict[str, bytes],
     sets: Sequence[PinnedImageSet],
     target: BundleTarget | None = None,
+    signatures: Sequence[CarriedSignature] = (),
 ) -> bytes:
-    """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 1, or
-    format 2 with a ``target`` (a reader of format 1 refuses it rather than ignore it)."""
+    """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 1,
+    format 2 with a ``target`` (a reader of format 1 refuses it rather than ignore it), format
+    3 with ``imageSignatures`` (the blobs of each signature listed with the others)."""
     blobs = {blob.digest: blob.size_bytes for image in images for blob in image.blobs}
+    blobs |= {blob.digest: blob.size_bytes for s in signatures for blob in s.blobs}
     version = bundle.FORMAT_VERSION if target is None else bundle.TARGET_FORMAT_VERSION
+    if signatures:
+        version = SIGNATURES_FORMAT_VERSION
     doc: dict[str, Any] = {
         "formatVersion": version,
         "bundleId": bundle_id,
@@ -166,6 +175,8 @@ def manifest_doc(
         ],
         "pinnedImageSets": [{"persistent": s.is_persistent, "object": set_object(s)} for s in sets],
     }
+    if signatures:
+        doc[SIGNATURES_KEY] = signatures_doc(s.signature for s in signatures)
     return json.dumps(doc, indent=2).encode() + b"\n"
 
 
@@ -232,6 +243,7 @@ async def create_bundle(
     target: BundleTarget | None = None,
     progress: Progress | None = None,
     now: datetime | None = None,
+    with_signatures: bool = False,
 ) -> CreatedBundle:
     """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle.
 
@@ -248,21 +260,28 @@ async def create_bundle(
     fetcher = ImageFetcher(client, auth, blobs_dir, progress)
     images = [await fetcher.plan(ref, platform) for ref in refs]
     await fetcher.fetch_layers(images, output_dir)
+    signatures = [await fetch_signature(fetcher, i) for i in images] if with_signatures else []
+    carried = tuple(s for s in signatures if s is not None)
     created = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     doc = manifest_doc(
         bundle_id=bundle_id, created=created, architecture=platform.architecture,
         images=images, files=_layout_files(images), sets=sets, target=target,
+        signatures=carried,
     )  # fmt: skip
     comment = f"nodeagent bundle {bundle_id} created {created}"
+    keep = {b.digest for i in images for b in i.blobs} | {
+        b.digest for c in carried for b in c.blobs
+    }
     await asyncio.to_thread(
-        _finish, output_dir, images, doc, secret_key, comment, platform=platform
+        _finish, output_dir, images, doc, secret_key, comment, platform=platform, keep=keep
     )
     size_bytes = bundle.parse_manifest(doc).total_size_bytes
-    blob_count = len({b.digest for image in images for b in image.blobs})
+    blob_count = len(keep)
     key_id = secret_key.public_key().key_id_hex
     return CreatedBundle(
-        bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target
-    )
+        bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target,
+        carried,
+    )  # fmt: skip
 
 
 def _layout_files(images: Sequence[PlannedImage]) -> dict[str, bytes]:
@@ -277,10 +296,12 @@ def _finish(
     comment: str,
     *,
     platform: Platform,
+    keep: set[str],
 ) -> None:
-    """Layout files, a check of the bundle as the verifier sees it, the signature, bundle.json."""
+    """Layout files, a check of the bundle as the verifier sees it, the signature, bundle.json;
+    ``keep``: every listed blob's digest (others an interrupted run left are removed)."""
     blobs_dir = output_dir / "blobs" / "sha256"
-    _remove_unlisted(blobs_dir, {b.digest.removeprefix("sha256:") for i in images for b in i.blobs})
+    _remove_unlisted(blobs_dir, {digest.removeprefix("sha256:") for digest in keep})
     _fsync_dir(blobs_dir)
     for name, data in _layout_files(images).items():
         write_atomic(output_dir / name, data)
