@@ -224,6 +224,8 @@ class BundleReport:
     """The same for a person: '312 MiB of 1 GiB (30 %), 38.2 MB/s, about 18 s left'."""
     is_medium_removable: bool = False
     """The bundle is in the node's store: the medium may be removed."""
+    warnings: tuple[tuple[str, str], ...] = ()
+    """(reason, message) of what did not stop the import but needs a technician."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -243,6 +245,8 @@ class BundleReport:
             doc["mediumRemovable"] = True
         if self.reason:
             doc |= {"reason": self.reason, "message": self.message or ""}
+        if self.warnings:
+            doc["warnings"] = [{"reason": r, "message": m} for r, m in self.warnings]
         return doc
 
 

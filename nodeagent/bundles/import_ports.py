@@ -13,6 +13,7 @@ from typing import Protocol
 
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
 from nodeagent.bundles.serving import BundleServerPort, MirrorPort
+from nodeagent.bundles.signatures import AttachmentScopes
 from nodeagent.ports import ImageRuntime, Reloader, SpaceProbe, StateStore
 from nodeagent.prepull import PrePuller
 from nodeagent.progress import ByteProgress
@@ -43,6 +44,19 @@ class ImageStorePort(Protocol):
     ) -> object: ...
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
+
+
+class SigstorePort(Protocol):
+    """The runtime's registries.d (``adapters.bundles.registries_d.RegistriesD``)."""
+
+    @property
+    def directory(self) -> str: ...
+
+    def scopes(self) -> AttachmentScopes: ...
+
+    def write_mirror(self, mirror_host: str) -> bool: ...
+
+    def remove_mirror(self) -> bool: ...
 
 
 class SpecSink(Protocol):
@@ -79,6 +93,13 @@ class ImporterPorts:
     wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None
     """Cluster mode: the labels once the API has listed the Node, waited for (bounded) when a
     bundle with a selector comes before them; unknown is not "no" (None: nothing to wait for)."""
+    make_signed_server: (
+        Callable[[Path, Mapping[str, ExpectedFile], Mapping[str, str]], BundleServerPort] | None
+    ) = None
+    """For a bundle with ``imageSignatures``: a server that also answers its signature tags
+    (``signatures.served_tags``); None: such bundles are served without them."""
+    sigstore: SigstorePort | None = None
+    """registries.d: checked for a bundle's signed images, and the loopback mirror's drop-in."""
     is_ignoring_target: bool = False
     """``bundle import --ignore-target``: a technician imports a bundle whose target's
     selector leaves this node out (its architecture is still checked, rule R13)."""

@@ -16,6 +16,7 @@ import structlog
 
 from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
 from nodeagent.adapters.bundles.mirror import MirrorDropin
+from nodeagent.adapters.bundles.registries_d import RegistriesD
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
@@ -43,8 +44,10 @@ log = structlog.get_logger("nodeagent.bundles.imports")
 class ServedBundle:
     """``importer.BundleServerPort`` over the loopback ``BundleServer``."""
 
-    def __init__(self, root: Path, blobs: Mapping[str, ExpectedFile]) -> None:
-        self._server = BundleServer(root, blobs)
+    def __init__(
+        self, root: Path, blobs: Mapping[str, ExpectedFile], tags: Mapping[str, str] | None = None
+    ) -> None:
+        self._server = BundleServer(root, blobs, tags=tags)
 
     @property
     def mirror_host(self) -> str:
@@ -123,6 +126,8 @@ def build_importer(
         node_labels=node_labels,
         wait_node_labels=wait_node_labels,
         is_ignoring_target=is_ignoring_target,
+        make_signed_server=ServedBundle,
+        sigstore=RegistriesD(config.runtime.registries_d_dir),
     )
     return Importer(ports, policies.disk)
 
