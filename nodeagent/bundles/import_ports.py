@@ -59,6 +59,12 @@ class SigstorePort(Protocol):
     def remove_mirror(self) -> bool: ...
 
 
+SignedServerFactory = Callable[
+    [Path, Mapping[str, ExpectedFile], Mapping[str, str]], BundleServerPort
+]
+"""A loopback server that also answers signature tags (``signatures.served_tags``)."""
+
+
 class SpecSink(Protocol):
     """Writes a bundle's PinnedImageSet into the persistent or transient spec directory."""
 
@@ -93,9 +99,7 @@ class ImporterPorts:
     wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None
     """Cluster mode: the labels once the API has listed the Node, waited for (bounded) when a
     bundle with a selector comes before them; unknown is not "no" (None: nothing to wait for)."""
-    make_signed_server: (
-        Callable[[Path, Mapping[str, ExpectedFile], Mapping[str, str]], BundleServerPort] | None
-    ) = None
+    make_signed_server: SignedServerFactory | None = None
     """For a bundle with ``imageSignatures``: a server that also answers its signature tags
     (``signatures.served_tags``); None: such bundles are served without them."""
     sigstore: SigstorePort | None = None

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import structlog
 
+from nodeagent.bundles.import_ports import SignedServerFactory, SigstorePort
 from nodeagent.bundles.manifest import ExpectedFile
 from nodeagent.bundles.serving import (
     MIRROR_LOCK,
@@ -39,6 +40,9 @@ class Restorable(Protocol):
     @property
     def files(self) -> dict[str, ExpectedFile]: ...
 
+    @property
+    def tags(self) -> dict[str, str]: ...
+
 
 class StoreSource(Protocol):
     """The store as the restorer reads it (``adapters.store.node_store.NodeImageStore``);
@@ -58,10 +62,17 @@ class StoreRestorer:
         source: StoreSource,
         make_server: Callable[[Path, Mapping[str, ExpectedFile]], BundleServerPort],
         session: MirrorPullPorts,
+        *,
+        make_signed_server: SignedServerFactory | None = None,
+        sigstore: SigstorePort | None = None,
     ) -> None:
+        """``make_signed_server`` and ``sigstore``: images of bundles with image signatures
+        are served with their signature tags, the runtime told to read them (as at import)."""
         self.source = source
         self.make_server = make_server
         self.session = session
+        self.make_signed_server = make_signed_server
+        self.sigstore = sigstore if make_signed_server is not None else None
 
     async def holds(self, refs: Sequence[str]) -> list[str]:
         found = await asyncio.to_thread(self.source.restorable, refs)
@@ -73,10 +84,22 @@ class StoreRestorer:
         if not wanted:
             return {}
         async with MIRROR_LOCK:
-            server = self.make_server(self.source.root, found.files)
+            make_signed, sigstore = self.make_signed_server, self.sigstore if found.tags else None
+            if make_signed is not None and sigstore is not None:
+                server = make_signed(self.source.root, found.files, found.tags)
+            else:
+                server = self.make_server(self.source.root, found.files)
             await server.start()
             images = [parse_pinned_image_ref(ref) for ref in wanted]
-            results = await pull_via_mirror(self.session, server, images, wanted, source="store")
+            try:
+                if sigstore is not None:
+                    await asyncio.to_thread(sigstore.write_mirror, server.mirror_host)
+                results = await pull_via_mirror(
+                    self.session, server, images, wanted, source="store"
+                )
+            finally:
+                if sigstore is not None:
+                    await asyncio.to_thread(sigstore.remove_mirror)
             for rejected in server.rejections:
                 log.warning("store_blob_refused", reason=rejected.reason, error=rejected.message)
         return results

@@ -157,4 +157,7 @@ def build_restorer(
         ),
         is_probing=True,
     )
-    return StoreRestorer(node_store(config), ServedBundle, session)
+    return StoreRestorer(
+        node_store(config), ServedBundle, session, make_signed_server=ServedBundle,
+        sigstore=RegistriesD(config.runtime.registries_d_dir),
+    )  # fmt: skip

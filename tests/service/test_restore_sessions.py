@@ -27,6 +27,7 @@ B = "quay.io/ns/app-b@sha256:" + "b" * 64
 class Found:
     refs: tuple[str, ...]
     files: dict[str, ExpectedFile] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 class HeldStore:
