@@ -338,8 +338,10 @@ def print_report(report: bundle_media.VerifyReport) -> None:
         f"  {len(manifest.files)} files, {format_bytes(report.hashed_bytes)} hashed in "
         f"{report.seconds:.1f} s ({rate:.0f} MB/s)"
     )
+    signed = {str(s.image) for s in manifest.image_signatures}
     for image in manifest.images:
-        _out(f"  {image.ref} ({format_bytes(image.size_bytes)})")
+        mark = ", sigstore signature carried" if str(image.ref) in signed else ""
+        _out(f"  {image.ref} ({format_bytes(image.size_bytes)}{mark})")
 
 
 # ---------------------------------------------------------------- import

@@ -130,6 +130,11 @@ async def test_a_runtime_requiring_signatures_pulls_every_image_from_the_bundle_
     scope = f"docker:\n  {bundles.registry_host}:\n    use-sigstore-attachments: true\n"
     with runtime(tmp_path, bundles, registries_d={"test-registry.yaml": scope}) as crio:
         agent = agent_for(tmp_path, crio, bundles)
+        verified = agent.cli("bundle", "verify", str(bundles.signed))
+        assert verified.returncode == 0, verified.stderr
+        assert verified.stdout.count("sigstore signature carried") == 2
+        shown = json.loads(agent.cli("bundle", "verify", "--json", str(bundles.signed)).stdout)
+        assert sorted(e["image"] for e in shown["imageSignatures"]) == sorted(bundles.refs)
         code, report = imported(agent, bundles.unsigned)
         assert code == 65, report  # the policy bites: no signature, no image
         assert await present(crio, bundles.refs) == []
