@@ -13,7 +13,7 @@ from typing import Protocol
 
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
 from nodeagent.bundles.serving import BundleServerPort, MirrorPort
-from nodeagent.bundles.signatures import AttachmentScopes
+from nodeagent.bundles.serving import SigstorePort as SigstorePort
 from nodeagent.ports import ImageRuntime, Reloader, SpaceProbe, StateStore
 from nodeagent.prepull import PrePuller
 from nodeagent.progress import ByteProgress
@@ -44,19 +44,6 @@ class ImageStorePort(Protocol):
     ) -> object: ...
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
-
-
-class SigstorePort(Protocol):
-    """The runtime's registries.d (``adapters.bundles.registries_d.RegistriesD``)."""
-
-    @property
-    def directory(self) -> str: ...
-
-    def scopes(self) -> AttachmentScopes: ...
-
-    def write_mirror(self, mirror_host: str) -> bool: ...
-
-    def remove_mirror(self) -> bool: ...
 
 
 SignedServerFactory = Callable[

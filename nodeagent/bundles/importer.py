@@ -38,6 +38,7 @@ from nodeagent.bundles.serving import (
     BundleServerPort,
     MirrorPullPorts,
     pull_via_mirror,
+    reading_signatures,
 )
 from nodeagent.bundles.signatures import AttachmentScopes, served_tags, sigstore_findings
 from nodeagent.bundles.target import check_node_in_target, describe_target
@@ -318,15 +319,12 @@ class Importer:
             )
             sigstore = self.ports.sigstore if manifest.image_signatures else None
             try:
-                if sigstore is not None:
-                    await asyncio.to_thread(sigstore.write_mirror, server.mirror_host)
-                results = await pull_via_mirror(
-                    session, server, (i.ref for i in manifest.images), missing, source="bundle"
-                )
+                async with reading_signatures(sigstore, server.mirror_host):
+                    results = await pull_via_mirror(
+                        session, server, (i.ref for i in manifest.images), missing, source="bundle"
+                    )
             finally:
                 ticker.cancel()
-                if sigstore is not None:
-                    await asyncio.to_thread(sigstore.remove_mirror)
             pulled = sum(1 for r in results.values() if r.is_pulled)
             after = replace(
                 importing,

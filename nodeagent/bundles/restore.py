@@ -19,13 +19,15 @@ from typing import Protocol
 
 import structlog
 
-from nodeagent.bundles.import_ports import SignedServerFactory, SigstorePort
+from nodeagent.bundles.import_ports import SignedServerFactory
 from nodeagent.bundles.manifest import ExpectedFile
 from nodeagent.bundles.serving import (
     MIRROR_LOCK,
     BundleServerPort,
     MirrorPullPorts,
+    SigstorePort,
     pull_via_mirror,
+    reading_signatures,
 )
 from nodeagent.prepull import PullResult
 from nodeagent.references import parse_pinned_image_ref
@@ -91,15 +93,10 @@ class StoreRestorer:
                 server = self.make_server(self.source.root, found.files)
             await server.start()
             images = [parse_pinned_image_ref(ref) for ref in wanted]
-            try:
-                if sigstore is not None:
-                    await asyncio.to_thread(sigstore.write_mirror, server.mirror_host)
+            async with reading_signatures(sigstore, server.mirror_host):
                 results = await pull_via_mirror(
                     self.session, server, images, wanted, source="store"
                 )
-            finally:
-                if sigstore is not None:
-                    await asyncio.to_thread(sigstore.remove_mirror)
             for rejected in server.rejections:
                 log.warning("store_blob_refused", reason=rejected.reason, error=rejected.message)
         return results

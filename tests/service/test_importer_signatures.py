@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from nodeagent.bundles.import_ports import ImporterPorts
 from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile, parse_manifest
@@ -55,8 +57,10 @@ def _doc(parsed: BundleManifest) -> dict[str, Any]:
 class RegistriesD:
     directory = "/etc/containers/registries.d"
 
-    def __init__(self, files: list[tuple[str, bytes]], *, is_readable: bool = True) -> None:
-        self.files, self.is_readable = files, is_readable
+    def __init__(
+        self, files: list[tuple[str, bytes]], *, is_readable: bool = True, is_writable: bool = True
+    ) -> None:
+        self.files, self.is_readable, self.is_writable = files, is_readable, is_writable
         self.events: list[str] = []
 
     def scopes(self) -> AttachmentScopes:
@@ -65,6 +69,8 @@ class RegistriesD:
         return parse_registries_d(self.files)
 
     def write_mirror(self, mirror_host: str) -> bool:
+        if not self.is_writable:
+            raise HostFileError(f"cannot write {self.directory}: Read-only file system")
         self.events.append(f"write {mirror_host}")
         return True
 
@@ -147,3 +153,16 @@ async def test_an_unsigned_bundle_never_touches_registries_d() -> None:
     assert report.state == "imported"
     assert registries_d.events == []
     assert report.warnings == ()
+
+
+async def test_a_registries_d_nodeagent_cannot_write_is_logged_and_the_import_goes_on() -> None:
+    """The runtime then decides (a policy that needs the signatures refuses the images)."""
+    signed = SignedRig(RegistriesD([("quay.yaml", COVERED)], is_writable=False))
+
+    with capture_logs() as logs:
+        report = await signed.run()
+
+    assert report.state == "imported"
+    assert signed.registries_d.events == ["remove"]
+    [event] = [e for e in logs if e["event"] == "mirror_signatures_not_enabled"]
+    assert (event["reason"], event["log_level"]) == ("HostFileError", "warning")
