@@ -198,6 +198,8 @@ def _print_notes(doc: dict[str, Any]) -> None:
         _say(f"state rebuilt: {repair['file']}: {repair['reason']}: {repair['message']}{kept}")
     for bundle in doc.get("bundles", []):
         _say(_bundle_text(bundle))
+        for warning in bundle.get("warnings", []):
+            _say(f"  warning {warning.get('reason')}: {warning.get('message', '')}")
     loss = doc.get("imageLoss")
     if loss:
         _say(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")
