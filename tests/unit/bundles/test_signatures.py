@@ -4,10 +4,12 @@ registries.d says about sigstore attachments (docs/bundle-format.md, "Image sign
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from nodeagent.bundles import content
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles.mirror import ErrorAnswer, Fetch, Request, route
 from nodeagent.bundles.signatures import (
@@ -22,6 +24,8 @@ from nodeagent.bundles.signatures import (
     uses_sigstore_attachments,
 )
 from nodeagent.references import parse_pinned_image_ref
+from tests.unit.bundles.test_content import AMD64, OCI_INDEX, OCI_MANIFEST, Content, desc
+from tests.unit.bundles.test_content import digest as cdigest
 from tests.unit.bundles.test_manifest import HEX_A, HEX_B, REF, manifest_doc
 
 HEX_S = "5" * 64
@@ -214,3 +218,71 @@ def test_docker_hub_images_are_checked_under_docker_io() -> None:
     )
     found = sigstore_findings([ImageSignature(hub, TAG, SIG)], scopes, directory="d")
     assert found == []
+
+
+# ---------------------------------------------------------------- R33: what a signature holds
+SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
+
+
+def _signed_content(signature_doc: Callable[[Content], dict[str, Any]]) -> tuple[Content, Any]:
+    """A one-image ``Content`` whose image carries a signature made by ``signature_doc``."""
+    made = Content()
+    made.size_bytes = sum(len(b) for b in made.blobs.values())
+    payload, config = b'{"critical": {}}', b"{}"
+    made.blobs |= {cdigest(payload): payload, cdigest(config): config}
+    made.payload, made.sig_config = payload, config  # type: ignore[attr-defined]
+    body = json.dumps(signature_doc(made)).encode()
+    made.blobs[cdigest(body)] = body
+    parsed = made.manifest()
+    doc = {
+        "formatVersion": 3, "bundleId": "unit", "created": "2026-01-01T00:00:00Z",
+        "architecture": "amd64",
+        "images": [{"name": str(parsed.images[0].ref), "manifestDigest": cdigest(made.top),
+                    "sizeBytes": made.size_bytes}],
+        "blobs": [{"digest": d, "sizeBytes": len(b)} for d, b in made.blobs.items()],
+        "files": [{"path": f.path, "sha256": f.sha256_hex, "sizeBytes": f.size_bytes}
+                  for f in parsed.files if not f.path.startswith("blobs/")],
+        "imageSignatures": [{"image": str(parsed.images[0].ref),
+                             "tag": signature_tag(cdigest(made.top)), "manifest": cdigest(body)}],
+    }  # fmt: skip
+    return made, bundle.parse_manifest(json.dumps(doc).encode())
+
+
+def good_signature(made: Content) -> dict[str, Any]:
+    return {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "config": desc(made.sig_config, "application/vnd.oci.image.config.v1+json"),  # type: ignore[attr-defined]
+        "layers": [desc(made.payload, SIGNING)],  # type: ignore[attr-defined]
+    }  # fmt: skip
+
+
+def test_a_complete_signature_passes() -> None:
+    made, parsed = _signed_content(good_signature)
+    content.check_content(parsed, AMD64, made.read)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "fragment"),
+    [
+        pytest.param(lambda d: d.pop("mediaType"), bundle.BundleManifestInvalid,
+                     "not an OCI image manifest", id="R33-media-type"),
+        pytest.param(lambda d: d.update(mediaType=OCI_INDEX, manifests=[]),
+                     bundle.BundleManifestInvalid, "not an OCI image manifest", id="R33-index"),
+        pytest.param(lambda d: d["layers"].append({"mediaType": SIGNING, "size": 3,
+                     "digest": f"sha256:{'9' * 64}"}), bundle.BundleIncomplete,
+                     "is not in the bundle", id="R33-unlisted-payload"),
+        pytest.param(lambda d: d["layers"][0].update(size=1), bundle.BundleSizeMismatch,
+                     "declares", id="R33-size"),
+    ],
+)  # fmt: skip
+def test_a_signature_the_runtime_could_not_read_is_refused(
+    change: Callable[[dict[str, Any]], object], error: type[Exception], fragment: str
+) -> None:
+    def changed(made: Content) -> dict[str, Any]:
+        doc = good_signature(made)
+        change(doc)
+        return doc
+
+    made, parsed = _signed_content(changed)
+    with pytest.raises(error, match=fragment):
+        content.check_content(parsed, AMD64, made.read)
