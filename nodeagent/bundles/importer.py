@@ -191,7 +191,8 @@ class Importer:
             report = await self._pull_through_mirror(source, files, manifest, missing, report)
             if report.state in ("rejected", "interrupted"):
                 return report
-        return self._hand_over(manifest, report)
+        warnings = await self._sigstore_warnings(manifest)
+        return self._hand_over(manifest, replace(report, warnings=warnings))
 
     async def _store(
         self,
@@ -407,18 +408,17 @@ class Importer:
         }
         self.ports.store.save("bundles", doc)
         done = replace(
-            report, state="imported", images_present=report.images_total, sets=tuple(names),
-            warnings=self._sigstore_warnings(manifest),
-        )  # fmt: skip
+            report, state="imported", images_present=report.images_total, sets=tuple(names)
+        )
         return self._report(done, "bundle_imported", images=report.images_total, sets=names)
 
-    def _sigstore_warnings(self, manifest: BundleManifest) -> tuple[tuple[str, str], ...]:
+    async def _sigstore_warnings(self, manifest: BundleManifest) -> tuple[tuple[str, str], ...]:
         """Signed images whose signatures CRI-O would not read (registries.d), logged."""
         sigstore = self.ports.sigstore
         if sigstore is None or not manifest.image_signatures:
             return ()
         try:
-            scopes = sigstore.scopes()
+            scopes = await asyncio.to_thread(sigstore.scopes)
         except NodeAgentError as exc:
             scopes = AttachmentScopes(problems=(exc.message,))
         findings = sigstore_findings(
