@@ -11,6 +11,7 @@ loopback mirror only.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.bundles import minisign
 from nodeagent.bundles.signatures import signature_tag
-from tests.testenv.agent import Agent
+from tests.testenv.agent import Agent, set_state
 from tests.testenv.bundles import make_bundle
 from tests.testenv.crio import Crio
 from tests.testenv.images import make_image_set, push
@@ -159,3 +160,38 @@ async def test_without_a_registries_d_entry_the_import_pins_and_warns(
         reasons = [warning["reason"] for warning in report["warnings"]]
         assert reasons == ["SigstoreAttachmentsOff"] * 2
         assert all("use-sigstore-attachments" in w["message"] for w in report["warnings"])
+
+
+def is_back(status: dict[str, Any], count: int) -> bool:
+    loss = status.get("imageLoss") or {}
+    return (
+        set_state(status, "line-3") == "Pinned"
+        and loss.get("resolved") is True
+        and loss.get("restoredFromStore") == count
+    )
+
+
+@pytest.mark.timeout(300)
+async def test_signed_images_the_runtime_lost_come_back_from_the_store_with_their_signatures(
+    bundles: SignedBundles, tmp_path: Path
+) -> None:
+    """After CRI-O lost its storage, the daemon restores the images from its store through the
+    loopback mirror, serving the stored signature tags: the policy still holds, no registry."""
+    scope = f"docker:\n  {bundles.registry_host}:\n    use-sigstore-attachments: true\n"
+    with runtime(tmp_path, bundles, registries_d={"test-registry.yaml": scope}) as crio:
+        agent = agent_for(tmp_path, crio, bundles)
+        code, report = imported(agent, bundles.signed)
+        assert code == 0, report.get("message")
+        with agent:
+            agent.wait_status(lambda s: set_state(s, "line-3") == "Pinned", what="set pinned")
+            crio.kill()
+            shutil.rmtree(crio.storage_root)
+            crio.start()
+            agent.wait_status(
+                lambda s: is_back(s, len(bundles.refs)),
+                what="the signed images back from the store",
+                timeout_s=120,
+            )
+            assert await present(crio, bundles.refs) == bundles.refs
+            assert "images_restored_from_store" in agent.current_run_log()
+        assert sorted(p.name for p in crio.registries_d_dir.iterdir()) == ["test-registry.yaml"]
