@@ -226,6 +226,8 @@ class BundleReport:
     """The bundle is in the node's store: the medium may be removed."""
     next_steps: tuple[str, ...] = ()
     """A release bundle's (``bundles.release.next_steps``): shown once its sets are pinned."""
+    warnings: tuple[tuple[str, str], ...] = ()
+    """(reason, message) of what did not stop the import but needs a technician."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -247,6 +249,8 @@ class BundleReport:
             doc["nextSteps"] = list(self.next_steps)
         if self.reason:
             doc |= {"reason": self.reason, "message": self.message or ""}
+        if self.warnings:
+            doc["warnings"] = [{"reason": r, "message": m} for r, m in self.warnings]
         return doc
 
 

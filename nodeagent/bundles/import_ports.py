@@ -15,6 +15,7 @@ from typing import Protocol
 from nodeagent.bundles.freshness import Stamp
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
 from nodeagent.bundles.serving import BundleServerPort, MirrorPort
+from nodeagent.bundles.serving import SigstorePort as SigstorePort
 from nodeagent.ports import ImageRuntime, Reloader, SpaceProbe, StateStore
 from nodeagent.prepull import PrePuller
 from nodeagent.progress import ByteProgress
@@ -55,6 +56,12 @@ class ImageStorePort(Protocol):
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
 
 
+SignedServerFactory = Callable[
+    [Path, Mapping[str, ExpectedFile], Mapping[str, str]], BundleServerPort
+]
+"""A loopback server that also answers signature tags (``signatures.served_tags``)."""
+
+
 class SpecSink(Protocol):
     """Writes a bundle's PinnedImageSet into the persistent or transient spec directory."""
 
@@ -89,6 +96,11 @@ class ImporterPorts:
     wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None
     """Cluster mode: the labels once the API has listed the Node, waited for (bounded) when a
     bundle with a selector comes before them; unknown is not "no" (None: nothing to wait for)."""
+    make_signed_server: SignedServerFactory | None = None
+    """For a bundle with ``imageSignatures``: a server that also answers its signature tags
+    (``signatures.served_tags``); None: such bundles are served without them."""
+    sigstore: SigstorePort | None = None
+    """registries.d: checked for a bundle's signed images, and the loopback mirror's drop-in."""
     is_ignoring_target: bool = False
     """``bundle import --ignore-target``: a technician imports a bundle whose target's
     selector leaves this node out (its architecture is still checked, rule R13)."""

@@ -40,7 +40,9 @@ from nodeagent.bundles.serving import (
     BundleServerPort,
     MirrorPullPorts,
     pull_via_mirror,
+    reading_signatures,
 )
+from nodeagent.bundles.signatures import AttachmentScopes, served_tags, sigstore_findings
 from nodeagent.bundles.target import check_node_in_target, describe_target
 from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
@@ -225,7 +227,8 @@ class Importer:
             report = await self._pull_through_mirror(source, files, manifest, missing, report)
             if report.state in ("rejected", "interrupted"):
                 return report
-        return self._hand_over(manifest, report)
+        warnings = await self._sigstore_warnings(manifest)
+        return self._hand_over(manifest, replace(report, warnings=warnings))
 
     async def _store(
         self,
@@ -334,7 +337,7 @@ class Importer:
         """Serve ``files`` from ``source`` and pull ``missing`` through the mirror, one
         mirror session at a time (``serving.MIRROR_LOCK``)."""
         async with MIRROR_LOCK:
-            server = self.ports.make_server(source, files)
+            server = self._server(source, files, manifest)
             await server.start()
             importing = replace(report, state="importing")
             total = missing_bytes(manifest, missing)
@@ -352,10 +355,12 @@ class Importer:
                 self.ports.make_puller,
                 is_probing=self.ports.is_probing_mirror,
             )
+            sigstore = self.ports.sigstore if manifest.image_signatures else None
             try:
-                results = await pull_via_mirror(
-                    session, server, (i.ref for i in manifest.images), missing, source="bundle"
-                )
+                async with reading_signatures(sigstore, server.mirror_host):
+                    results = await pull_via_mirror(
+                        session, server, (i.ref for i in manifest.images), missing, source="bundle"
+                    )
             finally:
                 ticker.cancel()
             pulled = sum(1 for r in results.values() if r.is_pulled)
@@ -367,6 +372,15 @@ class Importer:
             )
             medium = None if self.ports.image_store is not None else source  # stored: no medium
             return self._outcome(medium, after, server.rejections, results.values())
+
+    def _server(
+        self, source: Path, files: Mapping[str, ExpectedFile], manifest: BundleManifest
+    ) -> BundleServerPort:
+        """The loopback server; for a bundle with image signatures, one serving their tags."""
+        make_signed = self.ports.make_signed_server
+        if manifest.image_signatures and make_signed is not None:
+            return make_signed(source, files, served_tags(manifest.image_signatures))
+        return self.ports.make_server(source, files)
 
     async def _serving_progress(
         self, server: BundleServerPort, report: BundleReport, total: int
@@ -434,6 +448,25 @@ class Importer:
             report, state="imported", images_present=report.images_total, sets=tuple(names)
         )
         return self._report(done, "bundle_imported", images=report.images_total, sets=names)
+
+    async def _sigstore_warnings(self, manifest: BundleManifest) -> tuple[tuple[str, str], ...]:
+        """Signed images whose signatures CRI-O would not read (registries.d), logged."""
+        sigstore = self.ports.sigstore
+        if sigstore is None or not manifest.image_signatures:
+            return ()
+        try:
+            scopes = await asyncio.to_thread(sigstore.scopes)
+        except NodeAgentError as exc:
+            scopes = AttachmentScopes(problems=(exc.message,))
+        findings = sigstore_findings(
+            manifest.image_signatures, scopes, directory=sigstore.directory
+        )
+        for found in findings:
+            log.warning(
+                "bundle_signatures_unread", bundle=manifest.bundle_id, subject=found.subject,
+                reason=found.code, error=found.message, action=found.action,
+            )  # fmt: skip
+        return tuple((f.code, clip(f"{f.message}; {f.action}", MESSAGE_CHARS)) for f in findings)
 
 
 def _imported_doc(doc: dict[str, Any] | None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 from nodeagent.bundles.freshness import DEFAULT_CHANNEL as DEFAULT_CHANNEL
 from nodeagent.bundles.freshness import TIME_FORM, freshness_of
 from nodeagent.bundles.release import BundleRelease, release_of
+from nodeagent.bundles.signatures import ImageSignature, image_signatures_of
 from nodeagent.bundles.target import FORMAT_VERSION as FORMAT_VERSION
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION as FRESHNESS_FORMAT_VERSION
 from nodeagent.bundles.target import TARGET_FORMAT_VERSION as TARGET_FORMAT_VERSION
@@ -42,15 +43,9 @@ from nodeagent.errors import (
 from nodeagent.errors import (
     BundleSizeMismatch as BundleSizeMismatch,
 )
-from nodeagent.errors import (
-    BundleUnlistedFile as BundleUnlistedFile,
-)
-from nodeagent.errors import (
-    BundleUnsafeEntry as BundleUnsafeEntry,
-)
-from nodeagent.errors import (
-    BundleUnsafePath as BundleUnsafePath,
-)
+from nodeagent.errors import BundleUnlistedFile as BundleUnlistedFile
+from nodeagent.errors import BundleUnsafeEntry as BundleUnsafeEntry
+from nodeagent.errors import BundleUnsafePath as BundleUnsafePath
 from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.specs import API_VERSION, KIND, PinnedImageSet, parse_set_object
@@ -141,6 +136,7 @@ class BundleManifest:
     """The optional ``target`` (format version 2): the nodes the bundle is meant for, beyond
     its ``architecture`` (``bundles.target``)."""
     release: BundleRelease | None = None  # format version 3: an OpenShift release (bundles.release)
+    image_signatures: tuple[ImageSignature, ...] = ()  # format 3: bundles.signatures
 
     @property
     def total_size_bytes(self) -> int:
@@ -381,6 +377,7 @@ def parse_manifest(data: bytes) -> BundleManifest:
     target = target_of(doc)
     images = _images(doc)
     blobs = _blobs(doc, layout)
+    listed = {f"sha256:{f.sha256_hex}": f for f in blobs.values()}
     manifest = BundleManifest(
         bundle_id=bundle_id,
         created=created,
@@ -389,11 +386,12 @@ def parse_manifest(data: bytes) -> BundleManifest:
         images=images,
         files=_files(doc, layout, blobs),
         sets=_sets(doc, images),
-        blobs={f"sha256:{f.sha256_hex}": f for f in blobs.values()},
+        blobs=listed,
         channel=fresh.channel,
         sequence=fresh.sequence,
         expires=fresh.expires,
         target=target,
+        image_signatures=image_signatures_of(doc, [i.ref for i in images], listed),
     )
     return replace(manifest, release=release_of(doc, manifest))
 

@@ -119,6 +119,11 @@ def add_parser(sub: Subparsers) -> Subparsers:
         "--transient", action="store_true", help="the sets last until reboot (/run), not /etc"
     )
     release_cli.add_create_arguments(create)
+    create.add_argument(
+        "--with-signatures", action="store_true",
+        help="carry each image's sigstore signature (tag sha256-<hex>.sig) when its registry "
+        "has one, for nodes whose signature policy requires them",
+    )  # fmt: skip
     verify = commands.add_parser("verify", help="check a bundle's signature and every byte")
     verify.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
@@ -332,7 +337,7 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
                 refs, sets, secret_key, args.output, client=client, auth=read_auth(args.auth_file),
                 bundle_id=args.bundle_id, target=args.target_selector,
                 progress=progress.blobs if progress else None, release=release,
-                now=now, freshness=freshness,
+                now=now, freshness=freshness, with_signatures=args.with_signatures,
             )
         )  # fmt: skip
     finally:
@@ -351,8 +356,12 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
         )
     expiry = f", expires {freshness.expires}" if freshness.expires else ""
     _out(f"  channel {freshness.channel}, sequence {freshness.sequence}{expiry}")
+    signed = {str(c.signature.image) for c in created.signatures}
     for image in created.images:
-        _out(f"  {image.ref} ({format_bytes(image.size_bytes)})")
+        mark = ", sigstore signature carried" if str(image.ref) in signed else ""
+        _out(f"  {image.ref} ({format_bytes(image.size_bytes)}{mark})")
+    if args.with_signatures:
+        _out(f"  {len(signed)} of {len(created.images)} images signed (sigstore)")
     return 0
 
 
@@ -416,8 +425,10 @@ def print_report(report: bundle_media.VerifyReport) -> None:
         f"  {len(manifest.files)} files, {format_bytes(report.hashed_bytes)} hashed in "
         f"{report.seconds:.1f} s ({rate:.0f} MB/s)"
     )
+    signed = {str(s.image) for s in manifest.image_signatures}
     for image in manifest.images:
-        _out(f"  {image.ref} ({format_bytes(image.size_bytes)})")
+        mark = ", sigstore signature carried" if str(image.ref) in signed else ""
+        _out(f"  {image.ref} ({format_bytes(image.size_bytes)}{mark})")
 
 
 # ---------------------------------------------------------------- import

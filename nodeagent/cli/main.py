@@ -204,6 +204,8 @@ def _print_notes(doc: dict[str, Any]) -> None:
         _say(_bundle_text(bundle))
         for step in bundle.get("nextSteps", []):
             _say(f"  next: {step}")
+        for warning in bundle.get("warnings", []):
+            _say(f"  warning {warning.get('reason')}: {warning.get('message', '')}")
     loss = doc.get("imageLoss")
     if loss:
         _say(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")

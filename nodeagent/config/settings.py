@@ -50,6 +50,11 @@ class RuntimeSettings:
     read over plain HTTP by nodeagent's manifest look-ups too (disk admission)."""
     registries_dir: Path = Path("/etc/containers/registries.conf.d")
     """Drop-ins of ``registries_conf``, read in lexical order like containers/image does."""
+    registries_d_dir: Path = Path("/etc/containers/registries.d")
+    """containers-registries.d(5) of the runtime: where ``use-sigstore-attachments`` is set
+    (checked for a bundle's signed images) and the import's drop-in for the loopback mirror
+    goes. CRI-O running as root uses ``$HOME/.config/containers/registries.d`` instead when
+    that exists (docs/runtime-facts.md)."""
     call_timeout_s: float = 30.0
     """Deadline in seconds of one short CRI call (version, list, status; pulls are governed by
     ``pull.stall_timeout_s``). Default 30: ListImages of a busy node with many images.

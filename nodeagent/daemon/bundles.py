@@ -18,6 +18,7 @@ import structlog
 from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
 from nodeagent.adapters.bundles.mirror import MirrorDropin
 from nodeagent.adapters.bundles.release import ConfigMaps, StoredSignatures
+from nodeagent.adapters.bundles.registries_d import RegistriesD
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
@@ -47,8 +48,10 @@ log = structlog.get_logger("nodeagent.bundles.imports")
 class ServedBundle:
     """``importer.BundleServerPort`` over the loopback ``BundleServer``."""
 
-    def __init__(self, root: Path, blobs: Mapping[str, ExpectedFile]) -> None:
-        self._server = BundleServer(root, blobs)
+    def __init__(
+        self, root: Path, blobs: Mapping[str, ExpectedFile], tags: Mapping[str, str] | None = None
+    ) -> None:
+        self._server = BundleServer(root, blobs, tags=tags)
 
     @property
     def mirror_host(self) -> str:
@@ -133,6 +136,8 @@ def build_importer(
         accepted=lambda: accepted_stamps(config.store_dir, config.bundles.trusted_keys_dir),
         is_allowing_rollback=is_allowing_rollback,
         is_allowing_expired=is_allowing_expired,
+        make_signed_server=ServedBundle,
+        sigstore=RegistriesD(config.runtime.registries_d_dir),
     )
     return Importer(ports, policies.disk)
 
@@ -189,4 +194,7 @@ def build_restorer(
         ),
         is_probing=True,
     )
-    return StoreRestorer(node_store(config), ServedBundle, session)
+    return StoreRestorer(
+        node_store(config), ServedBundle, session, make_signed_server=ServedBundle,
+        sigstore=RegistriesD(config.runtime.registries_d_dir),
+    )  # fmt: skip

@@ -217,6 +217,18 @@ _TABLE: list[tuple[str, str, str, Flaw]] = [
     ("bundle.json", "formatVersion as a string", "BundleManifestInvalid",
      field("formatVersion", "1")),
     ("bundle.json", "formatVersion 4", "BundleFormatUnsupported", field("formatVersion", 4)),
+    ("bundle.json", "image signatures in a format 2 bundle", "BundleManifestInvalid",
+     doc(lambda m: m.update(formatVersion=2, imageSignatures=[]))),
+    ("bundle.json", "an image signature under another image's tag", "BundleManifestInvalid",
+     doc(lambda m: m.update(formatVersion=3, sequence=m.get("sequence", 1), imageSignatures=[{
+         "image": m["images"][0]["name"], "tag": f"sha256-{'0' * 64}.sig",
+         "manifest": m["blobs"][0]["digest"]}]))),
+    ("bundle.json", "an image signature whose manifest is not a listed blob",
+     "BundleManifestInvalid",
+     doc(lambda m: m.update(formatVersion=3, sequence=m.get("sequence", 1), imageSignatures=[{
+         "image": m["images"][0]["name"],
+         "tag": m["images"][0]["manifestDigest"].replace(":", "-") + ".sig",
+         "manifest": f"sha256:{'0' * 64}"}]))),
     ("bundle.json", "a target in a format 1 bundle", "BundleManifestInvalid",
      field("target", {"nodeSelector": "site=line-3"})),
     ("bundle.json", "a target with a key this reader does not know", "BundleManifestInvalid",

@@ -49,6 +49,7 @@ from nodeagent.bundles.manifest import (
     ExpectedFile,
     TreeEntry,
 )
+from nodeagent.bundles.signatures import signatures_doc
 from nodeagent.bundles.target import target_doc
 from nodeagent.errors import HostFileError, NodeAgentError, SignatureMalformed
 from nodeagent.registries import Platform
@@ -380,6 +381,7 @@ def _manifest_json(manifest: BundleManifest) -> dict[str, Any]:
             for i in manifest.images
         ],
         "pinnedImageSets": [s.name for s in manifest.sets],
+        "imageSignatures": signatures_doc(manifest.image_signatures),
         "files": len(manifest.files),
         "totalSizeBytes": manifest.total_size_bytes,
     }

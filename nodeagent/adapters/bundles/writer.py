@@ -35,6 +35,7 @@ from typing import Any, Final
 from nodeagent.adapters.bundles import tree as bundle_media
 from nodeagent.adapters.bundles.fetcher import ImageFetcher, PlannedImage, Progress
 from nodeagent.adapters.bundles.release import ReleaseRequest, fetch_release
+from nodeagent.adapters.bundles.sigstore import CarriedSignature, fetch_signature
 from nodeagent.adapters.files import write_atomic
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.authfile import AuthStore
@@ -42,6 +43,7 @@ from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
 from nodeagent.bundles import release as releases
 from nodeagent.bundles.freshness import Freshness
+from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION, BundleTarget, target_doc
 from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
@@ -67,6 +69,8 @@ class CreatedBundle:
     release: releases.BundleRelease | None = None
     payload_count: int = 0
     """The release's payload images (``image-references``), when there is a release."""
+    signatures: tuple[CarriedSignature, ...] = ()
+    """The images' sigstore signatures carried (``--with-signatures``)."""
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -148,14 +152,17 @@ def manifest_doc(
     target: BundleTarget | None = None,
     freshness: Freshness | None = None,
     release: releases.BundleRelease | None = None,
+    signatures: Sequence[CarriedSignature] = (),
 ) -> bytes:
     """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 3 with
     a ``freshness`` (channel, sequence, expiry: what ``bundle create`` writes) and optionally
-    a ``release`` (``bundles.release``), else format 1, or 2 with a ``target`` (a reader of
-    an older format refuses a newer one)."""
-    if release is not None and freshness is None:
-        raise ValueError("a release is format 3, which needs a sequence (freshness)")
+    a ``release`` (``bundles.release``) and ``imageSignatures`` (the blobs of each signature
+    listed with the others), else format 1, or 2 with a ``target`` (a reader of an older
+    format refuses a newer one)."""
+    if (release is not None or signatures) and freshness is None:
+        raise ValueError("a release or image signatures are format 3, which needs a sequence")
     blobs = {blob.digest: blob.size_bytes for image in images for blob in image.blobs}
+    blobs |= {blob.digest: blob.size_bytes for s in signatures for blob in s.blobs}
     version = bundle.FORMAT_VERSION if target is None else bundle.TARGET_FORMAT_VERSION
     doc: dict[str, Any] = {
         "formatVersion": version if freshness is None else FRESHNESS_FORMAT_VERSION,
@@ -183,6 +190,8 @@ def manifest_doc(
     }
     if release is not None:
         doc["release"] = releases.release_doc(release)
+    if signatures:
+        doc[SIGNATURES_KEY] = signatures_doc(s.signature for s in signatures)
     return json.dumps(doc, indent=2).encode() + b"\n"
 
 
@@ -253,6 +262,7 @@ async def create_bundle(
     now: datetime | None = None,
     release: ReleaseRequest | None = None,
     freshness: Freshness | None = None,
+    with_signatures: bool = False,
 ) -> CreatedBundle:
     """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle.
 
@@ -274,24 +284,30 @@ async def create_bundle(
     )
     images = [await fetcher.plan(ref, platform) for ref in refs]
     await fetcher.fetch_layers(images, output_dir)
+    signatures = [await fetch_signature(fetcher, i) for i in images] if with_signatures else []
+    carried_signatures = tuple(s for s in signatures if s is not None)
     when = now or datetime.now(UTC)
     created = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     freshness = freshness or Freshness(bundle.DEFAULT_CHANNEL, int(when.timestamp()), None)
     doc = manifest_doc(
         bundle_id=bundle_id, created=created, architecture=platform.architecture,
         images=images, files=_layout_files(images) | extra, sets=sets, target=target,
-        freshness=freshness, release=carried,
+        freshness=freshness, release=carried, signatures=carried_signatures,
     )  # fmt: skip
     comment = f"nodeagent bundle {bundle_id} created {created}"
+    keep = {b.digest for i in images for b in i.blobs} | {
+        b.digest for c in carried_signatures for b in c.blobs
+    }
     await asyncio.to_thread(
-        _finish, output_dir, images, doc, secret_key, comment, platform=platform, extra=extra
+        _finish, output_dir, images, doc, secret_key, comment, platform=platform, extra=extra,
+        keep=keep,
     )
     size_bytes = bundle.parse_manifest(doc).total_size_bytes
-    blob_count = len({b.digest for image in images for b in image.blobs})
+    blob_count = len(keep)
     key_id = secret_key.public_key().key_id_hex
     return CreatedBundle(
         bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target,
-        carried, payload_count,
+        carried, payload_count, carried_signatures,
     )  # fmt: skip
 
 
@@ -336,10 +352,12 @@ def _finish(
     *,
     platform: Platform,
     extra: dict[str, bytes],
+    keep: set[str],
 ) -> None:
-    """Layout files, a check of the bundle as the verifier sees it, the signature, bundle.json."""
+    """Layout files, a check of the bundle as the verifier sees it, the signature, bundle.json;
+    ``keep``: every listed blob's digest (others an interrupted run left are removed)."""
     blobs_dir = output_dir / "blobs" / "sha256"
-    _remove_unlisted(blobs_dir, {b.digest.removeprefix("sha256:") for i in images for b in i.blobs})
+    _remove_unlisted(blobs_dir, {digest.removeprefix("sha256:") for digest in keep})
     _fsync_dir(blobs_dir)
     for name, data in (_layout_files(images) | extra).items():
         (output_dir / name).parent.mkdir(exist_ok=True)
