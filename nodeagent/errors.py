@@ -365,6 +365,8 @@ class BundleReleaseInvalid(BundleError):
     """``bundle.json``'s ``release`` object breaks a rule (docs/bundle-format.md R31, R32)."""
 
     reason = "BundleReleaseInvalid"
+
+
 class BundleRollback(BundleError):
     """The bundle's signed ``sequence`` is lower than the highest this node accepted for
     the same signing key and channel, or equal to it with another manifest: the replay of an

@@ -22,6 +22,7 @@ from nodeagent.bundles.signatures import ImageSignature, image_signatures_of
 from nodeagent.bundles.target import FORMAT_VERSION as FORMAT_VERSION
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION as FRESHNESS_FORMAT_VERSION
 from nodeagent.bundles.target import TARGET_FORMAT_VERSION as TARGET_FORMAT_VERSION
+from nodeagent.bundles.target import BundleTarget, target_of
 from nodeagent.errors import (  # re-exported: callers may name them bundle.X
     BundleDigestMismatch as BundleDigestMismatch,
 )

@@ -17,8 +17,8 @@ import structlog
 
 from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
 from nodeagent.adapters.bundles.mirror import MirrorDropin
-from nodeagent.adapters.bundles.release import ConfigMaps, StoredSignatures
 from nodeagent.adapters.bundles.registries_d import RegistriesD
+from nodeagent.adapters.bundles.release import ConfigMaps, StoredSignatures
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace

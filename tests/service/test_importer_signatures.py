@@ -32,7 +32,7 @@ SIG = "sha256:" + "6" * 64
 def signed_manifest() -> BundleManifest:
     """``test_importer.manifest()`` with APP signed (its signature manifest a listed blob)."""
     doc: dict[str, Any] = json.loads(json.dumps(_doc(manifest())))
-    doc["formatVersion"] = 3
+    doc["formatVersion"], doc["sequence"] = 3, 1
     doc["blobs"].append({"digest": SIG, "sizeBytes": 600})
     tag = signature_tag(APP.rpartition("@")[2])
     doc["imageSignatures"] = [{"image": APP, "tag": tag, "manifest": SIG}]

@@ -299,7 +299,14 @@ async def create_bundle(
         b.digest for c in carried_signatures for b in c.blobs
     }
     await asyncio.to_thread(
-        _finish, output_dir, images, doc, secret_key, comment, platform=platform, extra=extra,
+        _finish,
+        output_dir,
+        images,
+        doc,
+        secret_key,
+        comment,
+        platform=platform,
+        extra=extra,
         keep=keep,
     )
     size_bytes = bundle.parse_manifest(doc).total_size_bytes

@@ -132,7 +132,8 @@ def release_manifest(**release_changes: Any) -> dict[str, Any]:
     }  # fmt: skip
     value.update(release_changes)
     return {
-        "formatVersion": 3, "bundleId": "release-4.16.3", "created": "2026-11-22T09:30:00Z",
+        "formatVersion": 3, "sequence": 1, "bundleId": "release-4.16.3",
+        "created": "2026-11-22T09:30:00Z",
         "architecture": "amd64", "layout": "oci",
         "images": [{"name": RELEASE, "manifestDigest": f"sha256:{HEX_A}", "sizeBytes": 300}],
         "blobs": [{"digest": f"sha256:{HEX_A}", "sizeBytes": 300}],
@@ -179,10 +180,15 @@ def _signature(**changes: Any) -> list[dict[str, Any]]:
     return [item]
 
 
+def _without(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != key}
+
+
 @pytest.mark.parametrize(
     ("doc", "needle"),
     [
-        pytest.param(_with(release_manifest(), formatVersion=2), "formatVersion 3",
+        pytest.param(_without(_with(release_manifest(), formatVersion=2), "sequence"),
+                     "formatVersion 3",
                      id="R31-format-2"),
         pytest.param(release_manifest(extra=1), "holding only", id="R31-unknown-key"),
         pytest.param(_with(release_manifest(), release=[]), "holding only", id="R31-not-object"),

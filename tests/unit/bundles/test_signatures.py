@@ -35,7 +35,7 @@ TAG = f"sha256-{HEX_A}.sig"
 
 def signed_doc(**changes: Any) -> dict[str, Any]:
     entry = {"image": REF, "tag": TAG, "manifest": SIG}
-    doc = manifest_doc(formatVersion=3, imageSignatures=[entry])
+    doc = manifest_doc(formatVersion=3, sequence=1, imageSignatures=[entry])
     doc["blobs"].append({"digest": SIG, "sizeBytes": 500})
     doc.update(changes)
     return doc
@@ -235,7 +235,7 @@ def _signed_content(signature_doc: Callable[[Content], dict[str, Any]]) -> tuple
     made.blobs[cdigest(body)] = body
     parsed = made.manifest()
     doc = {
-        "formatVersion": 3, "bundleId": "unit", "created": "2026-01-01T00:00:00Z",
+        "formatVersion": 3, "sequence": 1, "bundleId": "unit", "created": "2026-01-01T00:00:00Z",
         "architecture": "amd64",
         "images": [{"name": str(parsed.images[0].ref), "manifestDigest": cdigest(made.top),
                     "sizeBytes": made.size_bytes}],

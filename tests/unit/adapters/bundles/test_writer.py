@@ -32,6 +32,7 @@ from nodeagent.adapters.bundles.writer import (
 )
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
+from nodeagent.bundles.freshness import Freshness
 from nodeagent.bundles.signatures import ImageSignature, signature_tag
 from nodeagent.bundles.target import BundleTarget
 from nodeagent.cli.bundle import (
@@ -450,7 +451,7 @@ def test_manifest_doc_with_signatures_is_format_3_and_lists_their_blobs() -> Non
     target = BundleTarget(parse_selector("site=line-3"))
     data = manifest_doc(bundle_id="b", created="2026-01-01T00:00:00Z", architecture="amd64",
                         images=images, files=files, sets=[], target=target,
-                        signatures=[carried])  # fmt: skip
+                        freshness=Freshness("default", 7, None), signatures=[carried])  # fmt: skip
     doc = json.loads(data)
     assert doc["formatVersion"] == 3
     assert doc["imageSignatures"] == [
@@ -462,3 +463,11 @@ def test_manifest_doc_with_signatures_is_format_3_and_lists_their_blobs() -> Non
     assert parsed.image_signatures == (carried.signature,)
     assert parsed.target == target
     assert [i.size_bytes for i in parsed.images] == [i.size_bytes for i in images]
+
+
+def test_manifest_doc_refuses_format_3_content_without_a_sequence() -> None:
+    with pytest.raises(ValueError, match="needs a sequence"):
+        manifest_doc(bundle_id="b", created="2026-01-01T00:00:00Z", architecture="amd64",
+                      images=[], files={}, sets=[], signatures=[
+                          CarriedSignature(ImageSignature(APP, signature_tag(APP.digest),
+                                                          f"sha256:{'7' * 64}"), ())])  # fmt: skip
