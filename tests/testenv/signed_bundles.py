@@ -105,7 +105,7 @@ def with_sigstore(signed: Signed, keys: Keys, key: SigningKey, host: str = HOST)
             "tag": signature_tag(built.digest),
             "manifest": f"sha256:{hashlib.sha256(manifest).hexdigest()}",
         })  # fmt: skip
-    doc |= {"formatVersion": 3, "imageSignatures": entries}
+    doc |= {"formatVersion": 3, "sequence": doc.get("sequence", 1), "imageSignatures": entries}
     data = json.dumps(doc, indent=1).encode()
     (root / "bundle.json").write_bytes(data)
     (root / "bundle.json.minisig").write_text(minisign.sign(data, keys.secret, trusted_comment="t"))
