@@ -42,6 +42,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── UnknownSigningKey           BundleSignedByUnknownKey
         ├── SignatureInvalid            BundleSignatureInvalid
         ├── KeyMalformed                SigningKeyMalformed
+        ├── ReleaseImageInvalid         ReleaseImageInvalid (bundle create --release input)
         ├── SecretKeyLocked             SigningKeyLocked
         ├── MediaMountFailed            MediaMountFailed
         ├── KubeconfigInvalid           KubeconfigInvalid
@@ -60,6 +61,9 @@ happened and what to do about it. Retry decisions follow the two branches::
             ├── BundleSetInvalid        BundleSetInvalid
             ├── BundleArchitectureMismatch BundleArchitectureMismatch
             ├── BundleNotInTarget       BundleNotInTarget (the target leaves the node out)
+            ├── BundleReleaseInvalid    BundleReleaseInvalid (bundle.json's release object)
+            ├── BundleRollback          BundleRollback (older than a bundle already accepted)
+            ├── BundleExpired           BundleExpired (its signed expiry time is past)
             ├── BundleUnsafePath        BundleUnsafePath
             ├── BundleUnsafeEntry       BundleUnsafeEntry
             ├── BundleUnlistedFile      BundleUnlistedFile
@@ -316,6 +320,13 @@ class SecretKeyLocked(PermanentError):
     exit_code = 77  # EX_NOPERM
 
 
+class ReleaseImageInvalid(PermanentError):
+    """``bundle create --release``: the release image or its signatures are not usable."""
+
+    reason = "ReleaseImageInvalid"
+    exit_code = 65  # EX_DATAERR
+
+
 class BundleError(PermanentError):
     """A bundle nodeagent refuses; the reason code says which rule it broke."""
 
@@ -348,6 +359,26 @@ class BundleNotInTarget(BundleError):
     node's labels are not known (no Kubernetes API): it is meant for other nodes."""
 
     reason = "BundleNotInTarget"
+
+
+class BundleReleaseInvalid(BundleError):
+    """``bundle.json``'s ``release`` object breaks a rule (docs/bundle-format.md R31, R32)."""
+
+    reason = "BundleReleaseInvalid"
+
+
+class BundleRollback(BundleError):
+    """The bundle's signed ``sequence`` is lower than the highest this node accepted for
+    the same signing key and channel, or equal to it with another manifest: the replay of an
+    older, validly signed bundle (docs/bundle-format.md#anti-rollback)."""
+
+    reason = "BundleRollback"
+
+
+class BundleExpired(BundleError):
+    """The bundle's signed ``expires`` time is past (by this node's clock)."""
+
+    reason = "BundleExpired"
 
 
 class BundleUnsafePath(BundleError):

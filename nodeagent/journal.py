@@ -18,6 +18,8 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "bundle_rejected": "3bb42212bdcd4e10bd895d59597a68a7",
     "bundle_imported": "d95642eae4464b609dd352a0a3e4f85a",
     "bundle_interrupted": "7f26e153ace44e4f950bf9d94fd07b0c",
+    "bundle_rollback_allowed": "f21af989da854a4ebfdc9da762d2fda9",
+    "bundle_expiry_ignored": "bcccb3cc6c0043a9b60ad1def35b2dd2",
     "set_pinned": "7df08b85c4b34afa83dbe406526c96c7",
     "disk_refused": "b84a77b14e54466a992b99b0cc636a10",
     "pins_not_effective": "2ec2615e533346d2a372262a16879e4b",
@@ -41,6 +43,10 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "site_holdings_unavailable": "9980cf66a788482399983c898fcce4c6",
     "site_holdings_not_published": "c80758574c9a461b8ccde1a6c0f82e6a",
     "site_address_unknown": "5689e46bd36744668c8cd1f812f1365f",
+    "release_pinned": "e1825a14a9a249a186677c4727479481",
+    "release_signatures_applied": "4b124317404946d9a1e847f3dab1a992",
+    "release_signatures_not_applied": "9f86ef29e8bc4b5d8180adf63622cc52",
+    "offline_not_ready": "fbf7083e858441079552daa8bacb084b",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

@@ -177,3 +177,17 @@ class PullEvent:
 
 
 PullEventSink = Callable[[PullEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RunningContainer:
+    """A running container as CRI ``ListContainers`` reports it (the offline drill's fact)."""
+
+    id: str
+    name: str
+    image: str
+    """The image the container was created from (``ImageSpec.image``)."""
+    image_ref: str
+    """The runtime's id or digest name of that image."""
+    pod_namespace: str = ""
+    pod_name: str = ""

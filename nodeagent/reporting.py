@@ -8,12 +8,16 @@ the bundle importer its bundle reports. ``Reporter`` turns them into:
 * the one-line ``STATUS=`` that ``systemctl status nodeagent`` shows, live while pulls run;
 * the cluster status object, through an optional ``ClusterSink`` (cluster mode).
 
+The offline drill's ``OfflineReady`` condition (``offline_checked``) is added to every
+status published, and ``on_synced`` tells the drill a sync finished (docs/offline.md).
+
 It is also where the two features meet: a bundle whose sets the pin path has pinned is
 marked ``pinned`` here, so neither the importer nor the Reconciler knows the other.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -24,6 +28,7 @@ from nodeagent.ledger import save_repairing
 from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
 from nodeagent.status import (
     BundleReport,
+    Condition,
     NodeStatus,
     PullProgress,
     bundle_line,
@@ -107,6 +112,9 @@ class BundleBoard:
             if report.state == "imported" and set(report.sets) <= pinned_sets:
                 self.reports[source] = replace(report, state="pinned")
                 log.info("bundle_pinned", bundle=report.bundle_id, sets=list(report.sets))
+                if report.next_steps:  # a release: what the technician does next
+                    log.info("release_pinned", bundle=report.bundle_id, next=report.next_steps[0],
+                             then=" ".join(report.next_steps[1:]))  # fmt: skip
 
     def to_json(self) -> list[dict[str, object]]:
         return [report.to_json() for report in self.reports.values()]
@@ -134,8 +142,12 @@ class Reporter:
         cluster: ClusterSink | None = None,
         tally: PullTally | None = None,
         board: BundleBoard | None = None,
+        on_synced: Callable[[], None] | None = None,
     ) -> None:
         self.line = line
+        self.on_synced = on_synced
+        self.offline: Condition | None = None
+        """The offline drill's last ``OfflineReady`` condition, added to every status."""
         self.store = store
         self.cluster = cluster
         self.tally = tally or PullTally()
@@ -156,6 +168,19 @@ class Reporter:
         self.tally.end()
         self.board.mark_pinned({s.name for s in status.sets if s.state == "Pinned"})
         self._publish(status, is_final=True)
+        if self.on_synced is not None:
+            self.on_synced()
+
+    def offline_checked(self, condition: Condition) -> None:
+        """The offline drill ran: its condition joins the status (republished if it changed)."""
+        if condition == self.offline:
+            return
+        self.offline = condition
+        if self.last is None:
+            return
+        self.save()
+        if self.cluster is not None:
+            self.cluster.update(self._with_bundles(self.last), is_final=False)
 
     def sync_failed(self, error: NodeAgentError) -> None:
         """A sync that could not run: the last sets stay, the error names the cause."""
@@ -247,6 +272,10 @@ class Reporter:
             log.warning("status_not_saved", reason=exc.reason, error=exc.message)
 
     def _with_bundles(self, status: NodeStatus) -> NodeStatus:
+        """``status`` with the bundles seen and the offline drill's condition."""
+        if self.offline is not None:
+            kept = tuple(c for c in status.conditions if c.type != self.offline.type)
+            status = replace(status, conditions=(*kept, self.offline))
         if not self.board.reports:
             return status
         return replace(status, bundles=tuple(self.board.reports.values()))

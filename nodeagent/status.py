@@ -224,6 +224,10 @@ class BundleReport:
     """The same for a person: '312 MiB of 1 GiB (30 %), 38.2 MB/s, about 18 s left'."""
     is_medium_removable: bool = False
     """The bundle is in the node's store: the medium may be removed."""
+    next_steps: tuple[str, ...] = ()
+    """A release bundle's (``bundles.release.next_steps``): shown once its sets are pinned."""
+    warnings: tuple[tuple[str, str], ...] = ()
+    """(reason, message) of what did not stop the import but needs a technician."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -241,8 +245,12 @@ class BundleReport:
             doc["progress"] = dict(self.progress) | {"text": self.progress_text}
         if self.is_medium_removable:
             doc["mediumRemovable"] = True
+        if self.next_steps and self.state == "pinned":
+            doc["nextSteps"] = list(self.next_steps)
         if self.reason:
             doc |= {"reason": self.reason, "message": self.message or ""}
+        if self.warnings:
+            doc["warnings"] = [{"reason": r, "message": m} for r, m in self.warnings]
         return doc
 
 

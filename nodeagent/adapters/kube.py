@@ -148,7 +148,8 @@ class KubeApi:
         """Every object (chunked), and the list's resourceVersion to watch from."""
         fields = _field_dict(field_selector)
         with _mapped(f"list {kind}"):
-            found = self._client.list(_resource(kind), fields=fields, chunk_size=limit)
+            options: dict[str, Any] = {"fields": fields, "chunk_size": limit}
+            found = self._client.list(_resource(kind), **options, **_every_namespace(kind))
             items = []
             async for item in found:
                 items.append(_plain(item))
@@ -180,9 +181,12 @@ class KubeApi:
     async def _watch(
         self, kind: ResourceKind, version: str, field_selector: str | None
     ) -> AsyncIterator[tuple[str, Obj]]:
-        stream = self._client.watch(
-            _resource(kind), resource_version=version, fields=_field_dict(field_selector)
-        )
+        options: dict[str, Any] = {
+            "resource_version": version,
+            "fields": _field_dict(field_selector),
+            **_every_namespace(kind),
+        }
+        stream = self._client.watch(_resource(kind), **options)
         try:
             with _mapped(f"watch {kind}"):
                 async for change, obj in stream:
@@ -218,6 +222,12 @@ class KubeApi:
         with _mapped(f"create {kind} {name}"):
             result = await self._client.create(_resource(kind)(**body))
         return _plain(result)
+
+
+def _every_namespace(kind: ResourceKind) -> dict[str, Any]:
+    """A list or watch of a namespaced kind covers every namespace (lightkube's ``"*"``), not
+    the kubeconfig's default namespace (this node's pods are in many)."""
+    return {"namespace": "*"} if kind.is_namespaced else {}
 
 
 def _field_dict(selector: str | None) -> dict[str, Any] | None:

@@ -36,10 +36,12 @@ from nodeagent.bundles.manifest import (
     ExpectedFile,
     count_values,
 )
+from nodeagent.bundles.signatures import ImageSignature
 from nodeagent.errors import BundleArchitectureMismatch, ImageNotFound
 from nodeagent.registries import (
     IMAGE_MEDIA_TYPES,
     INDEX_MEDIA_TYPES,
+    MEDIA_TYPE_OCI_MANIFEST,
     ManifestIndex,
     Platform,
     select_platform,
@@ -176,6 +178,8 @@ def check_content(manifest: BundleManifest, platform: Platform, read: ReadFile) 
     """Every image of the bundle complete for ``platform``; then the OCI layout's own files."""
     for image in manifest.images:
         _check_image(manifest, image, platform, read)
+    for signature in manifest.image_signatures:
+        _check_signature(manifest, signature, read)
     if manifest.layout == "oci":
         _check_oci_layout(manifest, read)
 
@@ -241,6 +245,18 @@ def _check_image(
             f"bundle.json says {ref} is {image.size_bytes} bytes; its manifest, config and "
             f"layers add up to {total_bytes}"
         )
+
+
+def _check_signature(manifest: BundleManifest, signature: ImageSignature, read: ReadFile) -> None:
+    """A carried signature is what the runtime reads: an OCI image manifest whose config and
+    layers (the payloads) are listed blobs of the sizes it declares (rule R38)."""
+    what = f"{signature.image}: its signature {signature.tag}"
+    doc = read_document(_listed(manifest, signature.manifest_digest, what), read, what)
+    found = parse_content_manifest(doc, what)
+    if found.config is None or doc.get("mediaType") != MEDIA_TYPE_OCI_MANIFEST:
+        raise BundleManifestInvalid(f"{what} is not an OCI image manifest (mediaType)")
+    for blob in (found.config, *found.layers):
+        _same_size(blob, _listed(manifest, blob.digest, what), what)
 
 
 def _child(index: Manifest, platform: Platform, ref: str) -> Descriptor:

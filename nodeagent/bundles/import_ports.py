@@ -6,13 +6,16 @@ labels. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from nodeagent.bundles.freshness import Stamp
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
 from nodeagent.bundles.serving import BundleServerPort, MirrorPort
+from nodeagent.bundles.serving import SigstorePort as SigstorePort
 from nodeagent.ports import ImageRuntime, Reloader, SpaceProbe, StateStore
 from nodeagent.prepull import PrePuller
 from nodeagent.progress import ByteProgress
@@ -25,6 +28,14 @@ class VerifiedBundle(Protocol):
 
     @property
     def signed_by(self) -> str: ...
+
+    @property
+    def key_id_hex(self) -> str: ...
+
+    @property
+    def manifest_digest(self) -> str:
+        """``sha256:<hex>`` of the ``bundle.json`` verified."""
+        ...
 
 
 class ImageStorePort(Protocol):
@@ -43,6 +54,12 @@ class ImageStorePort(Protocol):
     ) -> object: ...
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
+
+
+SignedServerFactory = Callable[
+    [Path, Mapping[str, ExpectedFile], Mapping[str, str]], BundleServerPort
+]
+"""A loopback server that also answers signature tags (``signatures.served_tags``)."""
 
 
 class SpecSink(Protocol):
@@ -79,6 +96,21 @@ class ImporterPorts:
     wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None
     """Cluster mode: the labels once the API has listed the Node, waited for (bounded) when a
     bundle with a selector comes before them; unknown is not "no" (None: nothing to wait for)."""
+    make_signed_server: SignedServerFactory | None = None
+    """For a bundle with ``imageSignatures``: a server that also answers its signature tags
+    (``signatures.served_tags``); None: such bundles are served without them."""
+    sigstore: SigstorePort | None = None
+    """registries.d: checked for a bundle's signed images, and the loopback mirror's drop-in."""
     is_ignoring_target: bool = False
     """``bundle import --ignore-target``: a technician imports a bundle whose target's
     selector leaves this node out (its architecture is still checked, rule R13)."""
+    accepted: Callable[[], Sequence[Stamp]] = field(default=lambda: ())
+    """The signed manifests the node's store keeps, verified again (blocking, run in a
+    thread; ``adapters.store.accepted``): the anti-rollback rule's high-water marks."""
+    wall_clock: Callable[[], float] = time.time
+    """Unix time, for a bundle's ``expires``."""
+    is_allowing_rollback: bool = False
+    """``bundle import --allow-rollback``: a technician takes a bundle older than one the
+    node accepted (logged, ``bundle_rollback_allowed``). The daemon never sets it."""
+    is_allowing_expired: bool = False
+    """``bundle import --allow-expired``: likewise for an expired bundle."""

@@ -30,15 +30,19 @@ from typing import Any
 import structlog
 import yaml
 
+from nodeagent.bundles.freshness import Stamp, check
 from nodeagent.bundles.import_ports import ImageStorePort, ImporterPorts
 from nodeagent.bundles.manifest import MAX_NAME_BYTES, BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import served_blobs, total_size_bytes
+from nodeagent.bundles.release import next_steps
 from nodeagent.bundles.serving import (
     MIRROR_LOCK,
     BundleServerPort,
     MirrorPullPorts,
     pull_via_mirror,
+    reading_signatures,
 )
+from nodeagent.bundles.signatures import AttachmentScopes, served_tags, sigstore_findings
 from nodeagent.bundles.target import check_node_in_target, describe_target
 from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
@@ -120,6 +124,9 @@ class Importer:
                 check_node_in_target(manifest.target, labels, bundle_id=manifest.bundle_id)
             except NodeAgentError as exc:
                 return self._reject(replace(report, bundle_id=manifest.bundle_id), exc)
+        stale = await self._stale(manifest, checked.key_id_hex, checked.manifest_digest)
+        if stale is not None:
+            return self._reject(replace(report, bundle_id=manifest.bundle_id), stale)
         report = replace(
             report,
             state="verified",
@@ -145,15 +152,43 @@ class Importer:
         return await wait()
 
     async def import_stored(
-        self, manifest: BundleManifest, *, signed_by: str, source: str
+        self, manifest: BundleManifest, *, signed_by: str, key_id_hex: str, digest: str, source: str
     ) -> BundleReport:
         """A bundle already in the store (fetched from peers, its signature verified and its
-        target checked by the fetcher): import and hand over as after a stick's copy."""
+        target checked by the fetcher): import and hand over as after a stick's copy, unless
+        the anti-rollback rule refuses it now (a newer one came meanwhile)."""
         total = total_size_bytes(served_blobs(manifest))
         report = BundleReport(
             source, "stored", manifest.bundle_id, signed_by, len(manifest.images), bytes_total=total
         )
+        stale = await self._stale(manifest, key_id_hex, digest)
+        if stale is not None:
+            return self._reject(report, stale)
         return await self._import_verified(None, manifest, report)
+
+    async def _stale(
+        self, manifest: BundleManifest, key_id_hex: str, digest: str
+    ) -> NodeAgentError | None:
+        """Expiry and anti-rollback (``bundles.freshness.check``): the refusal, or None to go
+        on; a rule set aside by hand is logged as a warning naming what it let in."""
+        ports, bundle_id, sequence = self.ports, manifest.bundle_id, manifest.sequence
+        candidate = Stamp(key_id_hex, manifest.channel, sequence, digest, bundle_id)
+        checked = check(
+            candidate, manifest.expires, await asyncio.to_thread(ports.accepted),
+            dt.datetime.fromtimestamp(ports.wall_clock(), dt.UTC),
+            is_allowing_rollback=ports.is_allowing_rollback,
+            is_allowing_expired=ports.is_allowing_expired,
+        )  # fmt: skip
+        if checked.is_expiry_ignored:
+            log.warning("bundle_expiry_ignored", bundle=bundle_id, expires=manifest.expires,
+                        action="imported by hand with --allow-expired")  # fmt: skip
+        if (mark := checked.passed_mark) is not None:
+            log.warning(
+                "bundle_rollback_allowed", bundle=bundle_id, key=key_id_hex,
+                channel=manifest.channel, sequence=sequence, high_water=mark.sequence,
+                high_water_bundle=mark.bundle_id, action="imported by hand with --allow-rollback",
+            )  # fmt: skip
+        return checked.refusal
 
     def _reject(self, report: BundleReport, exc: NodeAgentError) -> BundleReport:
         message = clip(exc.message, MESSAGE_CHARS)
@@ -164,6 +199,9 @@ class Importer:
         self, root: Path | None, manifest: BundleManifest, report: BundleReport
     ) -> BundleReport:
         """From ``root`` (a medium), or from the store alone (``root`` None)."""
+        if manifest.release is not None:
+            steps = tuple(next_steps(manifest.release, manifest.bundle_id))
+            report = replace(report, next_steps=steps)
         refs = [str(image.ref) for image in manifest.images]
         missing = [ref for ref in refs if await self.ports.runtime.image_status(ref) is None]
         report = replace(report, images_present=len(refs) - len(missing))
@@ -189,7 +227,8 @@ class Importer:
             report = await self._pull_through_mirror(source, files, manifest, missing, report)
             if report.state in ("rejected", "interrupted"):
                 return report
-        return self._hand_over(manifest, report)
+        warnings = await self._sigstore_warnings(manifest)
+        return self._hand_over(manifest, replace(report, warnings=warnings))
 
     async def _store(
         self,
@@ -200,7 +239,8 @@ class Importer:
         to_store: int,
     ) -> BundleReport:
         """Copy what the store lacks from the medium; then the medium may be removed."""
-        if to_store:
+        carries_files = manifest.release is not None and bool(manifest.release.signatures)
+        if to_store or carries_files:  # a release's signature files go to the store too
             storing = replace(report, state="storing")
             self._report(storing, "bundle_storing", bytes=format_bytes(to_store))
             loop = asyncio.get_running_loop()
@@ -297,7 +337,7 @@ class Importer:
         """Serve ``files`` from ``source`` and pull ``missing`` through the mirror, one
         mirror session at a time (``serving.MIRROR_LOCK``)."""
         async with MIRROR_LOCK:
-            server = self.ports.make_server(source, files)
+            server = self._server(source, files, manifest)
             await server.start()
             importing = replace(report, state="importing")
             total = missing_bytes(manifest, missing)
@@ -315,10 +355,12 @@ class Importer:
                 self.ports.make_puller,
                 is_probing=self.ports.is_probing_mirror,
             )
+            sigstore = self.ports.sigstore if manifest.image_signatures else None
             try:
-                results = await pull_via_mirror(
-                    session, server, (i.ref for i in manifest.images), missing, source="bundle"
-                )
+                async with reading_signatures(sigstore, server.mirror_host):
+                    results = await pull_via_mirror(
+                        session, server, (i.ref for i in manifest.images), missing, source="bundle"
+                    )
             finally:
                 ticker.cancel()
             pulled = sum(1 for r in results.values() if r.is_pulled)
@@ -330,6 +372,15 @@ class Importer:
             )
             medium = None if self.ports.image_store is not None else source  # stored: no medium
             return self._outcome(medium, after, server.rejections, results.values())
+
+    def _server(
+        self, source: Path, files: Mapping[str, ExpectedFile], manifest: BundleManifest
+    ) -> BundleServerPort:
+        """The loopback server; for a bundle with image signatures, one serving their tags."""
+        make_signed = self.ports.make_signed_server
+        if manifest.image_signatures and make_signed is not None:
+            return make_signed(source, files, served_tags(manifest.image_signatures))
+        return self.ports.make_server(source, files)
 
     async def _serving_progress(
         self, server: BundleServerPort, report: BundleReport, total: int
@@ -397,6 +448,25 @@ class Importer:
             report, state="imported", images_present=report.images_total, sets=tuple(names)
         )
         return self._report(done, "bundle_imported", images=report.images_total, sets=names)
+
+    async def _sigstore_warnings(self, manifest: BundleManifest) -> tuple[tuple[str, str], ...]:
+        """Signed images whose signatures CRI-O would not read (registries.d), logged."""
+        sigstore = self.ports.sigstore
+        if sigstore is None or not manifest.image_signatures:
+            return ()
+        try:
+            scopes = await asyncio.to_thread(sigstore.scopes)
+        except NodeAgentError as exc:
+            scopes = AttachmentScopes(problems=(exc.message,))
+        findings = sigstore_findings(
+            manifest.image_signatures, scopes, directory=sigstore.directory
+        )
+        for found in findings:
+            log.warning(
+                "bundle_signatures_unread", bundle=manifest.bundle_id, subject=found.subject,
+                reason=found.code, error=found.message, action=found.action,
+            )  # fmt: skip
+        return tuple((f.code, clip(f"{f.message}; {f.action}", MESSAGE_CHARS)) for f in findings)
 
 
 def _imported_doc(doc: dict[str, Any] | None) -> dict[str, Any]:

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from nodeagent.bundles.freshness import DEFAULT_CHANNEL as DEFAULT_CHANNEL
+from nodeagent.bundles.freshness import TIME_FORM, freshness_of
+from nodeagent.bundles.release import BundleRelease, release_of
+from nodeagent.bundles.signatures import ImageSignature, image_signatures_of
 from nodeagent.bundles.target import FORMAT_VERSION as FORMAT_VERSION
+from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION as FRESHNESS_FORMAT_VERSION
 from nodeagent.bundles.target import TARGET_FORMAT_VERSION as TARGET_FORMAT_VERSION
 from nodeagent.bundles.target import BundleTarget, target_of
 from nodeagent.errors import (  # re-exported: callers may name them bundle.X
@@ -39,21 +44,16 @@ from nodeagent.errors import (
 from nodeagent.errors import (
     BundleSizeMismatch as BundleSizeMismatch,
 )
-from nodeagent.errors import (
-    BundleUnlistedFile as BundleUnlistedFile,
-)
-from nodeagent.errors import (
-    BundleUnsafeEntry as BundleUnsafeEntry,
-)
-from nodeagent.errors import (
-    BundleUnsafePath as BundleUnsafePath,
-)
+from nodeagent.errors import BundleUnlistedFile as BundleUnlistedFile
+from nodeagent.errors import BundleUnsafeEntry as BundleUnsafeEntry
+from nodeagent.errors import BundleUnsafePath as BundleUnsafePath
 from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.specs import API_VERSION, KIND, PinnedImageSet, parse_set_object
 from nodeagent.strict import MalformedInput, clip, loads_json, quoted
 
-FORMAT_VERSIONS: Final = (FORMAT_VERSION, TARGET_FORMAT_VERSION)
+FORMAT_VERSIONS: Final = (FORMAT_VERSION, TARGET_FORMAT_VERSION, FRESHNESS_FORMAT_VERSION)
+_VERSIONS: Final = f"{', '.join(map(str, FORMAT_VERSIONS[:-1]))} or {FORMAT_VERSIONS[-1]}"
 MANIFEST_NAME: Final = "bundle.json"
 SIGNATURE_NAME: Final = "bundle.json.minisig"
 MAX_MANIFEST_BYTES: Final = 16 * 1024 * 1024
@@ -78,11 +78,7 @@ _DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 _HEX = re.compile(r"^[a-f0-9]{64}$")
 _BUNDLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _ARCHITECTURE = re.compile(r"^[a-z0-9_]{1,32}$")
-_CREATED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
 _LAYOUTS: Final = ("oci", "registry-v2")
-_CHANNEL = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-DEFAULT_CHANNEL: Final = "default"
-"""The channel of a bundle whose ``bundle.json`` names none."""
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -133,11 +129,15 @@ class BundleManifest:
     blobs: Mapping[str, ExpectedFile] = field(default_factory=dict)
     """Digest → file of every blob ``blobs[]`` lists: all the content the bundle serves."""
     channel: str = DEFAULT_CHANNEL
-    """The optional ``channel`` (a release line of the signing key); the node store keeps the
-    newest bundle of each key and channel."""
+    """The optional ``channel``: a release line of the signing key (``bundles.freshness``)."""
+    sequence: int = 0
+    expires: str | None = None
+    """Its place in its channel and its optional expiry: anti-rollback, ``bundles.freshness``."""
     target: BundleTarget | None = None
     """The optional ``target`` (format version 2): the nodes the bundle is meant for, beyond
     its ``architecture`` (``bundles.target``)."""
+    release: BundleRelease | None = None  # format version 3: an OpenShift release (bundles.release)
+    image_signatures: tuple[ImageSignature, ...] = ()  # format 3: bundles.signatures
 
     @property
     def total_size_bytes(self) -> int:
@@ -355,14 +355,12 @@ def _document(data: bytes) -> dict[str, Any]:
     version = doc.get("formatVersion")
     if type(version) is not int:  # not True, 1.0 or "1"
         raise BundleManifestInvalid(
-            f"bundle.json: formatVersion must be the integer {FORMAT_VERSION} or "
-            f"{TARGET_FORMAT_VERSION}, not {_kind(version)}"
+            f"bundle.json: formatVersion must be the integer {_VERSIONS}, not {_kind(version)}"
         )
     if version not in FORMAT_VERSIONS:
         raise BundleFormatUnsupported(
             f"bundle format version {clip(version, 50)} is not supported (this nodeagent reads "
-            f"versions {FORMAT_VERSION} and {TARGET_FORMAT_VERSION}); use a bundle made for "
-            "this nodeagent version"
+            f"versions {_VERSIONS}); use a bundle made for this nodeagent version"
         )
     return doc
 
@@ -371,18 +369,17 @@ def parse_manifest(data: bytes) -> BundleManifest:
     """Parse ``bundle.json`` — only ever called after its signature was verified."""
     doc = _document(data)
     bundle_id = _string(doc, "bundleId", _BUNDLE_ID, "1-128 of A-Z a-z 0-9 . _ -")
-    created = _string(doc, "created", _CREATED, "an RFC 3339 UTC time (…T…Z)")
+    created = _string(doc, "created", TIME_FORM, "an RFC 3339 UTC time (…T…Z)")
     architecture = _string(doc, "architecture", _ARCHITECTURE, "a GOARCH name such as amd64")
     layout = doc.get("layout", "oci")
     if layout not in _LAYOUTS:
         raise BundleManifestInvalid("bundle.json: layout must be 'oci' or 'registry-v2'")
-    channel = DEFAULT_CHANNEL
-    if "channel" in doc:
-        channel = _string(doc, "channel", _CHANNEL, "1-64 of A-Z a-z 0-9 . _ -")
+    fresh = freshness_of(doc, created)
     target = target_of(doc)
     images = _images(doc)
     blobs = _blobs(doc, layout)
-    return BundleManifest(
+    listed = {f"sha256:{f.sha256_hex}": f for f in blobs.values()}
+    manifest = BundleManifest(
         bundle_id=bundle_id,
         created=created,
         architecture=architecture,
@@ -390,10 +387,14 @@ def parse_manifest(data: bytes) -> BundleManifest:
         images=images,
         files=_files(doc, layout, blobs),
         sets=_sets(doc, images),
-        blobs={f"sha256:{f.sha256_hex}": f for f in blobs.values()},
-        channel=channel,
+        blobs=listed,
+        channel=fresh.channel,
+        sequence=fresh.sequence,
+        expires=fresh.expires,
         target=target,
+        image_signatures=image_signatures_of(doc, [i.ref for i in images], listed),
     )
+    return replace(manifest, release=release_of(doc, manifest))
 
 
 # ---------------------------------------------------------------- the tree

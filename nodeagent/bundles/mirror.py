@@ -47,6 +47,7 @@ from typing import Final, Literal
 
 from nodeagent.bundles.content import MAX_DOCUMENT_VALUES
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile, count_values
+from nodeagent.bundles.signatures import tag_digest
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import (
     DOCKER_HUB,
@@ -176,8 +177,11 @@ class Request:
 class Fetch:
     """A request the server answers with content: the API base, a manifest or a blob."""
 
-    kind: Literal["base", "manifests", "blobs"]
+    kind: Literal["base", "manifests", "blobs", "signature"]
     digest: str = ""
+    """Manifests and blobs: the digest asked for; signature: the digest its tag signs."""
+    name: str = ""
+    """A signature's ``<repository>/sha256-<hex>.sig`` (``signatures.served_tags``' key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +214,9 @@ def route(request: Request) -> Fetch | ErrorAnswer:
         return ErrorAnswer(404, "UNSUPPORTED", "no such endpoint")
     if not is_repository_name(match["name"]):
         return ErrorAnswer(400, "NAME_INVALID", "invalid repository name")
+    signed = tag_digest(match["ref"]) if match["kind"] == "manifests" else None
+    if signed is not None:
+        return Fetch("signature", signed, f"{match['name']}/{match['ref']}")
     return _by_digest(match["kind"], match["ref"])
 
 
@@ -218,7 +225,7 @@ def _by_digest(kind: str, ref: str) -> Fetch | ErrorAnswer:
         return Fetch("manifests" if kind == "manifests" else "blobs", ref)
     if kind == "manifests" and ":" not in ref:
         return ErrorAnswer(404, "MANIFEST_UNKNOWN", "manifests are served by digest only")
-    return ErrorAnswer(400, "DIGEST_INVALID", "only sha256 digests are served")
+    return ErrorAnswer(400, "DIGEST_INVALID", "only sha256 digests (and signature tags) are served")
 
 
 def parse_range(header: str | None, size_bytes: int) -> tuple[int, int] | None:

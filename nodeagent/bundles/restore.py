@@ -19,12 +19,15 @@ from typing import Protocol
 
 import structlog
 
+from nodeagent.bundles.import_ports import SignedServerFactory
 from nodeagent.bundles.manifest import ExpectedFile
 from nodeagent.bundles.serving import (
     MIRROR_LOCK,
     BundleServerPort,
     MirrorPullPorts,
+    SigstorePort,
     pull_via_mirror,
+    reading_signatures,
 )
 from nodeagent.prepull import PullResult
 from nodeagent.references import parse_pinned_image_ref
@@ -38,6 +41,9 @@ class Restorable(Protocol):
 
     @property
     def files(self) -> dict[str, ExpectedFile]: ...
+
+    @property
+    def tags(self) -> dict[str, str]: ...
 
 
 class StoreSource(Protocol):
@@ -58,10 +64,17 @@ class StoreRestorer:
         source: StoreSource,
         make_server: Callable[[Path, Mapping[str, ExpectedFile]], BundleServerPort],
         session: MirrorPullPorts,
+        *,
+        make_signed_server: SignedServerFactory | None = None,
+        sigstore: SigstorePort | None = None,
     ) -> None:
+        """``make_signed_server`` and ``sigstore``: images of bundles with image signatures
+        are served with their signature tags, the runtime told to read them (as at import)."""
         self.source = source
         self.make_server = make_server
         self.session = session
+        self.make_signed_server = make_signed_server
+        self.sigstore = sigstore if make_signed_server is not None else None
 
     async def holds(self, refs: Sequence[str]) -> list[str]:
         found = await asyncio.to_thread(self.source.restorable, refs)
@@ -73,10 +86,17 @@ class StoreRestorer:
         if not wanted:
             return {}
         async with MIRROR_LOCK:
-            server = self.make_server(self.source.root, found.files)
+            make_signed, sigstore = self.make_signed_server, self.sigstore if found.tags else None
+            if make_signed is not None and sigstore is not None:
+                server = make_signed(self.source.root, found.files, found.tags)
+            else:
+                server = self.make_server(self.source.root, found.files)
             await server.start()
             images = [parse_pinned_image_ref(ref) for ref in wanted]
-            results = await pull_via_mirror(self.session, server, images, wanted, source="store")
+            async with reading_signatures(sigstore, server.mirror_host):
+                results = await pull_via_mirror(
+                    self.session, server, images, wanted, source="store"
+                )
             for rejected in server.rejections:
                 log.warning("store_blob_refused", reason=rejected.reason, error=rejected.message)
         return results

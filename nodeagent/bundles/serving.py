@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +19,7 @@ import structlog
 
 from nodeagent.bundles.manifest import BundleError
 from nodeagent.bundles.mirror import PROBE_REF, PROBE_REPOSITORY, mirror_repositories
+from nodeagent.bundles.signatures import AttachmentScopes
 from nodeagent.errors import NodeAgentError, RegistryUnavailable
 from nodeagent.ports import ImageRuntime, Reloader
 from nodeagent.prepull import PrePuller, PullResult
@@ -48,6 +49,43 @@ class BundleServerPort(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class SigstorePort(Protocol):
+    """The runtime's registries.d (``adapters.bundles.registries_d.RegistriesD``)."""
+
+    @property
+    def directory(self) -> str: ...
+
+    def scopes(self) -> AttachmentScopes: ...
+
+    def write_mirror(self, mirror_host: str) -> bool: ...
+
+    def remove_mirror(self) -> bool: ...
+
+
+@contextlib.asynccontextmanager
+async def reading_signatures(
+    sigstore: SigstorePort | None, mirror_host: str
+) -> AsyncIterator[None]:
+    """For the session, make the runtime read sigstore attachments from the loopback mirror
+    (registries.d decides per reference pulled from: docs/runtime-facts.md#sigstore-signatures).
+    A registries.d nodeagent cannot write is logged and the session goes on: a runtime whose
+    policy needs the signatures then refuses the images with its own reason."""
+    if sigstore is None:
+        yield
+        return
+    try:
+        await asyncio.to_thread(sigstore.write_mirror, mirror_host)
+    except NodeAgentError as exc:
+        log.warning("mirror_signatures_not_enabled", reason=exc.reason, error=exc.message)
+    try:
+        yield
+    finally:
+        try:
+            await asyncio.to_thread(sigstore.remove_mirror)
+        except NodeAgentError as exc:
+            log.error("mirror_signatures_not_removed", reason=exc.reason, error=exc.message)
 
 
 class MirrorPort(Protocol):

@@ -29,6 +29,10 @@ TARGET_FORMAT_VERSION: Final = 2
 """The version of a bundle with a ``target``. A nodeagent that reads only version 1 ignores
 fields it does not know, so it would take a bundle not meant for it; it refuses version 2
 (``BundleFormatUnsupported``) instead (docs/decisions/0028-bundle-targets.md)."""
+FRESHNESS_FORMAT_VERSION: Final = 3
+"""Version 2 plus a signed ``sequence`` and an optional ``expires`` (``bundles.freshness``):
+what ``bundle create`` writes. A reader of versions 1 and 2 would ignore them, and so take an
+expired bundle or an older one after a newer; it refuses version 3 instead."""
 TARGET_KEYS: Final = frozenset({"nodeSelector"})
 MAX_SELECTOR_CHARS: Final = 4096
 """A selector's text in ``bundle.json``: 4 KiB holds about 50 requirements of the longest
@@ -122,10 +126,10 @@ def parse_target(value: Any, where: str = "bundle.json target") -> BundleTarget:
 
 def target_of(doc: Mapping[str, Any]) -> BundleTarget | None:
     """``bundle.json``'s ``target`` (its ``formatVersion`` already checked to be known): only
-    in version 2, which a reader of version 1 refuses rather than ignore the target."""
+    in version 2 or later, which a reader of version 1 refuses rather than ignore the target."""
     if "target" not in doc:
         return None
-    if doc.get("formatVersion") != TARGET_FORMAT_VERSION:
+    if doc.get("formatVersion") == FORMAT_VERSION:
         raise BundleManifestInvalid(
             f"bundle.json: a target needs formatVersion {TARGET_FORMAT_VERSION} (a nodeagent "
             f"that reads only version {FORMAT_VERSION} would ignore it and take the bundle)"

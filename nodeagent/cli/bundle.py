@@ -19,12 +19,23 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from nodeagent import logs
 from nodeagent.authfile import AuthStore, parse_auth_file
+from nodeagent.bundles.freshness import (
+    DEFAULT_CHANNEL,
+    MAX_SEQUENCE,
+    Freshness,
+    expiry_from_option,
+    freshness_of,
+    is_expired,
+)
 from nodeagent.bundles.target import BundleTarget, describe_target, parse_selector_text
+from nodeagent.cli import release as release_cli
 from nodeagent.config import Config
 from nodeagent.errors import (
     AuthFileInvalid,
@@ -84,6 +95,21 @@ def add_parser(sub: Subparsers) -> Subparsers:
         help="only nodes whose labels match this selector (kubectl -l form, e.g. "
         "'node-role.kubernetes.io/worker,site=line-3') take the bundle",
     )  # fmt: skip
+    create.add_argument(
+        "--channel", type=parse_channel, default=DEFAULT_CHANNEL,
+        help="the release line of the signing key the bundle belongs to (default: default); "
+        "a node never takes an older bundle of a key and channel after a newer one",
+    )  # fmt: skip
+    create.add_argument(
+        "--sequence", type=parse_sequence, default=None, metavar="N",
+        help=f"the bundle's place in its channel, 0 to {MAX_SEQUENCE}, higher than every "
+        "earlier bundle's (default: the creation time in seconds since 1970)",
+    )  # fmt: skip
+    create.add_argument(
+        "--expires", type=parse_expires, default=None, metavar="TIME",
+        help="no node takes the bundle after this RFC 3339 UTC time (2027-01-31T00:00:00Z), "
+        "or this long after its creation (30d, 12h, 90m); default: never",
+    )  # fmt: skip
     create.add_argument("--auth-file", type=Path, help="docker config JSON with credentials")
     create.add_argument(
         "--insecure-registry", action="extend", nargs="+", default=[], metavar="HOST",
@@ -92,6 +118,12 @@ def add_parser(sub: Subparsers) -> Subparsers:
     create.add_argument(
         "--transient", action="store_true", help="the sets last until reboot (/run), not /etc"
     )
+    release_cli.add_create_arguments(create)
+    create.add_argument(
+        "--with-signatures", action="store_true",
+        help="carry each image's sigstore signature (tag sha256-<hex>.sig) when its registry "
+        "has one, for nodes whose signature policy requires them",
+    )  # fmt: skip
     verify = commands.add_parser("verify", help="check a bundle's signature and every byte")
     verify.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
@@ -110,6 +142,16 @@ def add_parser(sub: Subparsers) -> Subparsers:
         help="import even when the bundle's target selector leaves this node out "
         "(its architecture is still checked)",
     )  # fmt: skip
+    imports.add_argument(
+        "--allow-rollback", action="store_true",
+        help="import even when the node accepted a newer bundle of the same signing key and "
+        "channel (going back on purpose; logged as a warning)",
+    )  # fmt: skip
+    imports.add_argument(
+        "--allow-expired", action="store_true",
+        help="import even when the bundle's signed expiry time is past (logged as a warning)",
+    )  # fmt: skip
+    release_cli.add_parser(commands)
     return commands
 
 
@@ -128,6 +170,32 @@ def parse_platform(text: str) -> Platform:
             f"{clip(text, 80)!r} is not an architecture like amd64 or arm/v7 (one of {known})"
         )
     return Platform("linux", match[1], match[2] or "")
+
+
+def parse_channel(text: str) -> str:
+    """``--channel``: the form ``bundle.json``'s channel is read with."""
+    try:
+        return freshness_of({"channel": text}, "1970-01-01T00:00:00Z").channel
+    except BundleManifestInvalid as exc:
+        raise argparse.ArgumentTypeError(exc.message.removeprefix("bundle.json: ")) from None
+
+
+def parse_sequence(text: str) -> int:
+    """``--sequence``: a decimal integer from 0 to 2^53-1."""
+    if not text.isdecimal() or len(text) > 16 or not 0 <= int(text) <= MAX_SEQUENCE:
+        raise argparse.ArgumentTypeError(
+            f"{clip(text, 40)!r} is not an integer 0 to {MAX_SEQUENCE}"
+        )
+    return int(text)
+
+
+def parse_expires(text: str) -> str:
+    """``--expires``, checked now (its time is computed from the creation time later)."""
+    try:
+        expiry_from_option(text, datetime.now(UTC))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def parse_target_selector(text: str) -> BundleTarget:
@@ -256,7 +324,11 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
 
     secret_key = read_secret_key(args.key, args.password_file)
     sets = load_set_files(args.pinned_image_set, is_persistent=not args.transient)
-    refs = bundle_writer.resolve_refs(args.image, sets)
+    release = release_cli.release_request(args)
+    release_image = [str(release.ref)] if release is not None else []
+    refs = bundle_writer.resolve_refs([*release_image, *args.image], sets)
+    now = datetime.now(UTC)
+    freshness = freshness_option(args, now)
     client = RegistryClient(insecure=args.insecure_registry, platform=args.arch)
     progress = TerminalProgress() if sys.stderr.isatty() else None
     try:
@@ -264,7 +336,8 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
             bundle_writer.create_bundle(
                 refs, sets, secret_key, args.output, client=client, auth=read_auth(args.auth_file),
                 bundle_id=args.bundle_id, target=args.target_selector,
-                progress=progress.blobs if progress else None,
+                progress=progress.blobs if progress else None, release=release,
+                now=now, freshness=freshness, with_signatures=args.with_signatures,
             )
         )  # fmt: skip
     finally:
@@ -276,9 +349,31 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
         f"signed by key {created.key_id_hex}"
     )
     _out(f"  for {describe_target(args.arch.architecture, created.target)}")
+    if created.release is not None:
+        _out(
+            f"  release {created.release.version}: {created.payload_count} payload images, "
+            f"set {created.release.set_name}, {len(created.release.signatures)} signatures"
+        )
+    expiry = f", expires {freshness.expires}" if freshness.expires else ""
+    _out(f"  channel {freshness.channel}, sequence {freshness.sequence}{expiry}")
+    signed = {str(c.signature.image) for c in created.signatures}
     for image in created.images:
-        _out(f"  {image.ref} ({format_bytes(image.size_bytes)})")
+        mark = ", sigstore signature carried" if str(image.ref) in signed else ""
+        _out(f"  {image.ref} ({format_bytes(image.size_bytes)}{mark})")
+    if args.with_signatures:
+        _out(f"  {len(signed)} of {len(created.images)} images signed (sigstore)")
     return 0
+
+
+def freshness_option(args: argparse.Namespace, now: datetime) -> Freshness:
+    """``--channel``, ``--sequence`` (default ``now`` in seconds) and ``--expires``."""
+    sequence = int(now.timestamp()) if args.sequence is None else args.sequence
+    expires = None if args.expires is None else expiry_from_option(args.expires, now)
+    if expires is not None and is_expired(expires, now):
+        raise BundleManifestInvalid(
+            f"--expires {expires} is not after the creation time: no node would take the bundle"
+        )
+    return Freshness(args.channel, sequence, expires)
 
 
 # ---------------------------------------------------------------- verify
@@ -323,13 +418,17 @@ def print_report(report: bundle_media.VerifyReport) -> None:
         f"{len(manifest.images)} images, {len(manifest.sets)} PinnedImageSets"
     )
     _out(f"  for {describe_target(manifest.architecture, manifest.target)}")
+    expiry = f", expires {clip(manifest.expires, 40)}" if manifest.expires else ""
+    _out(f"  channel {clip(manifest.channel, 70)}, sequence {manifest.sequence}{expiry}")
     rate = report.hashed_bytes / report.seconds / 1e6 if report.seconds > 0 else 0.0
     _out(
         f"  {len(manifest.files)} files, {format_bytes(report.hashed_bytes)} hashed in "
         f"{report.seconds:.1f} s ({rate:.0f} MB/s)"
     )
+    signed = {str(s.image) for s in manifest.image_signatures}
     for image in manifest.images:
-        _out(f"  {image.ref} ({format_bytes(image.size_bytes)})")
+        mark = ", sigstore signature carried" if str(image.ref) in signed else ""
+        _out(f"  {image.ref} ({format_bytes(image.size_bytes)}{mark})")
 
 
 # ---------------------------------------------------------------- import
@@ -340,7 +439,8 @@ EXIT_INTERRUPTED = 75
 def cmd_import(config: Config, args: argparse.Namespace) -> int:
     logs.configure(config.log.level)
     root = args.path.resolve()
-    report = asyncio.run(_import(config, root, is_ignoring_target=args.ignore_target))
+    overrides = Overrides(args.ignore_target, args.allow_rollback, args.allow_expired)
+    report = asyncio.run(_import(config, root, overrides))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     if report.state == "imported":
@@ -348,7 +448,16 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if report.state == "interrupted" else EXIT_REFUSED
 
 
-async def _import(config: Config, root: Path, *, is_ignoring_target: bool) -> BundleReport:
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """``bundle import``'s flags: rules a technician sets aside by hand (each logged)."""
+
+    is_ignoring_target: bool = False
+    is_allowing_rollback: bool = False
+    is_allowing_expired: bool = False
+
+
+async def _import(config: Config, root: Path, overrides: Overrides) -> BundleReport:
     from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (see the imports)
     from nodeagent.daemon.wiring import build  # noqa: PLC0415  (see the imports)
 
@@ -363,14 +472,22 @@ async def _import(config: Config, root: Path, *, is_ignoring_target: bool) -> Bu
 
     try:
         labels = None
-        if wiring.cluster is not None and not is_ignoring_target:
+        if wiring.cluster is not None and not overrides.is_ignoring_target:
             labels = await wiring.cluster.specs.read_node_labels()
         importer = build_importer(
             config, wiring.policies, wiring.cri, wiring.reloader, report=on_report,
-            node_labels=lambda: labels, is_ignoring_target=is_ignoring_target,
+            node_labels=lambda: labels, is_ignoring_target=overrides.is_ignoring_target,
+            is_allowing_rollback=overrides.is_allowing_rollback,
+            is_allowing_expired=overrides.is_allowing_expired,
         )  # fmt: skip
         report = await importer.import_bundle(root, source=str(root))
+        wiring.reporter.bundle_report(report)  # the status file's bundles, as the daemon's
         if report.state == "imported":
+            if report.next_steps:  # a release: its signatures to the CVO, or how to
+                from nodeagent.daemon.bundles import signature_publisher  # noqa: PLC0415
+
+                api = wiring.cluster.api if wiring.cluster else None
+                await signature_publisher(config, api).publish(report.bundle_id)
             status = await wiring.reconciler.sync()
             wiring.reporter.sync_finished(status)
             print(f"sync: {status_line(status)}")
@@ -385,4 +502,5 @@ BUNDLE_COMMANDS: dict[str, Callable[[Config, argparse.Namespace], int]] = {
     "create": cmd_create,
     "verify": cmd_verify,
     "import": cmd_import,
+    "release-signatures": release_cli.cmd_release_signatures,
 }

@@ -78,6 +78,10 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     runtime = sub.add_parser("runtime", help="show the runtime, its image filesystem and images")
     runtime.add_argument("--json", action="store_true", help="machine-readable output")
+    offline = sub.add_parser(
+        "check-offline", help="what would break here if the registry vanished now (docs/offline.md)"
+    )
+    offline.add_argument("--json", action="store_true", help="machine-readable output")
     pull = sub.add_parser("pull", help="pull images through the runtime (by digest)")
     pull.add_argument("images", nargs="+", metavar="IMAGE")
     for name in MODULE_COMMANDS:
@@ -198,6 +202,10 @@ def _print_notes(doc: dict[str, Any]) -> None:
         _say(f"state rebuilt: {repair['file']}: {repair['reason']}: {repair['message']}{kept}")
     for bundle in doc.get("bundles", []):
         _say(_bundle_text(bundle))
+        for step in bundle.get("nextSteps", []):
+            _say(f"  next: {step}")
+        for warning in bundle.get("warnings", []):
+            _say(f"  warning {warning.get('reason')}: {warning.get('message', '')}")
     loss = doc.get("imageLoss")
     if loss:
         _say(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")
@@ -290,6 +298,12 @@ def cmd_pull(config: Config, args: argparse.Namespace) -> int:
     return asyncio.run(_pull(config.runtime.endpoint, args.images))
 
 
+def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
+    from nodeagent.cli import offline  # noqa: PLC0415  (not loaded by the daemon)
+
+    return offline.cmd_check_offline(config, args.json)
+
+
 COMMANDS = {
     "run": cmd_run,
     "check-config": cmd_check_config,
@@ -297,6 +311,7 @@ COMMANDS = {
     "status": cmd_status,
     "runtime": cmd_runtime,
     "pull": cmd_pull,
+    "check-offline": cmd_check_offline,
 }
 
 

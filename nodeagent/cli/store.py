@@ -107,8 +107,8 @@ def _print_bundle(view: keeper.StoreView, verdict: BundleVerdict) -> None:
     else:
         print(
             f"bundle {clip(record.bundle_id, 130)} (key {key} {record.key_id}, channel "
-            f"{clip(record.channel, 70)}, created {clip(record.created, 40)}): "
-            + clip(verdict.describe())
+            f"{clip(record.channel, 70)}{_sequence(record.sequence)}, created "
+            f"{clip(record.created, 40)}): " + clip(verdict.describe())
         )
     sets = ", ".join(clip(name, 100) for name in record.sets) or "none"
     print(
@@ -158,3 +158,8 @@ class _TerminalLine:
             self.shown_s = now_s
             sys.stderr.write(f"\rhashed {format_bytes(done)}/{format_bytes(total)}   ")
             sys.stderr.flush()
+
+
+def _sequence(sequence: int | None) -> str:
+    """``, sequence N`` (a record written before sequences were recorded: nothing)."""
+    return "" if sequence is None else f", sequence {sequence}"

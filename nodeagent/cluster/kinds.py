@@ -28,6 +28,8 @@ MACHINE_CONFIG_POOL = ResourceKind(MCO_GROUP, "v1", "MachineConfigPool", "machin
 MACHINE_CONFIG_NODE = ResourceKind(MCO_GROUP, "v1", "MachineConfigNode", "machineconfignodes")
 NODE = ResourceKind("", "v1", "Node", "nodes")
 EVENT = ResourceKind("", "v1", "Event", "events", is_namespaced=True)
+CONFIG_MAP = ResourceKind("", "v1", "ConfigMap", "configmaps", is_namespaced=True)
+POD = ResourceKind("", "v1", "Pod", "pods", is_namespaced=True)
 NODE_IMAGE_STATUS = ResourceKind("nodeagent.io", "v1alpha1", "NodeImageStatus", "nodeimagestatuses")
 NODE_IMAGE_HOLDINGS = ResourceKind(
     "nodeagent.io", "v1alpha1", "NodeImageHoldings", "nodeimageholdings"

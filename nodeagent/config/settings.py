@@ -50,6 +50,11 @@ class RuntimeSettings:
     read over plain HTTP by nodeagent's manifest look-ups too (disk admission)."""
     registries_dir: Path = Path("/etc/containers/registries.conf.d")
     """Drop-ins of ``registries_conf``, read in lexical order like containers/image does."""
+    registries_d_dir: Path = Path("/etc/containers/registries.d")
+    """containers-registries.d(5) of the runtime: where ``use-sigstore-attachments`` is set
+    (checked for a bundle's signed images) and the import's drop-in for the loopback mirror
+    goes. CRI-O running as root uses ``$HOME/.config/containers/registries.d`` instead when
+    that exists (docs/runtime-facts.md)."""
     call_timeout_s: float = 30.0
     """Deadline in seconds of one short CRI call (version, list, status; pulls are governed by
     ``pull.stall_timeout_s``). Default 30: ListImages of a busy node with many images.
@@ -295,6 +300,33 @@ class SiteSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class OfflineSettings:
+    """The offline-readiness drill (``[offline]``, docs/offline.md): what would break here if
+    the registry vanished. ``nodeagent check-offline`` reads the same settings."""
+
+    drill: bool = True
+    """Run the drill in the daemon and publish the ``OfflineReady`` condition. Default true."""
+    interval_s: float = 600.0
+    """Seconds between two runs of the drill (it also runs after each sync and bundle
+    import). Default 600. Range: from 10 to 86400 seconds."""
+    kubelet_config_files: tuple[Path, ...] = (
+        Path("/etc/kubernetes/kubelet.conf"),
+        Path("/var/lib/kubelet/config.yaml"),
+    )
+    """The kubelet's configuration file: the first that exists is read (OpenShift's, then
+    kubeadm's). Default both, in that order."""
+    static_pod_dir: Path = Path("/etc/kubernetes/manifests")
+    """The kubelet's ``staticPodPath``: without the API, the pods checked are the static
+    pods of these manifests. Default /etc/kubernetes/manifests."""
+    signature_policy: Path = Path("/etc/containers/policy.json")
+    """containers-policy.json(5) as CRI-O reads it (its ``signature_policy``). Default
+    /etc/containers/policy.json."""
+    pod_events: bool = True
+    """Cluster mode: one warning Event per pod that pulls ``Always`` (once per pod).
+    Default true."""
+
+
+@dataclass(frozen=True, slots=True)
 class LogSettings:
     """Logging (``[log]``)."""
 
@@ -324,6 +356,8 @@ class Config:
     """``[cluster]``: PinnedImageSets from the Kubernetes API and per-node status."""
     site: SiteSettings = field(default_factory=SiteSettings)
     """``[site]``: serving the store to peers and fetching bundles from them."""
+    offline: OfflineSettings = field(default_factory=OfflineSettings)
+    """``[offline]``."""
     log: LogSettings = field(default_factory=LogSettings)
     """``[log]``: logging."""
     source: Path = DEFAULT_CONFIG_PATH

@@ -11,22 +11,27 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
 from nodeagent.adapters.bundles.mirror import MirrorDropin
+from nodeagent.adapters.bundles.registries_d import RegistriesD
+from nodeagent.adapters.bundles.release import ConfigMaps, StoredSignatures
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
 from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.adapters.registry.client import RegistryClient
+from nodeagent.adapters.store.accepted import accepted_stamps
 from nodeagent.adapters.store.copier import StoreLimits
 from nodeagent.adapters.store.node_store import NodeImageStore
 from nodeagent.adapters.store.registry_sets import RegistrySets
 from nodeagent.bundles.import_ports import ImporterPorts
 from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
+from nodeagent.bundles.release_signatures import SignaturePublisher, is_due
 from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MirrorPullPorts
 from nodeagent.config import Config
@@ -43,8 +48,10 @@ log = structlog.get_logger("nodeagent.bundles.imports")
 class ServedBundle:
     """``importer.BundleServerPort`` over the loopback ``BundleServer``."""
 
-    def __init__(self, root: Path, blobs: Mapping[str, ExpectedFile]) -> None:
-        self._server = BundleServer(root, blobs)
+    def __init__(
+        self, root: Path, blobs: Mapping[str, ExpectedFile], tags: Mapping[str, str] | None = None
+    ) -> None:
+        self._server = BundleServer(root, blobs, tags=tags)
 
     @property
     def mirror_host(self) -> str:
@@ -102,7 +109,10 @@ def build_importer(
     node_labels: Callable[[], Mapping[str, str] | None] = lambda: None,
     wait_node_labels: Callable[[], Awaitable[Mapping[str, str] | None]] | None = None,
     is_ignoring_target: bool = False,
+    is_allowing_rollback: bool = False,
+    is_allowing_expired: bool = False,
 ) -> Importer:
+    """The importer; the ``is_*`` overrides are ``bundle import``'s flags (never the daemon's)."""
     transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
     platform = node_platform(os.uname().machine)
     ports = ImporterPorts(
@@ -123,8 +133,40 @@ def build_importer(
         node_labels=node_labels,
         wait_node_labels=wait_node_labels,
         is_ignoring_target=is_ignoring_target,
+        accepted=lambda: accepted_stamps(config.store_dir, config.bundles.trusted_keys_dir),
+        is_allowing_rollback=is_allowing_rollback,
+        is_allowing_expired=is_allowing_expired,
+        make_signed_server=ServedBundle,
+        sigstore=RegistriesD(config.runtime.registries_d_dir),
     )
     return Importer(ports, policies.disk)
+
+
+def signature_publisher(config: Config, api: Any | None) -> SignaturePublisher:
+    """A release bundle's signatures to the CVO: applied with ``api`` (cluster mode), else
+    a journal line that says how to apply them by hand."""
+    source = StoredSignatures(config.store_dir, config.bundles.trusted_keys_dir)
+    return SignaturePublisher(source, ConfigMaps(api) if api is not None else None)
+
+
+def with_release_signatures(
+    config: Config,
+    report: Callable[[BundleReport], None],
+    api: Any | None,
+    spawn: Callable[..., object],
+) -> Callable[[BundleReport], None]:
+    """``report``, and for a release bundle just imported, its signatures published."""
+    publisher = signature_publisher(config, api)
+
+    async def publish(bundle_id: str) -> None:
+        await publisher.publish(bundle_id)
+
+    def on_report(found: BundleReport) -> None:
+        report(found)
+        if is_due(found):
+            spawn(f"release-signatures {found.bundle_id}", publish(found.bundle_id))
+
+    return on_report
 
 
 def build_registry_store(
@@ -152,4 +194,7 @@ def build_restorer(
         ),
         is_probing=True,
     )
-    return StoreRestorer(node_store(config), ServedBundle, session)
+    return StoreRestorer(
+        node_store(config), ServedBundle, session, make_signed_server=ServedBundle,
+        sigstore=RegistriesD(config.runtime.registries_d_dir),
+    )  # fmt: skip

@@ -84,7 +84,11 @@ async def follow_peers(wiring: Wiring) -> None:
         media = wiring.media
         async with media.lock:
             report = await media.importer.import_stored(
-                signed.manifest, signed_by=signed.signed_by, source=source
+                signed.manifest,
+                signed_by=signed.signed_by,
+                key_id_hex=signed.key_id_hex,
+                digest=signed.manifest_digest,
+                source=source,
             )
         if report.state == "imported":
             wiring.reconciler.request_sync()

@@ -57,7 +57,8 @@ async def run(config: Config) -> int:
 
 def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     """Critical: the sync loop, the spec watch, the watchdog. Optional: the runtime socket's
-    watch, the store's collection, media, the peer server, the fetcher, cluster."""
+    watch, the store's collection, media, the peer server, the fetcher, the offline drill,
+    cluster."""
     config = wiring.config
     found = [
         Task("sync", wiring.reconciler.run, is_critical=True),
@@ -83,6 +84,8 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
         found.append(Task("peer-server", lambda: peer_server_loop(config), is_critical=False))
     if is_following(config):
         found.append(Task("site-fetcher", lambda: fetcher_loop(wiring), is_critical=False))
+    if wiring.offline is not None:
+        found.append(Task("offline-drill", wiring.offline.run, is_critical=False))
     if wiring.cluster is not None:
         found.extend(wiring.cluster.tasks())
     return found

@@ -27,6 +27,7 @@ from nodeagent.adapters.host import (
     StatvfsSpace,
     read_boot_id,
 )
+from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
 from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
@@ -35,6 +36,7 @@ from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies, policies_from
 from nodeagent.daemon.supervisor import Supervisor
 from nodeagent.disk import DiskAdmission
+from nodeagent.offline.drill import OfflineDrill
 from nodeagent.pins import PinService
 from nodeagent.prepull import PrePuller, PullResult
 from nodeagent.reporting import PullTally, Reporter
@@ -63,6 +65,7 @@ class Wiring:
     supervisor: Supervisor
     media: MediaImports
     cluster: ClusterMode | None = None
+    offline: OfflineDrill | None = None
 
     async def close(self) -> None:
         if self.cluster is not None:
@@ -82,8 +85,13 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     auth = AuthFile(config.pull.auth_file)
     tally = PullTally()
     cluster = _cluster(config, tally) if config.cluster.enabled else None
+    offline_changed = asyncio.Event()
     reporter = Reporter(
-        line=notifier, store=state, cluster=cluster.sink if cluster else None, tally=tally
+        line=notifier,
+        store=state,
+        cluster=cluster.sink if cluster else None,
+        tally=tally,
+        on_synced=offline_changed.set,
     )
     puller = PrePuller(
         cri,
@@ -129,14 +137,16 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     def make_importer(
         is_present: Callable[[Path], bool], release: Callable[[Path], None]
     ) -> Importer:
-        from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (first medium)
+        from nodeagent.daemon.bundles import build_importer, with_release_signatures  # noqa: PLC0415
 
         return build_importer(
             config,
             policies,
             cri,
             reloader,
-            report=reporter.bundle_report,
+            report=with_release_signatures(
+                config, reporter.bundle_report, cluster.api if cluster else None, supervisor.spawn
+            ),
             is_present=is_present,
             release=release,
             node_labels=cluster.specs.node_labels if cluster else lambda: None,
@@ -151,6 +161,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         report=reporter.bundle_report,
         on_imported=reconciler.request_sync,
     )
+    offline = _offline(config, cri, reporter, cluster, offline_changed)
     return Wiring(
         config,
         policies,
@@ -163,6 +174,31 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         supervisor,
         media,
         cluster,
+        offline,
+    )
+
+
+def _offline(
+    config: Config,
+    cri: CriClient,
+    reporter: Reporter,
+    cluster: ClusterMode | None,
+    changed: asyncio.Event,
+) -> OfflineDrill | None:
+    """The offline drill (docs/offline.md): pods from the API in cluster mode, else static."""
+    if not config.offline.drill:
+        return None
+    pods = warnings = None
+    if cluster is not None:
+        node = cluster.specs.node
+        pods = api_pods(cluster.api, node)
+        warnings = KubePodWarnings(cluster.api, node) if config.offline.pod_events else None
+    return OfflineDrill(
+        HostFacts(config, cri, pods=pods),
+        reporter,
+        interval_s=config.offline.interval_s,
+        warnings=warnings,
+        changed=changed,
     )
 
 

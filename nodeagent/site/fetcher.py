@@ -199,7 +199,9 @@ class BundleFetcher:
         signed = await self._signed(offer)
         if signed is None:
             return
-        decision = decide(signed.manifest, signed.manifest_digest, self.ports.facts(held))
+        accepted = await asyncio.to_thread(self.ports.store.accepted)
+        facts = replace(self.ports.facts(held), accepted=accepted, now_s=self.ports.wall_clock())
+        decision = decide(signed.manifest, signed.manifest_digest, facts, signed.key_id_hex)
         if not decision.is_following:
             self._skip(key, decision)
             return

@@ -16,7 +16,11 @@ in the order they are checked:
    manifest. Two manifests for one id is a conflict to report (``nodeagent site status``
    names it), never a reason to replace what the node holds;
 4. ``AlreadyHeld``: the store holds this very manifest already (nothing to fetch; a fetch
-   that was interrupted is the fetcher's to resume, not a new decision).
+   that was interrupted is the fetcher's to resume, not a new decision);
+5. ``Expired``: the bundle's signed ``expires`` is past (``BundleExpired`` at import);
+6. ``Rollback``: its sequence is lower than the highest this node accepted for the same
+   signing key and channel, or equal with another manifest (``BundleRollback`` at import,
+   ``bundles.freshness``): an older bundle a peer still holds is never fetched.
 
 The architecture half comes before the held checks so that a node reports why it does not
 take a bundle even when it holds an older copy of its id.
@@ -24,22 +28,29 @@ take a bundle even when it holds an older copy of its id.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from nodeagent.bundles.freshness import Stamp, check
 from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.bundles.target import TargetPart, describe_target, target_miss
+from nodeagent.errors import BundleExpired
 from nodeagent.strict import clip
 
 FollowSetting = Literal["on", "off", "auto"]
 FOLLOW_SETTINGS: Final = ("on", "off", "auto")
-SkipReason = Literal["FollowOff", "NotInTarget", "AlreadyHeld", "DifferentManifestHeld"]
+SkipReason = Literal[
+    "FollowOff", "NotInTarget", "AlreadyHeld", "DifferentManifestHeld", "Expired", "Rollback"
+]
 SKIP_REASONS: Final[tuple[SkipReason, ...]] = (
     "FollowOff",
     "NotInTarget",
     "AlreadyHeld",
     "DifferentManifestHeld",
+    "Expired",
+    "Rollback",
 )
 
 
@@ -56,6 +67,11 @@ class NodeFacts:
     """The Node object's labels; None when they are not known (no API, not listed yet)."""
     held: Mapping[str, str]
     """Bundle id → ``sha256:<hex>`` of the signed ``bundle.json`` the store holds."""
+    accepted: tuple[Stamp, ...] = ()
+    """The signed manifests the store keeps (``adapters.store.accepted``): high-water marks."""
+    now_s: float | None = None
+    """Unix time by this node's clock, for ``expires``; None: not checked (a caller that
+    has no clock, such as ``site status``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +94,11 @@ def is_follow_on(follow: FollowSetting, *, is_cluster_mode: bool, has_peers: boo
     return follow == "on"
 
 
-def decide(manifest: BundleManifest, manifest_digest: str, node: NodeFacts) -> FollowDecision:
-    """Follow ``manifest`` (signed, verified; ``manifest_digest`` the sha256 of its bytes)?"""
+def decide(
+    manifest: BundleManifest, manifest_digest: str, node: NodeFacts, key_id_hex: str | None = None
+) -> FollowDecision:
+    """Follow ``manifest`` (signed, verified; ``manifest_digest`` the sha256 of its bytes;
+    ``key_id_hex`` its signing key's id: without it the anti-rollback rule is not applied)?"""
     bundle = clip(manifest.bundle_id, 128)
     if not is_follow_on(
         node.follow, is_cluster_mode=node.is_cluster_mode, has_peers=node.has_peers
@@ -96,7 +115,7 @@ def decide(manifest: BundleManifest, manifest_digest: str, node: NodeFacts) -> F
         return _skip("NotInTarget", _not_in_target(manifest, node, part), part=part)
     held = node.held.get(manifest.bundle_id)
     if held is None:
-        return FOLLOW
+        return _fresh(manifest, manifest_digest, node, key_id_hex)
     if held != manifest_digest:
         return _skip(
             "DifferentManifestHeld",
@@ -105,6 +124,21 @@ def decide(manifest: BundleManifest, manifest_digest: str, node: NodeFacts) -> F
             "give each bundle its own id",
         )
     return _skip("AlreadyHeld", f"bundle {bundle} is already in this node's store")
+
+
+def _fresh(
+    manifest: BundleManifest, manifest_digest: str, node: NodeFacts, key_id_hex: str | None
+) -> FollowDecision:
+    """``Expired`` or ``Rollback`` when the import would refuse it, else follow (without the
+    key's id only the expiry can be judged)."""
+    now = None if node.now_s is None else dt.datetime.fromtimestamp(node.now_s, dt.UTC)
+    candidate = Stamp(
+        key_id_hex or "", manifest.channel, manifest.sequence, manifest_digest, manifest.bundle_id
+    )
+    refusal = check(candidate, manifest.expires, node.accepted if key_id_hex else (), now).refusal
+    if refusal is None:
+        return FOLLOW
+    return _skip("Expired" if isinstance(refusal, BundleExpired) else "Rollback", refusal.message)
 
 
 def _not_in_target(manifest: BundleManifest, node: NodeFacts, part: TargetPart) -> str:

@@ -34,6 +34,8 @@ class PeerTarget:
     bundle_id: str = ""
     file: str = ""
     """``bundle.json`` or ``bundle.json.minisig``, for ``bundle-file``."""
+    name: str = ""
+    """A signature's ``<repository>/sha256-<hex>.sig`` (``signatures.served_tags``' key)."""
 
 
 def route_peer(method: str, path: str) -> PeerTarget | ErrorAnswer:
@@ -46,7 +48,8 @@ def route_peer(method: str, path: str) -> PeerTarget | ErrorAnswer:
     if signature is not None:
         if not is_repository_name(signature["name"]):
             return ErrorAnswer(400, "NAME_INVALID", "invalid repository name")
-        return PeerTarget("signature", digest=f"sha256:{signature['hex']}")
+        tag = f"{signature['name']}/sha256-{signature['hex']}.sig"
+        return PeerTarget("signature", digest=f"sha256:{signature['hex']}", name=tag)
     target = route(Request(method, path))
     if isinstance(target, ErrorAnswer):
         return target

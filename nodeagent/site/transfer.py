@@ -21,6 +21,7 @@ from typing import Final, Protocol
 
 import structlog
 
+from nodeagent.bundles.freshness import Stamp
 from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.errors import (
     BundleFetchFailed,
@@ -85,6 +86,10 @@ class FetchStorePort(Protocol):
 
     def unfinished(self) -> list[SignedBundle]: ...
 
+    def accepted(self) -> tuple[Stamp, ...]:
+        """The signed manifests the store keeps, verified again (anti-rollback)."""
+        ...
+
     def stored_signed(self, bundle_id: str) -> SignedBundle | None:
         """A recorded bundle's manifest and signature, verified again; None if not."""
         ...
@@ -134,6 +139,8 @@ class FetcherPorts:
     """Where fetched bundles wait for their import (``fetched-imports``), so a restart
     between the record and the import still imports them."""
     clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    """Unix time, for a bundle's ``expires``."""
     timings: FetchTimings = field(default_factory=FetchTimings)
 
 

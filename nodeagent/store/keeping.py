@@ -5,8 +5,9 @@ Keep rules (docs/store.md), over the bundle records and the sets pinned now:
 - a bundle is kept while any of its PinnedImageSets is pinned (``pinned``);
 - a bundle copied less than the grace period ago is kept (``recent``): its import into
   the runtime and the pinning of its sets come after the copy;
-- with ``keep_newest_per_channel``, the newest bundle (its ``created`` time) of each
-  signing key and channel is kept (``newest``), for peers and to re-pin without a stick;
+- with ``keep_newest_per_channel``, the newest bundle (its signed sequence, the order nodes
+  accept bundles in) of each signing key and channel is kept (``newest``), for peers and
+  to re-pin without a stick;
 - the signed manifest, signature and record of every accepted bundle are always kept
   (small; anti-rollback needs them): only blobs are ever removed.
 
@@ -73,16 +74,21 @@ class BundleVerdict:
         return "kept: " + "; ".join(parts)
 
 
-def created_order(record: BundleRecord) -> tuple[dt.datetime, float, str]:
-    """Sort key: the bundle's ``created`` time (a time that does not parse sorts first),
-    then when it was accepted, then its id."""
+def created_order(record: BundleRecord) -> tuple[float, dt.datetime, float, str]:
+    """Sort key: the bundle's signed sequence, the order nodes accept bundles in
+    (docs/bundle-format.md#anti-rollback; a record without one: its ``created`` in seconds,
+    which is the sequence of a bundle of format 1 or 2), then its ``created`` time (a time
+    that does not parse sorts first), then when it was accepted, then its id."""
     try:
         created = dt.datetime.fromisoformat(record.created.replace("Z", "+00:00"))
     except ValueError:
         created = dt.datetime.min.replace(tzinfo=dt.UTC)
     if created.tzinfo is None:
         created = created.replace(tzinfo=dt.UTC)
-    return created, record.accepted_at_s, record.bundle_id
+    sequence = record.sequence
+    if sequence is None:
+        sequence = max(0, int(created.timestamp())) if created.year > 1 else -1
+    return sequence, created, record.accepted_at_s, record.bundle_id
 
 
 def newest_per_channel(records: Iterable[BundleRecord]) -> set[str]:

@@ -49,6 +49,7 @@ RECORD_VERSION: Final = 1
 MAX_RECORD_BYTES: Final = 64 << 20
 """A record lists a bundle's images and blobs: 5,000 blobs take about 500 KB."""
 MAX_SIZE_BYTES: Final = (1 << 63) - 1
+MAX_SEQUENCE: Final = (1 << 53) - 1
 
 _DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 _BUNDLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -144,6 +145,9 @@ class BundleRecord:
     images: tuple[StoredImage, ...]
     blobs: tuple[BlobRef, ...]
     source: RecordSource = "bundle"
+    sequence: int | None = None
+    """The bundle's signed sequence (docs/bundle-format.md#anti-rollback); None in a record
+    written before sequences were recorded (``keeping`` then orders by ``created``)."""
 
     @property
     def is_registry(self) -> bool:
@@ -167,6 +171,7 @@ class BundleRecord:
                 "keyName": self.key_name,
                 "channel": self.channel,
             }
+            | ({} if self.sequence is None else {"sequence": self.sequence})
         )
         return {
             "recordVersion": RECORD_VERSION,
@@ -210,7 +215,15 @@ class BundleRecord:
             sets=tuple(_text({"s": s}, "s", f"{where} sets") for s in _list(doc, "sets", where)),
             images=tuple(_image(item, f"{where} images") for item in _list(doc, "images", where)),
             blobs=tuple(_blob(item, f"{where} blobs") for item in _list(doc, "blobs", where)),
+            sequence=_sequence(doc, where),
         )
+
+
+def _sequence(doc: Mapping[str, Any], where: str) -> int | None:
+    value = doc.get("sequence")
+    if value is not None and (type(value) is not int or not 0 <= value <= MAX_SEQUENCE):
+        raise StoreRecordDamaged(f"{where}: sequence must be an integer 0 to {MAX_SEQUENCE}")
+    return value
 
 
 def registry_record(

@@ -222,6 +222,8 @@ class FakeVerified:
 
     manifest: BundleManifest
     signed_by: str = "factory"
+    key_id_hex: str = "F00D"
+    manifest_digest: str = "sha256:" + "f" * 64
 
 
 class FakeServer:

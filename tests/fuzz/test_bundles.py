@@ -52,6 +52,22 @@ _TARGETED: dict[str, Any] = {
     **_BUNDLE, "formatVersion": 2,
     "target": {"nodeSelector": "node-role.kubernetes.io/worker,site=line-3"},
 }  # fmt: skip
+_SEQUENCED: dict[str, Any] = {
+    **_BUNDLE, "formatVersion": 3, "sequence": 1795339800, "channel": "release",
+    "expires": "2027-01-31T00:00:00Z",
+}  # fmt: skip
+_FRESHNESS_PATHS: list[tuple[str | int, ...]] = [
+    ("formatVersion",),
+    ("sequence",),
+    ("expires",),
+    ("channel",),
+    ("created",),
+]
+_FRESHNESS_VALUES = st.sampled_from(
+    [0, -1, 2**53 - 1, 2**53, 2**64, 1.0, True, None, "5", "", "2027-02-30T00:00:00Z",
+     "2027-01-31T00:00:00.123456789Z", "0000-01-01T00:00:00Z", "9999-12-31T23:59:59Z",
+     "2027-01-31T00:00:00+01:00", "\x1b[2J", "q\ud800", "a" * 65, 1, 2, 3, 4]
+)  # fmt: skip
 _TARGET_PATHS: list[tuple[str | int, ...]] = [
     ("formatVersion",),
     ("target",),
@@ -84,6 +100,9 @@ bundles = st.one_of(
               st.one_of(selectors, s.json_like, st.sampled_from([1, 2, 3]))),
     st.builds(lambda version, target: {**_BUNDLE, "formatVersion": version, "target": target},
               st.sampled_from([1, 2]), targets),
+    st.just(_SEQUENCED),
+    st.builds(s.replaced, st.just(_SEQUENCED), st.sampled_from(_FRESHNESS_PATHS),
+              st.one_of(_FRESHNESS_VALUES, s.json_like)),
 ).map(lambda doc: s.utf8(json.dumps(doc, ensure_ascii=False)))  # fmt: skip
 
 
@@ -96,6 +115,7 @@ def _manifest(data: bytes) -> None:
             text = result.target.selector_text
             assert 0 < len(text) <= MAX_SELECTOR_CHARS
             assert parse_target({"nodeSelector": text}) == result.target
+        assert 0 <= result.sequence <= 2**53 - 1
         tree = [TreeEntry(f.path, "file", f.size_bytes) for f in result.files]
         outcome("bundles.manifest.check_tree", lambda: check_tree(tree, result))
 
@@ -126,6 +146,8 @@ def test_bundle_manifest_raw(data: bytes) -> None:
 @example(s.utf8(json.dumps(s.replaced(_TARGETED, ("target", "nodeSelector"), "a in (b,,c)"))))
 @example(s.utf8(json.dumps(s.replaced(_TARGETED, ("formatVersion",), 1))))
 @example(s.utf8(json.dumps(s.replaced(_BUNDLE, ("pinnedImageSets", 0, "object", "spec"), 3))))
+@example(s.utf8(json.dumps(s.replaced(_SEQUENCED, ("expires",), "0000-01-01T00:00:00Z"))))
+@example(s.utf8(json.dumps(s.replaced(_BUNDLE, ("created",), "0001-01-01T00:00:00.5Z"))))
 def test_bundle_manifest_documents(data: bytes) -> None:
     _manifest(data)
 

@@ -15,7 +15,9 @@ from typing import Any, Literal
 
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
+from nodeagent.bundles.freshness import Stamp
 from nodeagent.bundles.import_ports import ImporterPorts
 from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.manifest import (
@@ -50,6 +52,13 @@ DB = "registry.example.com:5000/acme/db@sha256:" + "2" * 64
 BLOB_BYTES = {"1": 4000, "2": 3000, "3": 300 * MIB, "4": 200 * MIB}
 """Blob digest (one hex digit repeated) -> size: the two image manifests and one layer each."""
 TOTAL = sum(BLOB_BYTES.values())
+NOW_S = 1795400000.0
+"""The wall clock of the node in these tests: 2026-11-23T02:13:20Z, after the bundle's created."""
+SEQUENCE = 1795339800
+"""The test bundle's sequence: its ``created`` (2026-11-22T09:30:00Z) in seconds (format 1)."""
+KEY = "F00D"
+DIGEST = "sha256:" + "f" * 64
+"""``FakeVerified``'s key id and manifest digest."""
 
 
 def set_object(name: str, ref: str) -> dict[str, Any]:
@@ -61,7 +70,7 @@ def set_object(name: str, ref: str) -> dict[str, Any]:
     }
 
 
-def manifest(target: str | None = None) -> BundleManifest:
+def manifest(target: str | None = None, **changes: Any) -> BundleManifest:
     doc: dict[str, Any] = {
         "formatVersion": 1 if target is None else 2,
         "bundleId": BUNDLE_ID,
@@ -81,7 +90,7 @@ def manifest(target: str | None = None) -> BundleManifest:
     }
     if target is not None:
         doc["target"] = {"nodeSelector": target}
-    return parse_manifest(json.dumps(doc).encode())
+    return parse_manifest(json.dumps(doc | changes).encode())
 
 
 class Rig:
@@ -94,7 +103,13 @@ class Rig:
         node_labels: Mapping[str, str] | None = None,
         is_ignoring_target: bool = False,
         labels_later: Mapping[str, str] | Literal["no wait"] | None = "no wait",
+        accepted: tuple[Stamp, ...] = (),
+        is_allowing_rollback: bool = False,
+        is_allowing_expired: bool = False,
+        wall_clock_s: float = NOW_S,
     ) -> None:
+        self.accepted = accepted
+        self.manifest_changes: dict[str, Any] = {}
         self.target = target
         self.labels_later = labels_later
         self.label_waits = 0
@@ -131,6 +146,10 @@ class Rig:
                 node_labels=lambda: node_labels,
                 wait_node_labels=None if labels_later == "no wait" else self._labels_later,
                 is_ignoring_target=is_ignoring_target,
+                accepted=lambda: self.accepted,
+                wall_clock=lambda: wall_clock_s,
+                is_allowing_rollback=is_allowing_rollback,
+                is_allowing_expired=is_allowing_expired,
             ),
             DiskPolicy(expansion_factor=2.0, reserve_bytes=GIB),
         )
@@ -145,7 +164,8 @@ class Rig:
         assert root == ROOT
         if self.verify_error is not None:
             raise self.verify_error
-        return FakeVerified(manifest(self.target), signed_by="factory-2026")
+        found = manifest(self.target, **self.manifest_changes)
+        return FakeVerified(found, signed_by="factory-2026", key_id_hex=KEY, manifest_digest=DIGEST)
 
     def _make_server(self, root: Path, blobs: Mapping[str, ExpectedFile]) -> FakeServer:
         server = FakeServer(root, blobs, bytes_served=TOTAL, rejections=self.server_rejections)
@@ -446,3 +466,76 @@ async def test_failed_reload_still_removes_the_mirror_and_closes_the_server() ->
     assert rig.crio.pull_calls == []
     assert (rig.mirror.is_written, rig.mirror.removals, rig.reloader.calls) == (False, 1, 2)
     assert rig.servers[0].calls == ["start", "close"]
+
+
+# ---------------------------------------------------------------- anti-rollback, expiry
+def newer(sequence: int = SEQUENCE + 10, channel: str = "default") -> Stamp:
+    return Stamp(KEY, channel, sequence, "sha256:" + "e" * 64, "line-3.newer")
+
+
+async def test_a_bundle_older_than_one_accepted_is_refused_before_anything() -> None:
+    rig = Rig(accepted=(newer(),))
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "rejected"]
+    assert (report.reason, report.bundle_id) == ("BundleRollback", BUNDLE_ID)
+    assert f"sequence {SEQUENCE}, lower than bundle line-3.newer" in (report.message or "")
+    assert (rig.servers, rig.mirror.writes, rig.crio.pull_calls, rig.specs.files) == (
+        [], [], [], {}
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "accepted",
+    [
+        (newer(channel="apps"),),
+        (Stamp("BEEF", "default", SEQUENCE + 10, "sha256:" + "e" * 64, "other-key"),),
+        (Stamp(KEY, "default", SEQUENCE, DIGEST, BUNDLE_ID),),  # this very bundle, again
+        (newer(SEQUENCE - 1),),
+    ],
+    ids=["other-channel", "other-key", "same-bundle", "older-accepted"],
+)
+async def test_a_bundle_not_older_in_its_key_and_channel_is_imported(
+    accepted: tuple[Stamp, ...],
+) -> None:
+    report = await Rig(accepted=accepted).run()
+    assert (report.state, report.reason) == ("imported", None)
+
+
+async def test_by_hand_an_older_bundle_is_imported_and_the_warning_names_the_mark() -> None:
+    rig = Rig(accepted=(newer(),), is_allowing_rollback=True)
+
+    with capture_logs() as logs:
+        report = await rig.run()
+
+    assert report.state == "imported"
+    [warning] = [e for e in logs if e["event"] == "bundle_rollback_allowed"]
+    assert warning["log_level"] == "warning"
+    assert (warning["bundle"], warning["sequence"]) == (BUNDLE_ID, SEQUENCE)
+    assert (warning["high_water"], warning["high_water_bundle"]) == (SEQUENCE + 10, "line-3.newer")
+
+
+async def test_an_expired_bundle_is_refused_and_imported_by_hand() -> None:
+    expired_at = "2026-11-22T12:00:00Z"
+    rig = Rig(wall_clock_s=NOW_S)
+    rig.manifest_changes = {"formatVersion": 3, "sequence": 7, "expires": expired_at}
+    report = await rig.run()
+    assert (report.reason, rig.states()) == ("BundleExpired", ["detected", "rejected"])
+    assert expired_at in (report.message or "")
+
+    by_hand = Rig(wall_clock_s=NOW_S, is_allowing_expired=True)
+    by_hand.manifest_changes = rig.manifest_changes
+    with capture_logs() as logs:
+        report = await by_hand.run()
+    assert report.state == "imported"
+    assert [e["expires"] for e in logs if e["event"] == "bundle_expiry_ignored"] == [expired_at]
+
+
+async def test_the_import_from_the_store_is_judged_too() -> None:
+    rig = Rig(accepted=(newer(),))
+    report = await rig.importer.import_stored(
+        manifest(), signed_by="factory", key_id_hex=KEY, digest=DIGEST, source="peers:x"
+    )
+    assert (report.state, report.reason) == ("rejected", "BundleRollback")
+    assert rig.crio.pull_calls == []

@@ -15,6 +15,7 @@ from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.bundles.mirror import PROBE_REF
 from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MIRROR_LOCK, BundleServerPort, MirrorPullPorts
+from nodeagent.bundles.signatures import AttachmentScopes
 from nodeagent.errors import ImageNotFound, RegistryUnavailable
 from nodeagent.prepull import PrePuller, PullPolicy
 from tests.fakes.crio import FakeCrio
@@ -27,6 +28,7 @@ B = "quay.io/ns/app-b@sha256:" + "b" * 64
 class Found:
     refs: tuple[str, ...]
     files: dict[str, ExpectedFile] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 class HeldStore:
@@ -149,3 +151,56 @@ async def test_no_image_is_pulled_before_a_probe_pull_reached_the_server() -> No
     assert confirmed_at_pull == [True, True]
     assert sorted(results) == [A, B] and all(r.is_pulled for r in results.values())
     assert PROBE_REF not in {n for i in crio.images.values() for n in i.names}
+
+
+class SignedStore(HeldStore):
+    def restorable(self, refs: Sequence[str]) -> Found:
+        return Found(tuple(ref for ref in refs if ref in self.held), tags={"ns/app-a/t": "d"})
+
+
+class Attachments:
+    """registries.d: what the session wrote and removed, in order."""
+
+    directory = "/etc/containers/registries.d"
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def scopes(self) -> AttachmentScopes:
+        return AttachmentScopes()
+
+    def write_mirror(self, mirror_host: str) -> bool:
+        self.events.append(f"write {mirror_host}")
+        return True
+
+    def remove_mirror(self) -> bool:
+        self.events.append("remove")
+        return True
+
+
+async def test_stored_signatures_are_served_and_read_through_the_mirror() -> None:
+    """Images of a bundle with image signatures come back from a server that answers their
+    tags, with the registries.d drop-in for the mirror written for the session only."""
+    crio, mirror, attachments = FakeCrio(), Mirror(), Attachments()
+    served_tags: list[Mapping[str, str]] = []
+
+    def make_signed(
+        _root: Path, _files: Mapping[str, ExpectedFile], tags: Mapping[str, str]
+    ) -> BundleServerPort:
+        served_tags.append(tags)
+        return Server()
+
+    def unsigned(_root: Path, _files: Mapping[str, ExpectedFile]) -> BundleServerPort:
+        raise AssertionError("a signed store must be served with its tags")
+
+    session = MirrorPullPorts(
+        crio, mirror, Reloader(), lambda: PrePuller(crio, lambda _ref: None, PullPolicy())
+    )
+    restoring = StoreRestorer(
+        SignedStore(A), unsigned, session, make_signed_server=make_signed, sigstore=attachments
+    )
+    results = await restoring.restore([A])
+
+    assert results[A].is_pulled
+    assert served_tags == [{"ns/app-a/t": "d"}]
+    assert attachments.events == ["write 127.0.0.1:5000", "remove"]

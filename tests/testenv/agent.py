@@ -66,6 +66,7 @@ transient_dropin_dir = "{self.transient_dropin_dir}"
 pid_file = "{c.pid_file}"
 registries_conf = "{c.registries_conf}"
 registries_dir = "{c.registries_dir}"
+registries_d_dir = "{c.registries_d_dir}"
 reload_timeout_s = 30.0
 
 [specs]

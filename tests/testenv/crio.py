@@ -6,7 +6,9 @@ The layout under ``base`` (a temp dir the caller owns)::
     etc/crio.conf.d/           plays the part of /etc/crio/crio.conf.d
     etc/registries.conf(.d/)   CONTAINER_REGISTRIES_CONF(_DIR): survive reloads
     etc/storage.conf           CONTAINERS_STORAGE_CONF
-    etc/policy.json            accepts every image (test registry only)
+    etc/policy.json            accepts every image (test registry only), or ``policy``
+    home/                      the runtime's $HOME: home/.config/containers/registries.d is
+                               the registries.d it reads (``registries_d_dir``)
     run/crio.sock              the CRI socket
     lib/, run/                 root and runroot of containers-storage
     crio.log                   the runtime's log
@@ -23,9 +25,10 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.errors import NodeAgentError
@@ -75,6 +78,8 @@ class Crio:
         staging_dir: Path | None = None,
         image_settings: str = "",
         command_prefix: Sequence[str] = (),
+        policy: Mapping[str, Any] | None = None,
+        registries_d: Mapping[str, str] | None = None,
     ) -> None:
         self.base = base
         self.command_prefix = list(command_prefix)
@@ -97,6 +102,13 @@ class Crio:
         which other runtimes share)."""
         self.image_settings = image_settings
         """More ``[crio.image]`` lines (e.g. ``pull_progress_timeout = "10s"``)."""
+        self.policy = dict(policy or {"default": [{"type": "insecureAcceptAnything"}]})
+        """policy.json (containers-policy.json(5)); default: every image accepted."""
+        self.home = base / "home"
+        self.registries_d_dir = self.home / ".config" / "containers" / "registries.d"
+        """containers/image reads this registries.d (under $HOME) instead of the host's."""
+        self.registries_d = dict(registries_d or {})
+        """registries.d files (name → YAML text) written with the other files."""
         self.process: subprocess.Popen[bytes] | None = None
         self.binary = ensure_crio()
 
@@ -112,8 +124,10 @@ class Crio:
         pinns = self.base / "bin" / "pinns"
         pinns.write_text(PINNS_PLACEHOLDER)
         pinns.chmod(0o755)
-        policy = {"default": [{"type": "insecureAcceptAnything"}]}
-        (self.etc / "policy.json").write_text(json.dumps(policy))
+        (self.etc / "policy.json").write_text(json.dumps(self.policy))
+        self.registries_d_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in self.registries_d.items():
+            (self.registries_d_dir / name).write_text(text)
         self.storage_conf.write_text(
             f'[storage]\ndriver = "vfs"\nrunroot = "{self.base}/run/storage"\n'
             f'graphroot = "{self.storage_root}"\n'
@@ -192,6 +206,7 @@ enable_nri = false
             CONTAINER_REGISTRIES_CONF=str(self.registries_conf),
             CONTAINER_REGISTRIES_CONF_DIR=str(self.registries_dir),
             CONTAINERS_STORAGE_CONF=str(self.storage_conf),
+            HOME=str(self.home),
         )
 
     def start(self, *, timeout_s: float = 60.0) -> None:

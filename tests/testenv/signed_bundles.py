@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nodeagent.bundles import minisign
 from nodeagent.bundles.manifest import BundleManifest, parse_manifest
+from nodeagent.bundles.signatures import signature_tag
 from nodeagent.specs import API_VERSION, KIND
 from tests.testenv.images import BuiltImage, LayerSpec, TestImage
 from tests.testenv.oci_layout import write_oci_layout
+from tests.testenv.sigstore import SigningKey, signature_manifest
 
 HOST = "registry.example:5000"
 
@@ -56,9 +60,12 @@ def signed_bundle(
     created: str = "2026-01-01T00:00:00Z",
     channel: str | None = None,
     host: str = HOST,
+    sequence: int | None = None,
+    expires: str | None = None,
 ) -> Signed:
     """An OCI-layout bundle of ``images`` (named ``host/<repository>@<digest>``) carrying
-    one set of them, signed by ``keys``."""
+    one set of them, signed by ``keys``; with a ``sequence`` (and perhaps ``expires``), of
+    format 3."""
     layout = write_oci_layout(root, host, images, bundle_id=bundle_id)
     doc = json.loads((root / "bundle.json").read_text())
     refs = [{"name": layout.ref(i)} for i in images]
@@ -71,7 +78,35 @@ def signed_bundle(
     doc |= {"created": created, "pinnedImageSets": [{"persistent": True, "object": spec}]}
     if channel is not None:
         doc["channel"] = channel
+    if sequence is not None:
+        doc |= {"formatVersion": 3, "sequence": sequence}
+    if expires is not None:
+        doc["expires"] = expires
     data = json.dumps(doc, indent=1).encode()
     (root / "bundle.json").write_bytes(data)
     (root / "bundle.json.minisig").write_text(minisign.sign(data, keys.secret, trusted_comment="t"))
     return Signed(root, parse_manifest(data), tuple(images))
+
+
+def with_sigstore(signed: Signed, keys: Keys, key: SigningKey, host: str = HOST) -> Signed:
+    """``signed`` carrying each image's sigstore signature made with ``key`` (format 3,
+    ``imageSignatures``), as ``bundle create --with-signatures`` makes it; signed again."""
+    root = signed.root
+    doc: dict[str, Any] = json.loads((root / "bundle.json").read_text())
+    entries = []
+    for built in signed.images:
+        manifest, blobs = signature_manifest(key, f"{host}/{built.repository}", built.digest)
+        for data in (manifest, *blobs):
+            digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+            (root / "blobs" / "sha256" / digest.removeprefix("sha256:")).write_bytes(data)
+            doc["blobs"].append({"digest": digest, "sizeBytes": len(data)})
+        entries.append({
+            "image": f"{host}/{built.repository}@{built.digest}",
+            "tag": signature_tag(built.digest),
+            "manifest": f"sha256:{hashlib.sha256(manifest).hexdigest()}",
+        })  # fmt: skip
+    doc |= {"formatVersion": 3, "sequence": doc.get("sequence", 1), "imageSignatures": entries}
+    data = json.dumps(doc, indent=1).encode()
+    (root / "bundle.json").write_bytes(data)
+    (root / "bundle.json.minisig").write_text(minisign.sign(data, keys.secret, trusted_comment="t"))
+    return Signed(root, parse_manifest(data), signed.images)

@@ -48,3 +48,26 @@ def test_bundles_with_progress_and_a_loss_are_printed_escaped(
         "all 3 pinned images are gone" in out
     )
     assert "restored 3 images from the local store" in out
+
+
+def test_a_bundles_warnings_are_printed_under_it(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {
+        "updatedAt": "2026-11-25T10:00:00+00:00",
+        "conditions": [],
+        "pinnedImageSets": [],
+        "images": {"pinned": 1, "total": 1, "failed": 0},
+        "bundles": [
+            {
+                "source": "/dev/sdb1",
+                "bundleId": "line-3",
+                "state": "pinned",
+                "images": {"total": 1, "present": 1},
+                "warnings": [{"reason": "SigstoreAttachmentsOff", "message": "add\x1b[2J it"}],
+            }
+        ],
+    }
+    print_status(doc)
+    out = capsys.readouterr().out.splitlines()
+    assert out[out.index("bundle line-3: pinned, images 1/1") + 1] == (
+        "  warning SigstoreAttachmentsOff: add\\x1b[2J it"
+    )

@@ -180,6 +180,7 @@ def _field_docs(source: str) -> dict[str, str]:
         "Cluster": "cluster",
         "Store": "store",
         "Site": "site",
+        "Offline": "offline",
     }
     found: dict[str, str] = {}
     for cls in ast.parse(source).body:

@@ -8,7 +8,7 @@ from pathlib import Path
 from nodeagent.adapters.bundles.tree import (
     check_signed_bundle,
     load_trusted_keys_dir,
-    read_signed_manifest,
+    read_signed,
 )
 from nodeagent.adapters.files import write_atomic
 from nodeagent.bundles.manifest import BundleManifest, BundleUnsafePath, check_file_name
@@ -22,6 +22,9 @@ class CheckedBundle:
 
     manifest: BundleManifest
     signed_by: str
+    key_id_hex: str
+    manifest_digest: str
+    """``sha256:<hex>`` of the ``bundle.json`` verified."""
 
 
 def check_for_import(root: Path, trusted_keys_dir: Path, platform: Platform) -> CheckedBundle:
@@ -30,10 +33,10 @@ def check_for_import(root: Path, trusted_keys_dir: Path, platform: Platform) -> 
     Only manifests, configs and layout files are read here; layers are hashed while the
     runtime pulls them (one read of the medium), and a blob that fails is never sent whole.
     """
-    manifest, verified = read_signed_manifest(root, load_trusted_keys_dir(trusted_keys_dir))
+    manifest, verified, digest = read_signed(root, load_trusted_keys_dir(trusted_keys_dir))
     check_signed_bundle(root, manifest, platform)
-    signer = verified.key_name or verified.key_id_hex
-    return CheckedBundle(manifest, f"{signer} ({verified.key_id_hex})")
+    key_id = verified.key_id_hex
+    return CheckedBundle(manifest, f"{verified.key_name or key_id} ({key_id})", key_id, digest)
 
 
 class SpecDirs:

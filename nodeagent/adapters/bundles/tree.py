@@ -49,6 +49,7 @@ from nodeagent.bundles.manifest import (
     ExpectedFile,
     TreeEntry,
 )
+from nodeagent.bundles.signatures import signatures_doc
 from nodeagent.bundles.target import target_doc
 from nodeagent.errors import HostFileError, NodeAgentError, SignatureMalformed
 from nodeagent.registries import Platform
@@ -191,6 +192,14 @@ def read_signed_manifest(
     root: Path, trusted_keys: dict[bytes, minisign.PublicKey]
 ) -> tuple[BundleManifest, minisign.Verified]:
     """Read ``bundle.json``, verify its signature, and only then parse it."""
+    manifest, verified, _digest = read_signed(root, trusted_keys)
+    return manifest, verified
+
+
+def read_signed(
+    root: Path, trusted_keys: dict[bytes, minisign.PublicKey]
+) -> tuple[BundleManifest, minisign.Verified, str]:
+    """``read_signed_manifest``, and the ``sha256:<hex>`` of the bytes verified."""
     with BundleDir(root) as directory:
         data = directory.read_small(bundle.MANIFEST_NAME, bundle.MAX_MANIFEST_BYTES)
         signature = directory.read_small(bundle.SIGNATURE_NAME, MAX_SIGNATURE_BYTES)
@@ -206,7 +215,7 @@ def read_signed_manifest(
     if signature is not None and len(signature) > MAX_SIGNATURE_BYTES:
         raise SignatureMalformed(f"{bundle.SIGNATURE_NAME} is larger than a minisign signature")
     verified = minisign.verify(data, signature, trusted_keys, is_legacy_allowed=False)
-    return bundle.parse_manifest(data), verified
+    return bundle.parse_manifest(data), verified, f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
 # ---------------------------------------------------------------- 2. the tree
@@ -238,6 +247,16 @@ def check_contents(root: Path, manifest: BundleManifest, platform: Platform) -> 
     """Every image complete for ``platform`` (``bundles.content``), reading only small files."""
     with BundleDir(root) as directory:
         content.check_content(manifest, platform, directory.read_listed)
+        release_signatures(directory, manifest)
+
+
+def release_signatures(directory: BundleDir, manifest: BundleManifest) -> dict[str, bytes]:
+    """Each signature file of ``manifest.release`` in a bundle (or a bundle's directory in the
+    node store), checked against its size and sha256 in the signed manifest (rule R32)."""
+    if manifest.release is None:
+        return {}
+    files = {f.path: f for f in manifest.files}
+    return {s.path: directory.read_listed(files[s.path]) for s in manifest.release.signatures}
 
 
 def check_signed_bundle(root: Path, manifest: BundleManifest, platform: Platform) -> None:
@@ -353,12 +372,16 @@ def _manifest_json(manifest: BundleManifest) -> dict[str, Any]:
         "created": manifest.created,
         "architecture": manifest.architecture,
         "target": None if manifest.target is None else target_doc(manifest.target),
+        "channel": manifest.channel,
+        "sequence": manifest.sequence,
+        "expires": manifest.expires,
         "layout": manifest.layout,
         "images": [
             {"name": str(i.ref), "manifestDigest": i.manifest_digest, "sizeBytes": i.size_bytes}
             for i in manifest.images
         ],
         "pinnedImageSets": [s.name for s in manifest.sets],
+        "imageSignatures": signatures_doc(manifest.image_signatures),
         "files": len(manifest.files),
         "totalSizeBytes": manifest.total_size_bytes,
     }

@@ -34,12 +34,17 @@ from typing import Any, Final
 
 from nodeagent.adapters.bundles import tree as bundle_media
 from nodeagent.adapters.bundles.fetcher import ImageFetcher, PlannedImage, Progress
+from nodeagent.adapters.bundles.release import ReleaseRequest, fetch_release
+from nodeagent.adapters.bundles.sigstore import CarriedSignature, fetch_signature
 from nodeagent.adapters.files import write_atomic
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.authfile import AuthStore
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
-from nodeagent.bundles.target import BundleTarget, target_doc
+from nodeagent.bundles import release as releases
+from nodeagent.bundles.freshness import Freshness
+from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
+from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION, BundleTarget, target_doc
 from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
@@ -61,6 +66,11 @@ class CreatedBundle:
     key_id_hex: str
     trusted_comment: str
     target: BundleTarget | None = None
+    release: releases.BundleRelease | None = None
+    payload_count: int = 0
+    """The release's payload images (``image-references``), when there is a release."""
+    signatures: tuple[CarriedSignature, ...] = ()
+    """The images' sigstore signatures carried (``--with-signatures``)."""
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -140,17 +150,29 @@ def manifest_doc(
     files: dict[str, bytes],
     sets: Sequence[PinnedImageSet],
     target: BundleTarget | None = None,
+    freshness: Freshness | None = None,
+    release: releases.BundleRelease | None = None,
+    signatures: Sequence[CarriedSignature] = (),
 ) -> bytes:
-    """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 1, or
-    format 2 with a ``target`` (a reader of format 1 refuses it rather than ignore it)."""
+    """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 3 with
+    a ``freshness`` (channel, sequence, expiry: what ``bundle create`` writes) and optionally
+    a ``release`` (``bundles.release``) and ``imageSignatures`` (the blobs of each signature
+    listed with the others), else format 1, or 2 with a ``target`` (a reader of an older
+    format refuses a newer one)."""
+    if (release is not None or signatures) and freshness is None:
+        raise ValueError("a release or image signatures are format 3, which needs a sequence")
     blobs = {blob.digest: blob.size_bytes for image in images for blob in image.blobs}
+    blobs |= {blob.digest: blob.size_bytes for s in signatures for blob in s.blobs}
     version = bundle.FORMAT_VERSION if target is None else bundle.TARGET_FORMAT_VERSION
     doc: dict[str, Any] = {
-        "formatVersion": version,
+        "formatVersion": version if freshness is None else FRESHNESS_FORMAT_VERSION,
         "bundleId": bundle_id,
         "created": created,
         "architecture": architecture,
     }
+    if freshness is not None:
+        doc |= {"channel": freshness.channel, "sequence": freshness.sequence}
+        doc |= {"expires": freshness.expires} if freshness.expires is not None else {}
     if target is not None:
         doc["target"] = target_doc(target)
     doc |= {
@@ -166,11 +188,17 @@ def manifest_doc(
         ],
         "pinnedImageSets": [{"persistent": s.is_persistent, "object": set_object(s)} for s in sets],
     }
+    if release is not None:
+        doc["release"] = releases.release_doc(release)
+    if signatures:
+        doc[SIGNATURES_KEY] = signatures_doc(s.signature for s in signatures)
     return json.dumps(doc, indent=2).encode() + b"\n"
 
 
 # ---------------------------------------------------------------- the output directory
-_RESUMABLE: Final = frozenset({"blobs", "oci-layout", "index.json", bundle.SIGNATURE_NAME})
+_RESUMABLE: Final = frozenset(
+    {"blobs", "oci-layout", "index.json", bundle.SIGNATURE_NAME, releases.SIGNATURES_DIR}
+)
 
 
 def prepare_output(output_dir: Path) -> Path:
@@ -232,37 +260,90 @@ async def create_bundle(
     target: BundleTarget | None = None,
     progress: Progress | None = None,
     now: datetime | None = None,
+    release: ReleaseRequest | None = None,
+    freshness: Freshness | None = None,
+    with_signatures: bool = False,
 ) -> CreatedBundle:
     """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle.
 
     Every image is resolved for that platform (an index to its child, a single-platform
     image checked by its config), so the bundle's ``architecture``, the architecture half
-    of its target, is what its images are.
+    of its target, is what its images are. With a ``release``, the release image is read
+    first and its payload images and set are added to ``refs`` and ``sets``.
     """
     platform = client.platform
+    blobs_dir = await asyncio.to_thread(prepare_output, output_dir)
+    fetcher = ImageFetcher(client, auth, blobs_dir, progress)
+    carried, payload_count, extra = None, 0, dict[str, bytes]()
+    if release is not None:
+        refs, sets, carried, extra = await _with_release(fetcher, release, refs, sets)
+        payload_count = len(sets[-1].images) - 1  # the release set: its image, then payload
     sets_json = [set_object(s) for s in sets]
     bundle_id = check_bundle_id(
         bundle_id or default_bundle_id(platform.architecture, refs, sets_json, target)
     )
-    blobs_dir = await asyncio.to_thread(prepare_output, output_dir)
-    fetcher = ImageFetcher(client, auth, blobs_dir, progress)
     images = [await fetcher.plan(ref, platform) for ref in refs]
     await fetcher.fetch_layers(images, output_dir)
-    created = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    signatures = [await fetch_signature(fetcher, i) for i in images] if with_signatures else []
+    carried_signatures = tuple(s for s in signatures if s is not None)
+    when = now or datetime.now(UTC)
+    created = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    freshness = freshness or Freshness(bundle.DEFAULT_CHANNEL, int(when.timestamp()), None)
     doc = manifest_doc(
         bundle_id=bundle_id, created=created, architecture=platform.architecture,
-        images=images, files=_layout_files(images), sets=sets, target=target,
+        images=images, files=_layout_files(images) | extra, sets=sets, target=target,
+        freshness=freshness, release=carried, signatures=carried_signatures,
     )  # fmt: skip
     comment = f"nodeagent bundle {bundle_id} created {created}"
+    keep = {b.digest for i in images for b in i.blobs} | {
+        b.digest for c in carried_signatures for b in c.blobs
+    }
     await asyncio.to_thread(
-        _finish, output_dir, images, doc, secret_key, comment, platform=platform
+        _finish,
+        output_dir,
+        images,
+        doc,
+        secret_key,
+        comment,
+        platform=platform,
+        extra=extra,
+        keep=keep,
     )
     size_bytes = bundle.parse_manifest(doc).total_size_bytes
-    blob_count = len({b.digest for image in images for b in image.blobs})
+    blob_count = len(keep)
     key_id = secret_key.public_key().key_id_hex
     return CreatedBundle(
-        bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target
+        bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target,
+        carried, payload_count, carried_signatures,
+    )  # fmt: skip
+
+
+async def _with_release(
+    fetcher: ImageFetcher,
+    request: ReleaseRequest,
+    refs: Sequence[PinnedImageRef],
+    sets: Sequence[PinnedImageSet],
+) -> tuple[list[PinnedImageRef], list[PinnedImageSet], releases.BundleRelease, dict[str, bytes]]:
+    """``refs`` and ``sets`` with the release's images and set; its signature files."""
+    _, payload = await fetch_release(fetcher, request.ref, fetcher.client.platform)
+    set_name = request.set_name or releases.release_set_name(payload.version)
+    is_persistent = all(s.is_persistent for s in sets)
+    release_set = releases.release_set(payload, request.ref, set_name, is_persistent=is_persistent)
+    if any(s.name == set_name for s in sets):
+        raise SpecInvalid(f"PinnedImageSet {set_name} is defined twice (the release's set)")
+    all_refs = dict.fromkeys([*release_set.images, *refs])
+    files = {
+        releases.signature_path(request.ref.digest, n): data
+        for n, data in enumerate(request.signatures, start=1)
+    }
+    signatures = tuple(
+        releases.ReleaseSignature(
+            request.ref.digest, n, path, len(data), hashlib.sha256(data).hexdigest()
+        )
+        for n, (path, data) in enumerate(files.items(), start=1)
     )
+    carried = releases.BundleRelease(request.ref, payload.version, set_name, signatures)
+    return list(all_refs), [*sets, release_set], carried, files
 
 
 def _layout_files(images: Sequence[PlannedImage]) -> dict[str, bytes]:
@@ -277,12 +358,16 @@ def _finish(
     comment: str,
     *,
     platform: Platform,
+    extra: dict[str, bytes],
+    keep: set[str],
 ) -> None:
-    """Layout files, a check of the bundle as the verifier sees it, the signature, bundle.json."""
+    """Layout files, a check of the bundle as the verifier sees it, the signature, bundle.json;
+    ``keep``: every listed blob's digest (others an interrupted run left are removed)."""
     blobs_dir = output_dir / "blobs" / "sha256"
-    _remove_unlisted(blobs_dir, {b.digest.removeprefix("sha256:") for i in images for b in i.blobs})
+    _remove_unlisted(blobs_dir, {digest.removeprefix("sha256:") for digest in keep})
     _fsync_dir(blobs_dir)
-    for name, data in _layout_files(images).items():
+    for name, data in (_layout_files(images) | extra).items():
+        (output_dir / name).parent.mkdir(exist_ok=True)
         write_atomic(output_dir / name, data)
     bundle_media.check_signed_bundle(output_dir, bundle.parse_manifest(doc), platform)
     signature = minisign.sign(doc, secret_key, trusted_comment=comment)

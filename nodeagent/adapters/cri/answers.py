@@ -16,7 +16,7 @@ from typing import Final
 
 from nodeagent.adapters.cri.api import runtime_v1_pb2 as pb
 from nodeagent.errors import RuntimeCallFailed
-from nodeagent.ports import FilesystemUsage, RuntimeVersion, StoredImage
+from nodeagent.ports import FilesystemUsage, RunningContainer, RuntimeVersion, StoredImage
 from nodeagent.strict import clip
 
 MAX_IMAGES: Final = 100_000
@@ -122,3 +122,33 @@ def image_ref(call: str, value: str) -> str:
     if len(value) > MAX_NAME_CHARS or _NAME.fullmatch(value) is None:
         raise _nonsense(call, f"image reference '{clip(value, 120)}'")
     return value
+
+
+MAX_CONTAINERS: Final = 100_000
+"""Containers in one ListContainers answer (a node runs hundreds at most)."""
+POD_NAME_LABEL: Final = "io.kubernetes.pod.name"
+POD_NAMESPACE_LABEL: Final = "io.kubernetes.pod.namespace"
+MAX_LABEL_CHARS: Final = 253
+
+
+def running_containers(msg: pb.ListContainersResponse) -> list[RunningContainer]:
+    """The containers of a ListContainers answer, names checked and clipped."""
+    call = "ListContainers"
+    if len(msg.containers) > MAX_CONTAINERS:
+        raise _nonsense(call, f"{len(msg.containers)} containers (at most {MAX_CONTAINERS})")
+    found = []
+    for item in msg.containers:
+        image = _checked_text(call, "container image", item.image.image, MAX_NAME_CHARS)
+        image_ref = _checked_text(call, "container image_ref", item.image_ref, MAX_NAME_CHARS)
+        labels = item.labels
+        found.append(
+            RunningContainer(
+                id=clip(_checked_text(call, "container id", item.id, MAX_ID_CHARS), MAX_ID_CHARS),
+                name=clip(item.metadata.name, MAX_LABEL_CHARS),
+                image=clip(image, MAX_NAME_CHARS),
+                image_ref=clip(image_ref, MAX_NAME_CHARS),
+                pod_namespace=clip(labels.get(POD_NAMESPACE_LABEL, ""), MAX_LABEL_CHARS),
+                pod_name=clip(labels.get(POD_NAME_LABEL, ""), MAX_LABEL_CHARS),
+            )
+        )
+    return found

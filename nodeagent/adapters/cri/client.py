@@ -1,4 +1,4 @@
-"""CRI client: ImageService and RuntimeService.Version over a unix socket.
+"""CRI client: ImageService, RuntimeService.Version and ListContainers over a unix socket.
 
 The only module that speaks CRI. It turns ``runtime.v1`` messages into the
 plain values of ``nodeagent.ports`` and every gRPC failure into the error
@@ -36,6 +36,7 @@ from nodeagent.errors import (
 from nodeagent.ports import (
     FilesystemUsage,
     RegistryCredentials,
+    RunningContainer,
     RuntimeVersion,
     StoredImage,
 )
@@ -171,6 +172,16 @@ class CriClient:
             pb.VersionResponse.FromString,
         )
         return answers.runtime_version(resp)
+
+    async def list_containers(self) -> list[RunningContainer]:
+        """The running containers (CRI ``ListContainers`` with state CONTAINER_RUNNING)."""
+        running = pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))
+        resp = await self._call(
+            _RUNTIME + "ListContainers",
+            pb.ListContainersRequest(filter=running),
+            pb.ListContainersResponse.FromString,
+        )
+        return answers.running_containers(resp)
 
     async def list_images(self) -> list[StoredImage]:
         resp = await self._call(

@@ -42,18 +42,22 @@ def as_request(request: BaseRequest) -> Request:
 
 
 class BundleServer:
-    """Serve ``blobs`` (digest → file under ``root``) on ``127.0.0.1:port`` until closed."""
+    """Serve ``blobs`` (digest → file under ``root``) on ``127.0.0.1:port`` until closed;
+    ``tags``: the signature tags of a verified manifest (``signatures.served_tags``), each
+    answered with its listed manifest, the only tags ever served."""
 
     def __init__(
         self,
         root: Path,
         blobs: Mapping[str, ExpectedFile],
         *,
+        tags: Mapping[str, str] | None = None,
         port: int = 0,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         on_rejected: Callable[[BundleError], None] | None = None,
     ) -> None:
         self.root, self._blobs, self._port = root, dict(blobs), port
+        self._tags = {name: d for name, d in (tags or {}).items() if d in self._blobs}
         self._on_rejected = on_rejected
         self._content = ServedContent(
             root,
@@ -128,4 +132,10 @@ class BundleServer:
         if target.kind == "base":
             headers = {"Content-Type": "application/json"}
             return await answer(request, 200, headers, b"{}", timeout_s=IO_TIMEOUT_S)
+        if target.kind == "signature":
+            listed = self._tags.get(target.name)
+            if listed is None:
+                unknown = ErrorAnswer(404, "MANIFEST_UNKNOWN", "no signature for that image")
+                return await error(request, unknown, timeout_s=IO_TIMEOUT_S)
+            return await self._content.serve(request, "manifests", listed)
         return await self._content.serve(request, target.kind, target.digest)

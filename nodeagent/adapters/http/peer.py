@@ -4,11 +4,12 @@ HTTPS with mutual TLS on ``[site] listen`` (``nodeagent.adapters.http.tls``: cli
 certificates required, chained to ``ca_file``; the server's certificate re-read when it is
 rotated). Routing is ``nodeagent.site.routes``; manifests and blobs are served by
 ``nodeagent.adapters.http.content`` from the allow-list of the store's offer
-(``nodeagent.adapters.store.offer``: stored blobs a bundle record lists), re-read when it
-is older than ``OFFER_TTL_S``. A stored blob that fails its digest is never sent whole (the
-connection is cut before its last chunk), is reported as ``StoreBlobCorrupt`` and handed,
-in a thread, to ``on_corrupt`` (the daemon passes the store's ``set_aside_corrupt``, which
-removes it as ``nodeagent store verify`` would); the offer is then read again.
+(``nodeagent.adapters.store.offer``: stored blobs a bundle record lists, and the signature
+tags its signed manifest lists), re-read when it is older than ``OFFER_TTL_S``. A stored
+blob that fails its digest is never sent whole (the connection is cut before its last
+chunk), is reported as ``StoreBlobCorrupt`` and handed, in a thread, to ``on_corrupt``
+(the daemon passes the store's ``set_aside_corrupt``, which removes it as ``nodeagent
+store verify`` would); the offer is then read again.
 
 Bounds (``nodeagent.site.limits``): ``max_uploads`` blob downloads at once (503 beyond),
 two per client certificate (429 beyond), both with ``Retry-After``; all uploads under
@@ -216,11 +217,20 @@ class PeerServer:
         if target.kind in ("manifests", "blobs"):
             return await self._content.serve(request, target.kind, target.digest)
         if target.kind == "signature":
-            err = ErrorAnswer(404, "MANIFEST_UNKNOWN", f"no signature stored for {target.digest}")
-            return await error(request, err, timeout_s=self._timeout_s)
+            return await self._signature(request, target, offer)
         if target.kind == "base":
             return await answer(request, 200, _JSON, b"{}", timeout_s=self._timeout_s)
         return await self._own(request, target, offer)
+
+    async def _signature(
+        self, request: BaseRequest, target: PeerTarget, offer: StoreOffer
+    ) -> StreamResponse:
+        """A signature tag a stored bundle's signed manifest lists: its manifest."""
+        listed = offer.tags.get(target.name)
+        if listed is not None:
+            return await self._content.serve(request, "manifests", listed)
+        err = ErrorAnswer(404, "MANIFEST_UNKNOWN", f"no signature stored for {target.digest}")
+        return await error(request, err, timeout_s=self._timeout_s)
 
     async def _upload(self, request: BaseRequest, target: PeerTarget) -> StreamResponse:
         peer, name = _peer_of(request)

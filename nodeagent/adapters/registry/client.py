@@ -291,6 +291,30 @@ class RegistryClient:
             )
         return Fetched(digest, sink.size_bytes, response.headers.get("content-type", ""))
 
+    async def fetch_tag_to(
+        self,
+        ref: str,
+        tag: str,
+        target: Writable,
+        credentials: RegistryCredentials | None = None,
+        *,
+        max_bytes: int,
+    ) -> Fetched | None:
+        """Write the manifest tagged ``tag`` in ``ref``'s repository into ``target``; None when
+        the registry has no such tag. Its digest is what was received (a tag names no digest):
+        ``bundle create`` looks up sigstore tags (``sha256-<hex>.sig``) so."""
+        where = self._target(ref, credentials)
+        url = f"{where.base_url}/v2/{where.repository}/manifests/{urllib.parse.quote(tag)}"
+        sink = Sink(target, max_bytes, None)
+        response = await self._get_authorized(where, url, sink)
+        if response.status == 404:
+            return None
+        _raise_for_status(response, ref, f"manifest {tag}")
+        if sink.size_bytes > max_bytes:
+            raise RegistryUnavailable(f"{ref}: manifest {tag} is more than {max_bytes} B")
+        digest = "sha256:" + sink.sha256.hexdigest()
+        return Fetched(digest, sink.size_bytes, response.headers.get("content-type", ""))
+
     async def _follow_redirects(
         self, target: _Target, url: str, response: Response, sink: Sink
     ) -> Response:

@@ -37,7 +37,12 @@ from typing import Final
 
 import structlog
 
-from nodeagent.adapters.bundles.tree import MAX_SIGNATURE_BYTES, BundleDir, load_trusted_keys_dir
+from nodeagent.adapters.bundles.tree import (
+    MAX_SIGNATURE_BYTES,
+    BundleDir,
+    load_trusted_keys_dir,
+    release_signatures,
+)
 from nodeagent.adapters.files import statvfs_free
 from nodeagent.adapters.store.blobs import CHUNK_BYTES, BlobStore, Filled, StoreLock
 from nodeagent.adapters.store.prefetch import Planned, Prefetcher
@@ -235,6 +240,7 @@ def copy_bundle(
                 disk_order(medium, plan.missing),
                 lambda n: _tick(meter, n, clock, on_progress),
             )
+            extra = release_signatures(medium, manifest)
         record = record_for(
             manifest,
             verified.key_id_hex,
@@ -242,7 +248,7 @@ def copy_bundle(
             records.top_manifest_types(manifest),
             wall_clock(),
         )
-        records.write_bundle(record, data, signature)
+        records.write_bundle(record, data, signature, extra)
         loaded = records.load()
         records.refresh_index(loaded.records, set(store.stored()))
     final = meter.finish(clock())

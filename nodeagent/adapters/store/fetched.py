@@ -41,11 +41,13 @@ from typing import Any, Final
 
 from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
 from nodeagent.adapters.files import write_atomic
+from nodeagent.adapters.store.accepted import accepted_stamps
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
 from nodeagent.adapters.store.copier import StoreLimits, admit_copy, plan_copy
 from nodeagent.adapters.store.records import StoreRecords, read_bundle_file, record_for
 from nodeagent.adapters.store.registry_sets import ChunkPipe
 from nodeagent.bundles import minisign
+from nodeagent.bundles.freshness import Stamp
 from nodeagent.bundles.manifest import BundleManifest, parse_manifest
 from nodeagent.errors import HostFileError, NodeAgentError, StoreBlobMissing
 from nodeagent.site.fetching import SignedBundle
@@ -151,6 +153,10 @@ class FetchStore:
                 digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
                 found[name] = (digest, (directory / layout.RECORD_NAME).exists())
         return found
+
+    def accepted(self) -> tuple[Stamp, ...]:
+        """Every signed manifest the store keeps, verified again (``adapters.store.accepted``)."""
+        return accepted_stamps(self.root, self.trusted_keys_dir)
 
     def unfinished(self) -> list[SignedBundle]:
         """Bundles whose fetch did not finish (found at start), verified again: a manifest

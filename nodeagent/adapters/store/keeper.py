@@ -92,6 +92,7 @@ class StoreView:
                     "keyName": record.key_name,
                     "channel": record.channel,
                     "created": record.created,
+                    "sequence": record.sequence,
                     "kept": verdict.is_kept,
                     "reasons": list(verdict.reasons),
                     "why": verdict.describe(),

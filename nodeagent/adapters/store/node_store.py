@@ -9,13 +9,13 @@ carried the image is stored). Blocking calls: the services run them in a worker 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import CopyResult, StoreLimits, copy_bundle, plan_copy
 from nodeagent.adapters.store.records import StoreRecords
-from nodeagent.adapters.store.source import served_from_store, store_files
+from nodeagent.adapters.store.source import served_from_store, store_files, stored_signature_tags
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
 from nodeagent.progress import ByteProgress
 
@@ -26,6 +26,8 @@ class Restorable:
 
     refs: tuple[str, ...]
     files: dict[str, ExpectedFile]
+    tags: dict[str, str] = field(default_factory=dict)
+    """Signature tags of those images' stored bundles (``signatures.served_tags``)."""
 
 
 class NodeImageStore:
@@ -71,6 +73,7 @@ class NodeImageStore:
         stored = store.stored()
         found: list[str] = []
         sizes: dict[str, int] = {}
+        tags: dict[str, str] = {}
         for record in StoreRecords(self.root).load(is_repairing=False).records:
             names = {image.name for image in record.images} & wanted
             if not names:
@@ -79,7 +82,8 @@ class NodeImageStore:
                 continue  # incomplete (a corrupt blob removed): the registry, if any
             found.extend(sorted(names - set(found)))
             sizes.update({blob.digest: blob.size_bytes for blob in record.blobs})
-        return Restorable(tuple(found), store_files(sizes))
+            tags.update(stored_signature_tags(self.root, record.bundle_id))
+        return Restorable(tuple(found), store_files(sizes), tags)
 
 
 def _device(path: Path) -> int:

@@ -6,7 +6,9 @@ blobs that are both listed by a bundle and stored are offered: by its record, or
 bundle being fetched (its signed ``bundle.json`` written, no record yet), by that
 manifest, so a node re-serves each blob as soon as it is stored (verified). A bundle's
 manifest digest is the sha256 of its ``bundle.json`` as stored (as signed). Registry sets
-are not offered: they have no signed manifest a peer could check.
+are not offered: they have no signed manifest a peer could check. The signature tags a
+recorded bundle's manifest lists (``imageSignatures``, ``signatures.served_tags``) are
+offered with it, answered with their listed (and stored) manifest.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.fetched import fetching_sizes
 from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
-from nodeagent.adapters.store.source import store_files
+from nodeagent.adapters.store.source import store_files, stored_signature_tags
 from nodeagent.bundles.manifest import ExpectedFile
 from nodeagent.store import layout
 
@@ -41,6 +43,8 @@ class OfferedBundle:
     accepted_at_s: float
     """The record's acceptance time: a bundle accepted again may have a new manifest
     (``FETCHING`` for a bundle without a record yet)."""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    """``<repository>/sha256-<hex>.sig`` → manifest digest of its signed images."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,8 @@ class StoreOffer:
     """Digest → its file in the store, for every stored blob a bundle lists."""
     bundles: Mapping[str, OfferedBundle]
     stored: frozenset[str]
+    tags: Mapping[str, str] = field(default_factory=dict)
+    """Every offered bundle's signature tags whose manifest is offered."""
     fetching: frozenset[str] = frozenset()
     """Blobs of bundles being fetched whose partial was written to lately (``have``)."""
 
@@ -75,13 +81,15 @@ def read_offer(
         known = None if previous is None else previous.bundles.get(record.bundle_id)
         if known is not None and known.accepted_at_s == record.accepted_at_s:
             digest: str | None = known.manifest_digest
+            tags = dict(known.tags)
         else:
             digest = _manifest_digest(root, record.bundle_id)
+            tags = stored_signature_tags(root, record.bundle_id)
         if digest is None:
             continue
         sizes = {blob.digest: blob.size_bytes for blob in record.blobs}
         bundles[record.bundle_id] = OfferedBundle(
-            record.bundle_id, digest, sizes, record.accepted_at_s
+            record.bundle_id, digest, sizes, record.accepted_at_s, tags
         )
         listed |= {d: size for d, size in sizes.items() if stored.get(d) == size}
     fetched: set[str] = set()
@@ -98,4 +106,5 @@ def read_offer(
         since = (time.time() if now_s is None else now_s) - FRESH_PARTIAL_S
         partials = blob_store.partials()
         fetching = frozenset(d for d in fetched if d in partials and partials[d][1] >= since)
-    return StoreOffer(store_files(listed), bundles, frozenset(listed), fetching)
+    offered = {n: d for b in bundles.values() for n, d in b.tags.items() if d in listed}
+    return StoreOffer(store_files(listed), bundles, frozenset(listed), offered, fetching)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import structlog
 
@@ -113,9 +114,22 @@ class StoreRecords:
     def bundle_path(self, bundle_id: str) -> Path:
         return self.root / layout.bundle_dir(bundle_id)
 
-    def write_bundle(self, record: BundleRecord, manifest: bytes, signature: bytes) -> None:
-        """The signed manifest and its signature, then the record (last: it makes it count)."""
+    def write_bundle(
+        self,
+        record: BundleRecord,
+        manifest: bytes,
+        signature: bytes,
+        extra: Mapping[str, bytes] = MappingProxyType({}),
+    ) -> None:
+        """The signed manifest and its signature, then the record (last: it makes it count).
+
+        ``extra``: small files the manifest lists and that were checked against it (a
+        release's signatures, ``release-signatures/<name>``), kept beside it by their paths.
+        """
         directory = self.bundle_path(record.bundle_id)
+        for path, data in extra.items():
+            (directory / path).parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(directory / path, data)
         write_atomic(directory / layout.MANIFEST_NAME, manifest)
         write_atomic(directory / layout.SIGNATURE_NAME, signature)
         text = canonical_json(record.to_json())
@@ -311,4 +325,5 @@ def record_for(
         sets=tuple(s.name for s in manifest.sets),
         images=images,
         blobs=blobs,
+        sequence=manifest.sequence,
     )

@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
-from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
+from nodeagent.adapters.store.records import read_bundle_file
+from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile, parse_manifest
+from nodeagent.bundles.signatures import served_tags
 from nodeagent.store import layout
 
 
@@ -36,3 +38,13 @@ def open_blob(store_root: Path, digest: str) -> VerifiedBlob:
     """A stored blob, verified while it is read (``StoreBlobCorrupt`` at its end if damaged,
     ``StoreBlobMissing`` when absent)."""
     return BlobStore(store_root).open_verified(digest)
+
+
+def stored_signature_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
+    """The signature tags (``signatures.served_tags``) of a stored bundle's signed manifest,
+    verified when it was stored; none when it is gone or unreadable."""
+    data = read_bundle_file(store_root, bundle_id, layout.MANIFEST_NAME)
+    try:
+        return {} if data is None else served_tags(parse_manifest(data).image_signatures)
+    except BundleError:
+        return {}

@@ -381,7 +381,7 @@ def test_a_targeted_bundle_carries_its_target_signed_and_verify_shows_it(
     trusted = minisign.load_trusted_keys({"factory": keys.pub.read_text()})
     minisign.verify(data, signature, trusted)  # the target is in the signed bytes
     doc = json.loads(data)
-    assert doc["formatVersion"] == 2
+    assert doc["formatVersion"] == 3  # what bundle create writes: a target and a sequence
     assert (doc["architecture"], doc["target"]) == ("arm64", {"nodeSelector": selector})
     assert blob(output, pushed.multiarch.child_digests[1]).is_file()  # the arm64 child only
     assert not blob(output, pushed.multiarch.child_digests[0]).exists()

@@ -31,7 +31,7 @@ def with_created(value: str) -> bytes:
 MANIFESTS: list[tuple[bytes, type[NodeAgentError], str]] = [
     (GOOD.replace(b'"formatVersion": 1', b'"formatVersion": NaN'), BundleManifestInvalid, "NaN"),
     (GOOD.replace(b'"formatVersion": 1', b'"formatVersion": true'), BundleManifestInvalid, "bool"),
-    (GOOD.replace(b'"formatVersion": 1', b'"formatVersion": 3'), BundleFormatUnsupported, "3"),
+    (GOOD.replace(b'"formatVersion": 1', b'"formatVersion": 4'), BundleFormatUnsupported, "4"),
     (b'{"formatVersion": 1, "formatVersion": 1}', BundleManifestInvalid, "duplicate key"),
     (b"\xff\xfe" + GOOD.decode().encode("utf-16-le"), BundleManifestInvalid, "UTF-16"),
     (GOOD.decode().encode("utf-16-le"), BundleManifestInvalid, "NUL"),

@@ -148,7 +148,7 @@ def test_strict_json(data: bytes, reason: str, needle: str) -> None:
 @pytest.mark.parametrize(
     ("changes", "reason", "needle"),
     [
-        pytest.param({"formatVersion": 3}, "BundleFormatUnsupported", "version 3", id="R7-three"),
+        pytest.param({"formatVersion": 4}, "BundleFormatUnsupported", "version 4", id="R7-four"),
         pytest.param({"formatVersion": True}, "BundleManifestInvalid", "integer 1",
                      id="R7-true"),
         pytest.param({"formatVersion": 1.0}, "BundleManifestInvalid", "integer 1", id="R7-float"),

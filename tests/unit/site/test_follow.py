@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from nodeagent.bundles import manifest as bundle
+from nodeagent.bundles.freshness import Stamp
 from nodeagent.site.follow import (
     FOLLOW,
     SKIP_REASONS,
@@ -118,3 +119,63 @@ def test_messages_say_why() -> None:
     assert "not known" in unknown.message
     arch = decide(manifest(None, "arm64"), DIGEST, NODE)
     assert "every arm64 node; this node is amd64" in arch.message
+
+
+# ---------------------------------------------------------------- anti-rollback, expiry
+KEY = "A1B2C3"
+CREATED_S = 1795339800  # manifest_doc's created, 2026-11-22T09:30:00Z: its sequence
+
+
+def held_stamp(sequence: int, channel: str = "default", key: str = KEY) -> Stamp:
+    return Stamp(key, channel, sequence, OTHER_DIGEST, "newer")
+
+
+def fresh_manifest(sequence: int, expires: str | None = None) -> bundle.BundleManifest:
+    changes: dict[str, Any] = {"formatVersion": 3, "sequence": sequence}
+    changes |= {"expires": expires} if expires else {}
+    return bundle.parse_manifest(json.dumps(manifest_doc(**changes)).encode())
+
+
+@pytest.mark.parametrize(
+    ("accepted", "sequence", "reason"),
+    [
+        pytest.param((), 3, None, id="nothing-accepted"),
+        pytest.param((held_stamp(5),), 3, "Rollback", id="older"),
+        pytest.param((held_stamp(5),), 5, "Rollback", id="same-sequence-other-manifest"),
+        pytest.param((held_stamp(5),), 6, None, id="newer"),
+        pytest.param((held_stamp(5, channel="apps"),), 3, None, id="other-channel"),
+        pytest.param((held_stamp(5, key="FFFF"),), 3, None, id="other-key"),
+    ],
+)
+def test_a_bundle_the_import_would_refuse_as_older_is_not_fetched(
+    accepted: tuple[Stamp, ...], sequence: int, reason: str | None
+) -> None:
+    node = replace(NODE, accepted=accepted)
+    decision = decide(fresh_manifest(sequence), DIGEST, node, KEY)
+    assert decision.reason == reason
+    if reason is not None:
+        assert reason in SKIP_REASONS
+        assert f"sequence {sequence}" in decision.message and "newer" in decision.message
+
+
+def test_an_older_format_bundle_is_judged_by_its_created_time() -> None:
+    node = replace(NODE, accepted=(held_stamp(CREATED_S + 1),))
+    assert decide(manifest(), DIGEST, node, KEY).reason == "Rollback"
+    assert decide(manifest(), DIGEST, replace(NODE, accepted=(held_stamp(CREATED_S),)),
+                  KEY).reason == "Rollback"  # fmt: skip
+    assert decide(manifest(), DIGEST, replace(NODE, accepted=(held_stamp(CREATED_S - 1),)),
+                  KEY).reason is None  # fmt: skip
+
+
+def test_an_expired_bundle_is_not_fetched() -> None:
+    expired = fresh_manifest(9, "2026-11-01T00:00:00Z")
+    now_s = 1795339800.0  # 2026-11-22
+    decision = decide(expired, DIGEST, replace(NODE, now_s=now_s), KEY)
+    assert decision.reason == "Expired" and "2026-11-01T00:00:00Z" in decision.message
+    assert decide(expired, DIGEST, replace(NODE, now_s=1761955200.0 - 1), KEY) == FOLLOW
+
+
+def test_held_comes_before_freshness() -> None:
+    """A node that holds the very manifest reports it held, not rolled back."""
+    node = replace(NODE, held={BUNDLE_ID: DIGEST}, accepted=(held_stamp(9),))
+    assert decide(fresh_manifest(3), DIGEST, node, KEY).reason == "AlreadyHeld"

@@ -30,9 +30,12 @@ def record(
     channel: str = "default",
     created: str = "2026-01-01T00:00:00Z",
     accepted_at_s: float = 0.0,
+    sequence: int | None = None,
 ) -> BundleRecord:
     refs = tuple(BlobRef(_digest(n), 100 * n) for n in blobs)
-    return BundleRecord(bundle_id, key, "", channel, created, accepted_at_s, sets, (), refs)
+    return BundleRecord(
+        bundle_id, key, "", channel, created, accepted_at_s, sets, (), refs, sequence=sequence
+    )
 
 
 NOW = 10_000.0
@@ -79,6 +82,17 @@ def test_newest_compares_times_not_text() -> None:
         record("y", created="2026-01-01T00:00:00.5Z"),
     )
     assert newest_per_channel([late, early]) == {"y"}
+
+
+def test_newest_is_the_highest_sequence_the_order_nodes_accept_bundles_in() -> None:
+    """A bundle made later with a lower sequence is not the newest; a record written before
+    sequences were recorded stands at its created time in seconds (its format 1 sequence)."""
+    later_lower = record("later", created="2026-06-01T00:00:00Z", sequence=7)
+    higher = record("higher", created="2026-01-01T00:00:00Z", sequence=9)
+    assert newest_per_channel([later_lower, higher]) == {"higher"}
+    old = record("old", created="2026-01-01T00:00:00Z")  # 1767225600 s
+    assert newest_per_channel([old, record("v3", sequence=1767225601)]) == {"v3"}
+    assert newest_per_channel([old, record("v3", sequence=1767225599)]) == {"old"}
 
 
 def test_verdict_says_why() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -39,6 +40,9 @@ def test_paths_are_built_from_checked_digests_and_ids_only() -> None:
 
 def test_a_record_round_trips() -> None:
     assert BundleRecord.from_json(json.loads(json.dumps(RECORD.to_json())), "r") == RECORD
+    sequenced = dataclasses.replace(RECORD, sequence=(1 << 53) - 1)
+    assert BundleRecord.from_json(sequenced.to_json(), "r") == sequenced
+    assert "sequence" not in RECORD.to_json()  # as records were written before sequences
 
 
 @pytest.mark.parametrize(
@@ -52,6 +56,9 @@ def test_a_record_round_trips() -> None:
         ({"blobs": [{"digest": "sha256:1", "sizeBytes": 1}]}, "not a sha256 digest"),
         ({"blobs": [{"digest": DIGEST, "sizeBytes": -1}]}, "sizeBytes"),
         ({"sets": "s"}, "sets must be a list"),
+        ({"sequence": -1}, "sequence"),
+        ({"sequence": 1 << 53}, "sequence"),
+        ({"sequence": "5"}, "sequence"),
         (
             {"images": [{"name": "x", "digest": DIGEST, "sizeBytes": 1, "mediaType": "bad"}]},
             "mediaType",

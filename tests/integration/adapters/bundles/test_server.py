@@ -24,6 +24,7 @@ from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.bundles.manifest import BundleError
 from nodeagent.bundles.mirror import DROPIN_NAME, mirror_repositories, served_blobs
+from nodeagent.bundles.signatures import signature_tag
 from nodeagent.errors import ConfigInvalid, NodeAgentError, RegistryUnavailable
 from nodeagent.references import parse_pinned_image_ref
 from tests.testenv.crio import Crio
@@ -477,3 +478,30 @@ def test_dropin_mirrors_each_repository_by_digest_only(tmp_path: Path) -> None:
     assert not dropin.path.exists()
     with pytest.raises(ConfigInvalid):
         MirrorDropin(tmp_path / "mirror.toml")
+
+
+async def test_only_listed_signature_tags_are_served(layout: OciLayout) -> None:
+    """A tag is answered only when the verified manifest lists it, for its own repository,
+    with a listed manifest (here the tools image's manifest plays the signature's part)."""
+    app, tools = single(layout.images[0]), single(layout.images[1])
+    tag = signature_tag(app.digest)
+    unlisted = f"sha256:{'7' * 64}"
+    tags = {f"factory/app/{tag}": tools.digest, f"factory/tools/{tag}": unlisted}
+    blobs = served_blobs(layout.manifest)
+    async with BundleServer(layout.root, blobs, tags=tags) as tagged:
+        for method in ("GET", "HEAD"):
+            status, headers, body = await fetch(tagged, method, f"/v2/factory/app/manifests/{tag}")
+            assert status == 200
+            assert body == (tools.manifest.data if method == "GET" else b"")
+            assert headers["docker-content-digest"] == tools.digest
+            assert headers["content-type"] == tools.manifest.media_type
+        for path in (
+            f"/v2/factory/tools/manifests/{tag}",  # listed, but its manifest is not a blob
+            f"/v2/factory/other/manifests/{tag}",  # another repository
+            f"/v2/factory/app/manifests/{signature_tag(tools.digest)}",  # not listed
+        ):
+            status, _, body = await fetch(tagged, "GET", path)
+            assert (status, error_code(body)) == (404, "MANIFEST_UNKNOWN"), path
+    async with BundleServer(layout.root, blobs) as untagged:
+        status, _, body = await fetch(untagged, "GET", f"/v2/factory/app/manifests/{tag}")
+        assert (status, error_code(body)) == (404, "MANIFEST_UNKNOWN")

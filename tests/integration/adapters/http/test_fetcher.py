@@ -573,3 +573,25 @@ async def test_a_peer_whose_certificate_is_not_the_sites_or_not_its_address_is_r
     finally:
         await client.close()
     assert [s.counters.requests for s in site.servers] == [0, 0]
+
+
+# ------------------------------------------------------------------ anti-rollback
+async def test_a_bundle_older_than_one_the_node_holds_is_not_fetched(site: Site) -> None:
+    """The peer offers the site bundle (format 1: its sequence is its created time); the
+    fetching node's store holds a newer signed manifest of the same key and channel."""
+    newer_images = [image("example/newer", [(MIB // 4, 9)], site.tmp / "layers")]
+    newer = signed_bundle(
+        site.tmp / "newer", site.keys, newer_images, bundle_id="site-2027", set_name="site",
+        sequence=site.bundle.manifest.sequence + 1,
+    )  # fmt: skip
+    a = await site.serve("node-0", site.node_store("node-0"))
+    node = fetching_node(site)
+    copy_bundle(node.store, newer.root, newer.manifest, site.keys.trusted_dir)
+    with capture_logs() as logs:
+        await node.look(a)
+    [skipped] = events(logs, "bundle_not_followed")
+    assert (skipped["bundle"], skipped["reason"]) == (BUNDLE_ID, "Rollback")
+    assert "lower than bundle site-2027" in skipped["message"]
+    assert node.imported == [] and served(site) == [0]
+    assert not (node.store / layout.bundle_dir(BUNDLE_ID)).exists()
+    await node.client.close()

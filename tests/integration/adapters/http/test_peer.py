@@ -34,7 +34,8 @@ from nodeagent.adapters.store.keeper import set_aside_corrupt, verify
 from nodeagent.site.holdings import BundleHolding, parse_have, parse_holdings
 from nodeagent.site.limits import RETRY_AFTER_S
 from tests.testenv.pki import Authority, Issued, cert_dir
-from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
+from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle, with_sigstore
+from tests.testenv.sigstore import SigningKey
 from tests.testenv.waiting import wait_for_async
 
 MIB = 1 << 20
@@ -464,3 +465,26 @@ async def test_a_connection_that_sends_nothing_is_closed(
         assert await asyncio.wait_for(reader.read(), timeout=10) == b""
         assert 0.5 <= time.monotonic() - started <= 5
         writer.close()
+
+
+async def test_a_stored_bundles_signature_tags_are_served(tmp_path: Path, pki: Pki) -> None:
+    """The store offers the sigstore tags of a stored signed manifest, each answered with its
+    stored, verified signature manifest; a tag no stored manifest lists is unknown."""
+    keys = Keys.make(tmp_path / "keys")
+    app = image("example/app", [(MIB // 4, 7)], tmp_path / "layers")
+    plain = signed_bundle(tmp_path / "stick", keys, [app], bundle_id="signed-1", set_name="site")
+    signed = with_sigstore(plain, keys, SigningKey())
+    copy_bundle(tmp_path / "store", signed.root, signed.manifest, keys.trusted_dir)
+    (entry,) = signed.manifest.image_signatures
+    context = pki.client_context(pki.ca.client("node-1"))
+    async with peer_server(tmp_path, pki) as peer:
+        status, headers, body = await asyncio.to_thread(
+            fetch, peer.port, context, "GET", f"/v2/example/app/manifests/{entry.tag}"
+        )
+        assert (status, headers["docker-content-digest"]) == (200, entry.manifest_digest)
+        assert body == signed.blob_file(entry.manifest_digest).read_bytes()
+        assert json.loads(body)["layers"][0]["annotations"]
+        for path in (f"/v2/example/other/manifests/{entry.tag}",
+                     f"/v2/example/app/manifests/sha256-{'0' * 64}.sig"):  # fmt: skip
+            status, _, body = await asyncio.to_thread(fetch, peer.port, context, "GET", path)
+            assert (status, json.loads(body)["errors"][0]["code"]) == (404, "MANIFEST_UNKNOWN")

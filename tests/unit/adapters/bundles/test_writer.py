@@ -21,6 +21,7 @@ from nodeagent.adapters.bundles.fetcher import (
     index_child,
     top_descriptor,
 )
+from nodeagent.adapters.bundles.sigstore import CarriedSignature
 from nodeagent.adapters.bundles.writer import (
     check_bundle_id,
     default_bundle_id,
@@ -31,6 +32,8 @@ from nodeagent.adapters.bundles.writer import (
 )
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
+from nodeagent.bundles.freshness import Freshness
+from nodeagent.bundles.signatures import ImageSignature, signature_tag
 from nodeagent.bundles.target import BundleTarget
 from nodeagent.cli.bundle import (
     TerminalProgress,
@@ -433,3 +436,38 @@ def test_auth_file_from_flag_environment_or_none(
     assert len(read_auth(None)) == 1
     with pytest.raises(AuthFileInvalid, match="cannot read"):
         read_auth(tmp_path / "missing.json")
+
+
+def test_manifest_doc_with_signatures_is_format_3_and_lists_their_blobs() -> None:
+    images = [_planned(APP), _planned(DB)]
+    files = {"oci-layout": b"{}", "index.json": index_doc(images)}
+    top = Descriptor(OCI_MANIFEST, f"sha256:{'7' * 64}", 700)
+    payload = Descriptor(
+        "application/vnd.dev.cosign.simplesigning.v1+json", f"sha256:{'8' * 64}", 230
+    )
+    carried = CarriedSignature(
+        ImageSignature(APP, signature_tag(APP.digest), top.digest), (top, payload)
+    )
+    target = BundleTarget(parse_selector("site=line-3"))
+    data = manifest_doc(bundle_id="b", created="2026-01-01T00:00:00Z", architecture="amd64",
+                        images=images, files=files, sets=[], target=target,
+                        freshness=Freshness("default", 7, None), signatures=[carried])  # fmt: skip
+    doc = json.loads(data)
+    assert doc["formatVersion"] == 3
+    assert doc["imageSignatures"] == [
+        {"image": str(APP), "tag": signature_tag(APP.digest), "manifest": top.digest}
+    ]
+    listed = {blob["digest"]: blob["sizeBytes"] for blob in doc["blobs"]}
+    assert (listed[top.digest], listed[payload.digest]) == (700, 230)
+    parsed = bundle.parse_manifest(data)
+    assert parsed.image_signatures == (carried.signature,)
+    assert parsed.target == target
+    assert [i.size_bytes for i in parsed.images] == [i.size_bytes for i in images]
+
+
+def test_manifest_doc_refuses_format_3_content_without_a_sequence() -> None:
+    with pytest.raises(ValueError, match="needs a sequence"):
+        manifest_doc(bundle_id="b", created="2026-01-01T00:00:00Z", architecture="amd64",
+                      images=[], files={}, sets=[], signatures=[
+                          CarriedSignature(ImageSignature(APP, signature_tag(APP.digest),
+                                                          f"sha256:{'7' * 64}"), ())])  # fmt: skip

@@ -201,3 +201,23 @@ def test_the_message_bound_is_enforced_as_the_prefix_arrives() -> None:
     assembler = MessageAssembler(MAX_MESSAGE_BYTES)
     with pytest.raises(RpcError, match="over the limit of 67108864 bytes"):
         assembler.feed(b"\x00" + (MAX_MESSAGE_BYTES + 1).to_bytes(4, "big"))
+
+
+def test_running_containers_are_checked_and_their_pod_labels_kept() -> None:
+    ok = pb.Container(
+        id="c1",
+        metadata=pb.ContainerMetadata(name="app\x1b[2J"),
+        image=pb.ImageSpec(image="quay.example.com/a:1"),
+        image_ref="sha256:" + "a" * 64,
+        labels={"io.kubernetes.pod.name": "web", "io.kubernetes.pod.namespace": "ns"},
+    )
+    (found,) = answers.running_containers(pb.ListContainersResponse(containers=[ok]))
+    assert (found.pod_namespace, found.pod_name, found.image) == (
+        "ns",
+        "web",
+        "quay.example.com/a:1",
+    )
+    assert "\x1b" not in found.name
+    huge = pb.Container(id="c2", image=pb.ImageSpec(image="x" * 5000))
+    with pytest.raises(RuntimeCallFailed):
+        answers.running_containers(pb.ListContainersResponse(containers=[huge]))

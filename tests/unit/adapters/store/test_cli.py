@@ -49,9 +49,11 @@ def test_store_shows_what_is_kept_and_why(
     text = capsys.readouterr().out
     assert "bundle alpha (key factory" in text
     assert "kept: set line-3 pinned" in text
+    assert "channel default, sequence 1767225600, created 2026-01-01T00:00:00Z" in text
     assert main(["--root", str(root), "store", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     (entry,) = doc["bundles"]
+    assert entry["sequence"] == bundle.manifest.sequence == 1767225600  # its created, format 1
     assert entry["reasons"][0] == "pinned" and entry["pinnedSets"] == ["line-3"]
     assert doc["storedBytes"] == sum(f.size_bytes for f in bundle.manifest.blobs.values())
     assert entry["ownBytes"] == doc["storedBytes"] and doc["releasableBytes"] == 0

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def cache(tmp_path: Path) -> Path:
     return tmp_path / "layer-cache"
 
 
-def _bundle(tmp_path: Path, keys: Keys, cache: Path, name: str, **kwargs: str) -> Signed:
+def _bundle(tmp_path: Path, keys: Keys, cache: Path, name: str, **kwargs: Any) -> Signed:
     """Bundle ``name``: a shared base layer (seed 1) plus a layer of its own."""
     own_seed = sum(name.encode())
     app = image(f"example/{name}", [(MIB, 1), (2 * MIB, own_seed)], cache)

@@ -1,0 +1,95 @@
+"""What the drill's checks read, as plain values gathered by ``FactSource`` (pure).
+
+A fact the gatherer could not learn is ``None`` and a finding in ``problems`` says why
+(``OfflineCheckIncomplete``): the checks that need it skip it, so nothing unknown is ever
+counted as fine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from nodeagent.offline.findings import Finding, PodRef
+from nodeagent.ports import RunningContainer, StoredImage
+
+__all__ = [
+    "Facts",
+    "FactSource",
+    "KubeletImagePolicy",
+    "PinnedSet",
+    "PodImage",
+    "RunningContainer",
+    "SignaturePolicy",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedSet:
+    """A PinnedImageSet the node is asked to hold (its spec file), by digest references."""
+
+    name: str
+    images: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodImage:
+    """One container of a pod on this node: its image and its pull policy."""
+
+    pod: PodRef
+    container: str
+    image: str
+    pull_policy: str
+    """``Always``, ``IfNotPresent`` or ``Never``, after Kubernetes' defaulting."""
+    source: str
+    """``api`` or the static pod manifest's path."""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletImagePolicy:
+    """The kubelet configuration's KEP-2535 settings (docs/runtime-facts.md)."""
+
+    source: str
+    policy: str | None
+    """``imagePullCredentialsVerificationPolicy``; None: unset (the kubelet's default)."""
+    allowlist: tuple[str, ...] = ()
+    """``preloadedImagesVerificationAllowlist``."""
+    is_gate_on: bool | None = None
+    """``featureGates.KubeletEnsureSecretPulledImages``; None: not set in the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignaturePolicy:
+    """containers-policy.json(5) as far as the drill reads it: requirement types by scope."""
+
+    source: str
+    default: tuple[str, ...]
+    """The types of the top-level ``default`` requirements."""
+    docker_scopes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """``transports.docker``: scope -> requirement types (``""`` is the transport default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    sets: tuple[PinnedSet, ...] | None = None
+    images: tuple[StoredImage, ...] | None = None
+    containers: tuple[RunningContainer, ...] | None = None
+    pause_image: str | None = None
+    pause_source: str = ""
+    pods: tuple[PodImage, ...] | None = None
+    pods_source: str = ""
+    kubelet: KubeletImagePolicy | None = None
+    signature_policy: SignaturePolicy | None = None
+    held_signatures: frozenset[str] = frozenset()
+    """Pinned images whose signatures the node holds (a bundle carried them). Filled by the
+    bundle-signature feature when it exists; empty: the node holds none."""
+    store_restorable: frozenset[str] | None = None
+    """Pinned images every blob of which the node's store holds."""
+    problems: tuple[Finding, ...] = ()
+
+
+class FactSource(Protocol):
+    """Gathers the facts (``adapters.offline.HostFacts``)."""
+
+    async def gather(self) -> Facts: ...
