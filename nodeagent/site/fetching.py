@@ -5,8 +5,8 @@ peer: which of the bundle's blobs it has (its ``have``, refreshed every few seco
 the fetch runs), how busy it says it is (``uploads.active`` of its holdings) and how many
 of our requests are in flight to it. ``assign`` hands out blobs:
 
-* at most ``concurrency`` blobs in flight, at most ``PER_PEER`` to one peer (the peer
-  server answers a third one 429);
+* at most ``concurrency`` blobs in flight, at most what one peer takes from one client
+  (``limits.per_peer`` of the ``uploads.max`` it publishes; a request more is answered 429);
 * rarest first (the blob fewest usable peers have, each peer fetching it counting as two
   more), so what only one peer holds moves on early and the others can re-serve it, and
   nodes fetching side by side take different blobs from the node that has them all (a blob
@@ -32,7 +32,7 @@ from typing import Final
 
 from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.site.holdings import Have
-from nodeagent.site.limits import PER_PEER
+from nodeagent.site.limits import PER_PEER, per_peer
 
 NO_PEER_LEFT: Final = "NoPeerLeft"
 
@@ -61,6 +61,9 @@ class PeerState:
     address: str
     reported_active: int = 0
     """``uploads.active`` of its last holdings (0 until known)."""
+    allowed: int = PER_PEER
+    """Requests it takes from one peer at once (``limits.per_peer`` of its ``uploads.max``):
+    a request more would only be answered 429 and the peer skipped for its Retry-After."""
     have: frozenset[str] = frozenset()
     """Digests of this bundle's blobs it has, from its last ``have``."""
     fetching: frozenset[str] = frozenset()
@@ -75,7 +78,7 @@ class PeerState:
         return self.reported_active + self.in_flight
 
     def is_usable(self, now_s: float) -> bool:
-        return self.dropped is None and now_s >= self.skip_until_s and self.in_flight < PER_PEER
+        return self.dropped is None and now_s >= self.skip_until_s and self.in_flight < self.allowed
 
 
 def held_digests(have: Have, ordered: Sequence[str]) -> frozenset[str]:
@@ -139,12 +142,15 @@ class FetchSchedule:
         have: frozenset[str],
         reported_active: int,
         fetching: frozenset[str] = frozenset(),
+        uploads_max: int | None = None,
     ) -> None:
-        """A peer's fresh ``have`` (held and being fetched) and load."""
+        """A peer's fresh ``have`` (held and being fetched), load and upload limit."""
         peer = self.peers.get(address)
         if peer is not None and peer.dropped is None:
             peer.have, peer.reported_active = have, reported_active
             peer.fetching = fetching
+            if uploads_max is not None:
+                peer.allowed = per_peer(uploads_max)
 
     def drop(self, address: str, reason: str) -> bool:
         """Never ask ``address`` again for this bundle; False when it already was dropped."""

@@ -22,6 +22,11 @@ half the node's ``max_uploads`` (at least one), so one peer never takes every sl
 RETRY_AFTER_S: Final = 2
 """``Retry-After`` of a 503 or 429: soon, but after the download in progress moved on."""
 
+def per_peer(max_uploads: int) -> int:
+    """Blob downloads one peer may have at once from a node serving ``max_uploads``."""
+    return max(1, min(PER_PEER, max_uploads // 2))
+
+
 Refusal = Literal["busy", "too-many"]
 """503 (every slot taken) or 429 (this peer already holds ``PER_PEER``)."""
 
@@ -39,7 +44,7 @@ class UploadSlots:
 
     @property
     def per_peer(self) -> int:
-        return max(1, min(PER_PEER, self.max_uploads // 2))
+        return per_peer(self.max_uploads)
 
     def take(self, peer: str) -> Refusal | None:
         """Take a slot for ``peer``; None when taken, else why not (nothing taken then)."""

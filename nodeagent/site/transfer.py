@@ -218,7 +218,12 @@ class FetchRun:
             if not _offers(holdings, bundle_id, self.signed.manifest_digest):
                 # not (yet) fetching this bundle: asked again at the next refresh
                 active = holdings.uploads_active
-                self.schedule.learn(address, have=frozenset(), reported_active=active)
+                self.schedule.learn(
+                    address,
+                    have=frozenset(),
+                    reported_active=active,
+                    uploads_max=holdings.uploads_max,
+                )
                 return
             have = await client.have(address, bundle_id)
             if have.manifest_digest != self.signed.manifest_digest:
@@ -236,6 +241,7 @@ class FetchRun:
             have=held_digests(have, self.ordered),
             reported_active=holdings.uploads_active,
             fetching=fetching_digests(have, self.ordered),
+            uploads_max=holdings.uploads_max,
         )
 
     def drop(self, address: str, err: NodeAgentError) -> None:

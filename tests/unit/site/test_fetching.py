@@ -112,6 +112,14 @@ def test_at_most_concurrency_in_flight_and_per_peer_at_most_two() -> None:
     assert plan.assign(0.0) == []  # nothing more until one ends
 
 
+def test_a_peer_is_asked_no_more_at_once_than_it_takes_from_one_client() -> None:
+    plan = schedule({D1: 1, D2: 1, D3: 1}, {A: (EVERY, 0)}, concurrency=8)
+    plan.learn(A, have=EVERY, reported_active=0, uploads_max=3)  # half of 3: one
+    assert len(plan.assign(0.0)) == 1  # not a second one the server would answer 429
+    plan.learn(A, have=EVERY, reported_active=0, uploads_max=8)
+    assert len(plan.assign(0.0)) == 1  # two in all now
+
+
 def test_rarest_blob_first() -> None:
     peers = {A: (frozenset({D1, D2}), 0), B: (frozenset({D1}), 0)}
     plan = schedule({D1: 1, D2: 1}, peers, concurrency=1)
