@@ -207,6 +207,10 @@ def status_object(
         body["placement"] = {"mode": placement.mode, "pools": list(placement.pools)}
         if placement.missing:
             body["placement"]["missingSets"] = list(placement.missing)
+        if placement.reason:
+            body["placement"]["reason"] = placement.reason
+        if placement.message:
+            body["placement"]["message"] = _clip(placement.message, 1024)
     return {
         "apiVersion": NODE_IMAGE_STATUS.api_version,
         "kind": NODE_IMAGE_STATUS.kind,
