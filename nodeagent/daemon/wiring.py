@@ -27,6 +27,7 @@ from nodeagent.adapters.host import (
     StatvfsSpace,
     read_boot_id,
 )
+from nodeagent.adapters.kubelet_identity import with_node_name
 from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
 from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.client import RegistryClient
@@ -75,6 +76,8 @@ class Wiring:
 
 def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     """Every adapter and service, wired once."""
+    if config.cluster.enabled:
+        config = with_node_name(config)  # the kubelet's name for this node, logged once
     rt = config.runtime
     policies = policies_from(config)
     notifier = notifier or Notifier()
