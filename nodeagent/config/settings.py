@@ -255,6 +255,12 @@ class ClusterSettings:
     request_timeout_s: float = 30.0
     """Timeout of one API request (watches excepted).
     Range: greater than 0 and at most 3600 seconds."""
+    control_plane_pull_pause_s: float = 1.0
+    """On a control-plane Node (label ``node-role.kubernetes.io/master`` or
+    ``node-role.kubernetes.io/control-plane``) registry pulls run one at a time, with this
+    many seconds between two of them, to spare etcd's disk. Default 1, the
+    machine-config-daemon's pause; 0: one at a time without a pause. Restores from the
+    node's store and bundle imports are not paced. Range: from 0 to 600 seconds."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,6 +134,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
             if config.store.registry_sets
             else None
         ),
+        pull_terms=cluster.gate.current if cluster else None,
     )
     supervisor = Supervisor()
 
