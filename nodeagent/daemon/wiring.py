@@ -27,7 +27,6 @@ from nodeagent.adapters.host import (
     StatvfsSpace,
     read_boot_id,
 )
-from nodeagent.adapters.kubelet_identity import with_node_name
 from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
 from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.client import RegistryClient
@@ -76,7 +75,9 @@ class Wiring:
 
 def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     """Every adapter and service, wired once."""
-    if config.cluster.enabled:
+    if config.cluster.enabled:  # cryptography is loaded in cluster mode only
+        from nodeagent.adapters.kubelet_identity import with_node_name  # noqa: PLC0415
+
         config = with_node_name(config)  # the kubelet's name for this node, logged once
     rt = config.runtime
     policies = policies_from(config)
