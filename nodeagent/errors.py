@@ -17,6 +17,8 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   ├── MediaUnmountFailed          MediaUnmountFailed
     │   ├── MediaWatchFailed            MediaWatchFailed
     │   ├── ApiUnreachable              ApiUnreachable
+    │   ├── NodeNotReady                NodeNotReady (registry pulls wait for Ready)
+    │   │   └── NodeDiskPressure        NodeDiskPressure
     │   ├── PeerAnswerInvalid           PeerAnswerInvalid (a peer's document is malformed)
     │   ├── PeerUnreachable             PeerUnreachable (a peer failed, stalled or refused TLS)
     │   ├── PeerBusy                    PeerBusy (a peer answered 429/503: ask it later)
@@ -48,6 +50,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── KubeconfigInvalid           KubeconfigInvalid
         ├── ApiAccessDenied             ApiAccessDenied
         ├── ApiRequestRejected          ApiRequestRejected
+        ├── PoolMembershipInvalid       PoolMembershipInvalid (more than one custom pool)
         ├── PeerHoldingsInvalid         PeerHoldingsInvalid (a peer's published holdings)
         ├── StoreError                  (the node's image store, docs/store.md)
         │   ├── StoreFull               StoreFull (the [store] size cap)
@@ -492,6 +495,30 @@ class ApiRequestRejected(PermanentError):
     """The API server rejected a request as invalid (4xx other than 401/403/404/409)."""
 
     reason = "ApiRequestRejected"
+
+
+class PoolMembershipInvalid(PermanentError):
+    """The node matches more than one custom MachineConfigPool, which the machine-config-operator
+    refuses too (``GetPoolsForNode``): the node takes no pool's sets until its labels or the pools'
+    node selectors leave it in one custom pool at most."""
+
+    reason = "PoolMembershipInvalid"
+    exit_code = 78  # EX_CONFIG
+
+
+class NodeNotReady(TransientError):
+    """The Node object is not Ready, or reports DiskPressure (reason ``NodeDiskPressure``):
+    registry pulls wait until the kubelet reports it healthy again. Restores from the node's
+    store and bundle imports are not held back."""
+
+    reason = "NodeNotReady"
+    default_retry_after_s = 10.0
+
+
+class NodeDiskPressure(NodeNotReady):
+    """The Node reports DiskPressure: registry pulls wait until the kubelet clears it."""
+
+    reason = "NodeDiskPressure"
 
 
 class PeerHoldingsInvalid(PermanentError):

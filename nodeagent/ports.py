@@ -14,6 +14,7 @@ Ports here:
 - ``SpaceProbe``: statvfs of a mountpoint (``adapters.host``).
 - ``StatusLine``: systemd's one-line ``STATUS=`` (``adapters.systemd.Notifier``).
 - ``PullEventSink``: where a pull's events go (``reporting``).
+- ``PullTerms``: whether registry pulls may start and at what pace (``cluster.readiness``).
 """
 
 from __future__ import annotations
@@ -191,3 +192,18 @@ class RunningContainer:
     """The runtime's id or digest name of that image."""
     pod_namespace: str = ""
     pod_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PullTerms:
+    """The terms registry pulls start under (cluster mode, from this node's Node object);
+    restores from the node's store and bundle imports ignore them."""
+
+    held_reason: str = ""
+    """A reason code (``NodeNotReady``, ``NodeDiskPressure``) while registry pulls must not
+    start, or ``""``."""
+    held_message: str = ""
+    one_at_a_time: bool = False
+    """A control-plane node: one registry pull at a time (etcd's disk is spared)."""
+    pause_s: float = 0.0
+    """Seconds between two registry pulls while ``one_at_a_time``."""

@@ -133,6 +133,9 @@ class _Run:
     disk_full: NoSpaceLeft | None = None
     last_progress_s: float = 0.0
     is_probe_failing: bool = False
+    pause_s: float = 0.0
+    left: int = 0
+    """Pulls not ended yet (no pause after the last one)."""
 
 
 class PrePuller:
@@ -162,16 +165,23 @@ class PrePuller:
         self._run_blocking = run_blocking
 
     async def pull_all(
-        self, refs: Sequence[str], waits_for: Mapping[str, Collection[str]] | None = None
+        self,
+        refs: Sequence[str],
+        waits_for: Mapping[str, Collection[str]] | None = None,
+        *,
+        concurrency: int | None = None,
+        pause_s: float = 0.0,
     ) -> dict[str, PullResult]:
         """One result per distinct reference, in the order given.
 
         ``waits_for`` (``shared_layer_leaders``): an image starts only once the pulls it
         names have ended, whatever their outcome; it must name earlier images only.
+        ``concurrency`` (default the policy's) caps the pulls at once; each of them keeps its
+        slot ``pause_s`` seconds after it ends while other pulls wait (a control plane's pace).
         """
         refs = list(dict.fromkeys(refs))
-        run = _Run(last_progress_s=self._now())
-        slots = asyncio.Semaphore(self.policy.concurrency)
+        run = _Run(last_progress_s=self._now(), pause_s=pause_s, left=len(refs))
+        slots = asyncio.Semaphore(concurrency or self.policy.concurrency)
         ended = {ref: asyncio.Event() for ref in refs}
         results: dict[str, PullResult] = {}
         async with asyncio.TaskGroup() as group:
@@ -201,7 +211,11 @@ class PrePuller:
                 if leader in ended:
                     await ended[leader].wait()
             async with slots:
-                return await self._attempts(ref, run)
+                result = await self._attempts(ref, run)
+                run.left -= 1
+                if run.pause_s > 0 and run.left > 0:
+                    await self._sleep(run.pause_s)
+                return result
         finally:
             ended[ref].set()
 

@@ -40,8 +40,10 @@ async def check(config: Config) -> OfflineReport:
         if not config.cluster.enabled:
             return run_checks(await HostFacts(config, cri).gather())
         from nodeagent.adapters.kube import KubeApi  # noqa: PLC0415  (lightkube: cluster mode)
+        from nodeagent.adapters.kubelet_identity import with_node_name  # noqa: PLC0415
         from nodeagent.cluster.tasks import node_name  # noqa: PLC0415
 
+        config = with_node_name(config)
         cluster = config.cluster
         api = KubeApi(
             cluster.kubeconfig, timeout_s=cluster.request_timeout_s, field_manager="nodeagent"

@@ -4,8 +4,10 @@ Modules: ``tasks`` (the two long-lived tasks, ``ClusterSpecs`` and ``StatusRepor
 ``objects`` (the status object, Events and the MachineConfigNode mirror, as pure
 builders), ``site`` (the site view of ``nodeagent site status | wait``: every Node's
 standing for a bundle, pure), ``placement`` (which sets apply to this node:
-MachineConfigPools or a label selector), ``kinds`` (the resource kinds used) and ``api``
-(the ports).
+MachineConfigPools or a label selector), ``pools`` (a node's pools as the
+machine-config-operator decides them), ``identity`` (the node's name from the kubelet's
+sources), ``readiness`` (whether registry pulls may start, and their pace, from the Node),
+``kinds`` (the resource kinds used) and ``api`` (the ports).
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
 
@@ -14,7 +16,9 @@ Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
   NodeImageStatus and its MachineConfigNode status; create Events (``adapters.kube``);
 - a directory it owns, ``Config.cluster_specs_dir``, where the assigned sets are kept as
   spec files (``adapters.files.mirror_directory``): the daemon's inotify watch on it
-  starts a sync, so the pin path does not know where a set came from.
+  starts a sync, so the pin path does not know where a set came from;
+- the kubelet's client certificate and its unit's environment files, read once at start
+  for the node's name (``adapters.kubelet_identity``).
 
 Loaded only when ``[cluster] enabled`` (or by a ``nodeagent site`` command): a standalone
 node never imports it.

@@ -153,6 +153,17 @@ def _bundle_json(report: BundleReport) -> dict[str, Any]:
     return item
 
 
+def _placement_json(placement: Placement) -> dict[str, Any]:
+    doc: dict[str, Any] = {"mode": placement.mode, "pools": list(placement.pools)}
+    if placement.missing:
+        doc["missingSets"] = list(placement.missing)
+    if placement.reason:
+        doc["reason"] = placement.reason
+    if placement.message:
+        doc["message"] = _clip(placement.message, 1024)
+    return doc
+
+
 def status_object(
     node: NodeIdentity,
     status: NodeStatus,
@@ -204,9 +215,7 @@ def status_object(
         loss = dict(status.image_loss)
         body["imageLoss"] = loss | {"message": _clip(str(loss.get("message", "")), 1024)}
     if placement is not None:
-        body["placement"] = {"mode": placement.mode, "pools": list(placement.pools)}
-        if placement.missing:
-            body["placement"]["missingSets"] = list(placement.missing)
+        body["placement"] = _placement_json(placement)
     return {
         "apiVersion": NODE_IMAGE_STATUS.api_version,
         "kind": NODE_IMAGE_STATUS.kind,

@@ -3,11 +3,11 @@
 Two ways, decided by what the cluster has:
 
 * **Pools** (OpenShift, the ``MachineConfigPool`` API exists): the node takes the sets listed
-  in ``spec.pinnedImageSets[].name`` of every pool whose ``spec.nodeSelector`` matches its
-  labels. The machine-config-operator chooses pools more narrowly (master beats worker, one
-  custom pool plus worker, an empty selector matches nothing: docs/runtime-facts.md,
-  "machine-config-daemon behaviour"); following it exactly is the OpenShift-fidelity work.
-  A pool may list a set that does not exist (yet): it is reported, never guessed.
+  in ``spec.pinnedImageSets[].name`` of its pools, chosen as the machine-config-operator
+  chooses them (``pools.pools_for_node``: master beats worker, one custom pool plus worker,
+  an empty selector matches nothing). A node in more than one custom pool raises
+  ``PoolMembershipInvalid``. A pool may list a set that does not exist (yet): it is
+  reported, never guessed.
 * **Selector** (no pools): every set whose labels match ``[cluster] set_selector``; the
   default empty selector takes them all.
 
@@ -21,8 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from nodeagent.selectors import Selector, selector_from_object
+from nodeagent.cluster.pools import matching_pools, pool_name, pools_for_node
+from nodeagent.selectors import Selector
 from nodeagent.specs import API_VERSION, KIND
+from nodeagent.strict import clip
 
 Mode = Literal["pools", "selector"]
 CACHE_HEADER = (
@@ -40,6 +42,11 @@ class Placement:
     """Names of the sets that apply and exist, sorted."""
     missing: tuple[str, ...] = ()
     """Sets a pool of this node lists that the API does not have, sorted."""
+    reason: str = ""
+    """Why the node's pools could not be decided (a reason code; the sets are then the last
+    known ones), or ``""``."""
+    message: str = ""
+    """What to do about ``reason``; or a note such as a custom pool ignored on a master."""
 
     def describe(self) -> str:
         where = f"pools {', '.join(self.pools) or '(none)'}" if self.mode == "pools" else "selector"
@@ -47,13 +54,8 @@ class Placement:
 
 
 def node_pools(node_labels: Mapping[str, str], pools: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Names of the pools whose node selector matches the node's labels, sorted."""
-    names = []
-    for pool in pools:
-        spec = pool.get("spec") or {}
-        if selector_from_object(spec.get("nodeSelector")).matches(node_labels):
-            names.append(_name(pool))
-    return sorted(n for n in names if n)
+    """Names of the pools whose (non-empty) node selector matches the node's labels, sorted."""
+    return matching_pools(node_labels, pools)
 
 
 def place(
@@ -61,20 +63,29 @@ def place(
     pools: Iterable[Mapping[str, Any]] | None,
     sets: Mapping[str, Mapping[str, Any]],
     selector: Selector,
+    *,
+    node_name: str = "",
 ) -> Placement:
-    """The sets for this node; ``pools`` is None when the cluster has no MachineConfigPool API."""
+    """The sets for this node; ``pools`` is None when the cluster has no MachineConfigPool API.
+    Raises PoolMembershipInvalid (pools mode, more than one custom pool)."""
     if pools is None:
         chosen = [name for name, obj in sets.items() if selector.matches(_labels(obj))]
         return Placement("selector", (), tuple(sorted(chosen)))
     pool_list = list(pools)
-    mine = node_pools(node_labels, pool_list)
+    membership = pools_for_node(node_name, node_labels, pool_list)
     listed: set[str] = set()
     for pool in pool_list:
-        if _name(pool) in mine:
+        if pool_name(pool) in membership.pools:
             listed.update(_listed_sets(pool))
     present = sorted(n for n in listed if n in sets)
     missing = sorted(n for n in listed if n not in sets)
-    return Placement("pools", tuple(mine), tuple(present), tuple(missing))
+    note = ""
+    if membership.ignored_custom:
+        note = (
+            f"custom pool {clip(membership.ignored_custom)} also matches this master node and is "
+            "ignored, as the machine-config-operator ignores it"
+        )
+    return Placement("pools", membership.pools, tuple(present), tuple(missing), message=note)
 
 
 def set_document(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,11 +112,6 @@ def _listed_sets(pool: Mapping[str, Any]) -> list[str]:
     items = spec.get("pinnedImageSets") or []
     names = [item.get("name") for item in items if isinstance(item, Mapping)]
     return [n for n in names if isinstance(n, str) and n]
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    name = (obj.get("metadata") or {}).get("name")
-    return name if isinstance(name, str) else ""
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:

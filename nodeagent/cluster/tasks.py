@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import random
 import socket
@@ -52,7 +53,7 @@ from nodeagent.cluster.placement import (
     set_document,
 )
 from nodeagent.config import Config
-from nodeagent.errors import ApiUnreachable, NodeAgentError
+from nodeagent.errors import ApiUnreachable, NodeAgentError, PoolMembershipInvalid
 from nodeagent.selectors import parse_selector
 from nodeagent.status import NodeStatus, PullProgress
 
@@ -255,7 +256,13 @@ class ClusterSpecs:
             return
         labels = (view.node.get("metadata") or {}).get("labels") or {}
         pools = list((view.pools or {}).values()) if view.has_pools else None
-        placement = place(labels, pools, view.sets or {}, self.selector)
+        try:
+            placement = place(labels, pools, view.sets or {}, self.selector, node_name=self.node)
+        except PoolMembershipInvalid as exc:
+            self._refuse_pools(exc)
+            return
+        if placement.message and placement.message != (self.placement and self.placement.message):
+            log.warning("pool_ignored", node=self.node, note=placement.message)
         files = {
             cache_file_name(name): _spec_file(name, (view.sets or {})[name])
             for name in placement.sets
@@ -271,6 +278,22 @@ class ClusterSpecs:
             )
         self.placement = placement
         self.on_placement(placement)
+
+    def _refuse_pools(self, exc: PoolMembershipInvalid) -> None:
+        """Keep the last known sets (nothing is unpinned for a labelling mistake), say why."""
+        previous = self.placement or Placement("pools", (), ())
+        refused = dataclasses.replace(previous, reason=exc.reason, message=exc.message)
+        if refused != self.placement:
+            log.error(
+                "pool_membership_invalid",
+                node=self.node,
+                reason=exc.reason,
+                error=exc.message,
+                action="keeping the last known PinnedImageSets until the node is in one "
+                "custom pool at most",
+            )
+        self.placement = refused
+        self.on_placement(refused)
 
 
 def _spec_file(name: str, obj: Mapping[str, Any]) -> bytes:

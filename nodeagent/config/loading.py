@@ -323,6 +323,7 @@ BOUNDS: dict[str, Bounds] = {
     "cluster.progress_interval_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
     "cluster.heartbeat_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
     "cluster.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "cluster.control_plane_pull_pause_s": Bounds(0, 600, unit="seconds"),
     "store.max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
     "store.max_percent": Bounds(0, 100),
     "store.gc_grace_s": Bounds(0, 30 * _DAY_S, unit="seconds"),

@@ -216,7 +216,20 @@ class ClusterSettings:
     certificate is ``system:node:<name>``). The RBAC and admission policy in ``deploy/`` let that
     identity write only its own status object."""
     node_name: str = ""
-    """This node's name in the cluster. ``""`` (default): the host name, as the kubelet does."""
+    """This node's name in the cluster. ``""`` (default): the kubelet's own name for the node:
+    the CN ``system:node:<name>`` of ``kubelet_client_cert``, else ``KUBELET_NODE_NAME``
+    (the kubelet's ``--hostname-override``) from ``kubelet_env_files``, else the whole host
+    name lower-cased. The journal says which was used (``node_name_chosen``)."""
+    kubelet_client_cert: Path = Path("/var/lib/kubelet/pki/kubelet-client-current.pem")
+    """The kubelet's client certificate (PEM), read for its CN ``system:node:<name>`` when
+    ``node_name`` is not set. Default the file the kubelet rotates on OpenShift and kubeadm."""
+    kubelet_env_files: tuple[Path, ...] = (
+        Path("/etc/kubernetes/kubelet-env"),
+        Path("/etc/kubernetes/node.env"),
+    )
+    """Environment files of ``kubelet.service`` whose ``KUBELET_NODE_NAME`` is its
+    ``--hostname-override`` on OpenShift, in the unit's order (the last setting wins).
+    Default OpenShift's two (node.env is written on AWS)."""
     set_selector: str = ""
     """Without MachineConfigPools: the label selector (``kubectl -l`` syntax) a PinnedImageSet
     must match to apply to this node. ``""`` (default): every set. With pools, OpenShift's
@@ -242,6 +255,12 @@ class ClusterSettings:
     request_timeout_s: float = 30.0
     """Timeout of one API request (watches excepted).
     Range: greater than 0 and at most 3600 seconds."""
+    control_plane_pull_pause_s: float = 1.0
+    """On a control-plane Node (label ``node-role.kubernetes.io/master`` or
+    ``node-role.kubernetes.io/control-plane``) registry pulls run one at a time, with this
+    many seconds between two of them, to spare etcd's disk. Default 1, the
+    machine-config-daemon's pause; 0: one at a time without a pause. Restores from the
+    node's store and bundle imports are not paced. Range: from 0 to 600 seconds."""
 
 
 @dataclass(frozen=True, slots=True)

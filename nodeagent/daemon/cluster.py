@@ -19,6 +19,7 @@ from nodeagent.adapters.kube import KubeApi
 from nodeagent.cluster.api import Obj
 from nodeagent.cluster.holdings import HeldBundle
 from nodeagent.cluster.objects import FIELD_MANAGER
+from nodeagent.cluster.readiness import PullGate
 from nodeagent.cluster.tasks import ClusterSpecs, Connection, StatusReporter, node_name
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
@@ -61,6 +62,8 @@ class ClusterMode:
     specs: ClusterSpecs
     sink: ClusterSink
     """What the Reporter writes the status to (the reporter, poking the publisher)."""
+    gate: PullGate
+    """Whether registry pulls may start, and their pace, from the Node (``cluster.readiness``)."""
     publisher: HoldingsPublisher | None = None
     peers: PeerWatcher | None = None
     """The peer directory the fetcher reads (``site.discovery.PeerDirectory``)."""
@@ -76,8 +79,11 @@ class ClusterMode:
         reporter = StatusReporter(config, api, connection, progress=progress)
         publisher, peers = _discovery(config, api, connection)
 
+        gate = PullGate(config.cluster.control_plane_pull_pause_s)
+
         def on_node(node: Obj) -> None:
             reporter.set_node(node)
+            gate.observe(node)
             if publisher is not None:
                 publisher.set_node(node)
 
@@ -91,13 +97,15 @@ class ClusterMode:
         )
         log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
         sink = reporter if publisher is None else BundleStepsTrigger(reporter, publisher)
-        return cls(api, reporter, specs, sink, publisher, peers)
+        return cls(api, reporter, specs, sink, gate, publisher, peers)
 
-    def tasks(self) -> list[Task]:
-        """Optional tasks: an API server that misbehaves never stops pinning."""
+    def tasks(self, request_sync: Callable[[], None]) -> list[Task]:
+        """Optional tasks: an API server that misbehaves never stops pinning. A change of the
+        registry pull terms (the Node Ready again, say) calls ``request_sync``."""
         tasks = [
             Task("cluster-specs", self.specs.run, is_critical=False),
             Task("cluster-status", self.reporter.run, is_critical=False),
+            Task("pull-gate", lambda: self.gate.follow(request_sync), is_critical=False),
         ]
         if self.publisher is not None:
             tasks.append(Task("site-holdings", self.publisher.run, is_critical=False))

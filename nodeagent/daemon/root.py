@@ -87,7 +87,7 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     if wiring.offline is not None:
         found.append(Task("offline-drill", wiring.offline.run, is_critical=False))
     if wiring.cluster is not None:
-        found.extend(wiring.cluster.tasks())
+        found.extend(wiring.cluster.tasks(wiring.reconciler.request_sync))
     return found
 
 

@@ -75,6 +75,10 @@ class Wiring:
 
 def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     """Every adapter and service, wired once."""
+    if config.cluster.enabled:  # cryptography is loaded in cluster mode only
+        from nodeagent.adapters.kubelet_identity import with_node_name  # noqa: PLC0415
+
+        config = with_node_name(config)  # the kubelet's name for this node, logged once
     rt = config.runtime
     policies = policies_from(config)
     notifier = notifier or Notifier()
@@ -131,6 +135,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
             if config.store.registry_sets
             else None
         ),
+        pull_terms=cluster.gate.current if cluster else None,
     )
     supervisor = Supervisor()
 

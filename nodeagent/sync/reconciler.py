@@ -26,7 +26,7 @@ from nodeagent.disk import DiskAdmission
 from nodeagent.errors import NodeAgentError, PinsOverridden, RuntimeDoesNotPin, TransientError
 from nodeagent.ledger import Ledger, LedgerStore, LoadedLedger
 from nodeagent.pins import PinService
-from nodeagent.ports import ImageRuntime, StateStore
+from nodeagent.ports import ImageRuntime, PullTerms, StateStore
 from nodeagent.prepull import PrePuller, PullResult, shared_layer_leaders
 from nodeagent.specs import SpecLoad, set_fingerprint
 from nodeagent.status import (
@@ -93,6 +93,7 @@ class Reconciler:
         wait: Waiter = wait_event,
         restorer: ImageRestorer | None = None,
         registry_store: RegistryStore | None = None,
+        pull_terms: Callable[[], PullTerms] | None = None,
     ) -> None:
         self.load_specs = load_specs
         """Reads every spec file; run in a worker thread (big files must not stall the loop)."""
@@ -117,6 +118,8 @@ class Reconciler:
         self.restorer = restorer
         self.registry_store = registry_store
         """``[store] registry_sets``: registry sets go through the store (``sync.copies``)."""
+        self.pull_terms = pull_terms or PullTerms
+        """Cluster mode: whether registry pulls may start, and their pace (``PullTerms``)."""
         self._loss: ImageLoss | None = None
         """The last time pinned images were found missing (reported once, kept in the status
         once they are back, marked resolved)."""
@@ -374,9 +377,30 @@ class Reconciler:
         todo = sorted({ref for name in admitted for ref in missing[name]})
         log.info("pulls_started", images=len(todo), sets=len(admitted))
         self.report.sync_progress(self._interim(run))
+        terms = self.pull_terms()
+        if terms.held_reason and todo:
+            self._hold_pulls(run, todo, terms)
+            return
         todo = await self._through_store(run, todo, verdict.disk, admitted)
-        results = await self.puller.pull_all(todo, self._waits(run, todo))
+        results = await self.puller.pull_all(
+            todo,
+            self._waits(run, todo),
+            concurrency=1 if terms.one_at_a_time else None,
+            pause_s=terms.pause_s if terms.one_at_a_time else 0.0,
+        )
         self._record_pulls(run, results.values())
+
+    def _hold_pulls(self, run: SyncPass, todo: Sequence[str], terms: PullTerms) -> None:
+        """The Node is not fit for registry pulls: none starts; each image says why (a
+        transient reason, so the sync is retried, and again as soon as the Node changes)."""
+        log.warning(
+            "registry_pulls_waiting",
+            reason=terms.held_reason,
+            error=terms.held_message,
+            images=len(todo),
+        )
+        for ref in todo:
+            run.failures[ref] = ImageFailure(ref, terms.held_reason, terms.held_message)
 
     def _waits(self, run: SyncPass, todo: Sequence[str]) -> dict[str, frozenset[str]]:
         layers = {ref: run.layers[ref].layers for ref in todo if ref in run.layers}

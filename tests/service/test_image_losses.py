@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from structlog.testing import capture_logs
 
 from nodeagent.errors import RegistryUnavailable
+from nodeagent.ports import PullTerms
 from nodeagent.prepull import PullResult
 from nodeagent.sync.losses import LOST, WIPED, find_loss
 from tests.service.test_reconciler import A, B, C, Node, by_name, image_set
@@ -145,3 +146,29 @@ async def test_a_lost_image_stays_pinned_while_neither_store_nor_registry_brings
     assert again.image_loss is not None and again.image_loss["resolved"] is False
     node.crio.store(B)  # back by any means: pinned at once, by the pins already in place
     assert node.crio.pinned_names()[B] is True
+
+
+async def test_a_not_ready_node_restores_from_the_store_and_holds_only_registry_pulls() -> None:
+    """After a power cut the Node is often NotReady because its images are gone: the store
+    brings back what it holds, registry pulls wait with the Node's reason, then run."""
+    node = Node(image_set("apps", A, B, C))
+    await node.reconciler.sync()
+    restorer = MemoryRestorer(node, A, B)
+    node.reconciler.restorer = restorer
+    node.reconciler.pull_terms = lambda: PullTerms("NodeNotReady", "the Node n1 is not Ready")
+    node.crio.images.clear()
+    node.crio.pull_calls.clear()
+
+    with capture_logs() as logs:
+        status = await node.reconciler.sync()
+
+    assert restorer.calls == [[A, B]]
+    assert node.crio.pull_calls == []
+    [failure] = by_name(status)["apps"].failures
+    assert (failure.ref, failure.reason) == (C, "NodeNotReady")
+    assert any(e["event"] == "registry_pulls_waiting" for e in logs)
+
+    node.reconciler.pull_terms = PullTerms  # the kubelet reports the Node Ready again
+    status = await node.reconciler.sync()
+    assert node.crio.pull_calls == [C]
+    assert by_name(status)["apps"].state == "Pinned"

@@ -151,6 +151,30 @@ async def test_concurrency_bound_is_reached_and_never_exceeded(concurrency: int)
     assert sorted(rig.runtime.pull_calls) == sorted(REFS)
 
 
+async def test_control_plane_pace_one_at_a_time_with_a_pause_between_pulls() -> None:
+    starts: list[float] = []
+    clock = VirtualClock(start_s=0.0)
+
+    async def timed(_ref: str) -> None:
+        starts.append(clock.now_s)
+        await asyncio.sleep(0)
+
+    rig = Rig(PullPolicy(concurrency=6), pull=timed, clock=clock)
+    results = await rig.puller.pull_all([A, B, C], concurrency=1, pause_s=1.5)
+    assert all(r.is_pulled for r in results.values())
+    assert rig.runtime.max_inflight == 1
+    assert starts == [0.0, 1.5, 3.0]
+    assert clock.sleeps == [1.5, 1.5]  # no pause after the last pull
+
+
+async def test_without_pace_pulls_do_not_pause() -> None:
+    clock = VirtualClock(start_s=0.0)
+    rig = Rig(PullPolicy(concurrency=6), pull=Script(), clock=clock)
+    await rig.puller.pull_all([A, B, C])
+    assert clock.sleeps == []
+    assert rig.runtime.max_inflight == 3
+
+
 async def test_duplicate_references_are_pulled_once() -> None:
     rig = Rig(PullPolicy(concurrency=4), pull=Script())
     results = await rig.puller.pull_all([A, B, A])
