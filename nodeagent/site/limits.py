@@ -22,6 +22,7 @@ half the node's ``max_uploads`` (at least one), so one peer never takes every sl
 RETRY_AFTER_S: Final = 2
 """``Retry-After`` of a 503 or 429: soon, but after the download in progress moved on."""
 
+
 def per_peer(max_uploads: int) -> int:
     """Blob downloads one peer may have at once from a node serving ``max_uploads``."""
     return max(1, min(PER_PEER, max_uploads // 2))
