@@ -122,6 +122,7 @@ def test_signature_manifest_blobs() -> None:
         "sha256:" + "1" * 64: 233,
         "sha256:" + "2" * 64: 9,
     }
+    bad: object
     for bad in (
         {"config": _descriptor("1", 2)},
         {"config": _descriptor("1", -1), "layers": []},
