@@ -16,8 +16,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from nodeagent.adapters.bundles.registries_d import RegistriesD
 from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import list_files
+from nodeagent.bundles.signatures import ImageSignature, sigstore_findings
 from nodeagent.cluster import kinds
 from nodeagent.cluster.api import Obj
 from nodeagent.config import Config
@@ -29,6 +31,7 @@ from nodeagent.offline.facts import (
     PinnedSet,
     PodImage,
     SignaturePolicy,
+    SigstoreIssue,
 )
 from nodeagent.offline.findings import Finding, PodRef, finding
 from nodeagent.offline.parsing import (
@@ -96,12 +99,10 @@ class HostFacts:
         runtime: Runtime,
         *,
         pods: PodLister | None = None,
-        held_signatures: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self.config = config
         self.runtime = runtime
         self.pods = pods
-        self.held_signatures = held_signatures
 
     async def gather(self) -> Facts:
         problems: list[Finding] = []
@@ -113,6 +114,7 @@ class HostFacts:
         policy = await asyncio.to_thread(self._policy, problems)
         refs = [ref for s in sets for ref in s.images]
         restorable = await asyncio.to_thread(self._restorable, refs, problems)
+        held, sigstore = await asyncio.to_thread(self._signatures, refs, problems)
         return Facts(
             sets=tuple(sets),
             images=images,
@@ -123,7 +125,8 @@ class HostFacts:
             pods_source=pods_source,
             kubelet=kubelet,
             signature_policy=policy,
-            held_signatures=self.held_signatures(),
+            held_signatures=held,
+            sigstore=sigstore,
             store_restorable=restorable,
             problems=tuple(problems),
         )
@@ -218,6 +221,47 @@ class HostFacts:
         except (NodeAgentError, OSError) as exc:
             problems.append(_incomplete(f"the node's image store {config.store_dir}", exc))
             return None
+
+    def _signatures(
+        self, refs: Sequence[str], problems: list[Finding]
+    ) -> tuple[frozenset[str] | None, tuple[SigstoreIssue, ...] | None]:
+        """Pinned images whose carried signatures the store holds, and what in registries.d
+        keeps CRI-O from reading them (docs/offline.md, "Image signatures")."""
+        from nodeagent.adapters.store.copier import StoreLimits  # noqa: PLC0415  (first run)
+        from nodeagent.adapters.store.node_store import NodeImageStore  # noqa: PLC0415
+
+        config = self.config
+        store = NodeImageStore(config.store_dir, config.bundles.trusted_keys_dir, StoreLimits())
+        try:
+            carried = store.carried_signatures(refs)
+        except (NodeAgentError, OSError) as exc:
+            problems.append(
+                _incomplete(f"the signatures in the node's store {config.store_dir}", exc)
+            )
+            return None, None
+        return carried.held, sigstore_issues(config.runtime.registries_d_dir, carried.signatures)
+
+
+def sigstore_issues(
+    directory: Path, signatures: Sequence[ImageSignature]
+) -> tuple[SigstoreIssue, ...]:
+    """``bundles.signatures.sigstore_findings`` over the runtime's registries.d; a directory
+    that cannot be read is ``RegistriesDInvalid`` (containers/image refuses it too)."""
+    registries_d = RegistriesD(directory)
+    try:
+        scopes = registries_d.scopes()
+    except NodeAgentError as exc:
+        return (
+            SigstoreIssue(
+                f.REGISTRIES_D_INVALID,
+                str(directory),
+                clip(exc, 300),
+                f"make {directory} readable: containers/image refuses a directory it cannot "
+                "read, and then CRI-O pulls nothing",
+            ),
+        )
+    found = sigstore_findings(signatures, scopes, directory=str(directory))
+    return tuple(SigstoreIssue(i.code, i.subject, i.message, i.action) for i in found)
 
 
 def api_pods(api: Any, node_name: str) -> PodLister:

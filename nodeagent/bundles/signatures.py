@@ -30,7 +30,7 @@ from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION
 from nodeagent.errors import BundleManifestInvalid
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import DOCKER_HUB, normalize_registry
-from nodeagent.strict import MalformedInput, clip, load_yaml, quoted
+from nodeagent.strict import MalformedInput, clip, load_yaml, loads_json, quoted
 
 SIGNATURES_KEY: Final = "imageSignatures"
 SIGNATURE_KEYS: Final = frozenset({"image", "tag", "manifest"})
@@ -153,6 +153,30 @@ def _signature(
             f"{where}: manifest {digest} is {size} bytes, at most {MAX_SIGNATURE_MANIFEST_BYTES}"
         )
     return ImageSignature(ref, tag, digest)
+
+
+def signature_manifest_blobs(data: bytes) -> dict[str, int] | None:
+    """Digest → size of the blobs a signature manifest names (its config and layers), or
+    None when ``data`` is not an image manifest (strict JSON, bounded like the mirror's)."""
+    try:
+        doc = loads_json(data, what="signature manifest", max_bytes=MAX_SIGNATURE_MANIFEST_BYTES)
+    except MalformedInput:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    layers = doc.get("layers")
+    items = [doc.get("config"), *(layers if isinstance(layers, list) else [None])]
+    found: dict[str, int] = {}
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        digest, size = item.get("digest"), item.get("size")
+        if not isinstance(digest, str) or not _DIGEST.match(digest):
+            return None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            return None
+        found[digest] = size
+    return found
 
 
 def served_tags(signatures: Iterable[ImageSignature]) -> dict[str, str]:

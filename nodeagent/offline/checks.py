@@ -261,12 +261,12 @@ def check_kubelet_policy(facts: Facts) -> Iterator[Finding]:
 
 # ---------------------------------------------------------------- 6. signatures
 def check_signatures(facts: Facts) -> Iterator[Finding]:
-    policy = facts.signature_policy
-    if policy is None:
+    policy, held = facts.signature_policy, facts.held_signatures
+    if policy is None or held is None:
         return
     for ref in pinned_refs(facts):
         scope, is_required = requires_signature(policy, ref)
-        if is_required and ref not in facts.held_signatures:
+        if is_required and ref not in held:
             yield finding(
                 f.SIGNATURES_REQUIRED,
                 f"{policy.source} requires signatures for {ref} (scope {scope}) and the node "
@@ -277,7 +277,19 @@ def check_signatures(facts: Facts) -> Iterator[Finding]:
             )
 
 
-# ---------------------------------------------------------------- 7. store
+# ---------------------------------------------------------------- 7. registries.d
+SIGSTORE_REASONS: Final = frozenset({f.SIGSTORE_ATTACHMENTS_OFF, f.REGISTRIES_D_INVALID})
+
+
+def check_sigstore_attachments(facts: Facts) -> Iterator[Finding]:
+    """Each pinned image a bundle carried a sigstore signature for must be read with it:
+    ``use-sigstore-attachments: true`` for its registry, in a registries.d CRI-O accepts."""
+    for issue in facts.sigstore or ():
+        reason = issue.reason if issue.reason in SIGSTORE_REASONS else f.REGISTRIES_D_INVALID
+        yield finding(reason, issue.message, issue.remedy, subject=issue.subject)
+
+
+# ---------------------------------------------------------------- 8. store
 def check_store(facts: Facts) -> Iterator[Finding]:
     if facts.store_restorable is None:
         return
@@ -301,6 +313,7 @@ CHECKS: Final[tuple[tuple[str, Check], ...]] = (
     ("pod-pull-policies", check_pod_images),
     ("kubelet-credential-verification", check_kubelet_policy),
     ("signature-policy", check_signatures),
+    ("sigstore-attachments", check_sigstore_attachments),
     ("node-store", check_store),
 )
 

@@ -22,6 +22,7 @@ __all__ = [
     "PodImage",
     "RunningContainer",
     "SignaturePolicy",
+    "SigstoreIssue",
 ]
 
 
@@ -71,6 +72,18 @@ class SignaturePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class SigstoreIssue:
+    """What keeps CRI-O from reading a sigstore signature a bundle carried for a pinned image
+    (``bundles.signatures.sigstore_findings``, over ``[runtime] registries_d_dir``)."""
+
+    reason: str
+    """``SigstoreAttachmentsOff`` or ``RegistriesDInvalid``."""
+    subject: str
+    message: str
+    remedy: str
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     sets: tuple[PinnedSet, ...] | None = None
     images: tuple[StoredImage, ...] | None = None
@@ -81,9 +94,12 @@ class Facts:
     pods_source: str = ""
     kubelet: KubeletImagePolicy | None = None
     signature_policy: SignaturePolicy | None = None
-    held_signatures: frozenset[str] = frozenset()
-    """Pinned images whose signatures the node holds (a bundle carried them). Filled by the
-    bundle-signature feature when it exists; empty: the node holds none."""
+    held_signatures: frozenset[str] | None = frozenset()
+    """Pinned images whose signatures the node holds: a stored bundle's signed manifest lists
+    them (``imageSignatures``) and the store holds every blob of the signature. None: the
+    store could not be read (a finding says so)."""
+    sigstore: tuple[SigstoreIssue, ...] | None = None
+    """Why CRI-O would not read carried signatures of pinned images (None: not learned)."""
     store_restorable: frozenset[str] | None = None
     """Pinned images every blob of which the node's store holds."""
     problems: tuple[Finding, ...] = ()

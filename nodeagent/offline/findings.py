@@ -36,6 +36,8 @@ POD_IMAGE_BY_TAG: Final = "PodImageByTag"
 KUBELET_VERIFIES_PRELOADED: Final = "KubeletVerifiesPreloadedImages"
 SIGNATURES_REQUIRED: Final = "SignaturesRequired"
 STORE_LACKS_IMAGE: Final = "StoreLacksImage"
+SIGSTORE_ATTACHMENTS_OFF: Final = "SigstoreAttachmentsOff"
+REGISTRIES_D_INVALID: Final = "RegistriesDInvalid"
 CHECK_INCOMPLETE: Final = "OfflineCheckIncomplete"
 MORE_FINDINGS: Final = "MoreFindings"
 

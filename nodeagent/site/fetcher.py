@@ -12,6 +12,7 @@ fetch itself, one bundle at a time:
 * the blobs still missing, scheduled over the peers holding that manifest
   (``fetching.FetchSchedule``), ``[site] fetch_concurrency`` at once, each verified by
   digest and size before it is stored (and from then on served to other peers);
+* a release bundle's signature files (``release_files``), checked against ``files[]``;
 * each peer's ``have`` (which blobs it holds) and load (``uploads.active``) asked again
   every ``have_refresh_s`` while the fetch runs;
 * a peer that fails, stalls, sends wrong bytes or a garbage answer is dropped for that
@@ -42,6 +43,7 @@ from nodeagent.progress import ProgressMeter
 from nodeagent.site.discovery import PeerView
 from nodeagent.site.fetching import FetchSchedule, SignedBundle
 from nodeagent.site.follow import FollowDecision, decide
+from nodeagent.site.release_files import fetch_release_files
 from nodeagent.site.transfer import MESSAGE_CHARS, FetcherPorts, FetchRun
 from nodeagent.status import BundleReport
 from nodeagent.strict import clip
@@ -357,7 +359,8 @@ class BundleFetcher:
         schedule = FetchSchedule.start(missing, peers, concurrency=self.concurrency)
         run = FetchRun(self.ports, signed, schedule, meter, base)
         await run.run()
-        await asyncio.to_thread(store.finish, signed)
+        extra = await fetch_release_files(self.ports.client, manifest, peers)
+        await asyncio.to_thread(store.finish, signed, extra)
         seconds = self.ports.clock() - started_s
         log.info(
             "bundle_fetched",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
@@ -106,7 +106,9 @@ class FetchStorePort(Protocol):
         on_bytes: Callable[[int], None] = ...,
     ) -> None: ...
 
-    def finish(self, signed: SignedBundle) -> None: ...
+    def finish(self, signed: SignedBundle, extra: Mapping[str, bytes] = ...) -> None:
+        """Every blob stored: the record; ``extra``, the release signature files (checked)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from typing import Any
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.errors import NodeAgentError
 from tests.testenv.crio_build import ensure_crio
+from tests.testenv.pods import PodRuntime, ensure_pinns
 from tests.testenv.waiting import log_tail, wait_for
 
 PINNS_PLACEHOLDER = """#!/bin/sh
@@ -80,8 +81,12 @@ class Crio:
         command_prefix: Sequence[str] = (),
         policy: Mapping[str, Any] | None = None,
         registries_d: Mapping[str, str] | None = None,
+        pods: PodRuntime | None = None,
     ) -> None:
         self.base = base
+        self.pods = pods
+        """Run real pods (``tests/testenv/pods.py``: pinns, runc, a pause image); None: the
+        image-only runtime with a placeholder pinns."""
         self.command_prefix = list(command_prefix)
         """Prepended to CRI-O's command: ``ip netns exec <node>`` runs it in a site node's
         network namespace (``tests/testenv/site_node.py``); its socket is a file, reachable
@@ -122,7 +127,10 @@ class Crio:
             (self.base / d).mkdir(parents=True, exist_ok=True)
         self.staging_dir.mkdir(parents=True, exist_ok=True)
         pinns = self.base / "bin" / "pinns"
-        pinns.write_text(PINNS_PLACEHOLDER)
+        if self.pods is not None:
+            shutil.copy(self.pods.pinns or ensure_pinns(), pinns)
+        else:
+            pinns.write_text(PINNS_PLACEHOLDER)
         pinns.chmod(0o755)
         (self.etc / "policy.json").write_text(json.dumps(self.policy))
         self.registries_d_dir.mkdir(parents=True, exist_ok=True)
@@ -143,6 +151,10 @@ class Crio:
 
     def render_config(self) -> str:
         b = self.base
+        runtime, runc, pause = "crun", "", 'pause_image = "localhost/nodeagent-test/pause:none"'
+        if self.pods is not None:
+            runtime = "runc"
+            runc, pause = self.pods.config_lines(b)
         return f"""# nodeagent test runtime: all settings live here (a reload drops CLI flags)
 [crio]
 root = "{self.storage_root}"
@@ -159,7 +171,7 @@ stream_address = "127.0.0.1"
 stream_port = "0"
 
 [crio.runtime]
-default_runtime = "crun"
+default_runtime = "{runtime}"
 conmon = "/usr/bin/conmon"
 conmon_cgroup = "pod"
 cgroup_manager = "cgroupfs"
@@ -180,10 +192,11 @@ runtime_path = "/usr/bin/crun"
 runtime_root = "{b}/run/crun"
 monitor_path = "/usr/bin/conmon"
 
+{runc}
 [crio.image]
 signature_policy = "{b}/etc/policy.json"
 signature_policy_dir = "{b}/etc/policies"
-pause_image = "localhost/nodeagent-test/pause:none"
+{pause}
 pinned_images = []
 big_files_temporary_dir = "{self.staging_dir}"
 {self.image_settings}

@@ -12,6 +12,7 @@ PACKAGES: dict[str, str] = {
     "docker-registry": "/usr/bin/docker-registry",
     "conmon": "/usr/bin/conmon",
     "crun": "/usr/bin/crun",
+    "runc": "/usr/bin/runc",  # the runtime of the tests that run pods (tests/testenv/pods.py)
     "skopeo": "/usr/bin/skopeo",
     "umoci": "/usr/bin/umoci",
     "minisign": "/usr/bin/minisign",

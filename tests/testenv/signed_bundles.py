@@ -110,3 +110,31 @@ def with_sigstore(signed: Signed, keys: Keys, key: SigningKey, host: str = HOST)
     (root / "bundle.json").write_bytes(data)
     (root / "bundle.json.minisig").write_text(minisign.sign(data, keys.secret, trusted_comment="t"))
     return Signed(root, parse_manifest(data), signed.images)
+
+
+def with_release(
+    signed: Signed, keys: Keys, signatures: Sequence[bytes], *, version: str = "4.99.1"
+) -> Signed:
+    """``signed`` as a release bundle (format 3, ``release``): its first image the release
+    image, its set the release set, ``signatures`` carried as the release's signature files
+    (``release-signatures/sha256-<hex>-<n>``, listed in ``files[]``); signed again."""
+    root = signed.root
+    doc: dict[str, Any] = json.loads((root / "bundle.json").read_text())
+    release_image = doc["images"][0]["name"]
+    digest = release_image.rpartition("@")[2]
+    entries = []
+    for index, data in enumerate(signatures, start=1):
+        path = f"release-signatures/{digest.replace(':', '-')}-{index}"
+        (root / path).parent.mkdir(exist_ok=True)
+        (root / path).write_bytes(data)
+        sha = hashlib.sha256(data).hexdigest()
+        doc["files"].append({"path": path, "sizeBytes": len(data), "sha256": sha})
+        entries.append({"digest": digest, "index": index, "path": path,
+                        "sizeBytes": len(data), "sha256": sha})  # fmt: skip
+    set_name = doc["pinnedImageSets"][0]["object"]["metadata"]["name"]
+    release = {"image": release_image, "version": version, "set": set_name, "signatures": entries}
+    doc |= {"formatVersion": 3, "sequence": doc.get("sequence", 1), "release": release}
+    data = json.dumps(doc, indent=1).encode()
+    (root / "bundle.json").write_bytes(data)
+    (root / "bundle.json.minisig").write_text(minisign.sign(data, keys.secret, trusted_comment="t"))
+    return Signed(root, parse_manifest(data), signed.images)

@@ -5,7 +5,9 @@ certificates required, chained to ``ca_file``; the server's certificate re-read 
 rotated). Routing is ``nodeagent.site.routes``; manifests and blobs are served by
 ``nodeagent.adapters.http.content`` from the allow-list of the store's offer
 (``nodeagent.adapters.store.offer``: stored blobs a bundle record lists, and the signature
-tags its signed manifest lists), re-read when it is older than ``OFFER_TTL_S``. A stored
+tags its signed manifest lists), re-read when it is older than ``OFFER_TTL_S``; a release
+bundle's signature files only by the names its stored manifest lists
+(``records.read_release_signature``). A stored
 blob that fails its digest is never sent whole (the connection is cut before its last
 chunk), is reported as ``StoreBlobCorrupt`` and handed, in a thread, to ``on_corrupt``
 (the daemon passes the store's ``set_aside_corrupt``, which removes it as ``nodeagent
@@ -34,7 +36,7 @@ from nodeagent.adapters.http.listener import Listener
 from nodeagent.adapters.http.streamer import in_thread
 from nodeagent.adapters.http.tls import ReloadingTls
 from nodeagent.adapters.store.offer import StoreOffer, read_offer
-from nodeagent.adapters.store.records import read_bundle_file
+from nodeagent.adapters.store.records import read_bundle_file, read_release_signature
 from nodeagent.bundles.manifest import (
     BundleDigestMismatch,
     BundleError,
@@ -64,6 +66,7 @@ per upload: bench/fanout measured daemons peaking at 250-350 MiB with 8 uploads.
 PACED_STEP_BYTES: Final = 64 << 10
 """Send step under a bandwidth cap (each step waits for its share)."""
 _JSON: Final = {"Content-Type": "application/json"}
+_OCTETS: Final = {"Content-Type": "application/octet-stream"}
 
 
 def _peer_of(request: BaseRequest) -> tuple[str, str]:
@@ -299,9 +302,20 @@ class PeerServer:
             have = have_of(bundle.manifest_digest, bundle.sizes, offer.stored, offer.fetching)
             body = render_have(have)
             return await answer(request, 200, _JSON, body, timeout_s=self._timeout_s)
+        if target.kind == "release-signature":
+            return await self._release_signature(request, target)
         data = await in_thread(read_bundle_file, self.store_root, target.bundle_id, target.file)
         if data is None:
             err = ErrorAnswer(404, "BUNDLE_UNKNOWN", f"no {target.file} for {target.bundle_id}")
             return await error(request, err, timeout_s=self._timeout_s)
         kind = _JSON if target.file == MANIFEST_NAME else {"Content-Type": "text/plain"}
         return await answer(request, 200, kind, data, timeout_s=self._timeout_s)
+
+    async def _release_signature(self, request: BaseRequest, target: PeerTarget) -> StreamResponse:
+        """A release signature file the bundle's stored manifest lists, checked as it is read."""
+        bundle_id, path = target.bundle_id, target.file
+        data = await in_thread(read_release_signature, self.store_root, bundle_id, path)
+        if data is None:
+            err = ErrorAnswer(404, "BUNDLE_UNKNOWN", f"no {path} listed for {bundle_id}")
+            return await error(request, err, timeout_s=self._timeout_s)
+        return await answer(request, 200, _OCTETS, data, timeout_s=self._timeout_s)

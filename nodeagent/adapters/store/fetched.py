@@ -16,8 +16,10 @@ In order (docs/site.md, "Fetch"; docs/store.md):
    digest match; a partial left by a cut transfer or a restart is resumed from its length
    (the download asked with a ``Range``); wrong bytes remove the partial
    (``StoreSourceMismatch``);
-4. ``finish``, under the store lock: every blob stored, the record is written (last: it
-   makes the bundle count), then ``index.json``.
+4. ``finish``, under the store lock: every blob stored, a release bundle's signature
+   files (``site.release_files``, fetched after the blobs and checked against ``files[]``,
+   checked again here) written beside ``bundle.json`` as a stick's import keeps them, the
+   record written (last: it makes the bundle count), then ``index.json``.
 
 Blocking calls, except ``fill``: the caller runs them in a worker thread. ``fill`` runs
 its blocking side on the store's own threads (two per blob in flight, ``fill_threads``),
@@ -34,9 +36,10 @@ import asyncio
 import hashlib
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
 from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
@@ -51,6 +54,7 @@ from nodeagent.bundles.freshness import Stamp
 from nodeagent.bundles.manifest import BundleManifest, parse_manifest
 from nodeagent.errors import HostFileError, NodeAgentError, StoreBlobMissing
 from nodeagent.site.fetching import SignedBundle
+from nodeagent.site.release_files import checked_all
 from nodeagent.store import layout
 
 QUEUED_CHUNKS: Final = 2
@@ -259,9 +263,14 @@ class FetchStore:
                 pipe.end(err)
             raise
 
-    def finish(self, signed: SignedBundle) -> None:
-        """Every blob stored: write the record (last), then ``index.json``."""
+    def finish(
+        self, signed: SignedBundle, extra: Mapping[str, bytes] = MappingProxyType({})
+    ) -> None:
+        """Every blob stored: write the release signature files ``extra`` (checked again
+        against the manifest: exactly its listed files, sizes and sha256), the record (last),
+        then ``index.json``."""
         manifest = signed.manifest
+        files = checked_all(manifest, extra)
         with StoreLock(self.root):
             missing = self.missing(manifest)
             if missing:
@@ -275,7 +284,7 @@ class FetchStore:
                 self.records.top_manifest_types(manifest),
                 time.time(),
             )
-            self.records.write_bundle(record, signed.data, signed.signature)
+            self.records.write_bundle(record, signed.data, signed.signature, files)
             self.records.refresh_index(self.records.load().records, set(self.blobs.stored()))
 
 

@@ -8,16 +8,23 @@ carried the image is stored). Blocking calls: the services run them in a worker 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodeagent.adapters.store.blobs import BlobStore
+from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.copier import CopyResult, StoreLimits, copy_bundle, plan_copy
-from nodeagent.adapters.store.records import StoreRecords
+from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
 from nodeagent.adapters.store.source import served_from_store, store_files, stored_signature_tags
-from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
+from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile, parse_manifest
+from nodeagent.bundles.signatures import (
+    MAX_SIGNATURE_MANIFEST_BYTES,
+    ImageSignature,
+    signature_manifest_blobs,
+)
+from nodeagent.errors import NodeAgentError
 from nodeagent.progress import ByteProgress
+from nodeagent.store import layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +35,16 @@ class Restorable:
     files: dict[str, ExpectedFile]
     tags: dict[str, str] = field(default_factory=dict)
     """Signature tags of those images' stored bundles (``signatures.served_tags``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CarriedSignatures:
+    """The sigstore signatures stored bundles carried for some images."""
+
+    signatures: tuple[ImageSignature, ...]
+    """Each listed in the ``imageSignatures`` of a stored (verified) bundle's manifest."""
+    held: frozenset[str]
+    """Those images whose signature manifest and every blob it names are stored."""
 
 
 class NodeImageStore:
@@ -84,6 +101,61 @@ class NodeImageStore:
             sizes.update({blob.digest: blob.size_bytes for blob in record.blobs})
             tags.update(stored_signature_tags(self.root, record.bundle_id))
         return Restorable(tuple(found), store_files(sizes), tags)
+
+    def carried_signatures(self, refs: Sequence[str]) -> CarriedSignatures:
+        """The signatures stored bundles list for those of ``refs`` they carried, and which
+        of them the store could serve now (manifest and blobs stored, sizes as listed)."""
+        wanted = set(refs)
+        blobs = BlobStore(self.root)
+        stored = blobs.stored()
+        found: dict[str, ImageSignature] = {}
+        held: set[str] = set()
+        for record in StoreRecords(self.root).load(is_repairing=False).records:
+            if record.is_registry:
+                continue
+            for signature in _listed_signatures(self.root, record.bundle_id):
+                name = str(signature.image)
+                if name not in wanted:
+                    continue
+                found.setdefault(name, signature)
+                if _is_stored(blobs, stored, signature.manifest_digest):
+                    held.add(name)
+        return CarriedSignatures(tuple(found.values()), frozenset(held))
+
+
+def _listed_signatures(root: Path, bundle_id: str) -> tuple[ImageSignature, ...]:
+    """A stored bundle's ``imageSignatures`` (its manifest was verified when stored)."""
+    data = read_bundle_file(root, bundle_id, layout.MANIFEST_NAME)
+    try:
+        return () if data is None else parse_manifest(data).image_signatures
+    except BundleError:
+        return ()
+
+
+def _is_stored(blobs: BlobStore, stored: Mapping[str, int], manifest_digest: str) -> bool:
+    """Whether a signature manifest and every blob it names are stored with their sizes."""
+    size = stored.get(manifest_digest)
+    if size is None or size > MAX_SIGNATURE_MANIFEST_BYTES:
+        return False
+    try:
+        with blobs.open_verified(manifest_digest) as blob:
+            data = _read_all(blob, size)
+    except (NodeAgentError, OSError):
+        return False
+    children = signature_manifest_blobs(data)
+    if children is None:
+        return False
+    return all(stored.get(digest) == length for digest, length in children.items())
+
+
+def _read_all(blob: VerifiedBlob, size: int) -> bytes:
+    """The blob's bytes, read to its end (where its digest is checked)."""
+    buffer = bytearray(size + 1)
+    view = memoryview(buffer)
+    read = 0
+    while read <= size and (count := blob.readinto(view[read:])):
+        read += count
+    return bytes(buffer[:read]) if read <= size else b""  # grew: not verified, not used
 
 
 def _device(path: Path) -> int:

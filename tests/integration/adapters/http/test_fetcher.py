@@ -396,10 +396,13 @@ async def test_a_peer_with_a_damaged_blob_is_dropped_and_the_blob_fetched_elsewh
 
 class FlippingProxy:
     """TLS in front of a real peer with a valid node certificate: relays everything, and
-    flips the first body byte of every blob answer (a compromised node's server)."""
+    flips the first body byte of every blob answer (a compromised node's server), or of
+    every answer to a request naming ``marker``."""
 
-    def __init__(self, site: Site, upstream: str) -> None:
+    def __init__(self, site: Site, upstream: str, *, marker: bytes = b"/blobs/") -> None:
         self.site, self.upstream = site, upstream
+        self.marker = marker
+        """Answers to requests whose line holds this are flipped (default: blobs)."""
         self.server: asyncio.Server | None = None
         self.flipped = 0
 
@@ -426,7 +429,7 @@ class FlippingProxy:
         async def upward() -> None:
             while data := await reader.read(65536):
                 if data.startswith(b"GET "):
-                    pending.append(b"/blobs/" in data.split(b"\r\n", 1)[0])
+                    pending.append(self.marker in data.split(b"\r\n", 1)[0])
                 up_writer.write(data)
                 await up_writer.drain()
             up_writer.close()
