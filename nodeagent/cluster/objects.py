@@ -106,9 +106,7 @@ def _set_json(s: SetStatus, progress: PullProgress, failures_left: int) -> dict[
     optional: dict[str, Any] = {
         "currentGeneration": s.current_generation,
         "lastFailedGeneration": s.last_failed_generation,
-        "lastFailedGenerationError": (
-            _clip(s.last_failed_error, MAX_SET_ERROR_CHARS) if s.last_failed_error else None
-        ),
+        "lastFailedGenerationError": _failed_error(s),
         "reason": s.reason,
     }
     doc |= {key: value for key, value in optional.items() if value is not None}
@@ -119,6 +117,14 @@ def _set_json(s: SetStatus, progress: PullProgress, failures_left: int) -> dict[
             for f in listed
         ]
     return doc
+
+
+def _failed_error(s: SetStatus) -> str | None:
+    """The error of the last failed generation: the CRD (MachineConfigNode's rule) wants one
+    with every ``lastFailedGeneration``, so an empty text becomes the set's reason."""
+    if s.last_failed_generation is None:
+        return _clip(s.last_failed_error, MAX_SET_ERROR_CHARS) if s.last_failed_error else None
+    return _clip(s.last_failed_error or s.reason or "failed", MAX_SET_ERROR_CHARS)
 
 
 def _sets_json(sets: Sequence[SetStatus], progress: PullProgress) -> list[dict[str, Any]]:
