@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from nodeagent.selectors import Selector, selector_from_object
-from nodeagent.specs import API_VERSION, KIND
+from nodeagent.specs import API_VERSION, KIND, file_stem
 
 Mode = Literal["pools", "selector"]
 CACHE_HEADER = (
@@ -93,7 +93,9 @@ def set_document(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cache_file_name(set_name: str) -> str:
-    return f"{set_name}.yaml"
+    """The set's file in the cluster cache: ``<name>.yaml``, a long name hash-suffixed
+    (``specs.file_stem``)."""
+    return f"{file_stem(set_name)}.yaml"
 
 
 def _listed_sets(pool: Mapping[str, Any]) -> list[str]:
