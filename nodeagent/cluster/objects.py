@@ -204,11 +204,7 @@ def status_object(
         ]
     if status.last_error:
         body["lastError"] = _clip(status.last_error, MAX_SET_ERROR_CHARS)
-    if status.bundles:
-        body["bundles"] = [_bundle_json(r) for r in status.bundles[-MAX_BUNDLES:]]
-    if status.image_loss is not None:
-        loss = dict(status.image_loss)
-        body["imageLoss"] = loss | {"message": _clip(str(loss.get("message", "")), 1024)}
+    body |= _observed(status)
     if placement is not None:
         body["placement"] = {"mode": placement.mode, "pools": list(placement.pools)}
         if placement.missing:
@@ -219,6 +215,19 @@ def status_object(
         "metadata": {"name": node.name},
         "status": body,
     }
+
+
+def _observed(status: NodeStatus) -> dict[str, Any]:
+    """Bundles, image losses and the OS image, bounded as the CRD wants."""
+    body: dict[str, Any] = {}
+    if status.bundles:
+        body["bundles"] = [_bundle_json(r) for r in status.bundles[-MAX_BUNDLES:]]
+    if status.image_loss is not None:
+        loss = dict(status.image_loss)
+        body["imageLoss"] = loss | {"message": _clip(str(loss.get("message", "")), 1024)}
+    if status.os_image is not None:
+        body["osImage"] = status.os_image.to_json()
+    return body
 
 
 def owner_object(node: NodeIdentity) -> dict[str, Any]:

@@ -8,6 +8,7 @@
   message. Writes go as the node writes them (its own identity, ``/status``, server-side
   apply, bodies from ``cluster.objects.status_object``).
 * Bundle outcomes (verified, imported, refused with a reason) appear in the object.
+* The node's OS image (recorded rpm-ostree output) is stored and shown by ``-o wide``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import http.client
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from nodeagent.adapters.kube import KubeApi
 from nodeagent.cluster.kinds import NODE_IMAGE_STATUS
 from nodeagent.cluster.objects import FIELD_MANAGER, NodeIdentity, owner_object, status_object
 from nodeagent.errors import ApiRequestRejected
+from nodeagent.nodeos import booted_from_rpm_ostree, os_image
 from nodeagent.status import BundleReport, NodeStatus, PullProgress, SetStatus
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import get, install_deploy, pinned_image_set
@@ -306,3 +309,29 @@ def test_bundle_outcomes_appear_in_the_status(cluster: KubeCluster, node: str) -
     assert seen["edge-4.18.3"]["reason"] == "BundleSignatureInvalid"
     assert seen["edge-4.18.3"]["message"] == "the signature does not verify with any trusted key"
     assert seen["edge-4.18.2"]["images"] == {"total": 3, "present": 3}
+
+
+# ---------------------------------------------------------------- node OS
+def test_the_os_image_from_recorded_tool_output_is_stored_and_shown(
+    cluster: KubeCluster, node: str
+) -> None:
+    fixtures = Path(__file__).parents[2] / "unit" / "nodeos" / "fixtures"
+    image = os_image(
+        (fixtures / "os-release-rhcos").read_text(),
+        bootc=None,
+        rpm_ostree=booted_from_rpm_ostree(
+            (fixtures / "rpm-ostree-status-container.json").read_bytes()
+        ),
+    )
+    status = NodeStatus(sets=(), conditions=(), os_image=image)
+    write(cluster, node, body(node, status))
+    nis = get(cluster, "nodeimagestatuses", node)
+    assert nis is not None
+    assert nis["status"]["osImage"] == image.to_json()
+    found = table(cluster, f"/apis/nodeagent.io/v1alpha1/nodeimagestatuses/{node}")
+    columns = [c["name"] for c in found["columnDefinitions"]]
+    (row,) = found["rows"]
+    shown = dict(zip(columns, row["cells"], strict=True))
+    assert shown["OS"] == "4.18"
+    assert image.booted is not None
+    assert shown["OS-Digest"] == image.booted.digest
