@@ -25,6 +25,7 @@ import structlog
 
 from nodeagent.errors import NodeAgentError, is_transient_reason
 from nodeagent.ledger import save_repairing
+from nodeagent.nodeos import OsImage
 from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
 from nodeagent.status import (
     BundleReport,
@@ -148,6 +149,8 @@ class Reporter:
         self.on_synced = on_synced
         self.offline: Condition | None = None
         """The offline drill's last ``OfflineReady`` condition, added to every status."""
+        self.os_image: OsImage | None = None
+        """The node's OS image as last read (``nodeos``), added to every status."""
         self.store = store
         self.cluster = cluster
         self.tally = tally or PullTally()
@@ -194,6 +197,26 @@ class Reporter:
             retry_in_s=None,
         )
         self._publish(status, is_final=True)
+
+    def os_image_read(self, image: OsImage) -> None:
+        """The node's OS image was read: it joins the status (republished if it changed)."""
+        if image == self.os_image:
+            return
+        booted = image.booted
+        log.info(
+            "node_os_read",
+            os=image.os_id,
+            version=image.version_id,
+            booted_image=booted.image if booted else None,
+            digest=booted.digest if booted else None,
+            source=booted.tool if booted else None,
+        )
+        self.os_image = image
+        if self.last is None:
+            return
+        self.save()
+        if self.cluster is not None:
+            self.cluster.update(self._with_bundles(self.last), is_final=False)
 
     # ---------------------------------------------------------------- pulls
     def pull_event(self, event: PullEvent) -> None:
@@ -276,6 +299,8 @@ class Reporter:
         if self.offline is not None:
             kept = tuple(c for c in status.conditions if c.type != self.offline.type)
             status = replace(status, conditions=(*kept, self.offline))
+        if self.os_image is not None:
+            status = replace(status, os_image=self.os_image)
         if not self.board.reports:
             return status
         return replace(status, bundles=tuple(self.board.reports.values()))

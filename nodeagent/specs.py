@@ -36,6 +36,11 @@ SPEC_SUFFIXES = (".yaml", ".yml")
 _DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_NAME_LENGTH = 253
 _TOP_LEVEL_FIELDS = ("apiVersion", "kind", "metadata", "spec")
+MAX_FILE_STEM_BYTES = 200
+"""A set's name as (part of) a file name is at most this long, so that the file, the
+temporary name of its atomic write (14 bytes more) and a set-aside copy (26 more) stay within
+NAME_MAX (255 bytes) even with a prefix and a suffix; the API allows 253-character names."""
+FILE_STEM_HASH_CHARS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,20 @@ def set_fingerprint(image_set: PinnedImageSet) -> str:
 
 
 # ---------------------------------------------------------------- files
+
+
+def file_stem(name: str, *, limit: int = MAX_FILE_STEM_BYTES) -> str:
+    """``name`` for a file name: itself when at most ``limit - 17`` bytes, else its first
+    ``limit - 17`` bytes, ``-`` and the first 16 hex digits of its SHA-256 (exactly ``limit``
+    bytes). Stable across versions and hosts; the two forms never have the same length, so a
+    short name cannot take the file of a long one. Files are found by their content's name,
+    never by their file name (docs/cluster.md, "Set names and file names")."""
+    keep = limit - FILE_STEM_HASH_CHARS - 1
+    raw = name.encode()
+    if len(raw) <= keep:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:FILE_STEM_HASH_CHARS]
+    return f"{raw[:keep].decode(errors='ignore')}-{digest}"
 
 
 def _spec_files(directory: Path) -> list[Path]:

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nodeagent.nodeos import OsImage
+
 MAX_FAILED_IMAGES = 20
 """Failing images listed per set; the count is always exact."""
 MAX_ERROR_CHARS = 32768
@@ -134,6 +136,8 @@ class NodeStatus:
     """Pinned images the runtime lost, found at the last sync (``sync.losses.ImageLoss``)."""
     bundles: tuple[BundleReport, ...] = ()
     """Bundles seen (``reporting.BundleBoard``), added by the reporter."""
+    os_image: OsImage | None = None
+    """The node's OS release and booted image (``nodeos``), added by the reporter."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -156,11 +160,18 @@ class NodeStatus:
             doc["bootId"] = self.boot_id
         if self.retry_in_s is not None:
             doc["retryInSeconds"] = round(self.retry_in_s, 1)
+        return doc | self._observed() | dict(self.extra)
+
+    def _observed(self) -> dict[str, Any]:
+        """What the reporter adds beside the sync's findings: losses, bundles, the OS."""
+        doc: dict[str, Any] = {}
         if self.image_loss is not None:
             doc["imageLoss"] = dict(self.image_loss)
         if self.bundles:
             doc["bundles"] = [report.to_json() for report in self.bundles]
-        return doc | dict(self.extra)
+        if self.os_image is not None:
+            doc["osImage"] = self.os_image.to_json()
+        return doc
 
     def image_totals(self) -> dict[str, int]:
         return {

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -32,7 +31,7 @@ import yaml
 
 from nodeagent.bundles.freshness import Stamp, check
 from nodeagent.bundles.import_ports import ImageStorePort, ImporterPorts
-from nodeagent.bundles.manifest import MAX_NAME_BYTES, BundleError, BundleManifest, ExpectedFile
+from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import served_blobs, total_size_bytes
 from nodeagent.bundles.release import next_steps
 from nodeagent.bundles.serving import (
@@ -56,6 +55,7 @@ from nodeagent.errors import (
 from nodeagent.ports import FilesystemSpace
 from nodeagent.prepull import PullResult
 from nodeagent.progress import DEFAULT_INTERVAL_S, ByteProgress, ProgressMeter
+from nodeagent.specs import file_stem
 from nodeagent.status import BundleReport
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
@@ -68,12 +68,9 @@ MESSAGE_CHARS = 1000
 
 # ---------------------------------------------------------------- pure helpers
 def set_file_name(bundle_id: str, set_name: str) -> str:
-    """``bundle-<id>-<set>.yaml``; shortened with a hash of both when longer than NAME_MAX."""
-    name = f"bundle-{bundle_id}-{set_name}.yaml"
-    if len(name.encode()) <= MAX_NAME_BYTES:
-        return name
-    digest = hashlib.sha256(f"{bundle_id}/{set_name}".encode()).hexdigest()[:16]
-    return f"bundle-{bundle_id[:64]}-{set_name[:150]}-{digest}.yaml"
+    """``bundle-<id>-<set>.yaml``, a long ``<id>-<set>`` hash-suffixed (``specs.file_stem``)
+    so that the file and its atomic write's temporary name fit in NAME_MAX."""
+    return f"bundle-{file_stem(f'{bundle_id}-{set_name}')}.yaml"
 
 
 def set_yaml(obj: Mapping[str, Any]) -> str:

@@ -168,6 +168,8 @@ def _say(text: str) -> None:
 def print_status(doc: dict[str, Any]) -> None:
     images = doc.get("images", {})
     _say(f"updated: {doc.get('updatedAt', '?')}   runtime: {doc.get('runtime', '?')}")
+    if doc.get("osImage"):
+        _say(_os_text(doc["osImage"]))
     for cond in doc.get("conditions", []):
         _say(f"{cond['type']:<12} {cond['status']:<6} {cond['reason']}: {cond['message']}")
     _say(
@@ -211,6 +213,17 @@ def _print_notes(doc: dict[str, Any]) -> None:
         _say(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")
         if loss.get("restoredFromStore"):
             _say(f"restored {loss['restoredFromStore']} images from the local store")
+
+
+def _os_text(image: dict[str, Any]) -> str:
+    """'os: rhcos 4.18 (418.94…), booted quay.io/…@sha256:… (rpm-ostree)'."""
+    text = f"os: {image.get('id', '?')} {image.get('versionId', '?')}"
+    if image.get("version"):
+        text += f" ({image['version']})"
+    booted = image.get("booted") or {}
+    if booted:
+        text += f", booted {booted.get('image')} ({booted.get('source')})"
+    return text
 
 
 def _bundle_text(bundle: dict[str, Any]) -> str:

@@ -106,9 +106,7 @@ def _set_json(s: SetStatus, progress: PullProgress, failures_left: int) -> dict[
     optional: dict[str, Any] = {
         "currentGeneration": s.current_generation,
         "lastFailedGeneration": s.last_failed_generation,
-        "lastFailedGenerationError": (
-            _clip(s.last_failed_error, MAX_SET_ERROR_CHARS) if s.last_failed_error else None
-        ),
+        "lastFailedGenerationError": _failed_error(s),
         "reason": s.reason,
     }
     doc |= {key: value for key, value in optional.items() if value is not None}
@@ -119,6 +117,14 @@ def _set_json(s: SetStatus, progress: PullProgress, failures_left: int) -> dict[
             for f in listed
         ]
     return doc
+
+
+def _failed_error(s: SetStatus) -> str | None:
+    """The error of the last failed generation: the CRD (MachineConfigNode's rule) wants one
+    with every ``lastFailedGeneration``, so an empty text becomes the set's reason."""
+    if s.last_failed_generation is None:
+        return _clip(s.last_failed_error, MAX_SET_ERROR_CHARS) if s.last_failed_error else None
+    return _clip(s.last_failed_error or s.reason or "failed", MAX_SET_ERROR_CHARS)
 
 
 def _sets_json(sets: Sequence[SetStatus], progress: PullProgress) -> list[dict[str, Any]]:
@@ -209,11 +215,7 @@ def status_object(
         ]
     if status.last_error:
         body["lastError"] = _clip(status.last_error, MAX_SET_ERROR_CHARS)
-    if status.bundles:
-        body["bundles"] = [_bundle_json(r) for r in status.bundles[-MAX_BUNDLES:]]
-    if status.image_loss is not None:
-        loss = dict(status.image_loss)
-        body["imageLoss"] = loss | {"message": _clip(str(loss.get("message", "")), 1024)}
+    body |= _observed(status)
     if placement is not None:
         body["placement"] = _placement_json(placement)
     return {
@@ -222,6 +224,19 @@ def status_object(
         "metadata": {"name": node.name},
         "status": body,
     }
+
+
+def _observed(status: NodeStatus) -> dict[str, Any]:
+    """Bundles, image losses and the OS image, bounded as the CRD wants."""
+    body: dict[str, Any] = {}
+    if status.bundles:
+        body["bundles"] = [_bundle_json(r) for r in status.bundles[-MAX_BUNDLES:]]
+    if status.image_loss is not None:
+        loss = dict(status.image_loss)
+        body["imageLoss"] = loss | {"message": _clip(str(loss.get("message", "")), 1024)}
+    if status.os_image is not None:
+        body["osImage"] = status.os_image.to_json()
+    return body
 
 
 def owner_object(node: NodeIdentity) -> dict[str, Any]:

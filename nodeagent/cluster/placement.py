@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from nodeagent.cluster.pools import matching_pools, pool_name, pools_for_node
 from nodeagent.selectors import Selector
-from nodeagent.specs import API_VERSION, KIND
+from nodeagent.specs import API_VERSION, KIND, file_stem
 from nodeagent.strict import clip
 
 Mode = Literal["pools", "selector"]
@@ -104,7 +104,9 @@ def set_document(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cache_file_name(set_name: str) -> str:
-    return f"{set_name}.yaml"
+    """The set's file in the cluster cache: ``<name>.yaml``, a long name hash-suffixed
+    (``specs.file_stem``)."""
+    return f"{file_stem(set_name)}.yaml"
 
 
 def _listed_sets(pool: Mapping[str, Any]) -> list[str]:

@@ -19,6 +19,7 @@ from nodeagent.config.settings import ClusterSettings as ClusterSettings
 from nodeagent.config.settings import Config as Config
 from nodeagent.config.settings import DiskSettings as DiskSettings
 from nodeagent.config.settings import LogSettings as LogSettings
+from nodeagent.config.settings import NodeOsSettings as NodeOsSettings
 from nodeagent.config.settings import OfflineSettings as OfflineSettings
 from nodeagent.config.settings import PullSettings as PullSettings
 from nodeagent.config.settings import RuntimeSettings as RuntimeSettings

@@ -328,6 +328,8 @@ BOUNDS: dict[str, Bounds] = {
     "store.max_percent": Bounds(0, 100),
     "store.gc_grace_s": Bounds(0, 30 * _DAY_S, unit="seconds"),
     "offline.interval_s": Bounds(10, _DAY_S, unit="seconds"),
+    "node_os.timeout_s": Bounds(0, 600, is_low_open=True, unit="seconds"),
+    "node_os.interval_s": Bounds(60, _DAY_S, unit="seconds"),
     "site.max_uploads": Bounds(1, 256),
     "site.upload_max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
     "site.fetch_concurrency": Bounds(1, 16),

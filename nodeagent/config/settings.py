@@ -346,6 +346,29 @@ class OfflineSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeOsSettings:
+    """The node's OS image in the status (``[node_os]``, docs/operations.md, "The node's OS
+    image"): os-release and, on image-based hosts, the booted image and its digest."""
+
+    report: bool = True
+    """Read and report the OS image (``status.osImage``). Default true."""
+    os_release: Path = Path("/etc/os-release")
+    """os-release(5): ``ID``, ``VERSION_ID``, ``VERSION``. Default /etc/os-release."""
+    bootc: Path = Path("/usr/bin/bootc")
+    """``bootc status --format json`` is run from here when the file exists. Default
+    /usr/bin/bootc."""
+    rpm_ostree: Path = Path("/usr/bin/rpm-ostree")
+    """``rpm-ostree status --json`` is run from here when the file exists (RHCOS). Default
+    /usr/bin/rpm-ostree."""
+    timeout_s: float = 30.0
+    """Seconds a tool may take before it is stopped and its part left out. Default 30.
+    Range: greater than 0 and at most 600 seconds."""
+    interval_s: float = 3600.0
+    """Seconds between two reads (the booted image changes only with a reboot; a read that
+    failed is tried again). Default 3600. Range: from 60 to 86400 seconds."""
+
+
+@dataclass(frozen=True, slots=True)
 class LogSettings:
     """Logging (``[log]``)."""
 
@@ -377,6 +400,8 @@ class Config:
     """``[site]``: serving the store to peers and fetching bundles from them."""
     offline: OfflineSettings = field(default_factory=OfflineSettings)
     """``[offline]``."""
+    node_os: NodeOsSettings = field(default_factory=NodeOsSettings)
+    """``[node_os]``."""
     log: LogSettings = field(default_factory=LogSettings)
     """``[log]``: logging."""
     source: Path = DEFAULT_CONFIG_PATH

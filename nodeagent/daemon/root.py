@@ -20,6 +20,7 @@ import structlog
 
 from nodeagent.adapters.files import remove_file
 from nodeagent.adapters.inotify import DirectoryWatcher
+from nodeagent.adapters.nodeos import NodeOsReader
 from nodeagent.adapters.systemd import Notifier
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
@@ -86,9 +87,25 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
         found.append(Task("site-fetcher", lambda: fetcher_loop(wiring), is_critical=False))
     if wiring.offline is not None:
         found.append(Task("offline-drill", wiring.offline.run, is_critical=False))
+    if config.node_os.report:
+        found.append(Task("node-os", lambda: node_os_loop(wiring), is_critical=False))
     if wiring.cluster is not None:
         found.extend(wiring.cluster.tasks(wiring.reconciler.request_sync))
     return found
+
+
+async def node_os_loop(wiring: Wiring) -> None:
+    """Read the node's OS image at start and every ``[node_os] interval_s`` (docs/operations.md)."""
+    settings = wiring.config.node_os
+    reader = NodeOsReader(
+        os_release=settings.os_release,
+        bootc=settings.bootc,
+        rpm_ostree=settings.rpm_ostree,
+        timeout_s=settings.timeout_s,
+    )
+    while True:
+        wiring.reporter.os_image_read(await reader.read())
+        await asyncio.sleep(settings.interval_s)
 
 
 async def watch_loop(watcher: DirectoryWatcher, request_sync: Callable[[], None]) -> None:

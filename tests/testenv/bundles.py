@@ -41,12 +41,14 @@ def make_bundle(
     secret: str,
     *,
     extra_args: Sequence[str] = (),
+    set_name: str = "line-3",
+    bundle_id: str = "line-3-test",
 ) -> Path:
     key = workdir / "factory.key"
     key.write_text(secret)
     (workdir / "factory.pub").write_text(public)
     spec = workdir / "line-3.yaml"
-    spec.write_text(pinned_image_set_yaml("line-3", refs))
+    spec.write_text(pinned_image_set_yaml(set_name, refs))
     out = workdir / "bundle"
     cmd = [
         sys.executable,
@@ -67,7 +69,7 @@ def make_bundle(
         "--insecure-registry",
         registry.host,
         "--id",
-        "line-3-test",
+        bundle_id,
         *extra_args,
     ]
     made = subprocess.run(cmd, capture_output=True, text=True, check=False)

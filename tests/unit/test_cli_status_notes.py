@@ -71,3 +71,19 @@ def test_a_bundles_warnings_are_printed_under_it(capsys: pytest.CaptureFixture[s
     assert out[out.index("bundle line-3: pinned, images 1/1") + 1] == (
         "  warning SigstoreAttachmentsOff: add\\x1b[2J it"
     )
+
+
+def test_the_os_image_is_printed_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    digest = "sha256:" + "1" * 64
+    doc = {
+        "conditions": [],
+        "osImage": {
+            "id": "rhcos",
+            "versionId": "4.18",
+            "version": "418.94\x1b[2J",
+            "booted": {"source": "rpm-ostree", "image": f"q.io/os@{digest}", "digest": digest},
+        },
+    }
+    print_status(doc)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"os: rhcos 4.18 (418.94\\x1b[2J), booted q.io/os@{digest} (rpm-ostree)"

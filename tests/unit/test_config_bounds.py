@@ -181,6 +181,7 @@ def _field_docs(source: str) -> dict[str, str]:
         "Store": "store",
         "Site": "site",
         "Offline": "offline",
+        "NodeOs": "node_os",
     }
     found: dict[str, str] = {}
     for cls in ast.parse(source).body:

@@ -13,6 +13,7 @@ from nodeagent.references import parse_pinned_image_ref
 from nodeagent.specs import (
     PinnedImageSet,
     SpecLoad,
+    file_stem,
     load_spec_dirs,
     parse_spec_text,
     set_fingerprint,
@@ -335,3 +336,28 @@ def test_fingerprint_depends_on_the_images_only(
 def test_fingerprint_is_sha256_of_the_sorted_references_one_per_line() -> None:
     expected = hashlib.sha256(f"{ref(1)}\n{ref(2)}".encode()).hexdigest()
     assert set_fingerprint(image_set(ref(2), ref(1))) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "expected_length", "is_hashed"),
+    [
+        ("apps", 4, False),
+        ("a" * 183, 183, False),
+        ("a" * 184, 200, True),
+        ("a" * 253, 200, True),
+        ("é" * 120, 200, True),  # 240 bytes: cut on a character boundary
+    ],
+)
+def test_file_stem_keeps_short_names_and_hash_suffixes_long_ones(
+    name: str, expected_length: int, is_hashed: bool
+) -> None:
+    stem = file_stem(name)
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    assert stem.endswith("-" + digest) is is_hashed
+    assert (stem == name) is not is_hashed
+    assert len(stem.encode()) <= expected_length
+    assert file_stem(name) == stem  # stable
+
+
+def test_file_stem_tells_long_names_with_a_common_prefix_apart() -> None:
+    assert file_stem("a" * 252 + "b") != file_stem("a" * 252 + "c")

@@ -210,7 +210,7 @@ def test_invalid_sets_are_rejected_by_the_crd(cluster: KubeCluster, pushed: Push
             "host[:port]/[namespace/]name".replace("/[namespace/]", "[/namespace]/"),
         ),
         "two-namespaces": (f"{pushed.host}/a/b/c@{digest}", "[/namespace]"),
-        "short-digest": (f"{pushed.host}/app@sha256:abc", "64-character"),
+        "short-digest": (f"{pushed.host}/app@sha256:abc", "64 characters long"),
     }
     for name, (ref, hint) in cases.items():
         result = cluster.kubectl(
