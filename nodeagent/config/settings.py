@@ -312,7 +312,7 @@ class SiteSettings:
     Range: from 0 to 2^63-1 bytes."""
     fetch_concurrency: int = 8
     """Blobs this node fetches at once, from different peers where it can (each takes three
-    threads, within the unit's TasksMax=64). Default 8. Range: from 1 to 16."""
+    threads, within the unit's TasksMax=128). Default 8. Range: from 1 to 16."""
     request_timeout_s: float = 60.0
     """A peer request (either side) that makes no progress for this long is dropped and the
     peer is dropped for that bundle. Default 60. Range: greater than 0 and at most 3600 seconds."""
