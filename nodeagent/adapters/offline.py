@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -46,6 +47,7 @@ from nodeagent.offline.parsing import (
 )
 from nodeagent.ports import RunningContainer, StoredImage
 from nodeagent.specs import load_spec_dirs
+from nodeagent.store import layout
 from nodeagent.strict import MalformedInput, clip
 
 MAX_STATIC_PODS: Final = 1000
@@ -210,7 +212,15 @@ class HostFacts:
             problems.append(_incomplete(f"the signature policy {path}", exc))
             return None
 
+    def _store_is_empty(self) -> bool:
+        """No bundle or registry set was ever kept: nothing to restore, no signature held,
+        and the store's modules (2 MiB resident) need not be loaded to say so."""
+        root = self.config.store_dir
+        return not any(_has_entries(root / name) for name in (layout.BUNDLES_DIR, layout.SETS_DIR))
+
     def _restorable(self, refs: Sequence[str], problems: list[Finding]) -> frozenset[str] | None:
+        if self._store_is_empty():
+            return frozenset()
         from nodeagent.adapters.store.copier import StoreLimits  # noqa: PLC0415  (first run)
         from nodeagent.adapters.store.node_store import NodeImageStore  # noqa: PLC0415
 
@@ -227,6 +237,8 @@ class HostFacts:
     ) -> tuple[frozenset[str] | None, tuple[SigstoreIssue, ...] | None]:
         """Pinned images whose carried signatures the store holds, and what in registries.d
         keeps CRI-O from reading them (docs/offline.md, "Image signatures")."""
+        if self._store_is_empty():
+            return frozenset(), ()
         from nodeagent.adapters.store.copier import StoreLimits  # noqa: PLC0415  (first run)
         from nodeagent.adapters.store.node_store import NodeImageStore  # noqa: PLC0415
 
@@ -310,3 +322,13 @@ def pod_event(pod: PodRef, reason: str, message: str, node_name: str) -> dict[st
         "lastTimestamp": now,
         "count": 1,
     }
+
+
+def _has_entries(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as listing:
+            return any(True for _ in listing)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # unreadable: let the store's own reader say why

@@ -1,7 +1,8 @@
 """The idle daemon's resident memory stays within the house budget of 40 MiB.
 
 The reference node: media watching on (as packaged), cluster mode off, serving off, one
-set pinned from the test registry against the test CRI-O. The daemon runs with the
+set pinned from the test registry against the test CRI-O, the unit's environment
+(``MALLOC_ARENA_MAX=2``: glibc's per-thread heaps otherwise grow with every worker thread). The daemon runs with the
 modules a node installs and nothing else: the bundled dependencies named in
 ``packaging/bundled-requirements.txt`` (linked from this environment into a directory of
 their own) and a byte-compiled copy of this checkout's ``nodeagent``, in an interpreter
@@ -58,11 +59,20 @@ def runtime_site(target: Path) -> Path:
     return target
 
 
+def unit_environment() -> dict[str, str]:
+    """The ``Environment=`` settings of the packaged unit (the daemon runs with them)."""
+    unit = (REPO / "systemd" / "nodeagent.service").read_text()
+    found = re.findall(r"^Environment=([A-Z_]+)=(\S+)$", unit, re.MULTILINE)
+    return dict(found)
+
+
 def runtime_python(base: Path) -> str:
     """An interpreter command that sees the standard library, this checkout and the bundle."""
     site = runtime_site(base / "runtime-site")
     wrapper = base / "runtime-python"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" -S "$@"\n')
+    # MALLOC_ARENA_MAX: as systemd/nodeagent.service sets it for the daemon
+    env = f'PYTHONPATH="{site}" MALLOC_ARENA_MAX={unit_environment()["MALLOC_ARENA_MAX"]}'
+    wrapper.write_text(f'#!/bin/sh\n{env} exec "{sys.executable}" -S "$@"\n')
     wrapper.chmod(0o755)
     return str(wrapper)
 
