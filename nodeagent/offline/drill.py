@@ -70,6 +70,10 @@ class OfflineDrill:
         self.changed.set()
 
     async def run(self) -> None:
+        # The first look waits for the first sync to finish (or one interval): at boot the
+        # runtime may not answer yet, which is no finding for a technician to chase.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), self.interval_s)
         while True:
             self.changed.clear()
             await self.run_once()

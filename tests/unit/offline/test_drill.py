@@ -87,7 +87,7 @@ class QueueSink:
         self.queue.put_nowait(condition)
 
 
-async def test_run_waits_for_a_request_and_runs_again() -> None:
+async def test_run_waits_for_the_first_sync_then_for_each_request() -> None:
     source = Facts_(Facts())
     sink = QueueSink()
     changed = asyncio.Event()
@@ -95,6 +95,9 @@ async def test_run_waits_for_a_request_and_runs_again() -> None:
     task = asyncio.create_task(drill.run())
     try:
         async with asyncio.timeout(10):
+            await asyncio.sleep(0)  # the task runs up to its first wait
+            assert drill.runs == 0 and sink.queue.empty()  # at boot: no look before a sync
+            changed.set()  # the first sync finished
             assert (await sink.queue.get()).is_true
             source.facts = dataclasses.replace(source.facts, pods=(always("u9"),))
             changed.set()
