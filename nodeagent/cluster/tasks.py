@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import random
 import socket
@@ -44,6 +45,7 @@ from nodeagent.cluster.objects import (
     status_object,
     transitions,
 )
+from nodeagent.cluster.ownership import Ownership, api_sets_owner
 from nodeagent.cluster.placement import (
     CACHE_HEADER,
     Placement,
@@ -134,6 +136,7 @@ class ClusterSpecs:
         mirror: SpecMirror,
         on_node: Callable[[Obj], None],
         on_placement: Callable[[Placement], None],
+        on_ownership: Callable[[Ownership], None] = lambda _: None,
     ) -> None:
         self.config = config
         self.api = api
@@ -143,6 +146,8 @@ class ClusterSpecs:
         self.selector = parse_selector(config.cluster.set_selector)
         self.on_node = on_node
         self.on_placement = on_placement
+        self.on_ownership = on_ownership
+        self.ownership: Ownership | None = None
         self.view = _View()
         self.changed = asyncio.Event()
         self.placement: Placement | None = None
@@ -256,6 +261,9 @@ class ClusterSpecs:
         labels = (view.node.get("metadata") or {}).get("labels") or {}
         pools = list((view.pools or {}).values()) if view.has_pools else None
         placement = place(labels, pools, view.sets or {}, self.selector)
+        ownership = self._ownership(view.node)
+        if not ownership.is_ours:  # the machine-config-daemon pins them (decision 0044)
+            placement = dataclasses.replace(placement, sets=(), missing=())
         files = {
             cache_file_name(name): _spec_file(name, (view.sets or {})[name])
             for name in placement.sets
@@ -271,6 +279,22 @@ class ClusterSpecs:
             )
         self.placement = placement
         self.on_placement(placement)
+
+    def _ownership(self, node: Obj) -> Ownership:
+        """Who pins the API's sets now; logged and passed on when it changes."""
+        mode = self.config.cluster.api_sets
+        ownership = api_sets_owner(mode, node, has_pools=bool(self.view.has_pools))
+        if ownership != self.ownership:
+            action = (
+                "pinning the PinnedImageSets of the API"
+                if ownership.is_ours
+                else "leaving the API's PinnedImageSets to the machine-config-daemon; "
+                "bundles and local sets stay nodeagent's"
+            )
+            log.info("api_sets_owner", owner=ownership.owner, why=ownership.why, action=action)
+            self.ownership = ownership
+            self.on_ownership(ownership)
+        return ownership
 
 
 def _spec_file(name: str, obj: Mapping[str, Any]) -> bytes:
@@ -310,6 +334,8 @@ class StatusReporter:
         self.dirty = asyncio.Event()
         self.conditions: list[Mapping[str, Any]] = []
         self.mcn_conditions: list[Mapping[str, Any]] = []
+        self.ownership: Ownership | None = None
+        """Who owns the API sets; the MachineConfigNode is mirrored only while it is us."""
         self._has_object = False
         self.writes = 0
 
@@ -331,6 +357,10 @@ class StatusReporter:
             self.identity = NodeIdentity(self.identity.name, uid)
             self._has_object = False
             self.dirty.set()
+
+    def set_ownership(self, ownership: Ownership) -> None:
+        self.ownership = ownership
+        self.dirty.set()
 
     def set_placement(self, placement: Placement) -> None:
         if placement != self.placement:
@@ -395,8 +425,15 @@ class StatusReporter:
         self.pacer.written(self.clock(), body)
         self.conditions = list((written.get("status") or {}).get("conditions") or [])
         await self._flush_events()
-        if self.config.cluster.machine_config_node and self.final is not None:
+        if self.is_mirroring_mcn() and self.final is not None:
             await self._mirror_mcn(self.final)
+
+    def is_mirroring_mcn(self) -> bool:
+        """Asked for, and nodeagent owns the API sets (known: not before the first placement)."""
+        ownership = self.ownership
+        return (
+            self.config.cluster.machine_config_node and ownership is not None and ownership.is_ours
+        )
 
     async def _flush_events(self) -> None:
         while self.events:

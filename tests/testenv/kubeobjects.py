@@ -83,8 +83,27 @@ def pool(name: str, node_labels: dict[str, str], sets: list[str]) -> dict[str, A
     }
 
 
+def machine_config_node(node: str, pool_name: str) -> dict[str, object]:
+    """A MachineConfigNode as the machine-config-operator creates it (its required spec)."""
+    return {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfigNode",
+        "metadata": {"name": node},
+        "spec": {
+            "node": {"name": node},
+            "pool": {"name": pool_name},
+            "configVersion": {"desired": f"rendered-{pool_name}-0"},
+        },
+    }
+
+
 def cluster_config(
-    kube: KubeCluster, node: str, *, selector: str = "", mirror_mcn: bool = False
+    kube: KubeCluster,
+    node: str,
+    *,
+    selector: str = "",
+    mirror_mcn: bool = False,
+    api_sets: str = "auto",
 ) -> str:
     """The [cluster] section for a test agent running as ``node``."""
     return f"""
@@ -97,6 +116,7 @@ status_interval_s = 0.5
 heartbeat_s = 2.0
 request_timeout_s = 10.0
 machine_config_node = {"true" if mirror_mcn else "false"}
+api_sets = "{api_sets}"
 """
 
 
