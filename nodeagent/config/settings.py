@@ -153,6 +153,9 @@ class StateSettings:
     dir: Path = Path("/var/lib/nodeagent")
     """Directory for state that must survive restarts and reboots (what was applied, with which
     result). Default: under ``/var/lib``, the unit's ``StateDirectory=``."""
+    run_dir: Path = Path("/run/nodeagent")
+    """Directory for what lasts until reboot only: the pin file's lock (``pins.lock``, held by
+    the daemon, taken by ``render-pins --write``). Default the unit's ``RuntimeDirectory=``."""
 
 
 @dataclass(frozen=True, slots=True)
