@@ -35,12 +35,12 @@ import yaml
 from nodeagent import __version__
 from nodeagent.cluster import kinds
 from nodeagent.cluster.api import KubeApi, Obj, SpecMirror
+from nodeagent.cluster.machine_config_node import machine_config_node_status
 from nodeagent.cluster.objects import (
     NodeEvent,
     NodeIdentity,
     WritePacer,
     event_object,
-    machine_config_node_status,
     owner_object,
     status_object,
     transitions,
@@ -445,6 +445,9 @@ class StatusReporter:
             self.events.popleft()
 
     async def _mirror_mcn(self, status: NodeStatus) -> None:
-        body = machine_config_node_status(self.identity, status, self.mcn_conditions, _now())
+        api_sets = self.placement.sets if self.placement is not None else ()
+        body = machine_config_node_status(
+            self.identity, status, api_sets, self.mcn_conditions, _now()
+        )
         written = await self.api.apply(kinds.MACHINE_CONFIG_NODE, body, subresource="status")
         self.mcn_conditions = list((written.get("status") or {}).get("conditions") or [])

@@ -12,6 +12,9 @@ from tests.testenv.waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 MCO_MINIMAL = Path(__file__).parent / "manifests" / "machineconfiguration-minimal.yaml"
+"""A hand-made MachineConfigPool CRD (the fields nodeagent reads)."""
+MCN_CRD = Path(__file__).parent / "manifests" / "machineconfignode-v1.yaml"
+"""openshift/api's MachineConfigNode v1 schema (source in its header)."""
 MCO_CRDS = (
     "machineconfigpools.machineconfiguration.openshift.io",
     "machineconfignodes.machineconfiguration.openshift.io",
@@ -29,12 +32,14 @@ def install_deploy(kube: KubeCluster) -> None:
 
 
 def install_mco(kube: KubeCluster) -> None:
-    kube.kubectl_ok("apply", "--server-side", "-f", str(MCO_MINIMAL))
-    kube.kubectl_ok("wait", "--for=condition=Established", "--timeout=60s", "-f", str(MCO_MINIMAL))
+    for crd in (MCO_MINIMAL, MCN_CRD):
+        kube.kubectl_ok("apply", "--server-side", "-f", str(crd))
+        kube.kubectl_ok("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
 
 
 def remove_mco(kube: KubeCluster) -> None:
-    kube.kubectl("delete", "--ignore-not-found", "--wait=true", "-f", str(MCO_MINIMAL))
+    for crd in (MCO_MINIMAL, MCN_CRD):
+        kube.kubectl("delete", "--ignore-not-found", "--wait=true", "-f", str(crd))
     wait_for(
         lambda: kube.kubectl("get", "crd", *MCO_CRDS).returncode != 0,
         timeout_s=60,
@@ -83,7 +88,7 @@ def pool(name: str, node_labels: dict[str, str], sets: list[str]) -> dict[str, A
     }
 
 
-def machine_config_node(node: str, pool_name: str) -> dict[str, object]:
+def machine_config_node(node: str, pool_name: str) -> dict[str, Any]:
     """A MachineConfigNode as the machine-config-operator creates it (its required spec)."""
     return {
         "apiVersion": "machineconfiguration.openshift.io/v1",
