@@ -430,10 +430,8 @@ class StatusReporter:
 
     def is_mirroring_mcn(self) -> bool:
         """Asked for, and nodeagent owns the API sets (known: not before the first placement)."""
-        ownership = self.ownership
-        return (
-            self.config.cluster.machine_config_node and ownership is not None and ownership.is_ours
-        )
+        owner = self.ownership
+        return self.config.cluster.machine_config_node and owner is not None and owner.is_ours
 
     async def _flush_events(self) -> None:
         while self.events:
@@ -445,9 +443,7 @@ class StatusReporter:
             self.events.popleft()
 
     async def _mirror_mcn(self, status: NodeStatus) -> None:
-        api_sets = self.placement.sets if self.placement is not None else ()
-        body = machine_config_node_status(
-            self.identity, status, api_sets, self.mcn_conditions, _now()
-        )
+        sets = self.placement.sets if self.placement is not None else ()
+        body = machine_config_node_status(self.identity, status, sets, self.mcn_conditions, _now())
         written = await self.api.apply(kinds.MACHINE_CONFIG_NODE, body, subresource="status")
         self.mcn_conditions = list((written.get("status") or {}).get("conditions") or [])
