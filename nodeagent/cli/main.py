@@ -143,8 +143,8 @@ def cmd_render_pins(config: Config, args: argparse.Namespace) -> int:
     lock = PinsLock(config.state.run_dir / PINS_LOCK_NAME)
     if not lock.try_acquire():
         print(
-            f"skipped: the nodeagent daemon (process {lock.holder()}) holds {lock.path} and "
-            "renders the pins itself"
+            f"skipped: process {lock.holder()} holds {lock.path}: the nodeagent daemon, which "
+            "renders the pins itself, or another render-pins"
         )
         return 0
     try:
