@@ -24,6 +24,8 @@ from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import read_boot_id
 from nodeagent.adapters.journald import JournalSink
+from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
+from nodeagent.adapters.systemd import RuntimeReloader
 from nodeagent.config import DEFAULT_CONFIG_PATH, Config, load_config
 from nodeagent.daemon import root as daemon
 from nodeagent.errors import NodeAgentError, SpecInvalid, StateFileDamaged
@@ -74,6 +76,12 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="write it (and its link) instead; used at boot before CRI-O starts",
     )
+    render.add_argument(
+        "--reload",
+        action="store_true",
+        help="with --write: reload CRI-O when the file changed (the path unit that follows "
+        "the other CRI-O drop-ins)",
+    )
     status = sub.add_parser("status", help="what nodeagent did: sets, images, disk, errors")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     runtime = sub.add_parser("runtime", help="show the runtime, its image filesystem and images")
@@ -119,27 +127,54 @@ def _dropins(config: Config) -> CrioDropins:
 
 
 def cmd_render_pins(config: Config, args: argparse.Namespace) -> int:
-    """The pins remembered from before, for CRI-O's start (the unit's ExecStartPre).
+    """The pins remembered from before plus every other file's (the unit's ExecStartPre, and
+    the path unit's command when another CRI-O drop-in changed: decision 0044).
 
     Never fails on damaged state: a damaged ledger is read around (its last good copy and
     the last rendered boot pins), with a warning; the daemon sets it aside and rebuilds.
+    ``--write`` takes the pin lock the daemon holds while it runs; held, it leaves the file
+    to the daemon, which follows the same directories. Unchanged bytes: no write, no reload.
     """
     logs.configure(config.log.level, with_priority="JOURNAL_STREAM" in os.environ)
     dropins = _dropins(config)
+    if not args.write:
+        print(_render(config, dropins), end="")
+        return 0
+    lock = PinsLock(config.state.run_dir / PINS_LOCK_NAME)
+    if not lock.try_acquire():
+        print(
+            f"skipped: process {lock.holder()} holds {lock.path}: the nodeagent daemon, which "
+            "renders the pins itself, or another render-pins"
+        )
+        return 0
+    try:
+        is_changed = False
+        for _ in range(MAX_RENDER_ROUNDS):  # a file changed while this one was written
+            if not dropins.write_dropin(_render(config, dropins)):
+                break
+            is_changed = True
+        state = "wrote" if is_changed else "unchanged"
+        print(f"{state}: {dropins.target} (linked from {dropins.link})")
+        if is_changed and args.reload:
+            rt = config.runtime
+            reloader = RuntimeReloader(rt.unit, pid_file=rt.pid_file, timeout_s=rt.reload_timeout_s)
+            print(f"reloaded {rt.unit} ({asyncio.run(reloader.reload())})")
+    finally:
+        lock.release()
+    return 0
+
+
+MAX_RENDER_ROUNDS = 3
+"""Renders per ``render-pins --write``: again while the last one still changed the file."""
+
+
+def _render(config: Config, dropins: CrioDropins) -> str:
     store = LedgerStore(JsonStateStore(config.state.dir), read_boot_id())
     remembered = store.load(is_repairing=False).remembered_pins()
     foreign = foreign_pins(dropins.read_other_configs())
     for problem in foreign.problems:  # CRI-O will refuse to start until it is fixed
         print(f"warning: RuntimeConfigInvalid: {problem.message}", file=sys.stderr)
-    text = render_dropin([*remembered, *foreign.patterns])
-    if not args.write:
-        print(text, end="")
-        return 0
-    is_changed = dropins.write_dropin(text)
-    print(
-        f"{'wrote' if is_changed else 'unchanged'}: {dropins.target} (linked from {dropins.link})"
-    )
-    return 0
+    return render_dropin([*remembered, *foreign.patterns])
 
 
 def cmd_status(config: Config, args: argparse.Namespace) -> int:

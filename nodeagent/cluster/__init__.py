@@ -1,13 +1,14 @@
 """Cluster mode: PinnedImageSets from the API server in, the node's status object out.
 
 Modules: ``tasks`` (the two long-lived tasks, ``ClusterSpecs`` and ``StatusReporter``),
-``objects`` (the status object, Events and the MachineConfigNode mirror, as pure
-builders), ``site`` (the site view of ``nodeagent site status | wait``: every Node's
-standing for a bundle, pure), ``placement`` (which sets apply to this node:
-MachineConfigPools or a label selector), ``pools`` (a node's pools as the
-machine-config-operator decides them), ``identity`` (the node's name from the kubelet's
-sources), ``readiness`` (whether registry pulls may start, and their pace, from the Node),
-``kinds`` (the resource kinds used) and ``api`` (the ports).
+``objects`` (the status object and Events, as pure builders), ``machine_config_node``
+(the MachineConfigNode mirror, pure), ``ownership`` (who pins the API's sets: nodeagent or
+the machine-config-daemon, decision 0044), ``site`` (the site view of ``nodeagent site
+status | wait``: every Node's standing for a bundle, pure), ``placement`` (which sets
+apply to this node: MachineConfigPools or a label selector), ``pools`` (a node's pools as
+the machine-config-operator decides them), ``identity`` (the node's name from the
+kubelet's sources), ``readiness`` (whether registry pulls may start, and their pace, from
+the Node), ``kinds`` (the resource kinds used) and ``api`` (the ports).
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
 

@@ -1,4 +1,4 @@
-"""The node's status as Kubernetes objects (pure): the status object, Events, MachineConfigNode.
+"""The node's status as Kubernetes objects (pure): the status object and Events.
 
 * ``status_object`` renders a ``NodeStatus`` (plus live pull progress) as the
   server-side-apply body of the node's ``NodeImageStatus`` (deploy/crds). Everything is
@@ -6,7 +6,7 @@
 * ``merge_conditions`` keeps ``lastTransitionTime`` when a condition's status did not change.
 * ``transitions`` turns two successive statuses into Events for the Node (set pinned, set
   failed), so ``kubectl describe node`` tells the story.
-* ``machine_config_node_status`` is the optional mirror into OpenShift's MachineConfigNode.
+* The optional mirror into OpenShift's MachineConfigNode is ``machine_config_node``.
 * ``WritePacer`` decides when to write: a milestone (a set's state, a condition, a failure,
   a generation) at most ``min_interval_s`` after the last write; mere pull progress (counts,
   bytes, the images in flight) at most once per ``progress_interval_s``; and a heartbeat
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.cluster.kinds import MACHINE_CONFIG_NODE, NODE_IMAGE_STATUS
+from nodeagent.cluster.kinds import NODE_IMAGE_STATUS
 from nodeagent.cluster.placement import Placement
 from nodeagent.status import BundleReport, Condition, NodeStatus, PullProgress, SetStatus
 from nodeagent.strict import clip
@@ -37,8 +37,6 @@ MAX_SET_ERROR_CHARS = 1024
 """Per-set error text in the object; the journal and the local status file keep it all."""
 MAX_PULLING = 20
 MAX_PROBLEMS = 20
-MCN_MAX_ERROR_CHARS = 4096
-"""MachineConfigNode allows 32768 per set, but 100 such sets would pass etcd's object limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +72,18 @@ def live_conditions(status: NodeStatus, progress: PullProgress) -> tuple[Conditi
 
 
 def merge_conditions(
-    previous: Sequence[Mapping[str, Any]], current: Sequence[Condition], now: str
+    previous: Sequence[Mapping[str, Any]],
+    current: Sequence[Condition],
+    now: str,
+    *,
+    max_message_chars: int = MAX_MESSAGE_CHARS,
 ) -> list[dict[str, str]]:
     """metav1.Condition lists: ``lastTransitionTime`` moves only when ``status`` changes."""
     before = {c.get("type"): c for c in previous}
     merged = []
     for condition in current:
         doc = condition.to_json()
-        doc["message"] = _clip(doc["message"], MAX_MESSAGE_CHARS)
+        doc["message"] = _clip(doc["message"], max_message_chars)
         old = before.get(condition.type)
         same = old is not None and old.get("status") == doc["status"]
         doc["lastTransitionTime"] = str(old.get("lastTransitionTime")) if same and old else now
@@ -353,55 +355,6 @@ def event_object(
         "firstTimestamp": now,
         "lastTimestamp": now,
         "count": 1,
-    }
-
-
-# ---------------------------------------------------------------- MachineConfigNode
-
-
-def machine_config_node_status(
-    node: NodeIdentity,
-    status: NodeStatus,
-    previous_conditions: Sequence[Mapping[str, Any]],
-    now: str,
-) -> dict[str, Any]:
-    """Apply body for ``machineconfignodes/<node>/status``: per-set generations and the two
-    ``PinnedImageSets*`` conditions, as the machine-config-daemon writes them."""
-    sets = []
-    for s in status.sets[:MAX_SETS]:
-        item: dict[str, Any] = {"name": s.name, "desiredGeneration": s.desired_generation}
-        if s.current_generation is not None:
-            item["currentGeneration"] = s.current_generation
-        if s.last_failed_generation is not None:
-            item["lastFailedGeneration"] = s.last_failed_generation
-            item["lastFailedGenerationError"] = _clip(
-                s.last_failed_error or "", MCN_MAX_ERROR_CHARS
-            )
-        sets.append(item)
-    progressing = [s.name for s in status.sets if s.state == "Progressing"]
-    failed = [s for s in status.sets if s.state in ("Degraded", "Refused")]
-    conditions = (
-        Condition(
-            "PinnedImageSetsProgressing",
-            bool(progressing),
-            "Pulling" if progressing else "AsExpected",
-            ("pulling for " + ", ".join(progressing)) if progressing else "all sets done",
-        ),
-        Condition(
-            "PinnedImageSetsDegraded",
-            bool(failed),
-            (failed[0].reason or failed[0].state) if failed else "AsExpected",
-            ("failed: " + ", ".join(s.name for s in failed)) if failed else "no failures",
-        ),
-    )
-    return {
-        "apiVersion": MACHINE_CONFIG_NODE.api_version,
-        "kind": MACHINE_CONFIG_NODE.kind,
-        "metadata": {"name": node.name},
-        "status": {
-            "conditions": merge_conditions(previous_conditions, conditions, now),
-            "pinnedImageSets": sets,
-        },
     }
 
 

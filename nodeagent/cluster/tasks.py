@@ -35,16 +35,17 @@ import yaml
 from nodeagent import __version__
 from nodeagent.cluster import kinds
 from nodeagent.cluster.api import KubeApi, Obj, SpecMirror
+from nodeagent.cluster.machine_config_node import machine_config_node_status
 from nodeagent.cluster.objects import (
     NodeEvent,
     NodeIdentity,
     WritePacer,
     event_object,
-    machine_config_node_status,
     owner_object,
     status_object,
     transitions,
 )
+from nodeagent.cluster.ownership import Ownership, api_sets_owner
 from nodeagent.cluster.placement import (
     CACHE_HEADER,
     Placement,
@@ -135,6 +136,7 @@ class ClusterSpecs:
         mirror: SpecMirror,
         on_node: Callable[[Obj], None],
         on_placement: Callable[[Placement], None],
+        on_ownership: Callable[[Ownership], None] = lambda _: None,
     ) -> None:
         self.config = config
         self.api = api
@@ -144,6 +146,8 @@ class ClusterSpecs:
         self.selector = parse_selector(config.cluster.set_selector)
         self.on_node = on_node
         self.on_placement = on_placement
+        self.on_ownership = on_ownership
+        self.ownership: Ownership | None = None
         self.view = _View()
         self.changed = asyncio.Event()
         self.placement: Placement | None = None
@@ -263,6 +267,9 @@ class ClusterSpecs:
             return
         if placement.message and placement.message != (self.placement and self.placement.message):
             log.warning("pool_ignored", node=self.node, note=placement.message)
+        ownership = self._ownership(view.node)
+        if not ownership.is_ours:  # the machine-config-daemon pins them (decision 0044)
+            placement = dataclasses.replace(placement, sets=(), missing=())
         files = {
             cache_file_name(name): _spec_file(name, (view.sets or {})[name])
             for name in placement.sets
@@ -294,6 +301,22 @@ class ClusterSpecs:
             )
         self.placement = refused
         self.on_placement(refused)
+
+    def _ownership(self, node: Obj) -> Ownership:
+        """Who pins the API's sets now; logged and passed on when it changes."""
+        mode = self.config.cluster.api_sets
+        ownership = api_sets_owner(mode, node, has_pools=bool(self.view.has_pools))
+        if ownership != self.ownership:
+            action = (
+                "pinning the PinnedImageSets of the API"
+                if ownership.is_ours
+                else "leaving the API's PinnedImageSets to the machine-config-daemon; "
+                "bundles and local sets stay nodeagent's"
+            )
+            log.info("api_sets_owner", owner=ownership.owner, why=ownership.why, action=action)
+            self.ownership = ownership
+            self.on_ownership(ownership)
+        return ownership
 
 
 def _spec_file(name: str, obj: Mapping[str, Any]) -> bytes:
@@ -333,6 +356,8 @@ class StatusReporter:
         self.dirty = asyncio.Event()
         self.conditions: list[Mapping[str, Any]] = []
         self.mcn_conditions: list[Mapping[str, Any]] = []
+        self.ownership: Ownership | None = None
+        """Who owns the API sets; the MachineConfigNode is mirrored only while it is us."""
         self._has_object = False
         self.writes = 0
 
@@ -354,6 +379,10 @@ class StatusReporter:
             self.identity = NodeIdentity(self.identity.name, uid)
             self._has_object = False
             self.dirty.set()
+
+    def set_ownership(self, ownership: Ownership) -> None:
+        self.ownership = ownership
+        self.dirty.set()
 
     def set_placement(self, placement: Placement) -> None:
         if placement != self.placement:
@@ -418,8 +447,13 @@ class StatusReporter:
         self.pacer.written(self.clock(), body)
         self.conditions = list((written.get("status") or {}).get("conditions") or [])
         await self._flush_events()
-        if self.config.cluster.machine_config_node and self.final is not None:
+        if self.is_mirroring_mcn() and self.final is not None:
             await self._mirror_mcn(self.final)
+
+    def is_mirroring_mcn(self) -> bool:
+        """Asked for, and nodeagent owns the API sets (known: not before the first placement)."""
+        owner = self.ownership
+        return self.config.cluster.machine_config_node and owner is not None and owner.is_ours
 
     async def _flush_events(self) -> None:
         while self.events:
@@ -431,6 +465,7 @@ class StatusReporter:
             self.events.popleft()
 
     async def _mirror_mcn(self, status: NodeStatus) -> None:
-        body = machine_config_node_status(self.identity, status, self.mcn_conditions, _now())
+        sets = self.placement.sets if self.placement is not None else ()
+        body = machine_config_node_status(self.identity, status, sets, self.mcn_conditions, _now())
         written = await self.api.apply(kinds.MACHINE_CONFIG_NODE, body, subresource="status")
         self.mcn_conditions = list((written.get("status") or {}).get("conditions") or [])

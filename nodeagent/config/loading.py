@@ -354,6 +354,9 @@ def _is_at_least_initial(value: float, config: Config) -> bool:
     return value >= config.pull.backoff_initial_s
 
 
+API_SETS_MODES = ("auto", "nodeagent", "mcd")
+"""``[cluster] api_sets`` (``cluster.ownership`` reads it)."""
+
 _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
     *((dotted, bounds.text, bounds) for dotted, bounds in BOUNDS.items()),
     ("runtime.endpoint", "unix:///<socket path>", lambda v, _: v.startswith(UNIX_PREFIX + "/")),
@@ -374,6 +377,7 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
         "a label selector as kubectl -l takes it, e.g. 'env=edge,zone in (a,b)'",
         _is_selector,
     ),
+    ("cluster.api_sets", "one of auto, nodeagent, mcd", lambda v, _: v in API_SETS_MODES),
     ("cluster.event_namespace", "a namespace name", lambda v, c: _is_node_name(v, c) and v),
     ("site.listen", "address:port, e.g. 0.0.0.0:9447 or [::]:9447", lambda v, _: is_address(v)),
     ("site.advertise", 'host:port or ""', lambda v, _: v == "" or is_address(v)),

@@ -153,6 +153,9 @@ class StateSettings:
     dir: Path = Path("/var/lib/nodeagent")
     """Directory for state that must survive restarts and reboots (what was applied, with which
     result). Default: under ``/var/lib``, the unit's ``StateDirectory=``."""
+    run_dir: Path = Path("/run/nodeagent")
+    """Directory for what lasts until reboot only: the pin file's lock (``pins.lock``, held by
+    the daemon, taken by ``render-pins --write``). Default the unit's ``RuntimeDirectory=``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,9 +252,17 @@ class ClusterSettings:
     """Post Kubernetes Events on the Node when a set is pinned or fails (default true)."""
     event_namespace: str = "default"
     """Namespace of those Events (Node events live in ``default``, as the kubelet's do)."""
+    api_sets: str = "auto"
+    """Who pins the API's PinnedImageSets on this node (decision 0044): ``auto`` (default: the
+    machine-config-daemon where the cluster has MachineConfigPools and the Node carries its
+    ``machineconfiguration.openshift.io/currentConfig`` annotation, nodeagent elsewhere),
+    ``nodeagent`` (take them over) or ``mcd`` (leave them to it). Bundles, local spec files
+    and nodeagent's own status object are nodeagent's in every mode."""
     machine_config_node: bool = False
     """Also mirror per-set generations and the ``PinnedImageSets*`` conditions into the node's
-    OpenShift MachineConfigNode status (default false: the machine-config-daemon owns it)."""
+    OpenShift MachineConfigNode status, as the machine-config-daemon writes them. Only while
+    nodeagent owns the API sets (``api_sets``): two writers of one condition fight.
+    Default false."""
     request_timeout_s: float = 30.0
     """Timeout of one API request (watches excepted).
     Range: greater than 0 and at most 3600 seconds."""

@@ -94,6 +94,7 @@ class ClusterMode:
             mirror=mirror_directory,
             on_node=on_node,
             on_placement=reporter.set_placement,
+            on_ownership=reporter.set_ownership,
         )
         log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
         sink = reporter if publisher is None else BundleStepsTrigger(reporter, publisher)

@@ -21,6 +21,7 @@ import structlog
 from nodeagent.adapters.files import remove_file
 from nodeagent.adapters.inotify import DirectoryWatcher
 from nodeagent.adapters.nodeos import NodeOsReader
+from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.adapters.systemd import Notifier
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
@@ -31,8 +32,24 @@ from nodeagent.site.discovery import is_following
 log = structlog.get_logger(__name__)
 
 
+PINS_LOCK_WAIT_S = 60.0
+"""How long the daemon waits at start for a ``render-pins --write`` holding the pin lock."""
+
+
 async def run(config: Config) -> int:
-    """Run until SIGTERM/SIGINT; return the process exit code."""
+    """Run until SIGTERM/SIGINT; return the process exit code.
+
+    The pin lock is held from before the first pin write to the exit: while the daemon runs
+    it alone writes the pin file (``render-pins --write`` leaves it alone, decision 0044)."""
+    lock = PinsLock(config.state.run_dir / PINS_LOCK_NAME)
+    await lock.acquire(PINS_LOCK_WAIT_S)
+    try:
+        return await _run(config)
+    finally:
+        lock.release()
+
+
+async def _run(config: Config) -> int:
     wiring = build(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

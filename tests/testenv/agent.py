@@ -45,6 +45,7 @@ class Agent:
         for the fault drills that hold a fault against the real retry schedule."""
         self.trusted_keys_dir = base / "etc" / "nodeagent" / "trusted-keys.d"
         self.media_dir = base / "run" / "nodeagent" / "media"
+        self.run_dir = base / "run" / "nodeagent"
         self.process: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.extra_env: dict[str, str] = {}
@@ -83,6 +84,7 @@ reserve_percent = 0.0
 
 [state]
 dir = "{self.state_dir}"
+run_dir = "{self.run_dir}"
 
 [bundles]
 watch_media = {"true" if self.watch_media else "false"}

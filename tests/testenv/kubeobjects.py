@@ -12,6 +12,9 @@ from tests.testenv.waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 MCO_MINIMAL = Path(__file__).parent / "manifests" / "machineconfiguration-minimal.yaml"
+"""A hand-made MachineConfigPool CRD (the fields nodeagent reads)."""
+MCN_CRD = Path(__file__).parent / "manifests" / "machineconfignode-v1.yaml"
+"""openshift/api's MachineConfigNode v1 schema (source in its header)."""
 MCO_CRDS = (
     "machineconfigpools.machineconfiguration.openshift.io",
     "machineconfignodes.machineconfiguration.openshift.io",
@@ -29,12 +32,14 @@ def install_deploy(kube: KubeCluster) -> None:
 
 
 def install_mco(kube: KubeCluster) -> None:
-    kube.kubectl_ok("apply", "--server-side", "-f", str(MCO_MINIMAL))
-    kube.kubectl_ok("wait", "--for=condition=Established", "--timeout=60s", "-f", str(MCO_MINIMAL))
+    for crd in (MCO_MINIMAL, MCN_CRD):
+        kube.kubectl_ok("apply", "--server-side", "-f", str(crd))
+        kube.kubectl_ok("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
 
 
 def remove_mco(kube: KubeCluster) -> None:
-    kube.kubectl("delete", "--ignore-not-found", "--wait=true", "-f", str(MCO_MINIMAL))
+    for crd in (MCO_MINIMAL, MCN_CRD):
+        kube.kubectl("delete", "--ignore-not-found", "--wait=true", "-f", str(crd))
     wait_for(
         lambda: kube.kubectl("get", "crd", *MCO_CRDS).returncode != 0,
         timeout_s=60,
@@ -83,8 +88,27 @@ def pool(name: str, node_labels: dict[str, str], sets: list[str]) -> dict[str, A
     }
 
 
+def machine_config_node(node: str, pool_name: str) -> dict[str, Any]:
+    """A MachineConfigNode as the machine-config-operator creates it (its required spec)."""
+    return {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfigNode",
+        "metadata": {"name": node},
+        "spec": {
+            "node": {"name": node},
+            "pool": {"name": pool_name},
+            "configVersion": {"desired": f"rendered-{pool_name}-0"},
+        },
+    }
+
+
 def cluster_config(
-    kube: KubeCluster, node: str, *, selector: str = "", mirror_mcn: bool = False
+    kube: KubeCluster,
+    node: str,
+    *,
+    selector: str = "",
+    mirror_mcn: bool = False,
+    api_sets: str = "auto",
 ) -> str:
     """The [cluster] section for a test agent running as ``node``."""
     return f"""
@@ -97,6 +121,7 @@ status_interval_s = 0.5
 heartbeat_s = 2.0
 request_timeout_s = 10.0
 machine_config_node = {"true" if mirror_mcn else "false"}
+api_sets = "{api_sets}"
 """
 
 

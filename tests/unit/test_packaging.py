@@ -121,6 +121,28 @@ def test_unit_runs_the_packaged_launcher_and_tmpfiles_makes_the_link_target() ->
     assert f"f {Config.default().runtime.transient_dropin_path} " in tmpfiles
 
 
+def test_the_path_unit_follows_every_crio_config_and_is_shipped_and_enabled() -> None:
+    """Decision 0044: the files it watches are the ones nodeagent's pins restate."""
+    runtime = Config.default().runtime
+    path_unit = (ROOT / "systemd" / "nodeagent-foreign-pins.path").read_text()
+    watched = {
+        line.split("=", 1)[1] for line in path_unit.splitlines() if line.startswith("PathChanged=")
+    }
+    expected = {runtime.config_dir, runtime.transient_dropin_dir, runtime.config_file}
+    assert watched == {str(p) for p in expected}
+    assert "Unit=nodeagent-foreign-pins.service\n" in path_unit
+    service = (ROOT / "systemd" / "nodeagent-foreign-pins.service").read_text()
+    assert "ExecStart=/usr/bin/nodeagent render-pins --write --reload\n" in service
+    assert "StartLimitIntervalSec=0\n" in service  # a burst must not stop the path unit
+    assert str(Config.default().state.run_dir) in service  # the lock's directory is writable
+    spec = SPEC.read_text()
+    for name in ("nodeagent-foreign-pins.path", "nodeagent-foreign-pins.service"):
+        assert f"systemd/{name} %{{buildroot}}%{{_unitdir}}/{name}" in spec
+        assert f"%{{_unitdir}}/{name}\n" in spec
+    preset = (ROOT / "packaging" / "90-nodeagent.preset").read_text()
+    assert "enable nodeagent-foreign-pins.path\n" in preset
+
+
 def test_operations_guide_explains_every_reason_code() -> None:
     """A technician who reads a reason in the journal finds it in docs/operations.md."""
     abstract = {"Permanent", "Transient", "Unknown"}

@@ -26,6 +26,7 @@ from tests.testenv.kubeobjects import (
     get,
     install_deploy,
     install_mco,
+    machine_config_node,
     pinned_image_set,
     pool,
     remove_mco,
@@ -96,8 +97,7 @@ async def test_pool_set_is_pinned_edited_and_unpinned_with_status_and_events(
     apply(kube, pinned_image_set("master-only", [b]))
     apply(kube, pool("edge", EDGE_ROLE, ["edge-apps", "not-created-yet"]))
     apply(kube, pool("master", {"node-role.kubernetes.io/master": ""}, ["master-only"]))
-    apply(kube, {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigNode",
-                 "metadata": {"name": node}, "spec": {"node": {"name": node}}})  # fmt: skip
+    apply(kube, machine_config_node(node, "edge"))
 
     agent = Agent(
         tmp_path / "agent", fresh_crio, extra_config=cluster_config(kube, node, mirror_mcn=True)
@@ -145,8 +145,12 @@ async def test_pool_set_is_pinned_edited_and_unpinned_with_status_and_events(
         assert mcn is not None
         mirrored = {s["name"]: s for s in mcn["status"]["pinnedImageSets"]}
         assert mirrored["edge-apps"]["currentGeneration"] == 1
-        kinds = {c["type"]: c["status"] for c in mcn["status"]["conditions"]}
-        assert kinds == {"PinnedImageSetsProgressing": "False", "PinnedImageSetsDegraded": "False"}
+        kinds = {c["type"]: (c["status"], c["reason"], c["message"])
+                 for c in mcn["status"]["conditions"]}  # fmt: skip
+        assert kinds == {
+            "PinnedImageSetsProgressing": ("False", "AsExpected", "All pinned image sets complete"),
+            "PinnedImageSetsDegraded": ("False", "AsExpected", "All is good"),
+        }  # the machine-config-daemon's words
 
         # Edit: a second image -> generation 2 -> both pinned.
         apply(kube, pinned_image_set("edge-apps", [a, b]))

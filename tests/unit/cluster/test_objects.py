@@ -1,4 +1,4 @@
-"""The node's status as Kubernetes objects: apply body, conditions, events, MCN, pacing."""
+"""The node's status as Kubernetes objects: apply body, conditions, events, pacing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from nodeagent.cluster.objects import (
     NodeIdentity,
     WritePacer,
     event_object,
-    machine_config_node_status,
     merge_conditions,
     owner_object,
     status_object,
@@ -199,25 +198,6 @@ def test_event_object_is_about_the_node() -> None:
     assert doc["reportingComponent"] == "nodeagent"
     again = event_object(NODE, event, namespace="default", now=LATER)
     assert again["metadata"]["name"] != doc["metadata"]["name"]
-
-
-def test_machine_config_node_mirror() -> None:
-    status = node_status(
-        a_set(),
-        a_set("bad", state="Degraded", reason="ImageNotFound", last_failed_generation=2,
-              last_failed_error="r/x@y: ImageNotFound"),
-    )  # fmt: skip
-    doc = machine_config_node_status(NODE, status, [], NOW)
-    assert doc["apiVersion"] == "machineconfiguration.openshift.io/v1"
-    assert doc["kind"] == "MachineConfigNode"
-    sets = {s["name"]: s for s in doc["status"]["pinnedImageSets"]}
-    assert sets["apps"] == {"name": "apps", "desiredGeneration": 2, "currentGeneration": 2}
-    assert sets["bad"]["lastFailedGeneration"] == 2
-    assert sets["bad"]["lastFailedGenerationError"] == "r/x@y: ImageNotFound"
-    conditions = {c["type"]: c for c in doc["status"]["conditions"]}
-    assert conditions["PinnedImageSetsDegraded"]["status"] == "True"
-    assert conditions["PinnedImageSetsDegraded"]["reason"] == "ImageNotFound"
-    assert conditions["PinnedImageSetsProgressing"]["status"] == "False"
 
 
 def test_pacer_coalesces_writes_and_beats_while_busy() -> None:
