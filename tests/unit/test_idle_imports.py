@@ -54,6 +54,8 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.adapters.store.blobs",  # the store: once it holds something (or has to)
     "nodeagent.adapters.store.registry_sets",
     "nodeagent.cli.bundle",  # the administrator's commands: never for `nodeagent run`
+    "nodeagent.cli.bundle_create",
+    "nodeagent.cli.terminal",
     "nodeagent.cli.store",
     "nodeagent.cli.site",
     "difflib",  # did-you-mean for a broken config only

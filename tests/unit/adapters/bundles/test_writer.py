@@ -35,15 +35,14 @@ from nodeagent.bundles import minisign
 from nodeagent.bundles.freshness import Freshness
 from nodeagent.bundles.signatures import ImageSignature, signature_tag
 from nodeagent.bundles.target import BundleTarget
-from nodeagent.cli.bundle import (
-    TerminalProgress,
-    format_blob_progress,
+from nodeagent.cli.bundle_create import (
     load_set_files,
     parse_platform,
     parse_target_selector,
     read_auth,
     read_secret_key,
 )
+from nodeagent.cli.terminal import TerminalProgress, format_blob_progress
 from nodeagent.errors import (
     AuthFileInvalid,
     ImageNotFound,
