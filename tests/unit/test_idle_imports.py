@@ -44,6 +44,7 @@ NOT_LOADED_AT_IDLE = (
     "pyudev",  # the media loop, when bundles.watch_media is on
     "nodeagent.daemon.bundles",  # the first bundle import
     "nodeagent.bundles.importer",
+    "nodeagent.bundles.handover",
     "nodeagent.bundles.minisign",
     "nodeagent.adapters.http.mirror",
     "aiohttp",  # the loopback mirror, the peer server, the fetcher (docs/decisions/0027)
