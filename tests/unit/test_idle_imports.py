@@ -46,6 +46,7 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.bundles.importer",
     "nodeagent.bundles.handover",
     "nodeagent.bundles.minisign",
+    "nodeagent.bundles.minisign_kdf",
     "nodeagent.adapters.http.mirror",
     "aiohttp",  # the loopback mirror, the peer server, the fetcher (docs/decisions/0027)
     "nodeagent.daemon.site",  # the peer server: [site] serve = true only
