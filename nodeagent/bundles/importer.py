@@ -24,12 +24,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import structlog
-import yaml
 
 from nodeagent.bundles.freshness import Stamp, check
+from nodeagent.bundles.handover import hand_over, was_imported
 from nodeagent.bundles.import_ports import ImageStorePort, ImporterPorts
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import served_blobs, total_size_bytes
@@ -50,12 +49,10 @@ from nodeagent.errors import (
 from nodeagent.errors import (
     InsufficientDiskSpace,
     NodeAgentError,
-    StateFileDamaged,
 )
 from nodeagent.ports import FilesystemSpace
 from nodeagent.prepull import PullResult
 from nodeagent.progress import DEFAULT_INTERVAL_S, ByteProgress, ProgressMeter
-from nodeagent.specs import file_stem
 from nodeagent.status import BundleReport
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
@@ -67,16 +64,6 @@ MESSAGE_CHARS = 1000
 
 
 # ---------------------------------------------------------------- pure helpers
-def set_file_name(bundle_id: str, set_name: str) -> str:
-    """``bundle-<id>-<set>.yaml``, a long ``<id>-<set>`` hash-suffixed (``specs.file_stem``)
-    so that the file and its atomic write's temporary name fit in NAME_MAX."""
-    return f"bundle-{file_stem(f'{bundle_id}-{set_name}')}.yaml"
-
-
-def set_yaml(obj: Mapping[str, Any]) -> str:
-    return yaml.safe_dump(dict(obj), sort_keys=False)
-
-
 def missing_bytes(manifest: BundleManifest, missing: Sequence[str]) -> int:
     """Bytes to bring in: every blob when nothing is stored yet, else the missing images' sizes
     (conservative: blobs they share with stored images count again)."""
@@ -204,7 +191,7 @@ class Importer:
         report = replace(report, images_present=len(refs) - len(missing))
         store = self.ports.image_store
         to_store = 0 if store is None else await asyncio.to_thread(store.missing_bytes, manifest)
-        if not missing and not to_store and self._was_imported(manifest.bundle_id):
+        if not missing and not to_store and was_imported(self.ports.store, manifest.bundle_id):
             done = replace(report, state="imported", is_already_imported=True)
             return self._report(done, "bundle_already_imported", images=len(refs))
         try:
@@ -274,26 +261,6 @@ class Importer:
         self.ports.on_report(
             replace(report, progress=progress.to_json(), progress_text=progress.describe())
         )
-
-    def _was_imported(self, bundle_id: str) -> bool:
-        return bundle_id in self._imported_record().get("imported", {})
-
-    def _imported_record(self) -> dict[str, Any]:
-        """``bundles.json``, the bundles imported before; a damaged one is set aside and
-        starts anew (a bundle then imports again, which changes nothing it already did)."""
-        try:
-            doc = _imported_doc(self.ports.store.load("bundles"))
-        except StateFileDamaged as exc:
-            moved_to = self.ports.store.set_aside("bundles")
-            log.warning(
-                "state_file_damaged",
-                file="bundles",
-                reason=exc.reason,
-                error=exc.message,
-                moved_to=moved_to,
-            )
-            return {}
-        return doc
 
     async def _admit(
         self, manifest: BundleManifest, missing: Sequence[str], report: BundleReport, to_store: int
@@ -423,24 +390,7 @@ class Importer:
         )
 
     def _hand_over(self, manifest: BundleManifest, report: BundleReport) -> BundleReport:
-        names = []
-        for item in manifest.sets:
-            name = item.name
-            path = self.ports.specs.write_set(
-                set_file_name(manifest.bundle_id, name),
-                set_yaml(item.object),
-                is_persistent=item.is_persistent,
-            )
-            log.info("bundle_set_applied", bundle=manifest.bundle_id, set=name, file=str(path))
-            names.append(name)
-        doc = self._imported_record()
-        imported = doc.setdefault("imported", {})
-        imported[manifest.bundle_id] = {
-            "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "images": [str(i.ref) for i in manifest.images],
-            "sets": names,
-        }
-        self.ports.store.save("bundles", doc)
+        names = hand_over(self.ports.specs, self.ports.store, manifest)
         done = replace(
             report, state="imported", images_present=report.images_total, sets=tuple(names)
         )
@@ -464,11 +414,3 @@ class Importer:
                 reason=found.code, error=found.message, action=found.action,
             )  # fmt: skip
         return tuple((f.code, clip(f"{f.message}; {f.action}", MESSAGE_CHARS)) for f in findings)
-
-
-def _imported_doc(doc: dict[str, Any] | None) -> dict[str, Any]:
-    """``bundles.json`` as stored, or ``StateFileDamaged`` when its shape is not nodeagent's."""
-    doc = doc or {}
-    if not isinstance(doc.get("imported", {}), dict):
-        raise StateFileDamaged("state file bundles: 'imported' is not an object")
-    return doc

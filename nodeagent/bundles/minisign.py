@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Ed25519PublicKey,
     )
 
+from nodeagent.bundles.minisign_kdf import password_bytes, scrypt_stream
 from nodeagent.errors import (
     KeyMalformed,
     PermanentError,
@@ -56,9 +57,6 @@ PUBLIC_KEY_BYTES = 2 + KEY_ID_BYTES + 32
 SIGNATURE_BYTES = 2 + KEY_ID_BYTES + 64
 SECRET_HEADER_BYTES = 2 + 2 + 2 + 32 + 8 + 8
 SECRET_BODY_BYTES = KEY_ID_BYTES + 64 + 32
-# minisign's "sensitive" scrypt preset, the one `minisign -G` uses: the most we agree to spend.
-SCRYPT_OPSLIMIT_MAX = 1 << 25
-SCRYPT_MEMLIMIT_MAX = 1 << 30
 # minisign reads the trusted comment line into an 8 KiB buffer.
 TRUSTED_COMMENT_MAX_BYTES = 8192 - len(TRUSTED_PREFIX) - 2
 READ_CHUNK_BYTES = 1 << 20
@@ -154,7 +152,7 @@ def parse_secret_key(text: str, *, password: str | bytes | None = None) -> Secre
     _check_secret_header(raw)
     body = raw[SECRET_HEADER_BYTES:]
     if raw[2:4] == KDF_SCRYPT:
-        body = _xor(body, _scrypt_stream(raw, _password_bytes(password)))
+        body = _xor(body, scrypt_stream(raw, password_bytes(password), SECRET_BODY_BYTES))
     key_id, secret, checksum = body[:8], body[8:72], body[72:]
     if checksum != _checksum(key_id, secret):
         if raw[2:4] == KDF_SCRYPT:
@@ -273,23 +271,6 @@ def generate_keypair(*, comment: str = "nodeagent bundle signing key") -> tuple[
     )
 
 
-def scrypt_parameters(opslimit: int, memlimit: int) -> tuple[int, int, int]:
-    """(log2 N, r, p) for libsodium's scryptsalsa208sha256 limits, as minisign derives them."""
-    opslimit = max(opslimit, 32768)
-    r = 8
-    if opslimit < memlimit // 32:
-        n_log2 = _n_log2(opslimit // (r * 4))
-        return n_log2, r, 1
-    n_log2 = _n_log2(memlimit // (r * 128))
-    max_rp = min((opslimit // 4) >> n_log2, 0x3FFFFFFF)
-    return n_log2, r, max_rp // r
-
-
-def _n_log2(max_n: int) -> int:
-    """The smallest n >= 1 with 2**n > max_n // 2 (at most 63)."""
-    return min(max(1, (max_n // 2).bit_length()), 63)
-
-
 def _decode_key_line(text: str, *, what: str, size: int) -> bytes:
     if len(text) > MAX_KEY_TEXT_BYTES:
         raise KeyMalformed(f"{what}: {len(text)} characters, a minisign key file is under 4 KiB")
@@ -344,30 +325,6 @@ def _check_secret_header(raw: bytes) -> None:
         raise KeyMalformed(f"secret key: unknown key derivation {raw[2:4]!r}")
     if raw[4:6] != CHECKSUM_BLAKE2B:
         raise KeyMalformed(f"secret key: unknown checksum algorithm {raw[4:6]!r}")
-
-
-def _password_bytes(password: str | bytes | None) -> bytes:
-    if password is None:
-        raise SecretKeyLocked("secret key is encrypted: give its password")
-    return password.encode() if isinstance(password, str) else password
-
-
-def _scrypt_stream(raw: bytes, password: bytes) -> bytes:
-    salt = raw[6:38]
-    opslimit = int.from_bytes(raw[38:46], "little")
-    memlimit = int.from_bytes(raw[46:54], "little")
-    if opslimit > SCRYPT_OPSLIMIT_MAX or memlimit > SCRYPT_MEMLIMIT_MAX:
-        raise KeyMalformed(
-            f"secret key: scrypt limits (ops {opslimit}, memory {memlimit} bytes) exceed "
-            "minisign's 'sensitive' preset; re-encrypt it with `minisign -C`"
-        )
-    n_log2, r, p = scrypt_parameters(opslimit, memlimit)
-    if p < 1:
-        raise KeyMalformed("secret key: scrypt limits too small to derive a key")
-    maxmem = 128 * r * ((1 << n_log2) + 2 + p) + (1 << 20)
-    return hashlib.scrypt(
-        password, salt=salt, n=1 << n_log2, r=r, p=p, maxmem=maxmem, dklen=SECRET_BODY_BYTES
-    )
 
 
 def _xor(left: bytes, right: bytes) -> bytes:

@@ -57,7 +57,7 @@ class StoreSource(Protocol):
 
 
 class StoreRestorer:
-    """``sync.reconciler.ImageRestorer`` over the node's image store."""
+    """``sync.losses.ImageRestorer`` over the node's image store."""
 
     def __init__(
         self,

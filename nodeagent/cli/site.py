@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from nodeagent.adapters.kube import KubeApi
     from nodeagent.cluster.holdings import Holdings
     from nodeagent.cluster.scope import Scope
-    from nodeagent.cluster.site import BundleView
+    from nodeagent.cluster.site_view import BundleView
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 

@@ -208,7 +208,7 @@ def _offline(
 
 
 class LazyRestorer:
-    """``sync.reconciler.ImageRestorer`` that loads the store's restorer (the loopback
+    """``sync.losses.ImageRestorer`` that loads the store's restorer (the loopback
     server, the mirror) only once the store holds a bundle: idle nodes without one never
     import it."""
 

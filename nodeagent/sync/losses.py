@@ -11,15 +11,17 @@ runtime lists:
   image at all (the store was emptied);
 * ``RuntimeImagesLost``: some (or all) pinned images are gone while others remain.
 
-The images are then restored from the node's local store first (``ports.ImageRestorer``,
+The images are then restored from the node's local store first (``ImageRestorer``,
 no network), and only the rest from their registries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
+
+from nodeagent.prepull import PullResult
 
 WIPED: Final = "RuntimeStorageWiped"
 LOST: Final = "RuntimeImagesLost"
@@ -92,3 +94,14 @@ def is_new(loss: ImageLoss, previous: ImageLoss | None) -> bool:
 def restored_count(loss: ImageLoss, results: Mapping[str, bool]) -> int:
     """How many of the lost images a restore brought back (``results``: ref -> pulled)."""
     return sum(1 for ref in loss.lost if results.get(ref, False))
+
+
+class ImageRestorer(Protocol):
+    """Brings images back from the node's local store, without any network
+    (``bundles.restore.StoreRestorer``: the store served on loopback as a mirror)."""
+
+    async def holds(self, refs: Sequence[str]) -> list[str]:
+        """Those of ``refs`` the store can restore (their manifests and blobs are in it)."""
+        ...
+
+    async def restore(self, refs: Sequence[str]) -> Mapping[str, PullResult]: ...

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Protocol
 
 import structlog
 
@@ -47,7 +46,7 @@ from nodeagent.sync.loop import (
     transient_cause,
     wait_event,
 )
-from nodeagent.sync.losses import ImageLoss, find_loss, is_new, restored_count
+from nodeagent.sync.losses import ImageLoss, ImageRestorer, find_loss, is_new, restored_count
 from nodeagent.sync.passes import (
     SyncPass,
     final_set,
@@ -61,17 +60,6 @@ from nodeagent.sync.passes import (
 )
 
 log = structlog.get_logger(__name__)
-
-
-class ImageRestorer(Protocol):
-    """Brings images back from the node's local store, without any network
-    (``bundles.restore.StoreRestorer``: the store served on loopback as a mirror)."""
-
-    async def holds(self, refs: Sequence[str]) -> list[str]:
-        """Those of ``refs`` the store can restore (their manifests and blobs are in it)."""
-        ...
-
-    async def restore(self, refs: Sequence[str]) -> Mapping[str, PullResult]: ...
 
 
 class Reconciler:
@@ -321,14 +309,7 @@ class Reconciler:
             failed=len(failed),
             message=f"restored {len(restored)} images from the local store",
         )
-        for result in failed:
-            log.warning(
-                "restore_failed",
-                image=result.ref,
-                reason=result.reason,
-                error=result.message,
-                next="the image's registry",
-            )
+        _log_restore_failed(failed)
 
     async def _through_store(
         self, run: SyncPass, todo: list[str], disk: DiskStatus | None, admitted: Sequence[str] = ()
@@ -346,15 +327,7 @@ class Reconciler:
         if not stored:
             return todo
         results = await self.restorer.restore(stored)
-        for result in results.values():
-            if not result.is_pulled:
-                log.warning(
-                    "restore_failed",
-                    image=result.ref,
-                    reason=result.reason,
-                    error=result.message,
-                    next="the image's registry",
-                )
+        _log_restore_failed(r for r in results.values() if not r.is_pulled)
         return [ref for ref in todo if not (ref in results and results[ref].is_pulled)]
 
     async def _pull_missing(self, run: SyncPass) -> None:
@@ -456,4 +429,16 @@ class Reconciler:
             repairs=[r.to_json() for r in (*loaded.repairs, *self.ledgers.late_repairs)],
             boot_id=self.boot_id,
             image_loss=None if self._loss is None else self._loss.to_json(),
+        )
+
+
+def _log_restore_failed(failed: Iterable[PullResult]) -> None:
+    """Each image the store could not restore; its registry is tried next."""
+    for result in failed:
+        log.warning(
+            "restore_failed",
+            image=result.ref,
+            reason=result.reason,
+            error=result.message,
+            next="the image's registry",
         )

@@ -15,8 +15,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from nodeagent.bundles import minisign
-from nodeagent.bundles.manifest import BundleManifest, TreeEntry, check_tree, parse_manifest
+from nodeagent.bundles.manifest import BundleManifest, parse_manifest
 from nodeagent.bundles.target import MAX_SELECTOR_CHARS, parse_target
+from nodeagent.bundles.tree_rules import TreeEntry, check_tree
 from tests.fuzz import strategies as s
 from tests.fuzz.contract import outcome
 
@@ -117,7 +118,7 @@ def _manifest(data: bytes) -> None:
             assert parse_target({"nodeSelector": text}) == result.target
         assert 0 <= result.sequence <= 2**53 - 1
         tree = [TreeEntry(f.path, "file", f.size_bytes) for f in result.files]
-        outcome("bundles.manifest.check_tree", lambda: check_tree(tree, result))
+        outcome("bundles.tree_rules.check_tree", lambda: check_tree(tree, result))
 
 
 @given(s.raw_bytes)

@@ -44,7 +44,9 @@ NOT_LOADED_AT_IDLE = (
     "pyudev",  # the media loop, when bundles.watch_media is on
     "nodeagent.daemon.bundles",  # the first bundle import
     "nodeagent.bundles.importer",
+    "nodeagent.bundles.handover",
     "nodeagent.bundles.minisign",
+    "nodeagent.bundles.minisign_kdf",
     "nodeagent.adapters.http.mirror",
     "aiohttp",  # the loopback mirror, the peer server, the fetcher (docs/decisions/0027)
     "nodeagent.daemon.site",  # the peer server: [site] serve = true only
@@ -54,6 +56,8 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.adapters.store.blobs",  # the store: once it holds something (or has to)
     "nodeagent.adapters.store.registry_sets",
     "nodeagent.cli.bundle",  # the administrator's commands: never for `nodeagent run`
+    "nodeagent.cli.bundle_create",
+    "nodeagent.cli.terminal",
     "nodeagent.cli.store",
     "nodeagent.cli.site",
     "difflib",  # did-you-mean for a broken config only

@@ -6,7 +6,7 @@ The order is the trust order of docs/bundle-format.md:
    regular files opened without following links, and verify the signature (prehashed
    only) against the trusted keys (``load_trusted_keys_dir``) before a byte of the
    manifest is parsed; then the architecture (``content.check_architecture``);
-2. ``walk_tree`` + ``bundle.check_tree``: every entry lstat'ed, none followed, checked as
+2. ``walk_tree`` + ``tree_rules.check_tree``: every entry lstat'ed, none followed, checked as
    the walk yields it (memory bounded by the manifest, not by the medium); unlisted,
    unsafe, missing or wrongly sized entries are refused before anything is read;
 3. ``check_contents``: every image complete for the platform (``bundles.content``), from
@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from nodeagent.bundles import content, minisign
+from nodeagent.bundles import content, minisign, tree_rules
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles.manifest import (
     BundleIncomplete,
@@ -47,10 +47,10 @@ from nodeagent.bundles.manifest import (
     BundleSizeMismatch,
     BundleUnsafeEntry,
     ExpectedFile,
-    TreeEntry,
 )
 from nodeagent.bundles.signatures import signatures_doc
 from nodeagent.bundles.target import target_doc
+from nodeagent.bundles.tree_rules import TreeEntry
 from nodeagent.errors import HostFileError, NodeAgentError, SignatureMalformed
 from nodeagent.registries import Platform
 from nodeagent.strict import clip
@@ -130,7 +130,7 @@ class BundleDir:
             raise BundleSizeMismatch(
                 f"{file.path}: read {len(data)} bytes, bundle.json says {file.size_bytes}"
             )
-        bundle.check_digest(file, hashlib.sha256(data).hexdigest())
+        tree_rules.check_digest(file, hashlib.sha256(data).hexdigest())
         return data
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
@@ -263,7 +263,7 @@ def check_signed_bundle(root: Path, manifest: BundleManifest, platform: Platform
     """After the signature: the architecture, the tree, the images (no blob hashed)."""
     content.check_architecture(manifest, platform)
     with contextlib.closing(walk_tree(root)) as entries:
-        bundle.check_tree(entries, manifest)
+        tree_rules.check_tree(entries, manifest)
     check_contents(root, manifest, platform)
 
 
@@ -315,7 +315,7 @@ class HashingReader:
                 f"{self.file.path}: read {self.size_bytes} bytes, bundle.json says "
                 f"{self.file.size_bytes} (the file changed while it was read?)"
             )
-        bundle.check_digest(self.file, self.sha256.hexdigest())
+        tree_rules.check_digest(self.file, self.sha256.hexdigest())
 
 
 def hash_files(root: Path, manifest: BundleManifest, on_progress: Progress | None = None) -> None:

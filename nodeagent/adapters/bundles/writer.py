@@ -45,6 +45,7 @@ from nodeagent.bundles import release as releases
 from nodeagent.bundles.freshness import Freshness
 from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION, BundleTarget, target_doc
+from nodeagent.bundles.tree_rules import METADATA_DIRS
 from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
@@ -211,7 +212,7 @@ def prepare_output(output_dir: Path) -> Path:
     if bundle.MANIFEST_NAME in names:
         raise HostFileError(f"{output_dir} already holds a bundle; give an empty directory")
     others = sorted(n for n in names - _RESUMABLE if not n.endswith(".tmp"))
-    for name in bundle.METADATA_DIRS.intersection(others):
+    for name in METADATA_DIRS.intersection(others):
         if _holds_anything(output_dir / name):
             raise HostFileError(
                 f"{output_dir / name} is not empty, and bundle verify refuses anything in it: "

@@ -36,7 +36,7 @@ from nodeagent.adapters.http.streamer import (
     Outlet,
     in_thread,
 )
-from nodeagent.bundles.manifest import BundleError, ExpectedFile, check_digest
+from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.bundles.mirror import (
     API_VERSION_HEADER,
     ErrorAnswer,
@@ -46,6 +46,7 @@ from nodeagent.bundles.mirror import (
     manifest_media_type,
     parse_range,
 )
+from nodeagent.bundles.tree_rules import check_digest
 from nodeagent.errors import HostFileError
 
 log = structlog.get_logger(__name__)

@@ -39,7 +39,8 @@ from typing import IO, Final, TypeVar
 
 from aiohttp.web_response import StreamResponse
 
-from nodeagent.bundles.manifest import BundleError, BundleIncomplete, ExpectedFile, check_digest
+from nodeagent.bundles.manifest import BundleError, BundleIncomplete, ExpectedFile
+from nodeagent.bundles.tree_rules import check_digest
 
 _T = TypeVar("_T")
 

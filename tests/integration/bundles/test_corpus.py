@@ -37,9 +37,9 @@ from nodeagent.bundles.manifest import (
     BundleIncomplete,
     BundleSizeMismatch,
     ExpectedFile,
-    check_digest,
     parse_manifest,
 )
+from nodeagent.bundles.tree_rules import check_digest
 from nodeagent.cli import main as cli
 from nodeagent.daemon.bundles import ServedBundle
 from nodeagent.disk import DiskPolicy

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.bundles import minisign
-from nodeagent.bundles.importer import set_file_name
+from nodeagent.bundles.handover import set_file_name
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.bundles import make_bundle
 from tests.testenv.crio import Crio

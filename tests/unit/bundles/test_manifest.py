@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from nodeagent.bundles import manifest as bundle
-from nodeagent.bundles.manifest import TreeEntry
+from nodeagent.bundles import tree_rules
+from nodeagent.bundles.tree_rules import TreeEntry
 
 HEX_A, HEX_B, HEX_C = "a" * 64, "b" * 64, "c" * 64
 REF = f"quay.io/acme/app@sha256:{HEX_A}"
@@ -290,12 +291,12 @@ def test_R26_file_names_to_write() -> None:
 
 # ---------------------------------------------------------------- the tree
 def test_good_tree_passes() -> None:
-    bundle.check_tree(good_tree(), parse(manifest_doc()))
+    tree_rules.check_tree(good_tree(), parse(manifest_doc()))
 
 
-@pytest.mark.parametrize("name", sorted(bundle.METADATA_DIRS))
+@pytest.mark.parametrize("name", sorted(tree_rules.METADATA_DIRS))
 def test_R15_empty_metadata_directories_at_the_root_are_ignored(name: str) -> None:
-    bundle.check_tree([*good_tree(), TreeEntry(name, "dir")], parse(manifest_doc()))
+    tree_rules.check_tree([*good_tree(), TreeEntry(name, "dir")], parse(manifest_doc()))
 
 
 @pytest.mark.parametrize(
@@ -321,7 +322,7 @@ def test_R15_empty_metadata_directories_at_the_root_are_ignored(name: str) -> No
 )  # fmt: skip
 def test_unsafe_or_unlisted_entries_are_refused(entry: TreeEntry, reason: str) -> None:
     with pytest.raises(bundle.BundleError) as info:
-        bundle.check_tree([*good_tree(), entry], parse(manifest_doc()))
+        tree_rules.check_tree([*good_tree(), entry], parse(manifest_doc()))
     assert info.value.reason == reason
 
 
@@ -330,9 +331,9 @@ def test_R16_wrong_size_and_missing_file_are_refused() -> None:
     tree = good_tree()
     tree[-1] = TreeEntry(f"blobs/sha256/{HEX_B}", "file", 199)
     with pytest.raises(bundle.BundleSizeMismatch, match="199 bytes"):
-        bundle.check_tree(tree, m)
+        tree_rules.check_tree(tree, m)
     with pytest.raises(bundle.BundleIncomplete, match=HEX_B):
-        bundle.check_tree(good_tree()[:-1], m)
+        tree_rules.check_tree(good_tree()[:-1], m)
 
 
 def test_R17_the_tree_is_checked_as_it_comes() -> None:
@@ -348,13 +349,13 @@ def test_R17_the_tree_is_checked_as_it_comes() -> None:
             yield entry
 
     with pytest.raises(bundle.BundleUnlistedFile):
-        bundle.check_tree(walk(), parse(manifest_doc()))
+        tree_rules.check_tree(walk(), parse(manifest_doc()))
     assert asked == ["junk"]
 
 
 def test_R25_check_digest() -> None:
     file = bundle.ExpectedFile("blobs/sha256/" + HEX_A, 1, HEX_A)
-    bundle.check_digest(file, HEX_A)
+    tree_rules.check_digest(file, HEX_A)
     with pytest.raises(bundle.BundleDigestMismatch) as info:
-        bundle.check_digest(file, HEX_B)
+        tree_rules.check_digest(file, HEX_B)
     assert info.value.reason == "BundleDigestMismatch"

@@ -12,7 +12,7 @@ import io
 
 import pytest
 
-from nodeagent.bundles import minisign
+from nodeagent.bundles import minisign, minisign_kdf
 from nodeagent.bundles.minisign import PublicKey
 from nodeagent.errors import (
     KeyMalformed,
@@ -196,7 +196,7 @@ def test_scrypt_limits_beyond_the_sensitive_preset_are_refused() -> None:
     ],
 )
 def test_scrypt_parameters(opslimit: int, memlimit: int, expected: tuple[int, int, int]) -> None:
-    assert minisign.scrypt_parameters(opslimit, memlimit) == expected
+    assert minisign_kdf.scrypt_parameters(opslimit, memlimit) == expected
 
 
 def test_generated_keypair_parses_and_names_its_key_id() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.adapters.bundles.intake import SpecDirs
-from nodeagent.bundles.importer import set_file_name
+from nodeagent.bundles.handover import set_file_name
 from nodeagent.errors import BundleUnsafePath
 
 

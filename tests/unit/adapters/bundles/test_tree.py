@@ -25,7 +25,7 @@ from nodeagent.adapters.bundles.tree import (
     walk_tree,
 )
 from nodeagent.bundles import manifest as bundle
-from nodeagent.bundles import minisign
+from nodeagent.bundles import minisign, tree_rules
 from nodeagent.bundles.manifest import (
     BundleDigestMismatch,
     BundleIncomplete,
@@ -34,8 +34,8 @@ from nodeagent.bundles.manifest import (
     BundleUnlistedFile,
     BundleUnsafeEntry,
     ExpectedFile,
-    TreeEntry,
 )
+from nodeagent.bundles.tree_rules import TreeEntry
 from nodeagent.errors import (
     BundleArchitectureMismatch,
     KeyMalformed,
@@ -290,14 +290,14 @@ def test_R17_walk_is_lazy_and_never_enters_an_unlisted_directory(root: Path, key
             yield entry
 
     with pytest.raises(BundleUnlistedFile, match="directory junk"):
-        bundle.check_tree(counted(), manifest)
+        tree_rules.check_tree(counted(), manifest)
     assert not any(path.startswith("junk/") for path in walked)
     assert len(walked) <= 5  # the root's entries at most
 
 
 def test_walk_of_a_good_bundle_passes_the_tree_rules(root: Path, keys: Keys) -> None:
     manifest, _ = read_signed_manifest(root, keys.trusted())
-    bundle.check_tree(walk_tree(root), manifest)
+    tree_rules.check_tree(walk_tree(root), manifest)
 
 
 # ---------------------------------------------------------------- opening and hashing

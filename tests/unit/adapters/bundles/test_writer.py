@@ -31,19 +31,18 @@ from nodeagent.adapters.bundles.writer import (
     set_object,
 )
 from nodeagent.bundles import manifest as bundle
-from nodeagent.bundles import minisign
+from nodeagent.bundles import minisign, minisign_kdf
 from nodeagent.bundles.freshness import Freshness
 from nodeagent.bundles.signatures import ImageSignature, signature_tag
 from nodeagent.bundles.target import BundleTarget
-from nodeagent.cli.bundle import (
-    TerminalProgress,
-    format_blob_progress,
+from nodeagent.cli.bundle_create import (
     load_set_files,
     parse_platform,
     parse_target_selector,
     read_auth,
     read_secret_key,
 )
+from nodeagent.cli.terminal import TerminalProgress, format_blob_progress
 from nodeagent.errors import (
     AuthFileInvalid,
     ImageNotFound,
@@ -397,7 +396,7 @@ def _encrypt(secret_text: str, password: bytes) -> str:
     """An unencrypted minisign secret key re-encrypted the way `minisign -G` does (scrypt)."""
     raw = base64.b64decode(secret_text.splitlines()[1])
     salt, opslimit, memlimit = os.urandom(32), 1 << 20, 1 << 24  # small: a fast test
-    n_log2, r, p = minisign.scrypt_parameters(opslimit, memlimit)
+    n_log2, r, p = minisign_kdf.scrypt_parameters(opslimit, memlimit)
     stream = hashlib.scrypt(password, salt=salt, n=1 << n_log2, r=r, p=p, maxmem=1 << 26, dklen=104)
     body = bytes(a ^ b for a, b in zip(raw[54:], stream, strict=True))
     limits = opslimit.to_bytes(8, "little") + memlimit.to_bytes(8, "little")
