@@ -4,11 +4,12 @@ The reference node: media watching on (as packaged), cluster mode off, serving o
 set pinned from the test registry against the test CRI-O, the unit's environment
 (``MALLOC_ARENA_MAX=2``: glibc's per-thread heaps otherwise grow with every worker
 thread). The daemon runs with the modules a node installs and nothing else: the bundled
-dependencies named in ``packaging/bundled-requirements.txt`` (linked from this environment into a directory of
-their own) and a byte-compiled copy of this checkout's ``nodeagent``, in an interpreter
-started with ``-S`` so the development venv's other packages stay out of reach. They
-matter: structlog imports ``rich`` when it can (import-linter brings it into the
-development venv) and that alone is 5.3 MiB the RPM never ships (docs/performance.md).
+dependencies named in ``packaging/bundled-requirements.txt`` (linked from this
+environment into a directory of their own) and a byte-compiled copy of this checkout's
+``nodeagent``, in an interpreter started with ``-S`` so the development venv's other
+packages stay out of reach. They matter: structlog imports ``rich`` when it can
+(import-linter brings it into the development venv) and that alone is 5.3 MiB the RPM
+never ships (docs/performance.md).
 
 Idle means after the first sync, once VmRSS has not moved for 2 s (the definition
 docs/performance.md uses).
