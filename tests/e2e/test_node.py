@@ -64,8 +64,13 @@ def test_nodeagent_is_ready_before_crio_starts(node: Node) -> None:
     ready = next(i for i, line in enumerate(manager) if line.startswith("Started nodeagent"))
     crio = next(i for i, line in enumerate(manager) if line.startswith("Starting crio.service"))
     assert ready < crio
-    # CRI-O not answering yet is expected at boot: no warning for a technician to chase.
-    assert node.journal("-b", "-u", "nodeagent", "-p", "warning", "-o", "cat") == ""
+    # CRI-O not answering yet is expected at boot: no warning for a technician to chase. The
+    # offline drill's verdict (this node has no kubelet and no pause image) is a finding of
+    # its own, made after the first sync: never about CRI-O not answering yet.
+    warnings = node.journal("-b", "-u", "nodeagent", "-p", "warning", "-o", "cat").splitlines()
+    others = [line for line in warnings if not line.startswith("offline_not_ready:")]
+    assert others == []
+    assert not any("RuntimeUnreachable" in line for line in warnings), warnings
     lines = node.journal("-b", "-u", "nodeagent", "-o", "cat").splitlines()
     rendered = next(i for i, line in enumerate(lines) if "99-nodeagent-pinned-images" in line)
     started = next(i for i, line in enumerate(lines) if line.startswith("daemon_started"))

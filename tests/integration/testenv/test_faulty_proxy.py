@@ -102,6 +102,7 @@ def test_stalls_a_body_after_n_bytes_until_healed(proxy: FaultyProxy, pushed: Pu
     assert len(response.read(1000)) == 1000
     with pytest.raises(TimeoutError):
         response.read(1)
+    response.close()  # its own file object holds the socket too
     conn.close()
     assert proxy.exchanges()[-1].fault == "stall"
     proxy.heal()
