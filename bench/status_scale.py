@@ -42,7 +42,8 @@ from nodeagent.adapters.kube import KubeApi
 from nodeagent.cluster.api import Obj
 from nodeagent.cluster.kinds import ResourceKind
 from nodeagent.cluster.objects import FIELD_MANAGER
-from nodeagent.cluster.tasks import Connection, StatusReporter
+from nodeagent.cluster.reporter import StatusReporter
+from nodeagent.cluster.tasks import Connection
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.errors import NodeAgentError
 from nodeagent.status import NodeStatus, PullProgress, SetStatus, conditions_for

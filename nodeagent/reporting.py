@@ -46,7 +46,7 @@ MAX_BUNDLE_REPORTS = 10
 
 
 class ClusterSink(Protocol):
-    """The cluster status object's writer (``cluster.tasks.StatusReporter``)."""
+    """The cluster status object's writer (``cluster.reporter.StatusReporter``)."""
 
     def update(self, status: NodeStatus, *, is_final: bool) -> None: ...
 

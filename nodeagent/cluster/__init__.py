@@ -1,6 +1,7 @@
 """Cluster mode: PinnedImageSets from the API server in, the node's status object out.
 
-Modules: ``tasks`` (the two long-lived tasks, ``ClusterSpecs`` and ``StatusReporter``),
+Modules: ``tasks`` (the sets-in task ``ClusterSpecs``, and what both tasks share),
+``reporter`` (the status-out task ``StatusReporter``),
 ``objects`` (the status object and Events, as pure builders), ``machine_config_node``
 (the MachineConfigNode mirror, pure), ``ownership`` (who pins the API's sets: nodeagent or
 the machine-config-daemon, decision 0044), ``site`` (the site view of ``nodeagent site

@@ -9,22 +9,21 @@ only when ``[cluster] enabled``). Two long-lived tasks:
   daemon's inotify watch on that directory starts a sync, so the rest of nodeagent does not
   know whether a set came from a file or the cluster. The files are left alone until every
   informer has listed once: an unreachable API server never empties the node's specs.
-* ``StatusReporter.run`` applies the node's status object (server-side apply, field manager
-  ``nodeagent``) at most once per ``status_interval_s``, with a heartbeat while pulls run;
-  while the API is unreachable the latest status waits (later ones replace it) and the
-  Events wait in a bounded queue; both are written when it answers again.
+* ``StatusReporter.run`` (in ``cluster.reporter``) applies the node's status object
+  (server-side apply, field manager ``nodeagent``) at most once per
+  ``status_interval_s``, with a heartbeat while pulls run; while the API is unreachable
+  the latest status waits (later ones replace it) and the Events wait in a bounded queue;
+  both are written when it answers again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import datetime as dt
 import random
 import socket
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,19 +31,8 @@ from typing import Any
 import structlog
 import yaml
 
-from nodeagent import __version__
 from nodeagent.cluster import kinds
 from nodeagent.cluster.api import KubeApi, Obj, SpecMirror
-from nodeagent.cluster.machine_config_node import machine_config_node_status
-from nodeagent.cluster.objects import (
-    NodeEvent,
-    NodeIdentity,
-    WritePacer,
-    event_object,
-    owner_object,
-    status_object,
-    transitions,
-)
 from nodeagent.cluster.ownership import Ownership, api_sets_owner
 from nodeagent.cluster.placement import (
     CACHE_HEADER,
@@ -56,7 +44,6 @@ from nodeagent.cluster.placement import (
 from nodeagent.config import Config
 from nodeagent.errors import ApiUnreachable, NodeAgentError, PoolMembershipInvalid
 from nodeagent.selectors import parse_selector
-from nodeagent.status import NodeStatus, PullProgress
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +58,7 @@ def node_name(config: Config) -> str:
     return config.cluster.node_name or socket.gethostname().split(".")[0].lower()
 
 
-def _now() -> str:
+def now_text() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -322,150 +309,3 @@ class ClusterSpecs:
 def _spec_file(name: str, obj: Mapping[str, Any]) -> bytes:
     text = yaml.safe_dump(set_document(obj), sort_keys=True, default_flow_style=False)
     return (CACHE_HEADER.format(name=name) + text).encode()
-
-
-# ---------------------------------------------------------------- status out
-
-
-class StatusReporter:
-    """Writes the node's status object, coalesced; Events on set transitions."""
-
-    def __init__(
-        self,
-        config: Config,
-        api: KubeApi,
-        connection: Connection,
-        *,
-        progress: Callable[[], PullProgress],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.config = config
-        self.api = api
-        self.connection = connection
-        self.progress = progress
-        self.clock = clock
-        self.identity = NodeIdentity(node_name(config), "")
-        cluster = config.cluster
-        self.pacer = WritePacer(
-            cluster.status_interval_s, cluster.heartbeat_s, cluster.progress_interval_s
-        )
-        self.status: NodeStatus | None = None
-        self.final: NodeStatus | None = None
-        self.placement: Placement | None = None
-        self.events: collections.deque[NodeEvent] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
-        self.dirty = asyncio.Event()
-        self.conditions: list[Mapping[str, Any]] = []
-        self.mcn_conditions: list[Mapping[str, Any]] = []
-        self.ownership: Ownership | None = None
-        """Who owns the API sets; the MachineConfigNode is mirrored only while it is us."""
-        self._has_object = False
-        self.writes = 0
-
-    # called by the daemon ------------------------------------------------
-    def update(self, status: NodeStatus, *, is_final: bool) -> None:
-        self.status = status
-        if is_final:
-            if self.config.cluster.events:
-                self.events.extend(transitions(self.final, status))
-            self.final = status
-        self.dirty.set()
-
-    def poke(self) -> None:
-        self.dirty.set()
-
-    def set_node(self, node: Obj) -> None:
-        uid = str((node.get("metadata") or {}).get("uid", ""))
-        if uid and uid != self.identity.uid:
-            self.identity = NodeIdentity(self.identity.name, uid)
-            self._has_object = False
-            self.dirty.set()
-
-    def set_ownership(self, ownership: Ownership) -> None:
-        self.ownership = ownership
-        self.dirty.set()
-
-    def set_placement(self, placement: Placement) -> None:
-        if placement != self.placement:
-            self.placement = placement
-            self.dirty.set()
-
-    # the task -------------------------------------------------------------
-    async def run(self) -> None:
-        backoff = Backoff()
-        while True:
-            body = self._body()
-            delay = None
-            if body is not None:
-                # A new owner (the Node's uid learnt) is written even if the status is not.
-                is_owner_due = not self._has_object
-                is_changed = self.pacer.is_changed(body) or is_owner_due
-                delay = self.pacer.delay(
-                    self.clock(),
-                    is_changed=is_changed,
-                    is_busy=self.progress().is_busy,
-                    is_milestone=is_owner_due or (is_changed and self.pacer.is_milestone(body)),
-                )
-            if body is None or delay is None or delay > 0:
-                self.dirty.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.dirty.wait(), delay)
-                continue
-            try:
-                await self._write(body)
-            except NodeAgentError as exc:
-                if isinstance(exc, ApiUnreachable):
-                    self.connection.down(exc)
-                else:
-                    log.error("status_write_failed", reason=exc.reason, error=exc.message)
-                await asyncio.sleep(backoff.next())
-                continue
-            backoff.reset()
-            self.connection.up()
-
-    def _body(self) -> dict[str, Any] | None:
-        if self.status is None:
-            return None
-        return status_object(
-            self.identity,
-            self.status,
-            self.progress(),
-            placement=self.placement,
-            previous_conditions=self.conditions,
-            now=_now(),
-            agent_version=__version__,
-        )
-
-    async def _write(self, body: dict[str, Any]) -> None:
-        kind = kinds.NODE_IMAGE_STATUS
-        if not self._has_object:
-            identity = self.identity
-            await self.api.apply(kind, owner_object(identity))
-            # set_node may have learnt the uid while that apply was on its way: apply again.
-            self._has_object = identity == self.identity
-        written = await self.api.apply(kind, body, subresource="status")
-        self.writes += 1
-        self.pacer.written(self.clock(), body)
-        self.conditions = list((written.get("status") or {}).get("conditions") or [])
-        await self._flush_events()
-        if self.is_mirroring_mcn() and self.final is not None:
-            await self._mirror_mcn(self.final)
-
-    def is_mirroring_mcn(self) -> bool:
-        """Asked for, and nodeagent owns the API sets (known: not before the first placement)."""
-        owner = self.ownership
-        return self.config.cluster.machine_config_node and owner is not None and owner.is_ours
-
-    async def _flush_events(self) -> None:
-        while self.events:
-            event = self.events[0]
-            body = event_object(
-                self.identity, event, namespace=self.config.cluster.event_namespace, now=_now()
-            )
-            await self.api.create(kinds.EVENT, body)
-            self.events.popleft()
-
-    async def _mirror_mcn(self, status: NodeStatus) -> None:
-        sets = self.placement.sets if self.placement is not None else ()
-        body = machine_config_node_status(self.identity, status, sets, self.mcn_conditions, _now())
-        written = await self.api.apply(kinds.MACHINE_CONFIG_NODE, body, subresource="status")
-        self.mcn_conditions = list((written.get("status") or {}).get("conditions") or [])

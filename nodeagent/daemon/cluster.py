@@ -20,7 +20,8 @@ from nodeagent.cluster.api import Obj
 from nodeagent.cluster.holdings import HeldBundle
 from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.cluster.readiness import PullGate
-from nodeagent.cluster.tasks import ClusterSpecs, Connection, StatusReporter, node_name
+from nodeagent.cluster.reporter import StatusReporter
+from nodeagent.cluster.tasks import ClusterSpecs, Connection, node_name
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
 from nodeagent.reporting import ClusterSink

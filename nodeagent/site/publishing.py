@@ -246,7 +246,7 @@ class HoldingsPublisher:
 
 
 class StatusSink(Protocol):
-    """The node's status writer (``cluster.tasks.StatusReporter``), as ``reporting`` calls it."""
+    """The node's status writer (``cluster.reporter.StatusReporter``), as ``reporting`` calls it."""
 
     def update(self, status: NodeStatus, *, is_final: bool) -> None: ...
 

@@ -34,7 +34,8 @@ from nodeagent.cluster.holdings import (
 )
 from nodeagent.cluster.kinds import NODE_IMAGE_HOLDINGS
 from nodeagent.cluster.objects import FIELD_MANAGER, NodeIdentity
-from nodeagent.cluster.tasks import Connection, StatusReporter
+from nodeagent.cluster.reporter import StatusReporter
+from nodeagent.cluster.tasks import Connection
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.errors import ApiAccessDenied, ApiRequestRejected
 from nodeagent.site.publishing import BundleStepsTrigger, HoldingsPublisher, PeerWatcher

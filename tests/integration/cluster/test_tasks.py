@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from nodeagent.adapters.kube import KubeApi
-from nodeagent.cluster.tasks import Connection, StatusReporter
+from nodeagent.cluster.reporter import StatusReporter
+from nodeagent.cluster.tasks import Connection
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.status import NodeStatus, PullProgress, conditions_for
 from tests.testenv.kube import KubeCluster

@@ -18,7 +18,8 @@ from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.kube import KubeApi
 from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
-from nodeagent.cluster.tasks import Connection, StatusReporter
+from nodeagent.cluster.reporter import StatusReporter
+from nodeagent.cluster.tasks import Connection
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.offline import findings as f
 from nodeagent.offline.drill import EVENT_REASON, OfflineDrill
