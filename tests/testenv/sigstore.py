@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from nodeagent.bundles.signatures import SIGNATURE_ANNOTATION, SIGNATURE_LAYER_TYPE, signature_tag
+from tests.testenv.images import make_image_set, push
+from tests.testenv.registry import Registry
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -125,3 +127,20 @@ def sign_image(registry_url: str, host: str, repository: str, digest: str, key: 
     status, _ = _call(base, "PUT", f"/v2/{repository}/manifests/{tag}", manifest, OCI_MANIFEST)
     assert status == 201, f"signature manifest: HTTP {status}"
     return f"sha256:{hashlib.sha256(manifest).hexdigest()}"
+
+
+def push_signed_images(
+    registry: Registry, key: SigningKey, *, count: int, layer_bytes: int, base_bytes: int, seed: int
+) -> tuple[list[str], dict[str, str]]:
+    """``count`` images pushed to ``registry`` and each signed with ``key``: their references
+    by digest, and reference -> digest of its signature manifest."""
+    images = make_image_set(
+        count, layer_size_bytes=layer_bytes, shared_base_size_bytes=base_bytes, seed=seed
+    )
+    pushed = [push(registry.url, i.repository, i.build()) for i in images]
+    refs = [p.reference(registry.host) for p in pushed]
+    digests = {
+        ref: sign_image(registry.url, registry.host, p.repository, p.digest, key)
+        for ref, p in zip(refs, pushed, strict=True)
+    }
+    return refs, digests

@@ -25,9 +25,8 @@ from nodeagent.bundles.signatures import signature_tag
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.bundles import make_bundle
 from tests.testenv.crio import Crio
-from tests.testenv.images import make_image_set, push
 from tests.testenv.registry import Registry
-from tests.testenv.sigstore import SigningKey, sign_image
+from tests.testenv.sigstore import SigningKey, push_signed_images
 
 
 @dataclass(frozen=True)
@@ -49,14 +48,9 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> SignedBundles:
     public, secret = minisign.generate_keypair(comment="sigstore test")
     key = SigningKey()
     with Registry(workdir / "registry") as registry:
-        images = make_image_set(2, layer_size_bytes=256 << 10, shared_base_size_bytes=128 << 10,
-                                seed=414)  # fmt: skip
-        pushed = [push(registry.url, i.repository, i.build()) for i in images]
-        refs = [p.reference(registry.host) for p in pushed]
-        digests = {
-            ref: sign_image(registry.url, registry.host, p.repository, p.digest, key)
-            for ref, p in zip(refs, pushed, strict=True)
-        }
+        refs, digests = push_signed_images(
+            registry, key, count=2, layer_bytes=256 << 10, base_bytes=128 << 10, seed=414
+        )
         for name in ("signed", "unsigned"):
             (workdir / name).mkdir()
         started = time.monotonic()

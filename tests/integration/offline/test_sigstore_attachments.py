@@ -22,9 +22,8 @@ from nodeagent.offline import findings as f
 from tests.testenv.agent import Agent
 from tests.testenv.bundles import make_bundle
 from tests.testenv.crio import Crio
-from tests.testenv.images import make_image_set, push
 from tests.testenv.registry import Registry
-from tests.testenv.sigstore import SigningKey, sign_image
+from tests.testenv.sigstore import SigningKey, push_signed_images
 
 pytestmark = pytest.mark.integration
 
@@ -49,14 +48,9 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> Signed:
     public, secret = minisign.generate_keypair(comment="offline sigstore test")
     key = SigningKey()
     with Registry(workdir / "registry") as registry:
-        images = make_image_set(2, layer_size_bytes=64 << 10, shared_base_size_bytes=64 << 10,
-                                seed=1616)  # fmt: skip
-        pushed = [push(registry.url, i.repository, i.build()) for i in images]
-        refs = [p.reference(registry.host) for p in pushed]
-        digests = {
-            ref: sign_image(registry.url, registry.host, p.repository, p.digest, key)
-            for ref, p in zip(refs, pushed, strict=True)
-        }
+        refs, digests = push_signed_images(
+            registry, key, count=2, layer_bytes=64 << 10, base_bytes=64 << 10, seed=1616
+        )
         bundle = make_bundle(workdir, registry, refs, public, secret,
                              extra_args=["--with-signatures"])  # fmt: skip
         host = registry.host
