@@ -118,6 +118,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         space=StatvfsSpace(),
         credentials_for=auth.credentials_for,
         policy=policies.disk,
+        on_sync=registry.unreachable.forget,
     )
     reconciler = Reconciler(
         load_specs=lambda: load_spec_dirs(config.spec_dirs()),
