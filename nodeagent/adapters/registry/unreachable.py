@@ -2,8 +2,8 @@
 
 A sync sizes many images; when their registry (or a mirror of it) does not answer, each
 look-up would wait out its own connect timeout. ``UnreachableHosts`` remembers the first
-failure per host (``netloc``, with its scheme) for ``memory_s`` and turns later look-ups into an immediate
-``RegistryUnavailable`` that carries the first failure's reason.
+failure per host (``netloc``, with its scheme) for ``memory_s`` and turns later look-ups
+into an immediate ``RegistryUnavailable`` that carries the first failure's reason.
 """
 
 from __future__ import annotations
