@@ -30,6 +30,7 @@ from nodeagent.adapters.host import (
 from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
 from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.client import RegistryClient
+from nodeagent.adapters.registry.tls import CERTS_DIRS
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
 from nodeagent.bundles.imports import MediaImports
 from nodeagent.config import Config
@@ -111,6 +112,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         cache=ManifestCache(config.state.dir / "manifests"),
         routes=registries.routes,
         credentials_for=auth.credentials_for,
+        certs_dirs=CERTS_DIRS,
     )
     admission = DiskAdmission(
         runtime=cri,

@@ -53,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
-import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -65,7 +64,7 @@ import structlog
 
 from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.mirrors import Route, pull_sources
-from nodeagent.adapters.registry.tls import SYSTEM_CA_DIRS, tls_context
+from nodeagent.adapters.registry.tls import SYSTEM_CA_DIRS, HostContexts
 from nodeagent.adapters.registry.transport import (
     MalformedResponse,
     Response,
@@ -167,6 +166,8 @@ class RegistryClient:
     ``routes``: registries.conf's mirrors (``mirrors.routes_of``), asked before each look-up.
     ``credentials_for``: credentials for a mirror's reference (the image's own are passed in).
     ``unreachable_memory_s``: how long a host that could not be reached is not asked again.
+    ``certs_dirs``: containers-certs.d(5) directories (``tls.CERTS_DIRS`` on a node): a host's
+    ``*.crt`` there are trusted besides the CAs above.
     """
 
     def __init__(
@@ -182,6 +183,7 @@ class RegistryClient:
         routes: Callable[[], Sequence[Route]] = tuple,
         credentials_for: Callable[[str], RegistryCredentials | None] = lambda _ref: None,
         unreachable_memory_s: float = 300.0,
+        certs_dirs: Sequence[Path] = (),
     ) -> None:
         if callable(insecure):
             self._insecure = insecure
@@ -192,10 +194,7 @@ class RegistryClient:
         self.cache = cache if cache is not None else ManifestCache()
         self.platform = platform or node_platform(os.uname().machine)
         self._clock = clock
-        self._ca_file = ca_file
-        self._ca_dirs = ca_dirs
-        self._ssl: ssl.SSLContext | None = None
-        """Made for the first HTTPS request: loading the CAs costs 1-2 MiB that HTTP never needs."""
+        self._tls = HostContexts(ca_file, ca_dirs, certs_dirs)
         self._tokens: dict[tuple[str, str], _Token] = {}
         self._routes = routes
         self._credentials_for = credentials_for
@@ -420,11 +419,6 @@ class RegistryClient:
         # Renew a little early so that a token never expires between check and use.
         return _Token(answer.token, self._clock() + answer.lifetime_s * 0.9)
 
-    def _tls_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = tls_context(self._ca_file, self._ca_dirs)
-        return self._ssl
-
     async def _get(
         self, target: _Target, url: str, headers: Mapping[str, str], sink: Sink | None = None
     ) -> Response:
@@ -433,7 +427,7 @@ class RegistryClient:
         # By scheme too: an edit of registries.conf that makes a host insecure asks it again.
         self.unreachable.check(target.ref, where, parts.scheme)
         try:
-            context = self._tls_context() if url.startswith("https:") else None
+            context = self._tls.for_host(parts.netloc) if parts.scheme == "https" else None
             return await asyncio.to_thread(exchange, url, headers, self.timeout_s, context, sink)
         except MalformedResponse as err:
             raise RegistryUnavailable(

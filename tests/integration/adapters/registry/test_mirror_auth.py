@@ -1,9 +1,10 @@
 """Integration tests: a disconnected site, its mirror requiring credentials, the source dead.
 
-The mirror is a real docker-registry with htpasswd basic auth serving the session registry's
-storage; the images keep their source names under an address where nothing listens (or a
-socket that accepts and never answers). Credentials come from a real auth file parsed by
-``nodeagent.authfile``, keyed by the host each look-up goes to.
+The mirror is a real docker-registry with htpasswd basic auth over TLS, serving the session
+registry's storage, its CA found only in a containers-certs.d(5) directory. The images keep
+their source names under an address where nothing listens (or a socket that accepts and never
+answers). Credentials come from a real auth file parsed by ``nodeagent.authfile``, keyed by
+the host each look-up goes to.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.registry.mirrors import routes_of
@@ -39,8 +42,18 @@ def image(registry: Registry) -> BuiltImage:
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory: pytest.TempPathFactory, registry: Registry) -> Iterator[Registry]:
     workdir = tmp_path_factory.mktemp("mirror")
-    with Registry(workdir, htpasswd_users={USER: PASSWORD}, storage_root=registry.root) as running:
+    users = {USER: PASSWORD}
+    with Registry(workdir, htpasswd_users=users, tls=True, storage_root=registry.root) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def certs_d(tmp_path_factory: pytest.TempPathFactory, mirror: Registry) -> Path:
+    """``certs.d/<mirror host:port>/ca.crt``, as an admin (or the MCO) lays it out."""
+    root = tmp_path_factory.mktemp("certs.d")
+    (root / mirror.host).mkdir()
+    (root / mirror.host / "ca.crt").write_bytes(mirror.ca_file.read_bytes())
+    return root
 
 
 @pytest.fixture
@@ -57,39 +70,54 @@ def _auth(host: str) -> AuthStore:
     return parse_auth_file(json.dumps({"auths": {host: entry}}), source="auth.json")
 
 
-def _client(source: str, mirror: Registry, auth: AuthStore, timeout_s: float) -> RegistryClient:
+def _client(
+    source: str, mirror: Registry, auth: AuthStore, timeout_s: float, certs_d: Path | None
+) -> RegistryClient:
     conf = (
         f'[[registry]]\nlocation = "{source}/mirrored"\n'
         f'[[registry.mirror]]\nlocation = "{mirror.host}/mirror-auth"\n'
     )
     return RegistryClient(
-        insecure={mirror.host, source},
+        insecure={source},
         platform=Platform("linux", "amd64"),
         timeout_s=timeout_s,
         routes=lambda: routes_of([("registries.conf", conf)]),
         credentials_for=auth.credentials_for,
+        certs_dirs=(certs_d,) if certs_d else (),
     )
 
 
 async def test_the_mirror_is_read_with_the_mirror_host_s_credentials(
-    mirror: Registry, image: BuiltImage
+    mirror: Registry, image: BuiltImage, certs_d: Path
 ) -> None:
     dead = f"127.0.0.1:{free_port()}"
     ref = f"{dead}/mirrored/app@{image.digest}"
     auth = _auth(mirror.host)
-    client = _client(dead, mirror, auth, timeout_s=10.0)
+    client = _client(dead, mirror, auth, 10.0, certs_d)
     layers = await client.image_layers(ref, auth.credentials_for(ref))  # None: no entry for dead
     assert layers.ref == ref
     assert layers.layers == tuple((layer.digest, layer.size_bytes) for layer in image.layers)
 
 
-async def test_the_source_host_s_credentials_do_not_open_the_mirror(
+async def test_without_its_certs_d_ca_the_mirror_is_not_trusted(
     mirror: Registry, image: BuiltImage
 ) -> None:
     dead = f"127.0.0.1:{free_port()}"
     ref = f"{dead}/mirrored/app@{image.digest}"
+    client = _client(dead, mirror, _auth(mirror.host), 10.0, None)
+    with capture_logs() as logs, pytest.raises(RegistryUnavailable):
+        await client.image_layers(ref)
+    skipped = [entry for entry in logs if entry["event"] == "mirror_unusable"]
+    assert len(skipped) == 1 and skipped[0]["reason"] == "RegistryUnavailable"
+
+
+async def test_the_source_host_s_credentials_do_not_open_the_mirror(
+    mirror: Registry, image: BuiltImage, certs_d: Path
+) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    ref = f"{dead}/mirrored/app@{image.digest}"
     auth = _auth(dead)  # the entry names the source, which CRI-O never reaches
-    client = _client(dead, mirror, auth, timeout_s=10.0)
+    client = _client(dead, mirror, auth, 10.0, certs_d)
     with pytest.raises(RegistryUnavailable, match="cannot reach"):
         await client.image_layers(ref, auth.credentials_for(ref))
     log = mirror.log_path.read_text()
@@ -97,10 +125,10 @@ async def test_the_source_host_s_credentials_do_not_open_the_mirror(
 
 
 async def test_a_silent_source_costs_one_timeout_per_sync_not_one_per_image(
-    mirror: Registry, image: BuiltImage, silent: str
+    mirror: Registry, image: BuiltImage, silent: str, certs_d: Path
 ) -> None:
     refs = [f"{silent}/elsewhere/app-{n}@{image.digest}" for n in range(4)]
-    client = _client(silent, mirror, _auth(mirror.host), timeout_s=1.0)
+    client = _client(silent, mirror, _auth(mirror.host), 1.0, certs_d)
     took: list[float] = []
     messages: list[str] = []
     for ref in refs:
