@@ -48,19 +48,19 @@ MAX_HOST_CAS: Final = 64
 
 
 def host_ca_files(certs_dirs: Sequence[Path], host: str) -> tuple[Path, ...]:
-    """The ``*.crt`` CA files for ``host`` (``name[:port]``) in ``certs_dirs``, sorted; none
-    for a host that is not a plain directory name (it would leave the directory)."""
+    """The ``*.crt`` CA files for ``host`` (``name[:port]``), sorted, from the first of
+    ``certs_dirs`` that has a directory for it (as containers/image picks one); none for a
+    host that is not a plain directory name (it would leave the directory)."""
     if not host or host in {".", ".."} or "/" in host or "\\" in host or "\0" in host:
         return ()
-    found: list[Path] = []
     for root in certs_dirs:
         try:
             with os.scandir(root / host) as entries:
                 names = sorted(e.name for e in entries if e.name.endswith(".crt") and e.is_file())
-        except OSError:
+        except OSError:  # missing or unreadable: the next directory, as containers/image does
             continue
-        found.extend(root / host / name for name in names)
-    return tuple(found[:MAX_HOST_CAS])
+        return tuple(root / host / name for name in names[:MAX_HOST_CAS])
+    return ()
 
 
 class HostContexts:

@@ -9,7 +9,7 @@ import pytest
 from nodeagent.adapters.registry.tls import host_ca_files
 
 
-def test_a_host_s_crt_files_from_every_directory_in_order(tmp_path: Path) -> None:
+def test_a_host_s_crt_files_from_the_first_directory_that_has_the_host(tmp_path: Path) -> None:
     first, second = tmp_path / "containers", tmp_path / "docker"
     for root, names in (
         (first, ["b.crt", "a.crt", "client.cert", "client.key"]),
@@ -21,9 +21,9 @@ def test_a_host_s_crt_files_from_every_directory_in_order(tmp_path: Path) -> Non
     (first / "other.example").mkdir()
     (first / "other.example" / "o.crt").write_text("x")
     found = host_ca_files((first, second), "mirror.example:5000")
-    assert found == (
-        first / "mirror.example:5000" / "a.crt",
-        first / "mirror.example:5000" / "b.crt",
+    host = first / "mirror.example:5000"
+    assert found == (host / "a.crt", host / "b.crt")
+    assert host_ca_files((tmp_path / "none", second), "mirror.example:5000") == (
         second / "mirror.example:5000" / "c.crt",
     )
     assert host_ca_files((first, second), "absent.example") == ()
