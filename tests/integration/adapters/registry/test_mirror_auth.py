@@ -12,16 +12,19 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
+from nodeagent.adapters.crio_config import CrioDropins
+from nodeagent.adapters.host import RuntimeAuthFile, first_credentials
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.registry.mirrors import routes_of
 from nodeagent.authfile import AuthStore, parse_auth_file
 from nodeagent.errors import RegistryUnavailable
+from nodeagent.ports import RegistryCredentials
 from nodeagent.registries import Platform
 from tests.testenv.images import BuiltImage, LayerSpec, TestImage, push
 from tests.testenv.registry import Registry, free_port
@@ -71,7 +74,11 @@ def _auth(host: str) -> AuthStore:
 
 
 def _client(
-    source: str, mirror: Registry, auth: AuthStore, timeout_s: float, certs_d: Path | None
+    source: str,
+    mirror: Registry,
+    auth: AuthStore | Callable[[str], RegistryCredentials | None],
+    timeout_s: float,
+    certs_d: Path | None,
 ) -> RegistryClient:
     conf = (
         f'[[registry]]\nlocation = "{source}/mirrored"\n'
@@ -82,7 +89,7 @@ def _client(
         platform=Platform("linux", "amd64"),
         timeout_s=timeout_s,
         routes=lambda: routes_of([("registries.conf", conf)]),
-        credentials_for=auth.credentials_for,
+        credentials_for=auth.credentials_for if isinstance(auth, AuthStore) else auth,
         certs_dirs=(certs_d,) if certs_d else (),
     )
 
@@ -172,3 +179,37 @@ async def test_a_silent_mirror_is_skipped_after_its_first_timeout(
     started = time.monotonic()
     assert (await client.image_layers(ref)).ref == ref
     assert time.monotonic() - started < 0.5
+
+
+async def test_crio_s_global_auth_file_opens_the_mirror_where_nodeagent_s_has_no_entry(
+    mirror: Registry, image: BuiltImage, certs_d: Path, tmp_path: Path
+) -> None:
+    """nodeagent's own auth file knows only another registry; CRI-O's configuration names a
+    global auth file holding the mirror's entry: the look-up goes through with that entry."""
+    crio_auth = tmp_path / "crio-auth.json"
+    entry = {"username": USER, "password": PASSWORD}
+    crio_auth.write_text(json.dumps({"auths": {mirror.host: entry}}))
+    config_dir = tmp_path / "crio.conf.d"
+    config_dir.mkdir()
+    (tmp_path / "crio.conf").write_text('[crio.image]\nglobal_auth_file = "/nonexistent"\n')
+    (config_dir / "10-auth.conf").write_text(f'[crio.image]\nglobal_auth_file = "{crio_auth}"\n')
+    dropins = CrioDropins(tmp_path / "crio.conf", config_dir, tmp_path / "run", "99-nodeagent.conf")
+    assert dropins.global_auth_file() == crio_auth  # the last file that sets it
+    runtime_auth = RuntimeAuthFile(dropins.global_auth_file)
+    own = _auth("registry.example.com")
+    dead = f"127.0.0.1:{free_port()}"
+    ref = f"{dead}/mirrored/app@{image.digest}"
+
+    alone = _client(dead, mirror, own, 10.0, certs_d)
+    with pytest.raises(RegistryUnavailable):  # the mirror refuses, the source is dead
+        await alone.image_layers(ref)
+
+    runtime_auth.refresh()
+    both = first_credentials(own.credentials_for, runtime_auth.credentials_for)
+    client = _client(dead, mirror, both, 10.0, certs_d)
+    layers = await client.image_layers(ref, both(ref))
+    assert layers.layers == tuple((layer.digest, layer.size_bytes) for layer in image.layers)
+
+    (config_dir / "10-auth.conf").unlink()  # CRI-O's file is now /nonexistent: no entry at all
+    runtime_auth.refresh()
+    assert runtime_auth.credentials_for(f"{mirror.host}/mirror-auth/app@{image.digest}") is None
