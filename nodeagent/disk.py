@@ -212,7 +212,11 @@ class DiskAdmission:
         space: SpaceProbe,
         credentials_for: Callable[[str], RegistryCredentials | None],
         policy: DiskPolicy,
+        on_sync: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_sync`` is called as each sync's admission starts (the registry client forgets
+        which hosts it could not reach then: a failure is remembered for one sync)."""
+        self.on_sync = on_sync
         self.runtime = runtime
         self.manifests = manifests
         self.space = space
@@ -226,6 +230,7 @@ class DiskAdmission:
 
         A set with an image of unknown size is held (``AdmissionVerdict.unsized``).
         """
+        self.on_sync()
         wanted = {r for refs in missing.values() for r in refs}
         layers, unknown = await self._layers(wanted, is_noted=True)
         have, _ = await self._layers(set(stored_refs), is_noted=False)

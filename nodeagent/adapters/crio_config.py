@@ -32,6 +32,12 @@ DEFAULT_STAGING_DIR = "/var/tmp"  # noqa: S108  containers/image's default for b
 def staging_dir_of(files: Sequence[ConfigFile]) -> str | None:
     """``[crio.image] big_files_temporary_dir`` of the last file setting it to an absolute
     path; files that are not TOML are skipped (CRI-O fails on them anyway)."""
+    return image_path_of(files, "big_files_temporary_dir")
+
+
+def image_path_of(files: Sequence[ConfigFile], key: str) -> str | None:
+    """``[crio.image] <key>`` of the last file setting it to an absolute path; files that
+    are not TOML are skipped (CRI-O fails on them anyway)."""
     found: str | None = None
     for file in files:
         try:
@@ -39,7 +45,7 @@ def staging_dir_of(files: Sequence[ConfigFile]) -> str | None:
             image = doc.get("crio", {}).get("image", {})
         except (MalformedInput, AttributeError):
             continue
-        value = image.get("big_files_temporary_dir") if isinstance(image, dict) else None
+        value = image.get(key) if isinstance(image, dict) else None
         if isinstance(value, str) and _is_usable_dir(value):
             found = value
     return found
@@ -107,6 +113,12 @@ class CrioDropins:
         """Where CRI-O's pulls stage blobs: ``[crio.image] big_files_temporary_dir`` of the
         last file that sets it (CRI-O's reading order), else containers/image's /var/tmp."""
         return [Path(staging_dir_of(self.read_other_configs()) or DEFAULT_STAGING_DIR)]
+
+    def global_auth_file(self) -> Path | None:
+        """``[crio.image] global_auth_file`` of the last file that sets it (CRI-O's own
+        credentials for pulls and for mirrors), None when no file does."""
+        found = image_path_of(self.read_other_configs(), "global_auth_file")
+        return Path(found) if found else None
 
     def read_dropin(self) -> str | None:
         return read_text_or_none(self.target)

@@ -110,6 +110,40 @@ class AuthFile:
         return self._current().credentials_for(ref)
 
 
+class RuntimeAuthFile:
+    """The auth file CRI-O's configuration names (``global_auth_file``), looked up again at
+    ``refresh`` (each sync): what CRI-O itself uses where nodeagent's own file has no entry."""
+
+    def __init__(self, locate: Callable[[], Path | None]) -> None:
+        self._locate = locate
+        self._file: AuthFile | None = None
+
+    def refresh(self) -> None:
+        path = self._locate()
+        if path is None:
+            self._file = None
+        elif self._file is None or self._file.path != path:
+            self._file = AuthFile(path)
+
+    def credentials_for(self, ref: str) -> RegistryCredentials | None:
+        return self._file.credentials_for(ref) if self._file is not None else None
+
+
+def first_credentials(
+    *sources: Callable[[str], RegistryCredentials | None],
+) -> Callable[[str], RegistryCredentials | None]:
+    """Credentials for a reference from the first source that has an entry for it."""
+
+    def credentials_for(ref: str) -> RegistryCredentials | None:
+        for source in sources:
+            found = source(ref)
+            if found is not None:
+                return found
+        return None
+
+    return credentials_for
+
+
 class InsecureRegistries:
     """registries.conf's insecure locations, read again when one of its files changed (as
     CRI-O reads them again at its reload), so a mirror marked insecure later is reached

@@ -23,13 +23,16 @@ from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import (
     AuthFile,
     InsecureRegistries,
+    RuntimeAuthFile,
     StagingProbe,
     StatvfsSpace,
+    first_credentials,
     read_boot_id,
 )
 from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
 from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.client import RegistryClient
+from nodeagent.adapters.registry.tls import CERTS_DIRS
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
 from nodeagent.bundles.imports import MediaImports
 from nodeagent.config import Config
@@ -105,19 +108,30 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         on_event=reporter.pull_event,
     )
     registries = InsecureRegistries(rt.registries_conf, rt.registries_dir)
+    # Look-ups (not pulls) fall back to CRI-O's own auth file, as CRI-O does for mirrors.
+    crio_auth = RuntimeAuthFile(dropins.global_auth_file)
+    crio_auth.refresh()
+    look_up_credentials = first_credentials(auth.credentials_for, crio_auth.credentials_for)
     registry = RegistryClient(
         insecure=registries,
         timeout_s=rt.call_timeout_s,
         cache=ManifestCache(config.state.dir / "manifests"),
         routes=registries.routes,
-        credentials_for=auth.credentials_for,
+        credentials_for=look_up_credentials,
+        certs_dirs=CERTS_DIRS,
     )
+
+    def on_sync() -> None:
+        registry.unreachable.forget()
+        crio_auth.refresh()
+
     admission = DiskAdmission(
         runtime=cri,
         manifests=registry,
         space=StatvfsSpace(),
-        credentials_for=auth.credentials_for,
+        credentials_for=look_up_credentials,
         policy=policies.disk,
+        on_sync=on_sync,
     )
     reconciler = Reconciler(
         load_specs=lambda: load_spec_dirs(config.spec_dirs()),

@@ -31,6 +31,12 @@ Errors name the reference, never a credential: 401/403 after auth →
 5xx → ``RegistryUnavailable`` (``Retry-After`` honoured, at most an hour); every one raised
 ``from`` its cause.
 
+Unreachable hosts are remembered: a host that could not be reached (refused, timed out,
+TLS failure) is not asked again for ``unreachable_memory_s`` (default 300 s, about one
+sync); every look-up meant for it fails at once with the first failure's reason instead of
+waiting out another timeout, so a sync of many images behind a dead source registry or
+mirror costs one timeout, not one per image. A mirror so remembered is skipped.
+
 Manifests by digest never change: ``ManifestCache``
 (``nodeagent.adapters.registry.cache``) keeps what admission needs forever, in
 memory and, given a directory, on disk.
@@ -47,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
-import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -59,7 +64,7 @@ import structlog
 
 from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.mirrors import Route, pull_sources
-from nodeagent.adapters.registry.tls import SYSTEM_CA_DIRS, tls_context
+from nodeagent.adapters.registry.tls import SYSTEM_CA_DIRS, HostContexts
 from nodeagent.adapters.registry.transport import (
     MalformedResponse,
     Response,
@@ -70,6 +75,7 @@ from nodeagent.adapters.registry.transport import (
     origin,
     redirect_url,
 )
+from nodeagent.adapters.registry.unreachable import UnreachableHosts
 from nodeagent.disk import ImageLayers
 from nodeagent.errors import (
     ImageNotFound,
@@ -159,6 +165,9 @@ class RegistryClient:
     ``clock``: monotonic seconds, for token lifetimes (tests pass a virtual clock).
     ``routes``: registries.conf's mirrors (``mirrors.routes_of``), asked before each look-up.
     ``credentials_for``: credentials for a mirror's reference (the image's own are passed in).
+    ``unreachable_memory_s``: how long a host that could not be reached is not asked again.
+    ``certs_dirs``: containers-certs.d(5) directories (``tls.CERTS_DIRS`` on a node): a host's
+    ``*.crt`` there are trusted besides the CAs above.
     """
 
     def __init__(
@@ -173,6 +182,8 @@ class RegistryClient:
         clock: Callable[[], float] = time.monotonic,
         routes: Callable[[], Sequence[Route]] = tuple,
         credentials_for: Callable[[str], RegistryCredentials | None] = lambda _ref: None,
+        unreachable_memory_s: float = 300.0,
+        certs_dirs: Sequence[Path] = (),
     ) -> None:
         if callable(insecure):
             self._insecure = insecure
@@ -183,14 +194,12 @@ class RegistryClient:
         self.cache = cache if cache is not None else ManifestCache()
         self.platform = platform or node_platform(os.uname().machine)
         self._clock = clock
-        self._ca_file = ca_file
-        self._ca_dirs = ca_dirs
-        self._ssl: ssl.SSLContext | None = None
-        """Made for the first HTTPS request: loading the CAs costs 1-2 MiB that HTTP never needs."""
+        self._tls = HostContexts(ca_file, ca_dirs, certs_dirs)
         self._tokens: dict[tuple[str, str], _Token] = {}
         self._routes = routes
         self._credentials_for = credentials_for
         self._basic_hosts: set[str] = set()
+        self.unreachable = UnreachableHosts(unreachable_memory_s, clock)
 
     async def image_layers(
         self, ref: str, credentials: RegistryCredentials | None = None
@@ -410,26 +419,25 @@ class RegistryClient:
         # Renew a little early so that a token never expires between check and use.
         return _Token(answer.token, self._clock() + answer.lifetime_s * 0.9)
 
-    def _tls_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = tls_context(self._ca_file, self._ca_dirs)
-        return self._ssl
-
     async def _get(
         self, target: _Target, url: str, headers: Mapping[str, str], sink: Sink | None = None
     ) -> Response:
+        parts = urllib.parse.urlsplit(url)
+        where = clip(parts.netloc, 120)
+        # By scheme too: an edit of registries.conf that makes a host insecure asks it again.
+        self.unreachable.check(target.ref, where, parts.scheme)
         try:
-            context = self._tls_context() if url.startswith("https:") else None
+            context = self._tls.for_host(parts.netloc) if parts.scheme == "https" else None
             return await asyncio.to_thread(exchange, url, headers, self.timeout_s, context, sink)
         except MalformedResponse as err:
-            where = clip(urllib.parse.urlsplit(url).netloc, 120)
             raise RegistryUnavailable(
                 f"{clip(target.ref)}: {where} answered outside nodeagent's bounds: {err}"
             ) from err
         except (OSError, http.client.HTTPException, ValueError) as err:
             # ValueError: http.client refuses a URL or header value (control characters)
-            where = clip(urllib.parse.urlsplit(url).netloc, 120)
             reason = clip(str(err) or type(err).__name__, 200)
+            if not isinstance(err, ValueError):  # the host, not this request, is at fault
+                self.unreachable.note(where, parts.scheme, reason)
             raise RegistryUnavailable(
                 f"{clip(target.ref)}: cannot reach {where}: {reason}"
             ) from err

@@ -40,3 +40,54 @@ def _is_hashed_dir(directory: Path) -> bool:
             return any(_HASHED_NAME.fullmatch(entry.name) for entry in entries)
     except OSError:
         return False
+
+
+CERTS_DIRS: Final = (Path("/etc/containers/certs.d"), Path("/etc/docker/certs.d"))
+"""Per-registry CA directories, containers-certs.d(5): ``<dir>/<host[:port]>/*.crt``."""
+MAX_HOST_CAS: Final = 64
+
+
+def host_ca_files(certs_dirs: Sequence[Path], host: str) -> tuple[Path, ...]:
+    """The ``*.crt`` CA files for ``host`` (``name[:port]``), sorted, from the first of
+    ``certs_dirs`` that has a directory for it (as containers/image picks one); none for a
+    host that is not a plain directory name (it would leave the directory)."""
+    if not host or host in {".", ".."} or "/" in host or "\\" in host or "\0" in host:
+        return ()
+    for root in certs_dirs:
+        try:
+            with os.scandir(root / host) as entries:
+                names = sorted(e.name for e in entries if e.name.endswith(".crt") and e.is_file())
+        except OSError:  # missing or unreadable: the next directory, as containers/image does
+            continue
+        return tuple(root / host / name for name in names[:MAX_HOST_CAS])
+    return ()
+
+
+class HostContexts:
+    """TLS contexts per registry host: the common one, or one that also trusts the host's
+    certs.d CAs (made again when those files change)."""
+
+    def __init__(
+        self, ca_file: Path | None, ca_dirs: Sequence[Path], certs_dirs: Sequence[Path]
+    ) -> None:
+        self._ca_file, self._ca_dirs, self._certs_dirs = ca_file, ca_dirs, certs_dirs
+        self._common: ssl.SSLContext | None = None
+        """Made for the first HTTPS request: loading the CAs costs 1-2 MiB that HTTP never needs."""
+        self._by_host: dict[str, tuple[tuple[tuple[str, int], ...], ssl.SSLContext]] = {}
+
+    def for_host(self, host: str) -> ssl.SSLContext:
+        """The context for ``host``; ``ssl.SSLError`` or ``OSError`` for a broken CA file."""
+        files = host_ca_files(self._certs_dirs, host)
+        if not files:
+            if self._common is None:
+                self._common = tls_context(self._ca_file, self._ca_dirs)
+            return self._common
+        stamp = tuple((str(path), path.stat().st_mtime_ns) for path in files)
+        known = self._by_host.get(host)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        context = tls_context(self._ca_file, self._ca_dirs)
+        for path in files:
+            context.load_verify_locations(cafile=str(path))
+        self._by_host[host] = (stamp, context)
+        return context

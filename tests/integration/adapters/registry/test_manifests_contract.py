@@ -59,6 +59,7 @@ class Real:
 
     def back(self) -> None:
         self.front.heal()
+        self.source.unreachable.forget()  # a new sync: the client remembers a failure per sync
 
 
 @dataclass
