@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,7 +124,10 @@ media_dir = "{self.media_dir}"
                 cmd, stdout=log, stderr=log, env=self.env(), cwd=self.base
             )
 
-    def stop(self, *, timeout_s: float = 30.0) -> int:
+    def stop(self, *, timeout_s: float | None = None) -> int:
+        """SIGTERM, then wait for the exit: within the unit's ``TimeoutStopSec=`` (systemd's
+        bound before it kills; a pull or a store copy in flight finishes its step first)."""
+        timeout_s = unit_stop_timeout_s() if timeout_s is None else timeout_s
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout=timeout_s)
@@ -214,3 +218,12 @@ def set_status(status: dict[str, Any], name: str) -> dict[str, Any] | None:
 def set_state(status: dict[str, Any], name: str) -> str | None:
     found = set_status(status, name)
     return None if found is None else str(found["state"])
+
+
+def unit_stop_timeout_s() -> float:
+    """``TimeoutStopSec=`` of systemd/nodeagent.service, in seconds (``60s`` or ``60``)."""
+    unit = (Path(__file__).resolve().parents[2] / "systemd" / "nodeagent.service").read_text()
+    found = re.search(r"^TimeoutStopSec=(\d+)s?$", unit, re.MULTILINE)
+    if found is None:
+        raise AssertionError("systemd/nodeagent.service has no TimeoutStopSec= in seconds")
+    return float(found.group(1))
