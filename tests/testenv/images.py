@@ -273,20 +273,27 @@ class TestImage:
 
     def build(self, cache_dir: Path | None = None) -> BuiltImage:
         layers = tuple(generate_layer(spec, cache_dir) for spec in self.layers)
-        config_doc = {
-            **self.platform(),
-            "config": {},
-            "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
-        }
-        config = Blob.from_bytes(MEDIA_TYPE_CONFIG, canonical_json(config_doc))
-        manifest_doc = {
-            "schemaVersion": 2,
-            "mediaType": MEDIA_TYPE_MANIFEST,
-            "config": config.descriptor(),
-            "layers": [layer.blob().descriptor() for layer in layers],
-        }
-        manifest = Blob.from_bytes(MEDIA_TYPE_MANIFEST, canonical_json(manifest_doc))
-        return BuiltImage(self.repository, self.tag, self.platform(), config, layers, manifest)
+        return assemble_image(self.repository, self.tag, self.platform(), layers)
+
+
+def assemble_image(
+    repository: str, tag: str | None, platform: dict[str, str], layers: tuple[GeneratedLayer, ...]
+) -> BuiltImage:
+    """The config and manifest of an image made of ``layers`` for ``platform``."""
+    config_doc = {
+        **platform,
+        "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
+    }
+    config = Blob.from_bytes(MEDIA_TYPE_CONFIG, canonical_json(config_doc))
+    manifest_doc = {
+        "schemaVersion": 2,
+        "mediaType": MEDIA_TYPE_MANIFEST,
+        "config": config.descriptor(),
+        "layers": [layer.blob().descriptor() for layer in layers],
+    }
+    manifest = Blob.from_bytes(MEDIA_TYPE_MANIFEST, canonical_json(manifest_doc))
+    return BuiltImage(repository, tag, platform, config, layers, manifest)
 
 
 @dataclass(frozen=True)

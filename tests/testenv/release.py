@@ -34,15 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.testenv.images import (
-    MEDIA_TYPE_CONFIG,
-    MEDIA_TYPE_MANIFEST,
-    Blob,
     BuiltImage,
     GeneratedLayer,
     LayerSpec,
     TestImage,
+    assemble_image,
     build_index,
-    canonical_json,
     generate_layer,
     push,
 )
@@ -93,22 +90,8 @@ def files_layer(files: dict[str, bytes], directory: Path) -> GeneratedLayer:
 def image_of_layers(
     repository: str, architecture: str, layers: Sequence[GeneratedLayer]
 ) -> BuiltImage:
-    config_doc = {
-        "architecture": architecture,
-        "os": "linux",
-        "config": {},
-        "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
-    }
-    config = Blob.from_bytes(MEDIA_TYPE_CONFIG, canonical_json(config_doc))
-    manifest_doc = {
-        "schemaVersion": 2,
-        "mediaType": MEDIA_TYPE_MANIFEST,
-        "config": config.descriptor(),
-        "layers": [layer.blob().descriptor() for layer in layers],
-    }
-    manifest = Blob.from_bytes(MEDIA_TYPE_MANIFEST, canonical_json(manifest_doc))
     platform = {"architecture": architecture, "os": "linux"}
-    return BuiltImage(repository, None, platform, config, tuple(layers), manifest)
+    return assemble_image(repository, None, platform, tuple(layers))
 
 
 def image_references(version: str, payload: dict[str, str]) -> bytes:
