@@ -24,6 +24,7 @@ from nodeagent.adapters.nodeos import NodeOsReader
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.adapters.systemd import Notifier
 from nodeagent.config import Config
+from nodeagent.daemon.stopping import report_when_stopping
 from nodeagent.daemon.supervisor import Task
 from nodeagent.daemon.wiring import Wiring, build, has_bundles
 from nodeagent.errors import NodeAgentError
@@ -62,13 +63,20 @@ async def _run(config: Config) -> int:
         log.warning("pins_not_restored", reason=exc.reason, error=exc.message)
     remove_stale_mirror(config)
     exit_code = 0
+    reporter = asyncio.create_task(report_when_stopping(stop), name="stop-reporter")
     try:
         async with DirectoryWatcher(watched_dirs(config), recursive=True) as watcher:
             wiring.notifier.ready("starting first sync")
             exit_code = await wiring.supervisor.run(tasks(wiring, watcher), stop)
     finally:
+        stop.set()  # a critical task that ended stops the daemon too
         wiring.notifier.stopping("stopping")
         await wiring.close()
+        # Worker threads finish their step here (asyncio.run would wait for them after
+        # the last log line), while the reporter can still say which ones are late.
+        await loop.shutdown_default_executor()
+        reporter.cancel()
+        await asyncio.gather(reporter, return_exceptions=True)
         log.info("daemon_stopped", exit_code=exit_code)
     return exit_code
 

@@ -98,6 +98,9 @@ media_dir = "{self.media_dir}"
     def env(self) -> dict[str, str]:
         # No systemd on this machine's system bus: the reload takes the SIGHUP path.
         env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=f"unix:path={self.base}/no-bus")
+        # A daemon that outlasts its stop bound is sent SIGABRT: every thread's stack goes
+        # to the log, so the failure says what it was still doing.
+        env["PYTHONFAULTHANDLER"] = "1"
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM"):
             env.pop(name, None)
         return env | self.extra_env
@@ -130,7 +133,16 @@ media_dir = "{self.media_dir}"
         timeout_s = unit_stop_timeout_s() if timeout_s is None else timeout_s
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=timeout_s)
+        try:
+            code = self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)  # faulthandler: the threads' stacks
+            self.process.wait(timeout=10)
+            self.process = None
+            raise AssertionError(
+                f"nodeagent did not exit within {timeout_s:.0f} s of SIGTERM\n"
+                f"{log_tail(self.log_path, max_bytes=20000)}"
+            ) from None
         self.process = None
         return code
 

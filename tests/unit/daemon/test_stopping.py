@@ -1,0 +1,52 @@
+"""A stop that takes long names, in the journal, the tasks and worker threads it waits for."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from structlog.testing import capture_logs
+
+from nodeagent.adapters.store.registry_sets import ChunkPipe
+from nodeagent.daemon.stopping import report_when_stopping, still_running
+
+
+async def test_still_running_names_a_waiting_task_and_a_thread_inside_nodeagent() -> None:
+    never = asyncio.Event()
+    waiting = asyncio.create_task(never.wait(), name="sync")
+    pipe = ChunkPipe()
+    reader = threading.Thread(
+        target=lambda: pipe.readinto(memoryview(bytearray(16))), name="blob-fill"
+    )
+    reader.start()
+    try:
+        await asyncio.sleep(0)  # the task reaches its wait
+        items = still_running(asyncio.current_task())
+        assert any(item.startswith("task sync (") for item in items), items
+        fill = [item for item in items if item.startswith("thread blob-fill")]
+        assert fill, items
+        assert "nodeagent/adapters/store/registry_sets.py:" in fill[0]
+        assert fill[0].endswith("in readinto)")
+    finally:
+        pipe.end()
+        reader.join(timeout=5)
+        waiting.cancel()
+    assert not any("blob-fill" in item for item in still_running(asyncio.current_task()))
+
+
+async def test_nothing_is_reported_before_the_stop_and_each_period_after_it() -> None:
+    stop = asyncio.Event()
+    with capture_logs() as logs:
+        reporter = asyncio.create_task(report_when_stopping(stop, every_s=0.01))
+        await asyncio.sleep(0.05)
+        assert not logs  # running normally: silent
+        stop.set()
+        for _ in range(200):
+            if len(logs) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        reporter.cancel()
+        await asyncio.gather(reporter, return_exceptions=True)
+    assert len(logs) >= 2
+    assert all(entry["event"] == "daemon_stopping_slowly" for entry in logs)
+    assert all(entry["log_level"] == "warning" for entry in logs)
