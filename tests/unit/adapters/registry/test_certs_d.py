@@ -10,8 +10,8 @@ import pytest
 from nodeagent.adapters.registry.tls import (
     MAX_CERTS_FILE_BYTES,
     MAX_HOST_FILES,
-    HostContexts,
     HostCerts,
+    HostContexts,
     host_certs,
 )
 from nodeagent.errors import RegistryCertsInvalid
@@ -64,14 +64,14 @@ def test_too_many_files_and_too_large_a_file_are_reasons(tmp_path: Path) -> None
         in host_certs((tmp_path / "a",), _lay_out(tmp_path / "a", many).name).problem
     )
     _lay_out(tmp_path / "b", ["big.crt"], "x" * (MAX_CERTS_FILE_BYTES + 1))
-    with pytest.raises(RegistryCertsInvalid, match="big.crt is 1048577 bytes"):
+    with pytest.raises(RegistryCertsInvalid, match=r"big\.crt is 1048577 bytes"):
         HostContexts(None, (), (tmp_path / "b",)).for_host(HOST)
 
 
 @pytest.mark.parametrize(("name", "text"), [("ca.crt", "not PEM"), ("ca.crt", "\xff")])
 def test_a_ca_file_that_is_not_pem_is_a_reason(tmp_path: Path, name: str, text: str) -> None:
     _lay_out(tmp_path, [name], text)
-    with pytest.raises(RegistryCertsInvalid, match="ca.crt cannot be used"):
+    with pytest.raises(RegistryCertsInvalid, match=r"ca\.crt cannot be used"):
         HostContexts(None, (), (tmp_path,)).for_host(HOST)
 
 
