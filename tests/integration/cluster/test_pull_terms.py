@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,13 +171,14 @@ async def test_a_control_plane_pulls_one_image_at_a_time_with_a_pause(
         kube.kubectl("delete", "--ignore-not-found", "node", node)
 
 
-async def test_a_bundle_is_imported_and_kept_pinned_on_a_node_that_is_not_ready(
+async def test_a_bundle_is_imported_and_restored_on_a_node_that_is_not_ready(
     cluster: KubeCluster, fresh_crio: Crio, pushed: Pushed, tmp_path: Path
 ) -> None:
-    """Bundle imports are never held by the Node's terms: after a power cut a node is often
-    NotReady exactly because its images are gone. The bundle is imported (``nodeagent bundle
-    import``, cluster mode on) while the Node says Ready=False, and its set stays pinned in
-    the daemon's syncs while the registry set beside it is held."""
+    """Bundle imports and restores from the node's store are never held by the Node's terms:
+    after a power cut a node is often NotReady exactly because its images are gone. The
+    bundle is imported (``nodeagent bundle import``, cluster mode on) while the Node says
+    Ready=False, and its set stays pinned in the daemon's syncs while the registry set beside
+    it is held; CRI-O then loses its storage and the image is restored from the store."""
     kube, node, bundle_set = cluster, "held-pulls-bundle", "from-the-stick"
     kube.create_node(node, WORKER)
     set_conditions(kube, node, Ready="False", DiskPressure="False")
@@ -205,6 +207,22 @@ async def test_a_bundle_is_imported_and_kept_pinned_on_a_node_that_is_not_ready(
             entry = set_entry(get(kube, "nodeimagestatuses", node), bundle_set)
             assert entry is not None and not entry.get("failedImages"), entry
             assert await pinned_flags(fresh_crio, [carried, a]) == {carried: True, a: None}
+
+            # A power cut takes the runtime's storage: the image comes back from the node's
+            # store while the Node still says Ready=False; the registry set stays held.
+            fresh_crio.kill()
+            shutil.rmtree(fresh_crio.storage_root)
+            fresh_crio.start()
+            agent.wait_status(
+                lambda s: (
+                    (s.get("imageLoss") or {}).get("restoredFromStore") == 1
+                    and (s.get("imageLoss") or {}).get("resolved") is True
+                ),
+                what="the bundle's image back from the node's store",
+                timeout_s=120,
+            )
+            assert await pinned_flags(fresh_crio, [carried, a]) == {carried: True, a: None}
+            assert "images_restored_from_store" in agent.current_run_log()
     finally:
         kube.kubectl("delete", "--ignore-not-found", "pinnedimageset", "apps")
         kube.kubectl("delete", "--ignore-not-found", "node", node)
