@@ -270,7 +270,7 @@ class RegistryClient:
         that is not ``digest``, raises ``RegistryUnavailable`` after ``target`` got bytes:
         callers write to a temporary file and keep it only when this returns. Read from
         registries.conf's mirrors first, as ``image_layers``; a mirror that fails before
-        the body's first byte leaves it to the next source.
+        any of the body reached ``target`` leaves it to the next source.
         """
         kind = "manifest" if is_manifest else "blob"
         sinks: list[Sink] = []
