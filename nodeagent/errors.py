@@ -26,6 +26,7 @@ happened and what to do about it. Retry decisions follow the two branches::
     └── PermanentError                  (retrying the same thing will not help)
         ├── ImageNotFound               ImageNotFound
         ├── RegistryAuthFailed          RegistryAuthFailed
+        ├── RegistryCertsInvalid        RegistryCertsInvalid (a host's certs.d directory)
         ├── NoSpaceLeft                 NoSpaceLeft
         ├── RuntimeCallFailed           RuntimeCallFailed
         ├── RuntimeDoesNotPin           RuntimeDoesNotPin
@@ -169,6 +170,14 @@ class RegistryAuthFailed(PermanentError):
     """The registry refused the credentials, or asked for credentials we do not have."""
 
     reason = "RegistryAuthFailed"
+
+
+class RegistryCertsInvalid(PermanentError):
+    """A registry host's containers-certs.d(5) directory cannot be used: a client certificate
+    without its key (or a key without its certificate), a file too large, unreadable or not
+    PEM. CRI-O refuses that host too; nothing is sent to it until the directory is fixed."""
+
+    reason = "RegistryCertsInvalid"
 
 
 class NoSpaceLeft(PermanentError):

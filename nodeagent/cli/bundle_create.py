@@ -3,7 +3,10 @@ checked, and the command.
 
 It fetches images by digest from their registries into an OCI layout and signs its
 ``bundle.json`` with a minisign secret key, printing progress on a terminal (stderr) and
-nothing else there otherwise. The format is docs/bundle-format.md.
+nothing else there otherwise. The format is docs/bundle-format.md. Registries are read as the
+daemon reads them (``adapters.registry.access``): registries.conf's mirrors first, each host's
+credentials from ``--auth-file`` then CRI-O's ``global_auth_file``, certs.d CAs and client
+certificates, all from the ``[runtime]`` settings of nodeagent's configuration.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ if TYPE_CHECKING:
     from nodeagent.bundles import minisign
 
 _ARCH = re.compile(r"(?:linux/)?([a-z0-9_]+)(?:/(v[0-9]+))?")
+
+BUNDLE_TIMEOUT_S = 30.0
+"""Connect and per-read timeout of ``bundle create``'s registry requests (the client's default)."""
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -215,9 +221,9 @@ def read_auth(path: Path | None) -> AuthStore:
 
 
 # ---------------------------------------------------------------- create
-def cmd_create(_config: Config, args: argparse.Namespace) -> int:
+def cmd_create(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.adapters.bundles import writer as bundle_writer  # noqa: PLC0415  (see the imports)
-    from nodeagent.adapters.registry.client import RegistryClient  # noqa: PLC0415
+    from nodeagent.adapters.registry.access import registry_access  # noqa: PLC0415
 
     secret_key = read_secret_key(args.key, args.password_file)
     sets = load_set_files(args.pinned_image_set, is_persistent=not args.transient)
@@ -226,12 +232,17 @@ def cmd_create(_config: Config, args: argparse.Namespace) -> int:
     refs = bundle_writer.resolve_refs([*release_image, *args.image], sets)
     now = datetime.now(UTC)
     freshness = freshness_option(args, now)
-    client = RegistryClient(insecure=args.insecure_registry, platform=args.arch)
+    auth = read_auth(args.auth_file)
+    # As the daemon's look-ups: registries.conf's mirrors, certs.d, CRI-O's auth file after ours.
+    client = registry_access(
+        config.runtime, auth.credentials_for, extra_insecure=args.insecure_registry,
+        platform=args.arch, timeout_s=BUNDLE_TIMEOUT_S,
+    ).client  # fmt: skip
     progress = TerminalProgress() if sys.stderr.isatty() else None
     try:
         created = asyncio.run(
             bundle_writer.create_bundle(
-                refs, sets, secret_key, args.output, client=client, auth=read_auth(args.auth_file),
+                refs, sets, secret_key, args.output, client=client, auth=auth,
                 bundle_id=args.bundle_id, target=args.target_selector,
                 progress=progress.blobs if progress else None, release=release,
                 now=now, freshness=freshness, with_signatures=args.with_signatures,

@@ -55,6 +55,13 @@ class RuntimeSettings:
     (checked for a bundle's signed images) and the import's drop-in for the loopback mirror
     goes. CRI-O running as root uses ``$HOME/.config/containers/registries.d`` instead when
     that exists (docs/runtime-facts.md)."""
+    certs_dirs: tuple[Path, ...] = (Path("/etc/containers/certs.d"), Path("/etc/docker/certs.d"))
+    """containers-certs.d(5) directories, in the order they are tried: a registry host's
+    ``<dir>/<host[:port]>/`` from the first that has one gives its ``*.crt`` CAs and its
+    ``*.cert``/``*.key`` client certificate to every registry request nodeagent makes (look-ups,
+    registry sets, ``bundle create``). Default: containers/image's system directories; CRI-O
+    running as root reads ``$HOME/.config/containers/certs.d`` before them when it exists
+    (docs/runtime-facts.md): list it first where a node has one."""
     call_timeout_s: float = 30.0
     """Deadline in seconds of one short CRI call (version, list, status; pulls are governed by
     ``pull.stall_timeout_s``). Default 30: ListImages of a busy node with many images.

@@ -22,17 +22,13 @@ from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import (
     AuthFile,
-    InsecureRegistries,
-    RuntimeAuthFile,
     StagingProbe,
     StatvfsSpace,
-    first_credentials,
     read_boot_id,
 )
 from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
+from nodeagent.adapters.registry.access import RegistryAccess, registry_access
 from nodeagent.adapters.registry.cache import ManifestCache
-from nodeagent.adapters.registry.client import RegistryClient
-from nodeagent.adapters.registry.tls import CERTS_DIRS
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
 from nodeagent.bundles.imports import MediaImports
 from nodeagent.config import Config
@@ -107,31 +103,18 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         StagingProbe(dropins.staging_dirs),
         on_event=reporter.pull_event,
     )
-    registries = InsecureRegistries(rt.registries_conf, rt.registries_dir)
-    # Look-ups (not pulls) fall back to CRI-O's own auth file, as CRI-O does for mirrors.
-    crio_auth = RuntimeAuthFile(dropins.global_auth_file)
-    crio_auth.refresh()
-    look_up_credentials = first_credentials(auth.credentials_for, crio_auth.credentials_for)
-    registry = RegistryClient(
-        insecure=registries,
-        timeout_s=rt.call_timeout_s,
-        cache=ManifestCache(config.state.dir / "manifests"),
-        routes=registries.routes,
-        credentials_for=look_up_credentials,
-        certs_dirs=CERTS_DIRS,
+    # Look-ups, registry sets and bundle create: one construction (adapters.registry.access).
+    access = registry_access(
+        rt, auth.credentials_for, cache=ManifestCache(config.state.dir / "manifests")
     )
-
-    def on_sync() -> None:
-        registry.unreachable.forget()
-        crio_auth.refresh()
-
+    registry = access.client
     admission = DiskAdmission(
         runtime=cri,
         manifests=registry,
         space=StatvfsSpace(),
-        credentials_for=look_up_credentials,
+        credentials_for=access.credentials_for,
         policy=policies.disk,
-        on_sync=on_sync,
+        on_sync=access.on_sync,
     )
     reconciler = Reconciler(
         load_specs=lambda: load_spec_dirs(config.spec_dirs()),
@@ -145,7 +128,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         schedule=policies.schedule,
         restorer=LazyRestorer(config.store_dir, lambda: _restorer(config, policies, cri, reloader)),
         registry_store=(
-            LazyRegistryStore(config.store_dir, lambda: _registry_store(config, registry, auth))
+            LazyRegistryStore(config.store_dir, lambda: _registry_store(config, access))
             if config.store.registry_sets
             else None
         ),
@@ -291,10 +274,10 @@ def _restorer(
     return build_restorer(config, policies, cri, reloader)
 
 
-def _registry_store(config: Config, registry: RegistryClient, auth: AuthFile) -> RegistryStore:
+def _registry_store(config: Config, access: RegistryAccess) -> RegistryStore:
     from nodeagent.daemon.bundles import build_registry_store  # noqa: PLC0415  (registry_sets)
 
-    return build_registry_store(config, registry, auth.credentials_for)
+    return build_registry_store(config, access.client, access.credentials_for)
 
 
 def _mount(devnode: str, fs_type: str, target_dir: Path) -> MountedMedium:

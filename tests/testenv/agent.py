@@ -69,6 +69,7 @@ pid_file = "{c.pid_file}"
 registries_conf = "{c.registries_conf}"
 registries_dir = "{c.registries_dir}"
 registries_d_dir = "{c.registries_d_dir}"
+certs_dirs = ["{c.certs_d_dir}"]
 reload_timeout_s = 30.0
 
 [specs]

@@ -8,7 +8,9 @@ The layout under ``base`` (a temp dir the caller owns)::
     etc/storage.conf           CONTAINERS_STORAGE_CONF
     etc/policy.json            accepts every image (test registry only), or ``policy``
     home/                      the runtime's $HOME: home/.config/containers/registries.d is
-                               the registries.d it reads (``registries_d_dir``)
+                               the registries.d it reads (``registries_d_dir``), and
+                               home/.config/containers/certs.d the certs.d it tries first
+                               (``certs_d_dir``), before the host's /etc/containers/certs.d
     run/crio.sock              the CRI socket
     lib/, run/                 root and runroot of containers-storage
     crio.log                   the runtime's log
@@ -112,6 +114,9 @@ class Crio:
         self.home = base / "home"
         self.registries_d_dir = self.home / ".config" / "containers" / "registries.d"
         """containers/image reads this registries.d (under $HOME) instead of the host's."""
+        self.certs_d_dir = self.home / ".config" / "containers" / "certs.d"
+        """containers-certs.d(5) under $HOME: containers/image tries it before /etc's, so a
+        test's CA and client certificates stay in the test's directory."""
         self.registries_d = dict(registries_d or {})
         """registries.d files (name → YAML text) written with the other files."""
         self.process: subprocess.Popen[bytes] | None = None

@@ -17,6 +17,9 @@ Options, each independent of the others:
 * `token_auth=TokenAuthConfig(...)`: bearer tokens from an issuer (see
   `tests/testenv/token_issuer.py`), verified against its certificate.
 * `tls=True`: HTTPS with a self-signed certificate for 127.0.0.1 (`ca_file`).
+* `client_ca=path, client_pair=(cert, key)`: with `tls=True`, mutual TLS: every client
+  must present a certificate the CA file signed (distribution's `http.tls.clientcas`,
+  which requires and verifies one); the readiness probe presents `client_pair`.
 * `storage_root=other.root`: serve another registry's storage. `push()` speaks
   plain HTTP without auth, so tests push through an open registry and read
   through a protected one that shares its storage (distribution without a
@@ -112,6 +115,8 @@ class Registry(Service):
         htpasswd_users: dict[str, str] | None = None,
         token_auth: TokenAuthConfig | None = None,
         tls: bool = False,
+        client_ca: Path | None = None,
+        client_pair: tuple[Path, Path] | None = None,
         storage_root: Path | None = None,
         address: str = "127.0.0.1",
         command_prefix: Sequence[str] = (),
@@ -125,6 +130,10 @@ class Registry(Service):
         self.token_auth = token_auth
         self.tls = tls
         self.tls_dir = workdir / "tls"
+        if client_ca is not None and (not tls or client_pair is None):
+            raise ValueError("mutual TLS needs tls=True and a client_pair for the probe")
+        self.client_ca = client_ca
+        self.client_pair = client_pair
         self.config_path = workdir / "config.yml"
         self.log_path = workdir / "registry.log"
         self.binary = binary
@@ -188,6 +197,11 @@ class Registry(Service):
             "  tls:",
             f"    certificate: {json.dumps(str(self.tls_dir / 'cert.pem'))}",
             f"    key: {json.dumps(str(self.tls_dir / 'key.pem'))}",
+            *(
+                ["    clientcas:", f"      - {json.dumps(str(self.client_ca))}"]
+                if self.client_ca
+                else []
+            ),
         ]
 
     def _auth_lines(self) -> list[str]:
@@ -298,6 +312,8 @@ class Registry(Service):
         if not self.tls:
             return http.client.HTTPConnection(self.address, self.port, timeout=timeout_s)
         context = ssl.create_default_context(cafile=str(self.ca_file))
+        if self.client_pair is not None:
+            context.load_cert_chain(*self.client_pair)
         return http.client.HTTPSConnection(
             self.address, self.port, timeout=timeout_s, context=context
         )

@@ -55,15 +55,15 @@ import http.client
 import os
 import time
 import urllib.parse
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import structlog
 
 from nodeagent.adapters.registry.cache import ManifestCache
 from nodeagent.adapters.registry.mirrors import Route, pull_sources
+from nodeagent.adapters.registry.targets import Fetched, Target, Token, raise_for_status
 from nodeagent.adapters.registry.tls import SYSTEM_CA_DIRS, HostContexts
 from nodeagent.adapters.registry.transport import (
     MalformedResponse,
@@ -80,6 +80,7 @@ from nodeagent.disk import ImageLayers
 from nodeagent.errors import (
     ImageNotFound,
     RegistryAuthFailed,
+    RegistryCertsInvalid,
     RegistryError,
     RegistryUnavailable,
 )
@@ -101,7 +102,6 @@ from nodeagent.registries import (
     parse_token_answer,
     pick_challenge,
     select_platform,
-    status_error,
     verify_digest,
 )
 from nodeagent.strict import clip, quoted
@@ -111,45 +111,14 @@ log = structlog.get_logger(__name__)
 MAX_REDIRECTS: Final = 5
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 _DOCKER_HUB_API: Final = "registry-1.docker.io"
-
-
-@dataclass(frozen=True, slots=True)
-class _Target:
-    """One image's repository and how to talk to its registry."""
-
-    ref: str
-    host: str
-    repository: str
-    digest: str
-    base_url: str
-    credentials: RegistryCredentials | None
-
-    @property
-    def scope(self) -> str:
-        return f"repository:{self.repository}:pull"
-
-
-@dataclass(slots=True)
-class _Token:
-    value: str = field(repr=False)  # a secret: never in a repr or a log
-    expires_at_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class Fetched:
-    """What ``fetch_to`` wrote: verified content ``digest`` of ``size_bytes``."""
-
-    digest: str
-    size_bytes: int
-    media_type: str
-    """The ``Content-Type`` the registry sent (a manifest's media type); may be empty."""
-
-
-def _raise_for_status(response: Response, ref: str, what: str) -> None:
-    now_s = time.time()  # Retry-After may be a date
-    error = status_error(response.status, response.headers, ref=ref, what=what, now_s=now_s)
-    if error is not None:
-        raise error
+MIRROR_FAULTS: Final = (
+    RegistryUnavailable,
+    ImageNotFound,
+    RegistryAuthFailed,
+    RegistryCertsInvalid,
+)
+"""Failures of one mirror after which the next source is asked, as CRI-O does."""
+_T = TypeVar("_T")
 
 
 class RegistryClient:
@@ -195,7 +164,7 @@ class RegistryClient:
         self.platform = platform or node_platform(os.uname().machine)
         self._clock = clock
         self._tls = HostContexts(ca_file, ca_dirs, certs_dirs)
-        self._tokens: dict[tuple[str, str], _Token] = {}
+        self._tokens: dict[tuple[str, str], Token] = {}
         self._routes = routes
         self._credentials_for = credentials_for
         self._basic_hosts: set[str] = set()
@@ -210,32 +179,48 @@ class RegistryClient:
         own registry (``mirrors.pull_sources``); the manifest cache before any of them. When
         every source fails, the last one's error (the image's own registry) is raised.
         """
+
+        async def layers(target: Target) -> ImageLayers:
+            digest, manifest = await self._image_manifest(target, target.digest)
+            return ImageLayers(ref, digest, manifest.config_size_bytes, manifest.layers)
+
+        return await self._from_sources(ref, credentials, layers)
+
+    async def _from_sources(
+        self,
+        ref: str,
+        credentials: RegistryCredentials | None,
+        attempt: Callable[[Target], Awaitable[_T]],
+        can_fall_back: Callable[[], bool] = lambda: True,
+    ) -> _T:
+        """``attempt`` on each source of ``ref`` in CRI-O's order (``mirrors.pull_sources``):
+        registries.conf's mirrors with their hosts' credentials (``credentials_for``), then
+        the image's own registry with ``credentials`` (when None, its host's from
+        ``credentials_for``). A mirror that fails is logged and the
+        next one asked, unless ``can_fall_back()`` says the attempt already wrote bytes; when
+        every source fails, the last one's error (the image's own registry) is raised."""
         *mirrors, own = pull_sources(ref, self._routes())
         for source in mirrors:
             try:
-                return await self._layers_from(ref, source, self._credentials_for(source))
-            except (RegistryUnavailable, ImageNotFound, RegistryAuthFailed) as exc:
+                return await attempt(self._target(source, self._credentials_for(source)))
+            except MIRROR_FAULTS as exc:
+                if not can_fall_back():
+                    raise
                 log.info("mirror_unusable", image=ref, mirror=source, reason=exc.reason)
-        own_credentials = credentials if own == ref else self._credentials_for(own)
-        return await self._layers_from(ref, own, own_credentials)
+        own_credentials = credentials if credentials is not None and own == ref else None
+        own_credentials = own_credentials or self._credentials_for(own)
+        return await attempt(self._target(own, own_credentials))
 
-    async def _layers_from(
-        self, ref: str, source: str, credentials: RegistryCredentials | None
-    ) -> ImageLayers:
-        target = self._target(source, credentials)
-        digest, manifest = await self._image_manifest(target, target.digest)
-        return ImageLayers(ref, digest, manifest.config_size_bytes, manifest.layers)
-
-    def _target(self, ref: str, credentials: RegistryCredentials | None) -> _Target:
+    def _target(self, ref: str, credentials: RegistryCredentials | None) -> Target:
         parsed = parse_docker_digest_reference(ref)
         host = _DOCKER_HUB_API if parsed.registry == DOCKER_HUB else parsed.registry
         is_plain = is_insecure(parsed.registry, parsed.repository, self._insecure())
         base_url = f"{'http' if is_plain else 'https'}://{host}"
         digest = parsed.digest or ""  # never empty: parse_docker_digest_reference checked it
-        return _Target(ref, host, parsed.repository, digest, base_url, credentials)
+        return Target(ref, host, parsed.repository, digest, base_url, credentials)
 
     async def _image_manifest(
-        self, target: _Target, digest: str, *, is_child: bool = False
+        self, target: Target, digest: str, *, is_child: bool = False
     ) -> tuple[str, ImageManifest]:
         found = await asyncio.to_thread(self.cache.get, digest, self.platform)
         if found is None:
@@ -246,11 +231,11 @@ class RegistryClient:
             raise ImageNotFound(f"{target.ref}: its index entry {found!r} is not an image manifest")
         return await self._image_manifest(target, found, is_child=True)
 
-    async def _fetch_manifest(self, target: _Target, digest: str) -> ImageManifest | str:
+    async def _fetch_manifest(self, target: Target, digest: str) -> ImageManifest | str:
         """GET and verify one manifest; remember it; an index yields the child digest."""
         url = f"{target.base_url}/v2/{target.repository}/manifests/{digest}"
         response = await self._get_authorized(target, url)
-        _raise_for_status(response, target.ref, f"manifest {digest}")
+        raise_for_status(response, target.ref, f"manifest {digest}")
         if len(response.body) > MAX_MANIFEST_BYTES:
             raise ImageNotFound(f"{target.ref}: manifest {digest} exceeds {MAX_MANIFEST_BYTES} B")
         if not verify_digest(response.body, digest):
@@ -283,22 +268,30 @@ class RegistryClient:
         The body streams through sha256 into ``target`` in a worker thread, where
         ``on_bytes(n)`` is called after each chunk. More than ``max_bytes``, or content
         that is not ``digest``, raises ``RegistryUnavailable`` after ``target`` got bytes:
-        callers write to a temporary file and keep it only when this returns.
+        callers write to a temporary file and keep it only when this returns. Read from
+        registries.conf's mirrors first, as ``image_layers``; a mirror that fails before
+        any of the body reached ``target`` leaves it to the next source.
         """
-        where = self._target(ref, credentials)
         kind = "manifest" if is_manifest else "blob"
-        url = f"{where.base_url}/v2/{where.repository}/{kind}s/{digest}"
-        sink = Sink(target, max_bytes, on_bytes)
-        response = await self._get_authorized(where, url, sink)
-        response = await self._follow_redirects(where, url, response, sink)
-        _raise_for_status(response, ref, f"{kind} {digest}")
-        actual = "sha256:" + sink.sha256.hexdigest()
-        if sink.size_bytes > max_bytes or actual != digest:
-            raise RegistryUnavailable(
-                f"{ref}: the registry served a {kind} that is not {digest} (more than "
-                f"{max_bytes} B or another sha256); refusing it (a broken proxy or cache?)"
-            )
-        return Fetched(digest, sink.size_bytes, response.headers.get("content-type", ""))
+        sinks: list[Sink] = []
+
+        async def fetch(where: Target) -> Fetched:
+            url = f"{where.base_url}/v2/{where.repository}/{kind}s/{digest}"
+            sinks.append(sink := Sink(target, max_bytes, on_bytes))
+            response = await self._get_authorized(where, url, sink)
+            response = await self._follow_redirects(where, url, response, sink)
+            raise_for_status(response, where.ref, f"{kind} {digest}")
+            actual = "sha256:" + sink.sha256.hexdigest()
+            if sink.size_bytes > max_bytes or actual != digest:
+                raise RegistryUnavailable(
+                    f"{where.ref}: the registry served a {kind} that is not {digest} (more "
+                    f"than {max_bytes} B or another sha256); refusing it (a broken proxy or cache?)"
+                )
+            return Fetched(digest, sink.size_bytes, response.headers.get("content-type", ""))
+
+        return await self._from_sources(
+            ref, credentials, fetch, lambda: not sinks or sinks[-1].size_bytes == 0
+        )
 
     async def fetch_tag_to(
         self,
@@ -311,21 +304,25 @@ class RegistryClient:
     ) -> Fetched | None:
         """Write the manifest tagged ``tag`` in ``ref``'s repository into ``target``; None when
         the registry has no such tag. Its digest is what was received (a tag names no digest):
-        ``bundle create`` looks up sigstore tags (``sha256-<hex>.sig``) so."""
-        where = self._target(ref, credentials)
-        url = f"{where.base_url}/v2/{where.repository}/manifests/{urllib.parse.quote(tag)}"
-        sink = Sink(target, max_bytes, None)
-        response = await self._get_authorized(where, url, sink)
-        if response.status == 404:
-            return None
-        _raise_for_status(response, ref, f"manifest {tag}")
-        if sink.size_bytes > max_bytes:
-            raise RegistryUnavailable(f"{ref}: manifest {tag} is more than {max_bytes} B")
-        digest = "sha256:" + sink.sha256.hexdigest()
-        return Fetched(digest, sink.size_bytes, response.headers.get("content-type", ""))
+        ``bundle create`` looks up sigstore tags (``sha256-<hex>.sig``) so. Asked of the same
+        sources as ``fetch_to``: the first that answers (with the tag or a 404) decides."""
+
+        async def fetch(where: Target) -> Fetched | None:
+            url = f"{where.base_url}/v2/{where.repository}/manifests/{urllib.parse.quote(tag)}"
+            sink = Sink(target, max_bytes, None)
+            response = await self._get_authorized(where, url, sink)
+            if response.status == 404:
+                return None
+            raise_for_status(response, where.ref, f"manifest {tag}")
+            if sink.size_bytes > max_bytes:
+                raise RegistryUnavailable(f"{where.ref}: manifest {tag} is more than {max_bytes} B")
+            digest = "sha256:" + sink.sha256.hexdigest()
+            return Fetched(digest, sink.size_bytes, response.headers.get("content-type", ""))
+
+        return await self._from_sources(ref, credentials, fetch)
 
     async def _follow_redirects(
-        self, target: _Target, url: str, response: Response, sink: Sink
+        self, target: Target, url: str, response: Response, sink: Sink
     ) -> Response:
         """Follow ``Location`` answers; credentials go only to the registry's own host."""
         for _ in range(MAX_REDIRECTS):
@@ -342,9 +339,7 @@ class RegistryClient:
 
     # ---------------------------------------------------------------- auth
 
-    async def _get_authorized(
-        self, target: _Target, url: str, sink: Sink | None = None
-    ) -> Response:
+    async def _get_authorized(self, target: Target, url: str, sink: Sink | None = None) -> Response:
         headers = {"Accept": MANIFEST_ACCEPT}
         sent = self._known_auth(target)
         response = await self._get(target, url, {**headers, **sent}, sink)
@@ -356,7 +351,7 @@ class RegistryClient:
         authorization = await self._answer(target, response)
         return await self._get(target, url, {**headers, "Authorization": authorization}, sink)
 
-    def _known_auth(self, target: _Target) -> dict[str, str]:
+    def _known_auth(self, target: Target) -> dict[str, str]:
         """Authorization we can send up front: a live cached token, or basic for a known host."""
         token = self._tokens.get((target.host, target.scope))
         if token is not None and token.expires_at_s > self._clock():
@@ -366,7 +361,7 @@ class RegistryClient:
             return {"Authorization": basic}
         return {}
 
-    async def _answer(self, target: _Target, response: Response) -> str:
+    async def _answer(self, target: Target, response: Response) -> str:
         """The ``Authorization`` value answering a 401 challenge."""
         header = response.headers.get("www-authenticate", "")
         challenge = pick_challenge(header, ref=target.ref, host=target.host)
@@ -386,7 +381,7 @@ class RegistryClient:
             f"{quoted(challenge.scheme or '(none given)', 60)}"
         )
 
-    async def _token(self, target: _Target, challenge: Challenge) -> str:
+    async def _token(self, target: Target, challenge: Challenge) -> str:
         if target.credentials is not None and target.credentials.registry_token:
             return target.credentials.registry_token
         realm = challenge.params.get("realm", "")
@@ -404,23 +399,23 @@ class RegistryClient:
         return token.value
 
     async def _fetch_token(
-        self, target: _Target, realm: str, service: str | None, scope: str
-    ) -> _Token:
+        self, target: Target, realm: str, service: str | None, scope: str
+    ) -> Token:
         params = {"service": service, "scope": scope} if service else {"scope": scope}
         query = urllib.parse.urlencode(params)
         url = f"{realm}{'&' if '?' in realm else '?'}{query}"
         basic = basic_authorization(target.credentials) if target.credentials else None
         response = await self._get(target, url, {"Authorization": basic} if basic else {})
-        _raise_for_status(response, target.ref, "pull token")
+        raise_for_status(response, target.ref, "pull token")
         return self._parse_token(target.ref, response.body)
 
-    def _parse_token(self, ref: str, body: bytes) -> _Token:
+    def _parse_token(self, ref: str, body: bytes) -> Token:
         answer = parse_token_answer(body, ref=ref)
         # Renew a little early so that a token never expires between check and use.
-        return _Token(answer.token, self._clock() + answer.lifetime_s * 0.9)
+        return Token(answer.token, self._clock() + answer.lifetime_s * 0.9)
 
     async def _get(
-        self, target: _Target, url: str, headers: Mapping[str, str], sink: Sink | None = None
+        self, target: Target, url: str, headers: Mapping[str, str], sink: Sink | None = None
     ) -> Response:
         parts = urllib.parse.urlsplit(url)
         where = clip(parts.netloc, 120)

@@ -1,12 +1,13 @@
 """Registry pulls wait for a healthy Node and keep a control plane's pace, against a real
 kube-apiserver (the test patches the Node's conditions as a kubelet would), a real CRI-O and
-a real registry; the pause between pulls is measured in CRI-O."""
+a real registry; the pause between pulls is measured in CRI-O. Bundle imports are not held."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,11 +16,13 @@ from typing import Any
 import pytest
 
 from nodeagent.adapters.cri.client import CriClient
+from nodeagent.bundles import minisign
 from tests.conftest import Pushed
 from tests.integration.pins.test_flow import pinned_flags
 from tests.testenv.agent import Agent
+from tests.testenv.bundles import make_bundle
 from tests.testenv.crio import Crio
-from tests.testenv.images import LayerSpec, TestImage, push
+from tests.testenv.images import LayerSpec, TestImage, make_image_set, push
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import (
     apply,
@@ -165,4 +168,61 @@ async def test_a_control_plane_pulls_one_image_at_a_time_with_a_pause(
             assert times[-1] - times[0] < PAUSE_S, gaps  # in parallel, no pause
     finally:
         kube.kubectl("delete", "--ignore-not-found", "pinnedimageset", "paced")
+        kube.kubectl("delete", "--ignore-not-found", "node", node)
+
+
+async def test_a_bundle_is_imported_and_restored_on_a_node_that_is_not_ready(
+    cluster: KubeCluster, fresh_crio: Crio, pushed: Pushed, tmp_path: Path
+) -> None:
+    """Bundle imports and restores from the node's store are never held by the Node's terms:
+    after a power cut a node is often NotReady exactly because its images are gone. The
+    bundle is imported (``nodeagent bundle import``, cluster mode on) while the Node says
+    Ready=False, and its set stays pinned in the daemon's syncs while the registry set beside
+    it is held; CRI-O then loses its storage and the image is restored from the store."""
+    kube, node, bundle_set = cluster, "held-pulls-bundle", "from-the-stick"
+    kube.create_node(node, WORKER)
+    set_conditions(kube, node, Ready="False", DiskPressure="False")
+    a = pushed.ref(pushed.base_a)
+    apply(kube, pinned_image_set("apps", [a]))
+    public, secret = minisign.generate_keypair(comment="not ready")
+    work = tmp_path / "factory"
+    work.mkdir()
+    with Registry(work / "registry") as factory:
+        (image,) = make_image_set(
+            1, layer_size_bytes=64 << 10, shared_base_size_bytes=16 << 10, seed=9
+        )
+        carried = push(factory.url, image.repository, image.build()).reference(factory.host)
+        bundle = make_bundle(work, factory, [carried], public, secret, set_name=bundle_set)
+    agent = Agent(tmp_path / "agent", fresh_crio, extra_config=cluster_config(kube, node))
+    agent.write_config()
+    agent.trusted_keys_dir.mkdir(parents=True)
+    (agent.trusted_keys_dir / "factory.pub").write_text(public)
+    try:
+        imported = agent.cli("bundle", "import", str(bundle), "--json")
+        assert imported.returncode == 0, imported.stdout + imported.stderr
+        report = json.loads(imported.stdout[imported.stdout.index("{") :])
+        assert report["state"] == "imported" and report["pinnedImageSets"] == [bundle_set]
+        with agent:
+            wait_failed_reason(kube, node, agent, "NodeNotReady")
+            entry = set_entry(get(kube, "nodeimagestatuses", node), bundle_set)
+            assert entry is not None and not entry.get("failedImages"), entry
+            assert await pinned_flags(fresh_crio, [carried, a]) == {carried: True, a: None}
+
+            # A power cut takes the runtime's storage: the image comes back from the node's
+            # store while the Node still says Ready=False; the registry set stays held.
+            fresh_crio.kill()
+            shutil.rmtree(fresh_crio.storage_root)
+            fresh_crio.start()
+            agent.wait_status(
+                lambda s: (
+                    (s.get("imageLoss") or {}).get("restoredFromStore") == 1
+                    and (s.get("imageLoss") or {}).get("resolved") is True
+                ),
+                what="the bundle's image back from the node's store",
+                timeout_s=120,
+            )
+            assert await pinned_flags(fresh_crio, [carried, a]) == {carried: True, a: None}
+            assert "images_restored_from_store" in agent.current_run_log()
+    finally:
+        kube.kubectl("delete", "--ignore-not-found", "pinnedimageset", "apps")
         kube.kubectl("delete", "--ignore-not-found", "node", node)
