@@ -1,0 +1,170 @@
+"""Errors of signed bundles: signatures and keys, bundle contents, release input, media."""
+
+from __future__ import annotations
+
+from nodeagent.errors.base import NodeAgentError, PermanentError, TransientError
+
+
+class SignatureMissing(PermanentError):
+    """There is no signature, or it is empty."""
+
+    reason = "BundleUnsigned"
+    exit_code = 65  # EX_DATAERR
+
+
+class SignatureMalformed(PermanentError):
+    """The signature text is not a minisign signature this module accepts."""
+
+    reason = "BundleSignatureMalformed"
+    exit_code = 65  # EX_DATAERR
+
+
+class SignatureLegacy(SignatureMalformed):
+    """A legacy (non-prehashed, "Ed") signature where only prehashed ("ED") ones are accepted."""
+
+    reason = "BundleSignatureLegacy"
+
+
+class UnknownSigningKey(PermanentError):
+    """The signature names a key id that is not among the trusted keys."""
+
+    reason = "BundleSignedByUnknownKey"
+    exit_code = 65  # EX_DATAERR
+
+    def __init__(self, message: str, *, key_id: bytes) -> None:
+        super().__init__(message)
+        self.key_id = key_id
+
+
+class SignatureInvalid(PermanentError):
+    """The signature of the message or of the trusted comment does not verify."""
+
+    reason = "BundleSignatureInvalid"
+    exit_code = 65  # EX_DATAERR
+
+
+class KeyMalformed(PermanentError):
+    """A public or secret key text is not a minisign Ed25519 key."""
+
+    reason = "SigningKeyMalformed"
+    exit_code = 78  # EX_CONFIG
+
+
+class SecretKeyLocked(PermanentError):
+    """The secret key is encrypted and the password is missing or wrong."""
+
+    reason = "SigningKeyLocked"
+    exit_code = 77  # EX_NOPERM
+
+
+class ReleaseImageInvalid(PermanentError):
+    """``bundle create --release``: the release image or its signatures are not usable."""
+
+    reason = "ReleaseImageInvalid"
+    exit_code = 65  # EX_DATAERR
+
+
+class BundleError(PermanentError):
+    """A bundle nodeagent refuses; the reason code says which rule it broke."""
+
+    reason = "BundleInvalid"
+    exit_code = 65  # EX_DATAERR
+
+
+class BundleFormatUnsupported(BundleError):
+    reason = "BundleFormatUnsupported"
+
+
+class BundleManifestInvalid(BundleError):
+    reason = "BundleManifestInvalid"
+
+
+class BundleSetInvalid(BundleError):
+    """A PinnedImageSet the bundle carries is not one the node would load (name, shape, images)."""
+
+    reason = "BundleSetInvalid"
+
+
+class BundleArchitectureMismatch(BundleError):
+    """The bundle, or an image in it, is for another platform than this node's."""
+
+    reason = "BundleArchitectureMismatch"
+
+
+class BundleNotInTarget(BundleError):
+    """The bundle's target (its signed ``nodeSelector``) does not select this node, or the
+    node's labels are not known (no Kubernetes API): it is meant for other nodes."""
+
+    reason = "BundleNotInTarget"
+
+
+class BundleReleaseInvalid(BundleError):
+    """``bundle.json``'s ``release`` object breaks a rule (docs/bundle-format.md R31, R32)."""
+
+    reason = "BundleReleaseInvalid"
+
+
+class BundleRollback(BundleError):
+    """The bundle's signed ``sequence`` is lower than the highest this node accepted for
+    the same signing key and channel, or equal to it with another manifest: the replay of an
+    older, validly signed bundle (docs/bundle-format.md#anti-rollback)."""
+
+    reason = "BundleRollback"
+
+
+class BundleExpired(BundleError):
+    """The bundle's signed ``expires`` time is past (by this node's clock)."""
+
+    reason = "BundleExpired"
+
+
+class BundleUnsafePath(BundleError):
+    reason = "BundleUnsafePath"
+
+
+class BundleUnsafeEntry(BundleError):
+    reason = "BundleUnsafeEntry"
+
+
+class BundleUnlistedFile(BundleError):
+    reason = "BundleUnlistedFile"
+
+
+class BundleIncomplete(BundleError):
+    reason = "BundleIncomplete"
+
+
+class BundleSizeMismatch(BundleError):
+    reason = "BundleSizeMismatch"
+
+
+class BundleDigestMismatch(BundleError):
+    reason = "BundleDigestMismatch"
+
+
+class MediaMountFailed(PermanentError):
+    """Bundle media could not be mounted read-only; the message says why and what to do."""
+
+    reason = "MediaMountFailed"
+    exit_code = 74  # EX_IOERR
+
+
+class MediaUnmountFailed(TransientError):
+    """Bundle media could not be unmounted (usually: files on it are still open)."""
+
+    reason = "MediaUnmountFailed"
+    default_retry_after_s = 2.0
+
+
+class MediaWatchFailed(TransientError):
+    """The udev monitor could not be opened or failed while reading events."""
+
+    reason = "MediaWatchFailed"
+    default_retry_after_s = 5.0
+
+
+class BundleMediaRemoved(NodeAgentError):
+    """The medium went away during the import; complete images stay, the rest resumes later."""
+
+    reason = "BundleMediaRemoved"
+    exit_code = 75  # EX_TEMPFAIL
