@@ -34,7 +34,7 @@ from nodeagent.ports import StoredImage
 from nodeagent.specs import load_spec_dirs
 from nodeagent.strict import clip
 
-MODULE_COMMANDS = ("bundle", "store", "site")
+MODULE_COMMANDS = ("bundle", "store", "site", "completion")
 """Commands of their own module (``nodeagent.cli.<command>``), loaded only when a command
 line other than ``run`` is parsed: the daemon never loads them (0.7 MiB of its idle
 memory, docs/performance.md)."""
