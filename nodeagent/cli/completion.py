@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator, Sequence
 
+from nodeagent.cli import output
 from nodeagent.cli.options import command_paths
 from nodeagent.config import Config
 
@@ -102,8 +103,12 @@ def render_bash(parser: argparse.ArgumentParser) -> str:
     return header + "".join(_cases(parser)) + _FOOTER
 
 
-def cmd_completion(_config: Config, _args: argparse.Namespace) -> int:
+def cmd_completion(_config: Config, args: argparse.Namespace) -> int:
     from nodeagent.cli.main import _parser  # noqa: PLC0415  (main imports this module)
 
-    print(render_bash(_parser()), end="")
+    script = render_bash(_parser())
+    if args.json:
+        output.print_json("completion", {"shell": args.shell, "script": script})
+    else:
+        print(script, end="")
     return 0

@@ -1,9 +1,10 @@
 """The ``nodeagent`` command line.
 
-Every failure prints ``error: <Reason>: <what happened and what to do>`` on
-stderr and exits with that error's ``exit_code`` (see ``nodeagent.errors``);
-``--json`` output is meant for scripts. ``--root`` puts every host path under
-a prefix (tests, chroots).
+Every failure prints ``error: <Reason>: <what happened>; what to do: <…>`` on
+stderr (``cli.output``) and exits with that error's ``exit_code`` (see
+``nodeagent.errors``); ``--json`` output is a versioned document for scripts
+(docs/cli.md). The global options go before or after any command
+(``cli.options``); ``--root`` puts every host path under a prefix (tests, chroots).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
             ],
             "problems": [
                 {"file": p.source, "set": p.object_name, "reason": p.reason, "message": p.text(),
-                 "whatToDo": output.hint_for(p.reason, p.text())}
+                 "whatToDo": output.hint_for(p.reason)}
                 for p in load.problems
             ],
         })  # fmt: skip

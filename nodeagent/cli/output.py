@@ -7,7 +7,8 @@ added keeps the version, a field removed, renamed or retyped raises it).
 
 Error lines: ``error: <Reason>: <what happened, naming its file once>; what to do: <…>``
 on stderr (``error_line``). The message comes from the error, which names the file it is
-about; the hint is the error's own when its message gives one, else ``HINTS[reason]``.
+about; the hint is ``HINTS[reason]`` (docs/cli.md, "Errors", lists them), so every line
+carries ``what to do:``, whatever the error's message says itself.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "store-verify": 1,
     "site-status": 1,
     "site-wait": 1,
+    "completion": 1,
 }
 """Each command's ``--json`` document and its version (``bundle release-signatures --json``
 prints a Kubernetes ConfigMap, whose apiVersion and kind say what it is)."""
@@ -58,29 +60,31 @@ HINTS: Final[Mapping[str, str]] = {
     "ApiUnreachable": "check the API server's address in the kubeconfig and the network",
     "ApiAccessDenied": "use credentials that may list Nodes and NodeImageStatuses",
     "RuntimeUnreachable": "start CRI-O (systemctl start crio) or fix [runtime] endpoint",
+    "RuntimeTimeout": "check CRI-O (journalctl -u crio), then run the command again",
+    "RuntimeCallFailed": "read CRI-O's reason above and its journal (journalctl -u crio)",
+    "RuntimeConfigInvalid": "fix the named CRI-O file: CRI-O refuses to start until then",
+    "RegistryUnavailable": "check the registry's address and the network, then try again",
+    "RegistryError": "try again later; the registry failed on its side",
+    "RegistryAuthFailed": "put credentials for the registry in the auth file",
+    "ImageNotFound": "check the image reference: the registry has no such digest",
+    "ReleaseImageInvalid": "name the release by digest (oc adm release info PULLSPEC)",
+    "BundleUnsigned": "sign the bundle: make it again with `nodeagent bundle create --key`",
+    "BundleSignatureMalformed": "make the bundle again with `nodeagent bundle create`",
+    "BundleSignatureInvalid": "the bundle was changed after signing: make or copy it again",
+    "BundleSignedByUnknownKey": "put the signer's .pub key in the trusted keys directory, "
+    "or pass it with --trusted-keys",
+    "BundleManifestInvalid": "make the bundle again with `nodeagent bundle create`",
+    "BundleDigestMismatch": "copy the bundle again: a file's bytes are not the signed ones",
+    "BundleSizeMismatch": "copy the bundle again: a file's size is not the signed one",
+    "BundleArchitectureMismatch": "make a bundle for this node's architecture (--arch)",
+    "BundleNotInTarget": "pass --ignore-target to import it on this node anyway",
+    "BundleRollback": "pass --allow-rollback to go back on purpose",
+    "BundleExpired": "make a new bundle, or pass --allow-expired",
+    "StoreBlobCorrupt": "plug the bundle's medium in again to restore the blobs; check the disk",
+    "InsufficientDiskSpace": "free space on the image filesystem, or lower [disk] reserve",
+    "NoSpaceLeft": "free space on the named filesystem, then try again",
 }
-"""What to do, per reason code, when the error's message does not say it already."""
-
-_SAYS_WHAT_TO_DO = (
-    "what to do",
-    "; fix",
-    "; run",
-    "; pass",
-    "; use",
-    "; remove",
-    "; copy",
-    "; plug",
-    "; check",
-    "; install",
-    "; add",
-    "; set",
-    "; name",
-    "; restart",
-    "sets it aside",
-    "; try",
-    "did you mean",
-    "lists the stored",
-)
+"""What to do, per reason code (the reasons a command line can meet; docs/cli.md lists them)."""
 
 
 def schema_id(command: str) -> str:
@@ -97,19 +101,14 @@ def print_json(command: str, body: Mapping[str, Any]) -> None:
     sys.stdout.write(json.dumps(document(command, body), indent=2) + "\n")
 
 
-def hint_for(reason: str, message: str) -> str | None:
-    """What to do, unless ``message`` already says it."""
-    lowered = message.lower()
-    if any(marker in lowered for marker in _SAYS_WHAT_TO_DO):
-        return None
+def hint_for(reason: str) -> str:
+    """What to do about an error of ``reason``."""
     return HINTS.get(reason, f"look {reason} up in docs/cli.md, 'Errors'")
 
 
 def error_line(reason: str, message: str, *, prefix: str = "error") -> str:
     """``error: Reason: message; what to do: hint`` (the message clipped and escaped)."""
-    text = f"{prefix}: {reason}: {clip(message, _MESSAGE_CHARS)}"
-    hint = hint_for(reason, message)
-    return text if hint is None else f"{text}; what to do: {hint}"
+    return f"{prefix}: {reason}: {clip(message, _MESSAGE_CHARS)}; what to do: {hint_for(reason)}"
 
 
 def print_error(reason: str, message: str, *, prefix: str = "error") -> None:

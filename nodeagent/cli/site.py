@@ -271,7 +271,9 @@ async def _wait(config: Config, args: argparse.Namespace) -> int:
                 if view is None:
                     raise
                 if outage is None:
-                    _say(f"warning: {exc}; retrying until the timeout", file=sys.stderr)
+                    output.print_error(
+                        exc.reason, f"{exc.message}; retrying until the timeout", prefix="warning"
+                    )
                 outage = exc
             else:
                 outage = None
@@ -321,7 +323,11 @@ def _timed_out(view: BundleView, args: argparse.Namespace, scope: str) -> int:
     if args.json:
         output.print_json("site-wait", view.to_json() | {"scope": scope, "complete": False})
     empty = "" if view.nodes else " (no Node in scope: check --selector)"
-    _say(f"error: timed out after {args.timeout:g} s: {view.summary()}{empty}", file=sys.stderr)
+    _say(
+        f"error: timed out after {args.timeout:g} s: {view.summary()}{empty}; "
+        "what to do: see why each node below lags, then run the wait again",
+        file=sys.stderr,
+    )
     _say(f"  {scope}", file=sys.stderr)
     for node in view.laggards:
         _say(f"  {node.node}: {node.why()}", file=sys.stderr)
