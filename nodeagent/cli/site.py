@@ -311,7 +311,7 @@ def _done(view: BundleView, args: argparse.Namespace, scope: str, *, is_shown: b
     """The summary alone on stdout (a pipeline reads it); the scope on stderr, unless the
     last progress lines already said it."""
     if args.json:
-        output.print_json("site-wait", view.to_json() | {"scope": scope, "complete": True})
+        output.print_json("site-wait", view.to_json() | {"scope": scope})
     else:
         _say(view.summary())
     if not is_shown:
@@ -321,7 +321,7 @@ def _done(view: BundleView, args: argparse.Namespace, scope: str, *, is_shown: b
 
 def _timed_out(view: BundleView, args: argparse.Namespace, scope: str) -> int:
     if args.json:
-        output.print_json("site-wait", view.to_json() | {"scope": scope, "complete": False})
+        output.print_json("site-wait", view.to_json() | {"scope": scope})
     empty = "" if view.nodes else " (no Node in scope: check --selector)"
     _say(
         f"error: timed out after {args.timeout:g} s: {view.summary()}{empty}; "
