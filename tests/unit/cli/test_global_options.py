@@ -34,7 +34,7 @@ def required_args(parser: argparse.ArgumentParser) -> list[str]:
         if isinstance(action, argparse._SubParsersAction | argparse._HelpAction):
             continue
         if not action.option_strings and action.nargs not in ("?", "*"):
-            argv.append("x")
+            argv.append(str(next(iter(action.choices))) if action.choices else "x")
         elif action.option_strings and action.required:
             argv += [action.option_strings[0], "x"]
     return argv
@@ -109,3 +109,22 @@ def test_render_pins_with_its_config_after_the_command(
     (tmp_path / "etc/bad.toml").write_text("[runtime\n")
     assert cli.main(["render-pins", "--config", "/etc/bad.toml", "--root", str(tmp_path)]) == 78
     assert "bad.toml is not valid TOML" in capsys.readouterr().err
+
+
+def test_docs_cli_md_documents_every_command_and_option() -> None:
+    """docs/cli.md has a section per command (found by walking the parser) naming each of
+    its own options."""
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text()
+    headings = [line[4:] for line in docs.splitlines() if line.startswith("### nodeagent ")]
+    for words, parser in command_paths(PARSER):
+        if any(isinstance(a, argparse._SubParsersAction) and a.required for a in parser._actions):
+            continue  # `bundle`, `site`: their subcommands have the sections
+        name = "nodeagent " + " ".join(words)
+        exact = [h for h in headings if h == name]
+        section = (exact or [h for h in headings if h.startswith(name + " ")] or [name])[0]
+        assert section in headings, name
+        body = section + docs.split("### " + section, 1)[1].split("\n### ", 1)[0]
+        for action in parser._actions:
+            for option in action.option_strings:
+                if option.startswith("--") and option not in (*GLOBAL_OPTIONS, "--help"):
+                    assert f"`{option}" in body, (name, option)
