@@ -143,7 +143,7 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
     logs.configure(config.log.level)
     root = args.path.resolve()
     overrides = Overrides(args.ignore_target, args.allow_rollback, args.allow_expired)
-    report = asyncio.run(_import(config, root, overrides))
+    report = asyncio.run(_import(config, root, overrides, is_json=args.json))
     if args.json:
         output.print_json("bundle-import", report.to_json())
     if report.state == "imported":
@@ -160,7 +160,10 @@ class Overrides:
     is_allowing_expired: bool = False
 
 
-async def _import(config: Config, root: Path, overrides: Overrides) -> BundleReport:
+async def _import(
+    config: Config, root: Path, overrides: Overrides, *, is_json: bool = False
+) -> BundleReport:
+    """The import, then one sync; its line on stdout, or stderr when stdout is for JSON."""
     from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (see the imports)
     from nodeagent.daemon.wiring import build  # noqa: PLC0415  (see the imports)
 
@@ -193,7 +196,7 @@ async def _import(config: Config, root: Path, overrides: Overrides) -> BundleRep
                 await signature_publisher(config, api).publish(report.bundle_id)
             status = await wiring.reconciler.sync()
             wiring.reporter.sync_finished(status)
-            print(f"sync: {status_line(status)}")
+            print(f"sync: {status_line(status)}", file=sys.stderr if is_json else sys.stdout)
         return report
     finally:
         if progress is not None:
