@@ -172,8 +172,11 @@ class Reporter:
         tally: PullTally | None = None,
         board: BundleBoard | None = None,
         on_synced: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: monotonic seconds, for pacing the status file's writes while pulls end."""
         self.line = line
+        self.clock = clock
         self.on_synced = on_synced
         self.offline: Condition | None = None
         """The offline drill's last ``OfflineReady`` condition, added to every status."""
@@ -261,7 +264,7 @@ class Reporter:
         if line is not None:
             self.line.status(line)
         is_outcome = event.step in (PullStep.PULLED, PullStep.FAILED)
-        if is_outcome and time.monotonic() - self._saved_s >= PULL_SAVE_INTERVAL_S:
+        if is_outcome and self.clock() - self._saved_s >= PULL_SAVE_INTERVAL_S:
             self.save()  # the status file's pulls counts, not once per image
         if self.cluster is not None:
             self.cluster.poke()
@@ -324,7 +327,7 @@ class Reporter:
         pulls = self.tally.to_json(last)
         if pulls is not None:
             doc["pulls"] = pulls
-        self._saved_s = time.monotonic()
+        self._saved_s = self.clock()
         try:
             save_repairing(self.store, "status", doc)
         except NodeAgentError as exc:  # a full or read-only state disk must not stop pinning
