@@ -24,6 +24,7 @@ from nodeagent.strict import clip
 from nodeagent.units import format_bytes
 
 _CELL_CHARS = 48
+_LAST_CELL_CHARS = 200
 _LINE_CHARS = 2000
 IN_FLIGHT_STATES = ("detected", "fetching", "storing", "importing")
 """Bundle states whose work is in flight (``status.BundleState``)."""
@@ -77,9 +78,13 @@ class Work:
     rate_bytes_per_s: float | None
     eta_s: float | None
     note: str = ""
+    done_count: str = ""
+    """What is known done when bytes are not (pulls: ``1/3 images``)."""
 
     def done_text(self) -> str:
-        return "?" if self.done_bytes is None else format_bytes(self.done_bytes)
+        if self.done_bytes is None:
+            return self.done_count or "?"
+        return format_bytes(self.done_bytes)
 
     def total_text(self) -> str:
         return "?" if self.total_bytes is None else format_bytes(self.total_bytes)
@@ -139,7 +144,8 @@ def _pull_work(pulls: dict[str, Any]) -> Work:
         f"{images.get('inProgress', 0)} pulling, {images.get('failed', 0)} failed, "
         f"since {clip(pulls.get('startedAt', '?'), 40)}"
     )
-    return Work("pulls", None, total or None, None, None, note)
+    count = f"{images.get('done', 0)}/{images.get('total', 0)} images"
+    return Work("pulls", None, total or None, None, None, note, count)
 
 
 def _duration(seconds: float) -> str:
@@ -273,7 +279,11 @@ def _print_set(s: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- table
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     """Columns as wide as their widest cell; every cell clipped and escaped."""
-    cells = [[clip(cell, _CELL_CHARS) for cell in row] for row in [header, *rows]]
+    last = len(header) - 1  # the last column (a message) may run longer
+    cells = [
+        [clip(cell, _LAST_CELL_CHARS if i == last else _CELL_CHARS) for i, cell in enumerate(row)]
+        for row in [header, *rows]
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
