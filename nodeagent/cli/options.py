@@ -46,13 +46,6 @@ def add_global_options(parser: argparse.ArgumentParser, *, is_top: bool) -> None
     )  # fmt: skip
 
 
-def subparsers_of(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
-    """The parsers of ``parser``'s subcommands, one level down."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            yield from dict.fromkeys(action.choices.values())  # aliases: once
-
-
 def command_paths(
     parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
