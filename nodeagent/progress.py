@@ -56,6 +56,7 @@ class ByteProgress:
             "totalBytes": self.total_bytes,
             "bytesPerSecond": rate,
             "etaSeconds": eta,
+            "elapsedSeconds": round(self.elapsed_s, 1),
         }
 
 

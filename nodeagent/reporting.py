@@ -17,9 +17,11 @@ marked ``pinned`` here, so neither the importer nor the Reconciler knows the oth
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -43,6 +45,8 @@ log = structlog.get_logger(__name__)
 
 MAX_BUNDLE_REPORTS = 10
 """Bundles kept in the status (the most recent)."""
+PULL_SAVE_INTERVAL_S = 2.0
+"""The status file is rewritten at most this often as pulls end (its ``pulls`` counts)."""
 
 
 class ClusterSink(Protocol):
@@ -63,8 +67,12 @@ class PullTally:
     is_syncing: bool = False
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Pulls waiting to retry after a transient failure: ref -> (reason, message)."""
+    wall_clock: Callable[[], float] = time.time
+    started_at_s: float | None = None
+    """When the sync in progress started (seconds since 1970), for the status file."""
 
     def start(self) -> None:
+        self.started_at_s = self.wall_clock()
         self.pulling.clear()
         self.pulled.clear()
         self.waiting.clear()
@@ -89,6 +97,26 @@ class PullTally:
             self.pulled.add(event.ref)
         elif event.step is PullStep.FAILED:
             self.failed += 1
+
+    def to_json(self, last: NodeStatus | None) -> dict[str, Any] | None:
+        """The status file's ``pulls`` while a sync pulls: images done of those it found
+        missing, since when, and the bytes it has to download (None: not known). The
+        runtime reports no bytes for a pull, so no bytes done, rate or time left."""
+        missing = sum(len(s.pending) for s in last.sets) if last is not None else 0
+        if not self.is_syncing or not (missing or self.pulling or self.pulled or self.failed):
+            return None
+        to_pull = sum(s.bytes_to_pull for s in last.sets) if last is not None else 0
+        started = dt.datetime.fromtimestamp(self.started_at_s or 0.0, dt.UTC)
+        return {
+            "startedAt": started.isoformat(timespec="seconds"),
+            "images": {
+                "total": missing,
+                "done": len(self.pulled),
+                "failed": self.failed,
+                "inProgress": len(self.pulling),
+            },
+            "bytes": {"total": to_pull or None},
+        }
 
     def snapshot(self) -> PullProgress:
         return PullProgress(
@@ -144,8 +172,11 @@ class Reporter:
         tally: PullTally | None = None,
         board: BundleBoard | None = None,
         on_synced: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: monotonic seconds, for pacing the status file's writes while pulls end."""
         self.line = line
+        self.clock = clock
         self.on_synced = on_synced
         self.offline: Condition | None = None
         """The offline drill's last ``OfflineReady`` condition, added to every status."""
@@ -156,6 +187,7 @@ class Reporter:
         self.tally = tally or PullTally()
         self.board = board or BundleBoard()
         self.last: NodeStatus | None = None
+        self._saved_s = 0.0
         self._sync_status: NodeStatus | None = None
         """The last status the sync itself made (``last`` may add a waiting cause to it)."""
 
@@ -231,6 +263,9 @@ class Reporter:
         line = self.progress_line()
         if line is not None:
             self.line.status(line)
+        is_outcome = event.step in (PullStep.PULLED, PullStep.FAILED)
+        if is_outcome and self.clock() - self._saved_s >= PULL_SAVE_INTERVAL_S:
+            self.save()  # the status file's pulls counts, not once per image
         if self.cluster is not None:
             self.cluster.poke()
 
@@ -289,6 +324,10 @@ class Reporter:
         )
         if last is None and self.board.reports:
             doc["bundles"] = self.board.to_json()
+        pulls = self.tally.to_json(last)
+        if pulls is not None:
+            doc["pulls"] = pulls
+        self._saved_s = self.clock()
         try:
             save_repairing(self.store, "status", doc)
         except NodeAgentError as exc:  # a full or read-only state disk must not stop pinning

@@ -63,6 +63,12 @@ class SpecProblem:
     object_name: str | None
     reason: str
     message: str
+    """Self-contained: it names the file (the journal and the status object show it alone)."""
+
+    def text(self) -> str:
+        """The message naming its file once: as it is when it names the file, else prefixed."""
+        shown = clip(self.source, 200)
+        return self.message if shown in self.message else f"{shown}: {self.message}"
 
 
 @dataclass(frozen=True, slots=True)

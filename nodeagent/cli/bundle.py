@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from nodeagent import logs
 from nodeagent.bundles.target import describe_target
-from nodeagent.cli import bundle_create
+from nodeagent.cli import bundle_create, output
 from nodeagent.cli import release as release_cli
 from nodeagent.cli.bundle_create import parse_platform
 from nodeagent.cli.terminal import TerminalProgress, out
@@ -34,9 +33,6 @@ from nodeagent.units import format_bytes
 if TYPE_CHECKING:
     # Imported by the command that uses it: `nodeagent run` parses these arguments too.
     from nodeagent.adapters.bundles import tree as bundle_media
-
-_ERROR_CHARS = 1000
-
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -52,7 +48,6 @@ def add_parser(sub: Subparsers) -> Subparsers:
     bundle_create.add_parser(commands)
     verify = commands.add_parser("verify", help="check a bundle's signature and every byte")
     verify.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
-    verify.add_argument("--json", action="store_true", help="machine-readable output")
     verify.add_argument(
         "--trusted-keys", type=Path, help="directory of trusted *.pub keys (default: config)"
     )
@@ -62,7 +57,6 @@ def add_parser(sub: Subparsers) -> Subparsers:
     )  # fmt: skip
     imports = commands.add_parser("import", help="import a bundle directory now and pin its sets")
     imports.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
-    imports.add_argument("--json", action="store_true", help="print the final report as JSON")
     imports.add_argument(
         "--ignore-target", action="store_true",
         help="import even when the bundle's target selector leaves this node out "
@@ -102,11 +96,11 @@ def cmd_verify(config: Config, args: argparse.Namespace) -> int:
         if progress is not None:
             progress.close()
     if args.json:
-        out(json.dumps(report.to_json(), indent=2))
+        output.print_json("bundle-verify", report.to_json())
     else:
         print_report(report)
     if report.error is not None:
-        sys.stderr.write(f"error: {clip(report.error, _ERROR_CHARS)}\n")
+        output.print_error(report.error.reason, report.error.message)
         return report.error.exit_code
     return 0
 
@@ -149,9 +143,9 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
     logs.configure(config.log.level)
     root = args.path.resolve()
     overrides = Overrides(args.ignore_target, args.allow_rollback, args.allow_expired)
-    report = asyncio.run(_import(config, root, overrides))
+    report = asyncio.run(_import(config, root, overrides, is_json=args.json))
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        output.print_json("bundle-import", report.to_json())
     if report.state == "imported":
         return 0
     return EXIT_INTERRUPTED if report.state == "interrupted" else EXIT_REFUSED
@@ -166,7 +160,10 @@ class Overrides:
     is_allowing_expired: bool = False
 
 
-async def _import(config: Config, root: Path, overrides: Overrides) -> BundleReport:
+async def _import(
+    config: Config, root: Path, overrides: Overrides, *, is_json: bool = False
+) -> BundleReport:
+    """The import, then one sync; its line on stdout, or stderr when stdout is for JSON."""
     from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (see the imports)
     from nodeagent.daemon.wiring import build  # noqa: PLC0415  (see the imports)
 
@@ -199,7 +196,7 @@ async def _import(config: Config, root: Path, overrides: Overrides) -> BundleRep
                 await signature_publisher(config, api).publish(report.bundle_id)
             status = await wiring.reconciler.sync()
             wiring.reporter.sync_finished(status)
-            print(f"sync: {status_line(status)}")
+            print(f"sync: {status_line(status)}", file=sys.stderr if is_json else sys.stdout)
         return report
     finally:
         if progress is not None:

@@ -31,6 +31,7 @@ from nodeagent.bundles.freshness import (
     is_expired,
 )
 from nodeagent.bundles.target import BundleTarget, describe_target, parse_selector_text
+from nodeagent.cli import output
 from nodeagent.cli import release as release_cli
 from nodeagent.cli.terminal import TerminalProgress, out
 from nodeagent.config import Config
@@ -48,6 +49,7 @@ from nodeagent.units import format_bytes
 
 if TYPE_CHECKING:
     # Imported by the command that uses it: `nodeagent run` parses these arguments too.
+    from nodeagent.adapters.bundles import writer as bundle_writer
     from nodeagent.bundles import minisign
 
 _ARCH = re.compile(r"(?:linux/)?([a-z0-9_]+)(?:/(v[0-9]+))?")
@@ -169,11 +171,11 @@ def load_set_files(paths: Sequence[Path], *, is_persistent: bool) -> list[Pinned
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
-            raise SpecInvalid(f"cannot read PinnedImageSet file {path}: {err}") from err
+            raise SpecInvalid(f"cannot read PinnedImageSet file {path}: {why(err)}") from err
         load = parse_spec_text(text, source=str(path), is_persistent=is_persistent)
         if load.problems:
             first = load.problems[0]
-            raise SpecInvalid(f"{first.source} ({first.object_name or '-'}): {first.message}")
+            raise SpecInvalid(first.text())
         if not load.sets:
             raise SpecInvalid(f"{path} holds no PinnedImageSet")
         for image_set in load.sets:
@@ -196,6 +198,8 @@ def read_secret_key(path: Path, password_file: Path | None) -> minisign.SecretKe
     except SecretKeyLocked:
         if password is not None or not sys.stdin.isatty():
             raise
+    except KeyMalformed as exc:
+        raise KeyMalformed(f"{path}: {exc.message}") from None
     import getpass  # noqa: PLC0415  only for a locked key on a terminal
 
     return minisign.parse_secret_key(text, password=getpass.getpass(f"password for {path}: "))
@@ -205,7 +209,7 @@ def _read_text(path: Path, what: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise KeyMalformed(f"cannot read the {what} {path}: {err}") from err
+        raise KeyMalformed(f"cannot read the {what} {path}: {why(err)}") from err
 
 
 def read_auth(path: Path | None) -> AuthStore:
@@ -217,7 +221,14 @@ def read_auth(path: Path | None) -> AuthStore:
     try:
         return parse_auth_file(chosen.read_text(encoding="utf-8"), source=str(chosen))
     except (OSError, UnicodeDecodeError) as err:
-        raise AuthFileInvalid(f"cannot read {chosen}: {err}") from err
+        raise AuthFileInvalid(f"cannot read the auth file {chosen}: {why(err)}") from err
+
+
+def why(err: OSError | UnicodeDecodeError) -> str:
+    """An error reading a file, without the file name an OSError repeats."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return str(err)
 
 
 # ---------------------------------------------------------------- create
@@ -226,6 +237,7 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.adapters.registry.access import registry_access  # noqa: PLC0415
 
     secret_key = read_secret_key(args.key, args.password_file)
+    auth = read_auth(args.auth_file)
     sets = load_set_files(args.pinned_image_set, is_persistent=not args.transient)
     release = release_cli.release_request(args)
     release_image = [str(release.ref)] if release is not None else []
@@ -251,6 +263,9 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
+    if args.json:
+        print_json_created(created, args, freshness)
+        return 0
     out(
         f"created bundle {created.bundle_id} in {created.path}: {len(created.images)} images, "
         f"{created.blob_count} blobs, {format_bytes(created.size_bytes)}, "
@@ -271,6 +286,33 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
     if args.with_signatures:
         out(f"  {len(signed)} of {len(created.images)} images signed (sigstore)")
     return 0
+
+
+def print_json_created(
+    created: bundle_writer.CreatedBundle, args: argparse.Namespace, freshness: Freshness
+) -> None:
+    """``bundle create --json``: what was written (docs/cli.md, nodeagent.bundle-create)."""
+    signed = {str(c.signature.image) for c in created.signatures}
+    release = created.release
+    output.print_json("bundle-create", {
+        "bundleId": created.bundle_id,
+        "path": str(created.path),
+        "keyId": created.key_id_hex,
+        "architecture": args.arch.architecture,
+        "blobs": created.blob_count,
+        "sizeBytes": created.size_bytes,
+        "channel": freshness.channel,
+        "sequence": freshness.sequence,
+        "expires": freshness.expires,
+        "images": [
+            {"image": str(i.ref), "sizeBytes": i.size_bytes, "signed": str(i.ref) in signed}
+            for i in created.images
+        ],
+        "release": None if release is None else {
+            "version": release.version, "setName": release.set_name,
+            "payloadImages": created.payload_count, "signatures": len(release.signatures),
+        },
+    })  # fmt: skip
 
 
 def freshness_option(args: argparse.Namespace, now: datetime) -> Freshness:

@@ -1,9 +1,10 @@
 """The ``nodeagent`` command line.
 
-Every failure prints ``error: <Reason>: <what happened and what to do>`` on
-stderr and exits with that error's ``exit_code`` (see ``nodeagent.errors``);
-``--json`` output is meant for scripts. ``--root`` puts every host path under
-a prefix (tests, chroots).
+Every failure prints ``error: <Reason>: <what happened>; what to do: <…>`` on
+stderr (``cli.output``) and exits with that error's ``exit_code`` (see
+``nodeagent.errors``); ``--json`` output is a versioned document for scripts
+(docs/cli.md). The global options go before or after any command
+(``cli.options``); ``--root`` puts every host path under a prefix (tests, chroots).
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from nodeagent import __version__, logs
+from nodeagent import logs
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import JsonStateStore
@@ -26,17 +25,17 @@ from nodeagent.adapters.host import read_boot_id
 from nodeagent.adapters.journald import JournalSink
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.adapters.systemd import RuntimeReloader
-from nodeagent.config import DEFAULT_CONFIG_PATH, Config, load_config
+from nodeagent.cli import options, output
+from nodeagent.config import Config, load_config
 from nodeagent.daemon import root as daemon
-from nodeagent.errors import NodeAgentError, SpecInvalid, StateFileDamaged
+from nodeagent.errors import NodeAgentError, SpecInvalid
 from nodeagent.ledger import LedgerStore
 from nodeagent.pins import foreign_pins, render_dropin
 from nodeagent.ports import StoredImage
 from nodeagent.specs import load_spec_dirs
 from nodeagent.strict import clip
-from nodeagent.units import format_bytes
 
-MODULE_COMMANDS = ("bundle", "store", "site")
+MODULE_COMMANDS = ("bundle", "store", "site", "completion")
 """Commands of their own module (``nodeagent.cli.<command>``), loaded only when a command
 line other than ``run`` is parsed: the daemon never loads them (0.7 MiB of its idle
 memory, docs/performance.md)."""
@@ -44,31 +43,26 @@ memory, docs/performance.md)."""
 
 def _command_of(argv: Sequence[str] | None) -> str | None:
     """The command word of a command line, found without the full parser."""
-    early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--config")
-    early.add_argument("--root")
-    early.add_argument("command", nargs="?")
-    known, _rest = early.parse_known_args(argv)
+    known, _rest = options.early_parser().parse_known_args(argv)
     return str(known.command) if known.command else None
 
 
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The command line's parser; for ``run``, without the other commands' modules."""
+    """The command line's parser; for ``run``, without the other commands' modules. Every
+    global option is accepted before and after every command (``cli.options``)."""
     parser = argparse.ArgumentParser(
         prog="nodeagent", description="Pin and pre-load container images on a CRI-O node."
     )
-    parser.add_argument("--version", action="version", version=f"nodeagent {__version__}")
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="main config file")
-    parser.add_argument(
-        "--root",
-        type=Path,
-        default=os.environ.get("NODEAGENT_ROOT") or None,
-        help="put every host path under this directory (env NODEAGENT_ROOT)",
-    )
+    options.add_global_options(parser, is_top=True)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the daemon (systemd starts it)")
-    if command == "run":
-        return parser
+    if command != "run":
+        _add_commands(sub)
+    options.add_everywhere(parser)
+    return parser
+
+
+def _add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub.add_parser("check-config", help="validate the configuration and every PinnedImageSet")
     render = sub.add_parser("render-pins", help="print the CRI-O pin drop-in nodeagent would write")
     render.add_argument(
@@ -82,19 +76,15 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         help="with --write: reload CRI-O when the file changed (the path unit that follows "
         "the other CRI-O drop-ins)",
     )
-    status = sub.add_parser("status", help="what nodeagent did: sets, images, disk, errors")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
-    runtime = sub.add_parser("runtime", help="show the runtime, its image filesystem and images")
-    runtime.add_argument("--json", action="store_true", help="machine-readable output")
-    offline = sub.add_parser(
+    sub.add_parser("status", help="what nodeagent did: sets, images, disk, work, bundles")
+    sub.add_parser("runtime", help="show the runtime, its image filesystem and images")
+    sub.add_parser(
         "check-offline", help="what would break here if the registry vanished now (docs/offline.md)"
     )
-    offline.add_argument("--json", action="store_true", help="machine-readable output")
     pull = sub.add_parser("pull", help="pull images through the runtime (by digest)")
     pull.add_argument("images", nargs="+", metavar="IMAGE")
     for name in MODULE_COMMANDS:
         importlib.import_module(f"nodeagent.cli.{name}").add_parser(sub)
-    return parser
 
 
 # ---------------------------------------------------------------- commands
@@ -108,16 +98,34 @@ def cmd_run(config: Config, _args: argparse.Namespace) -> int:
     return asyncio.run(daemon.run(config))
 
 
-def cmd_check_config(config: Config, _args: argparse.Namespace) -> int:
+def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
+    """The configuration (a bad one never gets here: ConfigInvalid, 78) and every set file;
+    65 when a set file is refused."""
     load = load_spec_dirs(config.spec_dirs())
-    files = ", ".join(str(f) for f in config.files) or f"{config.source} (defaults: file absent)"
-    print(f"config: ok ({files})")
-    for s in load.sets:
-        kind = "persistent" if s.is_persistent else "transient"
-        print(f"set {s.name}: ok, {len(s.images)} images, {kind}, from {s.source}")
-    for problem in load.problems:
-        where = f"{problem.source}" + (f" ({problem.object_name})" if problem.object_name else "")
-        print(f"error: {problem.reason}: {where}: {problem.message}", file=sys.stderr)
+    files = [str(f) for f in config.files]
+    if args.json:
+        output.print_json("check-config", {
+            "configFiles": files,
+            "configDefaults": not files,
+            "sets": [
+                {"name": s.name, "images": len(s.images), "persistent": s.is_persistent,
+                 "source": s.source}
+                for s in load.sets
+            ],
+            "problems": [
+                {"file": p.source, "set": p.object_name, "reason": p.reason, "message": p.text(),
+                 "whatToDo": output.hint_for(p.reason)}
+                for p in load.problems
+            ],
+        })  # fmt: skip
+    else:
+        shown = ", ".join(files) or f"{config.source} (defaults: file absent)"
+        print(f"config: ok ({shown})")
+        for s in load.sets:
+            kind = "persistent" if s.is_persistent else "transient"
+            print(clip(f"set {s.name}: ok, {len(s.images)} images, {kind}, from {s.source}"))
+        for problem in load.problems:
+            output.print_error(problem.reason, problem.text())
     return SpecInvalid.exit_code if load.problems else 0
 
 
@@ -138,30 +146,51 @@ def cmd_render_pins(config: Config, args: argparse.Namespace) -> int:
     logs.configure(config.log.level, with_priority="JOURNAL_STREAM" in os.environ)
     dropins = _dropins(config)
     if not args.write:
-        print(_render(config, dropins), end="")
+        text = _render(config, dropins)
+        if args.json:
+            output.print_json("render-pins", {"action": "printed", "dropin": text})
+        else:
+            print(text, end="")
         return 0
+    done = _write_pins(config, dropins, is_reloading=args.reload)
+    if args.json:
+        output.print_json("render-pins", done)
+    elif done["action"] == "skipped":
+        print(
+            f"skipped: process {done['lockHolder']} holds {done['lock']}: the nodeagent daemon, "
+            "which renders the pins itself, or another render-pins"
+        )
+    else:
+        print(f"{done['action']}: {dropins.target} (linked from {dropins.link})")
+        if done.get("reloaded"):
+            print(f"reloaded {config.runtime.unit} ({done['reloaded']})")
+    return 0
+
+
+def _write_pins(config: Config, dropins: CrioDropins, *, is_reloading: bool) -> dict[str, Any]:
+    """``render-pins --write``: what it did (the ``--json`` document's body)."""
     lock = PinsLock(config.state.run_dir / PINS_LOCK_NAME)
     if not lock.try_acquire():
-        print(
-            f"skipped: process {lock.holder()} holds {lock.path}: the nodeagent daemon, which "
-            "renders the pins itself, or another render-pins"
-        )
-        return 0
+        return {"action": "skipped", "lock": str(lock.path), "lockHolder": lock.holder()}
     try:
         is_changed = False
         for _ in range(MAX_RENDER_ROUNDS):  # a file changed while this one was written
             if not dropins.write_dropin(_render(config, dropins)):
                 break
             is_changed = True
-        state = "wrote" if is_changed else "unchanged"
-        print(f"{state}: {dropins.target} (linked from {dropins.link})")
-        if is_changed and args.reload:
+        done: dict[str, Any] = {
+            "action": "wrote" if is_changed else "unchanged",
+            "target": str(dropins.target),
+            "link": str(dropins.link),
+            "reloaded": None,
+        }
+        if is_changed and is_reloading:
             rt = config.runtime
             reloader = RuntimeReloader(rt.unit, pid_file=rt.pid_file, timeout_s=rt.reload_timeout_s)
-            print(f"reloaded {rt.unit} ({asyncio.run(reloader.reload())})")
+            done["reloaded"] = str(asyncio.run(reloader.reload()))
+        return done
     finally:
         lock.release()
-    return 0
 
 
 MAX_RENDER_ROUNDS = 3
@@ -173,127 +202,20 @@ def _render(config: Config, dropins: CrioDropins) -> str:
     remembered = store.load(is_repairing=False).remembered_pins()
     foreign = foreign_pins(dropins.read_other_configs())
     for problem in foreign.problems:  # CRI-O will refuse to start until it is fixed
-        print(f"warning: RuntimeConfigInvalid: {problem.message}", file=sys.stderr)
+        output.print_error("RuntimeConfigInvalid", problem.message, prefix="warning")
     return render_dropin([*remembered, *foreign.patterns])
 
 
 def cmd_status(config: Config, args: argparse.Namespace) -> int:
-    doc = JsonStateStore(config.state.dir).load("status")  # StateFileDamaged: exit 74
-    if doc is None:
-        print("no status yet: nodeagent has not finished a sync (is the service running?)")
-        return 1
-    if args.json:
-        print(json.dumps(doc, indent=2))
-        return 0
-    try:
-        print_status(doc)
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise StateFileDamaged(
-            f"the status file has an unexpected shape ({clip(exc, 80)}); the daemon sets it "
-            "aside and writes it anew at its next sync"
-        ) from exc
-    return 0
+    from nodeagent.cli import status_view  # noqa: PLC0415  (not loaded by the daemon)
 
-
-def _say(text: str) -> None:
-    """One line of the status file for a terminal: escape sequences escaped, clipped."""
-    print(clip(text, 2000))
-
-
-def print_status(doc: dict[str, Any]) -> None:
-    images = doc.get("images", {})
-    _say(f"updated: {doc.get('updatedAt', '?')}   runtime: {doc.get('runtime', '?')}")
-    if doc.get("osImage"):
-        _say(_os_text(doc["osImage"]))
-    for cond in doc.get("conditions", []):
-        _say(f"{cond['type']:<12} {cond['status']:<6} {cond['reason']}: {cond['message']}")
-    _say(
-        f"images: {images.get('pinned', 0)}/{images.get('total', 0)} pinned, "
-        f"{images.get('failed', 0)} failed"
-    )
-    disk = doc.get("disk")
-    if disk:
-        _say(
-            f"disk: {format_bytes(disk['availableBytes'])} available on {disk['mountpoint']}, "
-            f"{format_bytes(disk['neededBytes'])} needed, "
-            f"{format_bytes(disk['reserveBytes'])} kept free"
-        )
-    for s in doc.get("pinnedImageSets", []):
-        _print_set(s)
-    _print_notes(doc)
-    if doc.get("retryInSeconds") is not None:
-        _say(f"retrying in {doc['retryInSeconds']} s (transient failure)")
-    if doc.get("lastError"):
-        _say(f"last error: {doc['lastError']}")
-
-
-def _print_notes(doc: dict[str, Any]) -> None:
-    """Spec problems, rebuilt state, bundles, and pinned images the runtime lost."""
-    for problem in doc.get("specProblems", []):
-        _say(
-            f"invalid spec {problem['file']} ({problem['set']}): {problem['reason']}: "
-            f"{problem['message']}"
-        )
-    for repair in doc.get("stateRepairs", []):
-        kept = f" (kept as {repair['movedTo']})" if repair.get("movedTo") else ""
-        _say(f"state rebuilt: {repair['file']}: {repair['reason']}: {repair['message']}{kept}")
-    for bundle in doc.get("bundles", []):
-        _say(_bundle_text(bundle))
-        for step in bundle.get("nextSteps", []):
-            _say(f"  next: {step}")
-        for warning in bundle.get("warnings", []):
-            _say(f"  warning {warning.get('reason')}: {warning.get('message', '')}")
-    loss = doc.get("imageLoss")
-    if loss:
-        _say(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")
-        if loss.get("restoredFromStore"):
-            _say(f"restored {loss['restoredFromStore']} images from the local store")
-
-
-def _os_text(image: dict[str, Any]) -> str:
-    """'os: rhcos 4.18 (418.94…), booted quay.io/…@sha256:… (rpm-ostree)'."""
-    text = f"os: {image.get('id', '?')} {image.get('versionId', '?')}"
-    if image.get("version"):
-        text += f" ({image['version']})"
-    booted = image.get("booted") or {}
-    if booted:
-        text += f", booted {booted.get('image')} ({booted.get('source')})"
-    return text
-
-
-def _bundle_text(bundle: dict[str, Any]) -> str:
-    images = bundle.get("images") or {}
-    text = (
-        f"bundle {bundle.get('bundleId') or bundle.get('source')}: {bundle.get('state')}, "
-        f"images {images.get('present', 0)}/{images.get('total', 0)}"
-    )
-    if bundle.get("mediumRemovable"):
-        text += ", the medium may be removed"
-    progress = bundle.get("progress") or {}
-    if progress.get("text"):
-        text += f": {progress['text']}"
-    if bundle.get("reason"):
-        text += f" ({bundle['reason']}: {bundle.get('message', '')})"
-    return text
-
-
-def _print_set(s: dict[str, Any]) -> None:
-    imgs = s["images"]
-    gen = f"generation {s.get('currentGeneration', '-')}/{s['desiredGeneration']}"
-    _say(
-        f"set {s['name']}: {s['state']} ({gen}), images {imgs['pinned']} pinned, "
-        f"{imgs['present']} present, {imgs['total']} total, {imgs['failed']} failed"
-    )
-    for failed in s.get("failedImages", []):
-        _say(f"  {failed['reason']}: {failed['image']}: {failed['message']}")
-    if s.get("lastFailedGenerationError") and not s.get("failedImages"):
-        _say(f"  {s.get('reason', 'Failed')}: {s['lastFailedGenerationError']}")
+    return status_view.cmd_status(config, args)
 
 
 def _image_row(image: StoredImage) -> str:
     name = (image.repo_digests or image.repo_tags or (image.id,))[0]
     pin = "pinned" if image.is_pinned else "-"
-    return f"{pin:<7} {image.size_bytes / 1e6:>9.1f} MB  {name}"
+    return f"{pin:<7} {image.size_bytes / 1e6:>9.1f} MB  {clip(name, 500)}"
 
 
 async def _runtime(endpoint: str, as_json: bool) -> int:
@@ -315,14 +237,14 @@ async def _runtime(endpoint: str, as_json: bool) -> int:
                 for i in images
             ],
         }
-        print(json.dumps(doc, indent=2))
+        output.print_json("runtime", doc)
         return 0
     print(
         f"runtime: {version.runtime_name} {version.runtime_version} "
         f"(CRI {version.runtime_api_version})"
     )
     for fs in filesystems:
-        print(f"image filesystem: {fs.mountpoint}")
+        print(f"image filesystem: {clip(fs.mountpoint, 500)}")
     pinned = sum(1 for i in images if i.is_pinned)
     print(f"images: {len(images)} stored, {pinned} pinned")
     for image in images:
@@ -334,16 +256,21 @@ def cmd_runtime(config: Config, args: argparse.Namespace) -> int:
     return asyncio.run(_runtime(config.runtime.endpoint, args.json))
 
 
-async def _pull(endpoint: str, refs: Sequence[str]) -> int:
+async def _pull(endpoint: str, refs: Sequence[str], *, as_json: bool) -> int:
+    pulled: list[dict[str, str]] = []
     async with CriClient(endpoint) as cri:
         for ref in refs:
             image_ref = await cri.pull_image(ref, timeout_s=3600)
-            print(f"pulled {ref} -> {image_ref}")
+            pulled.append({"image": ref, "imageRef": image_ref})
+            if not as_json:
+                print(clip(f"pulled {ref} -> {image_ref}", 1000))
+    if as_json:
+        output.print_json("pull", {"pulled": pulled})
     return 0
 
 
 def cmd_pull(config: Config, args: argparse.Namespace) -> int:
-    return asyncio.run(_pull(config.runtime.endpoint, args.images))
+    return asyncio.run(_pull(config.runtime.endpoint, args.images, as_json=args.json))
 
 
 def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
@@ -377,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, root=args.root)
         return _command(args.command)(config, args)
     except NodeAgentError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        output.print_error(exc.reason, exc.message)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -11,11 +11,11 @@ node's pods from the API server, else the static pods of ``[offline] static_pod_
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Final
 
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.offline import HostFacts, api_pods
+from nodeagent.cli import output
 from nodeagent.config import Config
 from nodeagent.offline import findings as f
 from nodeagent.offline.checks import run_checks
@@ -68,7 +68,7 @@ def print_report(report: OfflineReport) -> None:
 def cmd_check_offline(config: Config, as_json: bool) -> int:
     report = asyncio.run(check(config))
     if as_json:
-        print(json.dumps(report.to_json(), indent=2))
+        output.print_json("check-offline", report.to_json())
     else:
         print_report(report)
     return exit_code(report)

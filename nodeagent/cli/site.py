@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from nodeagent.cli import output
 from nodeagent.config import Config
 from nodeagent.errors import (
     ApiRequestRejected,
@@ -60,7 +60,6 @@ def add_parser(sub: Subparsers) -> None:
     status = commands.add_parser("status", help="per bundle: who holds, pinned, fails, bytes left")
     status.add_argument("--bundle", metavar="ID", help="only this bundle id")
     status.add_argument("--set", dest="set_name", metavar="NAME", help="judge this set's pinning")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
     wait = commands.add_parser("wait", help="exit 0 once every node in scope has it pinned")
     wait.add_argument("--bundle", required=True, metavar="ID", help="the bundle id")
     wait.add_argument("--set", dest="set_name", metavar="NAME", help="wait for this set instead")
@@ -72,7 +71,6 @@ def add_parser(sub: Subparsers) -> None:
         "--interval", type=_seconds, default=5.0, metavar="SECONDS",
         help="seconds between two reads of the API server (default 5)",
     )  # fmt: skip
-    wait.add_argument("--json", action="store_true", help="print the final view as JSON")
     for command in (status, wait):
         _add_common(command)
 
@@ -232,7 +230,7 @@ async def _status(config: Config, args: argparse.Namespace) -> int:
             "nodes": len(nodes),
             "bundles": [v.to_json() for v in views],
         }
-        print(json.dumps(doc | {"holdingsUnreadable": unreadable}, indent=2))
+        output.print_json("site-status", doc | {"holdingsUnreadable": unreadable})
         return 0
     without = [n for n in nodes if n not in statuses]
     _say(f"{len(nodes)} nodes in scope, {len(nodes) - len(without)} reporting")
@@ -273,7 +271,9 @@ async def _wait(config: Config, args: argparse.Namespace) -> int:
                 if view is None:
                     raise
                 if outage is None:
-                    _say(f"warning: {exc}; retrying until the timeout", file=sys.stderr)
+                    output.print_error(
+                        exc.reason, f"{exc.message}; retrying until the timeout", prefix="warning"
+                    )
                 outage = exc
             else:
                 outage = None
@@ -311,7 +311,7 @@ def _done(view: BundleView, args: argparse.Namespace, scope: str, *, is_shown: b
     """The summary alone on stdout (a pipeline reads it); the scope on stderr, unless the
     last progress lines already said it."""
     if args.json:
-        print(json.dumps(view.to_json() | {"scope": scope}, indent=2))
+        output.print_json("site-wait", view.to_json() | {"scope": scope})
     else:
         _say(view.summary())
     if not is_shown:
@@ -321,9 +321,13 @@ def _done(view: BundleView, args: argparse.Namespace, scope: str, *, is_shown: b
 
 def _timed_out(view: BundleView, args: argparse.Namespace, scope: str) -> int:
     if args.json:
-        print(json.dumps(view.to_json() | {"scope": scope}, indent=2))
+        output.print_json("site-wait", view.to_json() | {"scope": scope})
     empty = "" if view.nodes else " (no Node in scope: check --selector)"
-    _say(f"error: timed out after {args.timeout:g} s: {view.summary()}{empty}", file=sys.stderr)
+    _say(
+        f"error: timed out after {args.timeout:g} s: {view.summary()}{empty}; "
+        "what to do: see why each node below lags, then run the wait again",
+        file=sys.stderr,
+    )
     _say(f"  {scope}", file=sys.stderr)
     for node in view.laggards:
         _say(f"  {node.node}: {node.why()}", file=sys.stderr)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 import time
 from typing import TYPE_CHECKING, TypeAlias
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from nodeagent import logs
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import read_boot_id
+from nodeagent.cli import output
 from nodeagent.config import Config
 from nodeagent.errors import StoreBlobCorrupt
 from nodeagent.ledger import LedgerStore
@@ -38,10 +38,8 @@ EXIT_CORRUPT = StoreBlobCorrupt.exit_code
 
 def add_parser(sub: Subparsers) -> None:
     parser = sub.add_parser("store", help="what the node's image store keeps, why, and its size")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
     commands = parser.add_subparsers(dest="store_command", required=False)
-    verify = commands.add_parser("verify", help="re-hash every stored blob; remove corrupt ones")
-    verify.add_argument("--json", action="store_true", help="machine-readable output")
+    commands.add_parser("verify", help="re-hash every stored blob; remove corrupt ones")
 
 
 def rules_of(config: Config) -> KeepRules:
@@ -68,7 +66,7 @@ def cmd_store(config: Config, args: argparse.Namespace) -> int:
         config.store_dir, pinned_sets(config), rules_of(config), time.time()
     )
     if args.json:
-        print(json.dumps(view.to_json(), indent=2))
+        output.print_json("store", view.to_json())
         return 0
     print_view(view)
     return 0
@@ -127,7 +125,7 @@ def cmd_verify(config: Config, args: argparse.Namespace) -> int:
     if on_bytes:
         sys.stderr.write("\n")
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        output.print_json("store-verify", report.to_json())
     else:
         rate = report.checked_bytes / report.seconds / 1e6 if report.seconds > 0 else 0.0
         print(
@@ -139,9 +137,10 @@ def cmd_verify(config: Config, args: argparse.Namespace) -> int:
             print(f"removed {digest}: {StoreBlobCorrupt.reason}: {clip(message, 300)}")
     if report.is_ok:
         return 0
-    sys.stderr.write(
-        f"error: {StoreBlobCorrupt.reason}: {len(report.corrupt)} corrupt blob(s) removed from "
-        "the store; plug the bundle's medium in again to restore them, and check the disk\n"
+    output.print_error(
+        StoreBlobCorrupt.reason,
+        f"{len(report.corrupt)} corrupt blob(s) removed from the store {config.store_dir}; "
+        "plug the bundle's medium in again to restore them, and check the disk",
     )
     return EXIT_CORRUPT
 

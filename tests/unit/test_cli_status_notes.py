@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.cli.main import print_status
+from nodeagent.cli.status_view import print_status
 
 
 def test_bundles_with_progress_and_a_loss_are_printed_escaped(

@@ -123,7 +123,10 @@ def test_status_of_an_unexpected_shape_exits_74_not_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_status(tmp_path, {"conditions": [1]}) == StateFileDamaged.exit_code == 74
-    assert "StateFileDamaged: the status file has an unexpected shape" in capsys.readouterr().err
+    status_file = tmp_path / "var/lib/nodeagent/status.json"
+    err = capsys.readouterr().err
+    assert f"StateFileDamaged: the status file {status_file} has an unexpected shape" in err
+    assert err.count(str(status_file)) == 1
 
 
 def test_status_text_is_escaped_for_the_terminal(

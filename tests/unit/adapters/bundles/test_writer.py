@@ -369,7 +369,10 @@ def test_set_files_load_with_their_persistence(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("texts", "problem"),
     [
-        ([SET_TEXT.replace("NAME", "a").replace("@sha256", ":tag@sha256")], "a.yaml \\(a\\)"),
+        (
+            [SET_TEXT.replace("NAME", "a").replace("@sha256", ":tag@sha256")],
+            "a.yaml: PinnedImageSet 'a'",
+        ),
         (["key: [unclosed"], "not valid YAML"),
         (["# nothing here\n"], "holds no PinnedImageSet"),
         ([SET_TEXT.replace("NAME", "a"), SET_TEXT.replace("NAME", "a")], "defined twice"),

@@ -1,0 +1,345 @@
+"""``nodeagent status``: the status file the daemon writes, for a person or a script.
+
+Three renderings of the same file: ``--json`` (the file, with its ``schema``), a compact
+table when stdout is a terminal (``print_table``), plain lines in a pipe (``print_status``:
+one fact per line, grep-friendly). Both texts show the work in flight with its bytes, rate
+and time left (``work_items``), and each bundle's last outcome. Every text from the file
+passes ``strict.clip`` (set names, image references and bundle ids come from outside).
+A time left is shown only when the total and a rate are known: it is never guessed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nodeagent.adapters.files import JsonStateStore
+from nodeagent.cli import output
+from nodeagent.config import Config
+from nodeagent.errors import StateFileDamaged
+from nodeagent.strict import clip
+from nodeagent.units import format_bytes
+
+_CELL_CHARS = 48
+_LAST_CELL_CHARS = 200
+_LINE_CHARS = 2000
+IN_FLIGHT_STATES = ("detected", "fetching", "storing", "importing")
+"""Bundle states whose work is in flight (``status.BundleState``)."""
+OUTCOMES = {
+    "verified": "verified",
+    "admitted": "verified",
+    "stored": "verified, stored",
+    "imported": "imported",
+    "pinned": "imported, pinned",
+    "rejected": "refused",
+    "interrupted": "interrupted",
+}
+"""A bundle's last outcome, by its state (in-flight states: ``in progress``)."""
+_STEPS = {
+    "detected": "verifying",
+    "fetching": "fetching from peers",
+    "storing": "copying to the image store",
+    "importing": "importing into the runtime",
+}
+
+
+def cmd_status(config: Config, args: argparse.Namespace) -> int:
+    doc = JsonStateStore(config.state.dir).load("status")  # StateFileDamaged: exit 74
+    if doc is None:
+        sys.stderr.write(
+            "no status yet: nodeagent has not finished a sync; what to do: check that the "
+            "service runs (systemctl status nodeagent)\n"
+        )
+        return 1
+    if args.json:
+        output.print_json("status", doc)
+        return 0
+    try:
+        (print_table if sys.stdout.isatty() else print_status)(doc)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise StateFileDamaged(
+            f"the status file {config.state.dir / 'status.json'} has an unexpected shape "
+            f"({clip(exc, 80)}); the daemon sets it aside and writes it anew at its next sync"
+        ) from exc
+    return 0
+
+
+# ---------------------------------------------------------------- work in flight
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One job in flight: bytes done of a total, its rate and time left when known."""
+
+    what: str
+    done_bytes: int | None
+    total_bytes: int | None
+    rate_bytes_per_s: float | None
+    eta_s: float | None
+    note: str = ""
+    done_count: str = ""
+    """What is known done when bytes are not (pulls: ``1/3 images``)."""
+
+    def done_text(self) -> str:
+        if self.done_bytes is None:
+            return self.done_count or "?"
+        return format_bytes(self.done_bytes)
+
+    def total_text(self) -> str:
+        return "?" if self.total_bytes is None else format_bytes(self.total_bytes)
+
+    def rate_text(self) -> str:
+        rate = self.rate_bytes_per_s
+        return "unknown" if rate is None else f"{rate / 1e6:.1f} MB/s"
+
+    def eta_text(self) -> str:
+        return "unknown" if self.eta_s is None else _duration(self.eta_s)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value >= 0 else None
+
+
+def _whole(value: object) -> int | None:
+    number = _number(value)
+    return None if number is None else int(number)
+
+
+def eta_of(done: int | None, total: int | None, rate: float | None) -> float | None:
+    """Seconds left: only with a known total, bytes done and a rate above zero."""
+    if done is None or not total or rate is None or rate <= 0:
+        return None
+    return max(0, total - done) / rate
+
+
+def work_items(doc: dict[str, Any]) -> list[Work]:
+    """Bundles being verified, fetched, copied or imported, and the sync's pulls."""
+    items = [_bundle_work(b) for b in doc.get("bundles", []) if b.get("state") in IN_FLIGHT_STATES]
+    pulls = doc.get("pulls")
+    if pulls:
+        items.append(_pull_work(pulls))
+    return items
+
+
+def _bundle_work(bundle: dict[str, Any]) -> Work:
+    progress = bundle.get("progress") or {}
+    done, total = _whole(progress.get("doneBytes")), _whole(progress.get("totalBytes"))
+    rate = _number(progress.get("bytesPerSecond"))
+    name = clip(bundle.get("bundleId") or bundle.get("source"), 100)
+    return Work(
+        f"bundle {name}: {_STEPS[bundle['state']]}",
+        done, total or None, rate, eta_of(done, total, rate),
+    )  # fmt: skip
+
+
+def _pull_work(pulls: dict[str, Any]) -> Work:
+    """The runtime reports no bytes for a pull: bytes done, rate and time left unknown."""
+    images = pulls.get("images") or {}
+    total = _whole((pulls.get("bytes") or {}).get("total"))
+    note = (
+        f"{images.get('done', 0)} of {images.get('total', 0)} images, "
+        f"{images.get('inProgress', 0)} pulling, {images.get('failed', 0)} failed, "
+        f"since {clip(pulls.get('startedAt', '?'), 40)}"
+    )
+    count = f"{images.get('done', 0)}/{images.get('total', 0)} images"
+    return Work("pulls", None, total or None, None, None, note, count)
+
+
+def _duration(seconds: float) -> str:
+    whole = round(seconds)
+    if whole < 120:
+        return f"{whole} s"
+    if whole < 7200:
+        return f"{whole // 60} min"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
+def bundle_outcome(bundle: dict[str, Any]) -> str:
+    """``refused: BundleSignatureInvalid: …`` / ``imported, pinned`` / ``in progress``."""
+    outcome = OUTCOMES.get(bundle.get("state", ""), "in progress")
+    if bundle.get("reason"):
+        outcome += f": {bundle['reason']}: {bundle.get('message', '')}"
+    return outcome
+
+
+# ---------------------------------------------------------------- plain lines
+def _say(text: str) -> None:
+    """One line of the status file: escape sequences escaped, clipped."""
+    sys.stdout.write(clip(text, _LINE_CHARS) + "\n")
+
+
+def print_status(doc: dict[str, Any]) -> None:
+    """Plain lines, one fact each (a pipe, a script's grep)."""
+    images = doc.get("images", {})
+    _say(f"updated: {doc.get('updatedAt', '?')}   runtime: {doc.get('runtime', '?')}")
+    if doc.get("osImage"):
+        _say(_os_text(doc["osImage"]))
+    for cond in doc.get("conditions", []):
+        _say(f"{cond['type']:<12} {cond['status']:<6} {cond['reason']}: {cond['message']}")
+    _say(
+        f"images: {images.get('pinned', 0)}/{images.get('total', 0)} pinned, "
+        f"{images.get('failed', 0)} failed"
+    )
+    disk = doc.get("disk")
+    if disk:
+        _say(_disk_text(disk))
+    for s in doc.get("pinnedImageSets", []):
+        _print_set(s)
+    for work in work_items(doc):
+        _say(
+            f"in flight: {work.what}: {work.done_text()} of {work.total_text()}, "
+            f"rate {work.rate_text()}, time left {work.eta_text()}"
+            + (f" ({work.note})" if work.note else "")
+        )
+    _print_notes(doc)
+    if doc.get("retryInSeconds") is not None:
+        _say(f"retrying in {doc['retryInSeconds']} s (transient failure)")
+    if doc.get("lastError"):
+        _say(f"last error: {doc['lastError']}")
+
+
+def _disk_text(disk: dict[str, Any]) -> str:
+    return (
+        f"disk: {format_bytes(disk['availableBytes'])} available on {disk['mountpoint']}, "
+        f"{format_bytes(disk['neededBytes'])} needed, "
+        f"{format_bytes(disk['reserveBytes'])} kept free"
+    )
+
+
+def _print_notes(doc: dict[str, Any]) -> None:
+    """Spec problems, rebuilt state, bundles, and pinned images the runtime lost."""
+    for problem in doc.get("specProblems", []):
+        message = problem["message"]
+        where = "" if problem["file"] in message else f"{problem['file']}: "
+        _say(f"invalid spec ({problem['set'] or '-'}): {problem['reason']}: {where}{message}")
+    for repair in doc.get("stateRepairs", []):
+        kept = f" (kept as {repair['movedTo']})" if repair.get("movedTo") else ""
+        _say(f"state rebuilt: {repair['file']}: {repair['reason']}: {repair['message']}{kept}")
+    for bundle in doc.get("bundles", []):
+        _say(f"bundle {_bundle_name(bundle)} outcome: {bundle_outcome(bundle)}")
+        _say(_bundle_text(bundle))
+        for step in bundle.get("nextSteps", []):
+            _say(f"  next: {step}")
+        for warning in bundle.get("warnings", []):
+            _say(f"  warning {warning.get('reason')}: {warning.get('message', '')}")
+    loss = doc.get("imageLoss")
+    if loss:
+        _say(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")
+        if loss.get("restoredFromStore"):
+            _say(f"restored {loss['restoredFromStore']} images from the local store")
+
+
+def _os_text(image: dict[str, Any]) -> str:
+    """'os: rhcos 4.18 (418.94…), booted quay.io/…@sha256:… (rpm-ostree)'."""
+    text = f"os: {image.get('id', '?')} {image.get('versionId', '?')}"
+    if image.get("version"):
+        text += f" ({image['version']})"
+    booted = image.get("booted") or {}
+    if booted:
+        text += f", booted {booted.get('image')} ({booted.get('source')})"
+    return text
+
+
+def _bundle_name(bundle: dict[str, Any]) -> str:
+    return str(bundle.get("bundleId") or bundle.get("source"))
+
+
+def _bundle_text(bundle: dict[str, Any]) -> str:
+    images = bundle.get("images") or {}
+    text = (
+        f"bundle {_bundle_name(bundle)}: {bundle.get('state')}, "
+        f"images {images.get('present', 0)}/{images.get('total', 0)}"
+    )
+    if bundle.get("mediumRemovable"):
+        text += ", the medium may be removed"
+    progress = bundle.get("progress") or {}
+    if progress.get("text"):
+        text += f": {progress['text']}"
+    if bundle.get("reason"):
+        text += f" ({bundle['reason']}: {bundle.get('message', '')})"
+    return text
+
+
+def _print_set(s: dict[str, Any]) -> None:
+    imgs = s["images"]
+    gen = f"generation {s.get('currentGeneration', '-')}/{s['desiredGeneration']}"
+    _say(
+        f"set {s['name']}: {s['state']} ({gen}), images {imgs['pinned']} pinned, "
+        f"{imgs['present']} present, {imgs['total']} total, {imgs['failed']} failed"
+    )
+    for failed in s.get("failedImages", []):
+        _say(f"  {failed['reason']}: {failed['image']}: {failed['message']}")
+    if s.get("lastFailedGenerationError") and not s.get("failedImages"):
+        _say(f"  {s.get('reason', 'Failed')}: {s['lastFailedGenerationError']}")
+
+
+# ---------------------------------------------------------------- table
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """Columns as wide as their widest cell; every cell clipped and escaped."""
+    last = len(header) - 1  # the last column (a message) may run longer
+    cells = [
+        [clip(cell, _LAST_CELL_CHARS if i == last else _CELL_CHARS) for i, cell in enumerate(row)]
+        for row in [header, *rows]
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+
+
+def print_table(doc: dict[str, Any]) -> None:
+    """A terminal's compact view: a summary, then tables of sets, work and bundles."""
+    images = doc.get("images", {})
+    ready = {c["type"]: c for c in doc.get("conditions", [])}
+    state = " ".join(f"{t}={c['status']}({c['reason']})" for t, c in ready.items())
+    _say(f"nodeagent  {state}  updated {doc.get('updatedAt', '?')}")
+    _say(
+        f"images {images.get('pinned', 0)}/{images.get('total', 0)} pinned, "
+        f"{images.get('failed', 0)} failed"
+        + (f"; {_disk_text(doc['disk'])}" if doc.get("disk") else "")
+    )
+    sets = doc.get("pinnedImageSets", [])
+    if sets:
+        _lines(table(
+            ("SET", "STATE", "PINNED", "TOTAL", "FAILED", "GENERATION"),
+            [(s["name"], s["state"], s["images"]["pinned"], s["images"]["total"],
+              s["images"]["failed"], f"{s.get('currentGeneration', '-')}/{s['desiredGeneration']}")
+             for s in sets],
+        ))  # fmt: skip
+    work = work_items(doc)
+    if work:
+        _lines(table(
+            ("IN FLIGHT", "DONE", "TOTAL", "RATE", "LEFT"),
+            [(w.what, w.done_text(), w.total_text(), w.rate_text(), w.eta_text()) for w in work],
+        ))  # fmt: skip
+    bundles = doc.get("bundles", [])
+    if bundles:
+        _lines(table(
+            ("BUNDLE", "STATE", "IMAGES", "LAST OUTCOME"),
+            [(_bundle_name(b), b.get("state"), _images_of(b), bundle_outcome(b))
+             for b in bundles],
+        ))  # fmt: skip
+    _print_problems(doc)
+
+
+def _images_of(bundle: dict[str, Any]) -> str:
+    images = bundle.get("images") or {}
+    return f"{images.get('present', 0)}/{images.get('total', 0)}"
+
+
+def _print_problems(doc: dict[str, Any]) -> None:
+    """What needs a person, as in the plain lines."""
+    for s in doc.get("pinnedImageSets", []):
+        for failed in s.get("failedImages", []):
+            _say(f"{s['name']}: {failed['reason']}: {failed['image']}: {failed['message']}")
+    if doc.get("lastError"):
+        _say(f"last error: {doc['lastError']}")
+
+
+def _lines(lines: Sequence[str]) -> None:
+    sys.stdout.write("\n")
+    for line in lines:
+        _say(line)

@@ -1,0 +1,66 @@
+"""The status file's ``pulls`` while a sync pulls: kept current as pulls end, at most every
+2 s (``reporting.PULL_SAVE_INTERVAL_S``), gone when the sync ends; bytes to download
+unknown (None) when the sync could not size them, never 0."""
+
+from __future__ import annotations
+
+from nodeagent.ports import PullEvent, PullStep
+from nodeagent.reporting import PULL_SAVE_INTERVAL_S, PullTally, Reporter
+from nodeagent.status import SetStatus, node_status
+from tests.fakes.clock import VirtualClock
+from tests.fakes.ports import MemoryStore, RecordingLine
+
+REFS = tuple(f"r.test/app-{n}@sha256:{str(n) * 64}" for n in range(4))
+
+
+def pending_set(bytes_to_pull: int) -> SetStatus:
+    return SetStatus("apps", "/etc/x.yaml", True, "Progressing", 1, None, None, None, 4, 0, 0,
+                     bytes_to_pull=bytes_to_pull, pending=REFS)  # fmt: skip
+
+
+def started(bytes_to_pull: int) -> tuple[Reporter, MemoryStore, VirtualClock]:
+    store, clock = MemoryStore(), VirtualClock()
+    reporter = Reporter(line=RecordingLine(), store=store, clock=clock.monotonic,
+                        tally=PullTally(wall_clock=lambda: 0.0))  # fmt: skip
+    reporter.sync_started()
+    reporter.sync_progress(node_status([pending_set(bytes_to_pull)], runtime=None, disk=None))
+    return reporter, store, clock
+
+
+def pulls(store: MemoryStore) -> object:
+    doc = store.load("status")
+    assert doc is not None
+    return doc.get("pulls")
+
+
+def test_pulls_are_written_as_they_end_at_most_every_interval() -> None:
+    reporter, store, clock = started(4 << 20)
+    assert pulls(store) == {
+        "startedAt": "1970-01-01T00:00:00+00:00",
+        "images": {"total": 4, "done": 0, "failed": 0, "inProgress": 0},
+        "bytes": {"total": 4 << 20},
+    }
+    saves = len(store.saves)
+    reporter.pull_event(PullEvent(PullStep.PULLED, REFS[0], 1, seconds=1.0))
+    assert len(store.saves) == saves  # within the interval: not yet
+    clock.now_s += PULL_SAVE_INTERVAL_S
+    reporter.pull_event(PullEvent(PullStep.STARTED, REFS[2], 1))  # a start: no write
+    assert len(store.saves) == saves
+    reporter.pull_event(PullEvent(PullStep.FAILED, REFS[1], 3, reason="ImageNotFound", error="x"))
+    assert len(store.saves) == saves + 1
+    assert pulls(store) == {
+        "startedAt": "1970-01-01T00:00:00+00:00",
+        "images": {"total": 4, "done": 1, "failed": 1, "inProgress": 1},
+        "bytes": {"total": 4 << 20},
+    }
+    reporter.sync_finished(node_status([pending_set(0)], runtime=None, disk=None))
+    assert pulls(store) is None
+
+
+def test_bytes_to_download_unknown_is_null_not_zero() -> None:
+    _reporter, store, _clock = started(0)
+    assert pulls(store) == {
+        "startedAt": "1970-01-01T00:00:00+00:00",
+        "images": {"total": 4, "done": 0, "failed": 0, "inProgress": 0},
+        "bytes": {"total": None},
+    }
