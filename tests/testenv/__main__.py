@@ -16,7 +16,7 @@ from tests.testenv.crio_build import CACHE_ROOT, CRIO, ensure_crio
 from tests.testenv.kube_build import KUBE, ensure_kube
 from tests.testenv.packages import ensure_packages, missing_packages
 from tests.testenv.rootfs import HOST_PACKAGES, rootfs_tarball, tarball_path
-from tests.testenv.steps import Say, Steps
+from tests.testenv.steps import Say, Steps, say_now
 from tests.testenv.udev import MEDIA_PACKAGES
 
 
@@ -37,9 +37,7 @@ def _cached_or(is_cached: bool, work: str) -> str:
     return f"cached under {CACHE_ROOT}, reused" if is_cached else work
 
 
-def prepare(
-    *, nspawn_root: bool = True, with_kube: bool = True, say: Say = print
-) -> Steps:
+def prepare(*, nspawn_root: bool = True, with_kube: bool = True, say: Say = say_now) -> Steps:
     """Install, build and make what the tests' real peers need, one printed step each:
     ``nspawn_root`` for tests/e2e, ``with_kube`` for the cluster tests (``make demo`` needs
     neither). Returns the steps with their timings."""

@@ -15,14 +15,15 @@ from contextlib import contextmanager
 Say = Callable[[str], None]
 
 
-def _print(text: str) -> None:
+def say_now(text: str) -> None:
+    """``print`` that flushes: a pipe (``make demo | tee``) sees each line as it is said."""
     print(text, flush=True)
 
 
 class Steps:
     """A printer of timed steps; ``say`` receives every line (``print`` by default)."""
 
-    def __init__(self, say: Say = _print, *, prefix: str = "==> ") -> None:
+    def __init__(self, say: Say = say_now, *, prefix: str = "==> ") -> None:
         self.say = say
         self.prefix = prefix
         self.started = time.monotonic()
