@@ -9,12 +9,14 @@ signature against their own trusted keys, and import it from their own stores.
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
 from tests.testenv.bundles import Factory, ext4_media
 from tests.testenv.demo.story import Story
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
+from tests.testenv.site_node import SiteNode
 from tests.testenv.site_pki import make_ca
 from tests.testenv.site_stick import bundle_pinned, fanout_nodes, start_fanout, stick_site
 
@@ -36,6 +38,16 @@ def site_fanout(workdir: Path, story: Story, factory: Factory) -> None:
                 _run_site(workdir, story, factory, network)
         except SiteNetUnavailable as exc:
             story.say(f"    {SKIPPED}: {exc}")
+
+
+def close_all(nodes: list[SiteNode]) -> None:
+    """SIGTERM every daemon first, then wait for each and stop its CRI-O: a daemon stopped
+    alone waits for its peers' open connections (up to its stop timeout, 30 s here)."""
+    for node in nodes:
+        if node.process is not None and node.process.poll() is None:
+            node.process.send_signal(signal.SIGTERM)
+    for node in nodes:
+        node.close()
 
 
 def _run_site(workdir: Path, story: Story, factory: Factory, network: SiteNetwork) -> None:
@@ -63,5 +75,4 @@ def _run_site(workdir: Path, story: Story, factory: Factory, network: SiteNetwor
             story.milestone(f"{NODES} nodes pinned from one stick")
         finally:
             stick.unplug()
-            for node in nodes:
-                node.close()
+            close_all(nodes)
