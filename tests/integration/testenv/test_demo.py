@@ -2,8 +2,8 @@
 
 The demo (``tests/testenv/demo/``) runs the real daemon, CRI-O, a registry, udevd with a
 loop-device stick and, for the site, three network namespaces. The node half (a set from a
-registry, the stick, the power cut, status and metrics) takes about 10 s here, the site half
-about 40 s, so both run in ``make test``.
+registry, the stick, the power cut, status and metrics) takes about 5 s here, the site half
+about 8 s, so both run in ``make test``.
 """
 
 from __future__ import annotations
