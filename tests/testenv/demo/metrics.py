@@ -51,6 +51,22 @@ def _scrape(url: str) -> str | None:
         return None
 
 
+def one_per_family(samples: list[str]) -> list[str]:
+    """The first sample of each metric (the name before its labels or value), in order; a
+    histogram by its ``_count`` (its buckets and ``_sum`` left out)."""
+    seen: set[str] = set()
+    found = []
+    for line in samples:
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name.endswith(("_bucket", "_created")):
+            continue
+        name = name.removesuffix("_count").removesuffix("_sum")
+        if name not in seen:
+            seen.add(name)
+            found.append(line)
+    return found
+
+
 def show_scrape(url: str | None, story: Story, *, max_lines: int = 12) -> None:
     """Scrape ``url`` and print a few ``nodeagent_`` samples, or say metrics are not built."""
     if url is None:
@@ -58,9 +74,11 @@ def show_scrape(url: str | None, story: Story, *, max_lines: int = 12) -> None:
         return
     text = wait_for(lambda: _scrape(url), timeout_s=20, what=f"a scrape of {url}")
     samples = [line for line in text.splitlines() if line.startswith("nodeagent_")]
+    shown = one_per_family(samples)[:max_lines]
     story.say(
-        f"    $ curl -s {url} | grep ^nodeagent_   ({len(samples)} samples, first {max_lines}):"
+        f"    $ curl -s {url} | grep ^nodeagent_   ({len(samples)} samples; "
+        f"one line from each of the first {len(shown)} metrics):"
     )
-    for line in samples[:max_lines]:
+    for line in shown:
         story.say(f"      {line}")
     story.milestone(f"metrics scraped: {len(samples)} nodeagent_ samples")

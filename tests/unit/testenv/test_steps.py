@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.testenv.demo.metrics import one_per_family
 from tests.testenv.demo.story import MAX_LINE, Story, journal_lines
 from tests.testenv.steps import Steps
 
@@ -55,3 +56,16 @@ def test_the_story_records_milestones_and_the_first_pin_once() -> None:
     assert story.first_pin_s == first
     assert story.milestones == ["you may remove the stick"]
     assert lines[-1] == "    ** you may remove the stick"
+
+
+def test_the_scrape_shows_the_first_sample_of_each_metric() -> None:
+    samples = [
+        'nodeagent_set_images_wanted{set="a"} 5.0',
+        'nodeagent_set_images_wanted{set="b"} 3.0',
+        "nodeagent_store_bytes 1024.0",
+        'nodeagent_pull_duration_seconds_bucket{le="1.0"} 0.0',
+        "nodeagent_pull_duration_seconds_count 2.0",
+        "nodeagent_pull_duration_seconds_sum 0.5",
+        'nodeagent_set_images_pinned{set="a"} 5.0',
+    ]
+    assert one_per_family(samples) == [samples[0], samples[2], samples[4], samples[6]]
