@@ -14,8 +14,9 @@ PYTEST_ARGS ?=
 test: deps lint types contracts
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## demo: registry + CRI-O + nodeagent on this machine, no cluster needed
-demo: deps
+## demo: registry, stick, power cut and a 3-node site on this machine, no cluster needed; it
+## prepares only what it uses (Debian packages, CRI-O), not kube-apiserver nor the nspawn root
+demo: $(VENV)/.installed
 	$(BIN)/python -m tests.testenv.demo
 
 deps: $(VENV)/.installed testenv

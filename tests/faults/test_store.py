@@ -111,12 +111,8 @@ class Drill:
         return stick
 
     def unplug(self, stick: LoopMedia) -> None:
-        """What pulling the stick out does: udev reports its removal, the device goes."""
-        if stick.devnode is None:
-            return
-        subprocess.run(["udevadm", "trigger", "--action=remove", stick.devnode], check=True)
-        subprocess.run(["umount", "--lazy", stick.devnode], check=False, capture_output=True)
-        stick.detach()
+        """What pulling the stick out does (``LoopMedia.unplug``)."""
+        stick.unplug()
 
     def wait_pinned(self, stick: LoopMedia, set_name: str) -> dict[str, Any]:
         devnode = stick.devnode

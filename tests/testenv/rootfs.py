@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 from tests.testenv.crio_build import CACHE_ROOT
@@ -59,7 +58,6 @@ def rootfs_tarball(suite: str = SUITE, packages: tuple[str, ...] = ROOTFS_PACKAG
     if tarball.exists():
         return tarball
     ensure_packages(HOST_PACKAGES)
-    started = time.monotonic()
     work = tarball.with_suffix(".partial.d")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -77,7 +75,6 @@ def rootfs_tarball(suite: str = SUITE, packages: tuple[str, ...] = ROOTFS_PACKAG
     subprocess.run([*tar, str(partial), "."], check=True)
     partial.rename(tarball)
     shutil.rmtree(work, ignore_errors=True)
-    print(f"testenv: debootstrap {suite} root cached in {time.monotonic() - started:.0f}s")
     return tarball
 
 

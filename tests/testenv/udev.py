@@ -275,6 +275,15 @@ class LoopMedia:
             _run("losetup", "--detach", self.devnode)
             self.devnode = None
 
+    def unplug(self) -> None:
+        """What pulling the stick out does: udev reports its removal, a mount left behind is
+        let go lazily, the device goes."""
+        if self.devnode is None:
+            return
+        _run("udevadm", "trigger", "--action=remove", self.devnode)
+        subprocess.run(["umount", "--lazy", self.devnode], check=False, capture_output=True)
+        self.detach()
+
     def format(self, fs_type: str, *, label: str) -> None:
         """Make a new filesystem on the attached device (udev sees ``change``)."""
         assert self.devnode is not None, "attach() first"

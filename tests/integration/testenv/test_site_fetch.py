@@ -14,38 +14,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.testenv.agent import set_state
 from tests.testenv.bundles import build_factory, ext4_media
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
-from tests.testenv.site_node import SiteNode, stick_udevd
 from tests.testenv.site_pki import make_ca
+from tests.testenv.site_stick import bundle_pinned, fanout_nodes, start_fanout, stick_site
 
 pytestmark = pytest.mark.integration
 
 
 @contextlib.contextmanager
 def three_nodes(tmp_path: Path) -> Iterator[SiteNetwork]:
-    network = SiteNetwork(3)
-    try:
-        network.start()
-        udevd = stick_udevd(tmp_path / "udevd", network.hosts[0])
-    except SiteNetUnavailable as exc:
-        network.stop()
-        pytest.skip(str(exc))
-    try:
-        with udevd:
-            yield network
-    finally:
-        network.stop()
-
-
-def pinned(status: dict[str, Any], set_name: str) -> bool:
-    states = [b.get("state") for b in status.get("bundles", [])]
-    return "pinned" in states and set_state(status, set_name) == "Pinned"
+    with contextlib.ExitStack() as stack:
+        try:
+            network = stack.enter_context(stick_site(tmp_path, 3))
+        except SiteNetUnavailable as exc:
+            pytest.skip(str(exc))
+        yield network
 
 
 @pytest.mark.timeout(420)
@@ -55,28 +42,14 @@ def test_a_stick_in_node_0_ends_pinned_on_all_three_nodes_the_medium_read_once(
     factory = build_factory(tmp_path / "factory", count=2, layer_bytes=1 << 20, seed=21)
     ca = make_ca("site CA")
     with three_nodes(tmp_path) as net:
-        addresses = [f"{h.address}:9447" for h in net.hosts]
-        nodes = [
-            SiteNode(
-                tmp_path / f"node-{h.index}",
-                h,
-                name=f"node-{h.index}",
-                ca=ca,
-                peers=[a for i, a in enumerate(addresses) if i != h.index],
-                with_crio=True,
-                has_stick=h.index == 0,
-                trusted_keys=[factory.public_key],
-            )
-            for h in net.hosts
-        ]
+        nodes = fanout_nodes(tmp_path, net, ca, factory.public_key)
         with ext4_media(tmp_path, factory.bundle) as media:
             try:
-                for node in nodes:
-                    node.start(ready="media_watch_started" if node.has_stick else "daemon_started")
+                start_fanout(nodes)
                 media.attach()
                 for node in nodes:
                     status = node.wait_status(
-                        lambda s: pinned(s, factory.set_name),
+                        lambda s: bundle_pinned(s, factory.set_name),
                         what="the bundle pinned",
                         timeout_s=300,
                     )

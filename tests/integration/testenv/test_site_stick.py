@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,10 @@ import pytest
 from tests.testenv.agent import set_state
 from tests.testenv.bundles import build_factory, ext4_media
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
-from tests.testenv.site_node import SiteNode, stick_udevd
+from tests.testenv.site_node import SiteNode
 from tests.testenv.site_pki import make_ca
-from tests.testenv.udev import LoopMedia, Udevd, settle
+from tests.testenv.site_stick import stick_site
+from tests.testenv.udev import LoopMedia, settle
 
 pytestmark = pytest.mark.integration
 
@@ -35,19 +36,13 @@ print(json.dumps(sorted(d.device_node for d in found)))
 
 
 @contextmanager
-def stick_site(tmp_path: Path) -> Iterator[tuple[SiteNetwork, Udevd]]:
-    network = SiteNetwork(2)
-    try:
-        network.start()
-        udevd = stick_udevd(tmp_path / "udevd", network.hosts[0])
-    except SiteNetUnavailable as exc:
-        network.stop()
-        pytest.skip(str(exc))
-    try:
-        with udevd:
-            yield network, udevd
-    finally:
-        network.stop()
+def two_nodes(tmp_path: Path) -> Iterator[SiteNetwork]:
+    with ExitStack() as stack:
+        try:
+            network = stack.enter_context(stick_site(tmp_path, 2))
+        except SiteNetUnavailable as exc:
+            pytest.skip(str(exc))
+        yield network
 
 
 def labelled_devices(node: SiteNode) -> list[str]:
@@ -59,7 +54,7 @@ def labelled_devices(node: SiteNode) -> list[str]:
 @pytest.mark.timeout(120)
 def test_the_stick_is_seen_by_node_0_alone(tmp_path: Path) -> None:
     ca = make_ca("site CA")
-    with stick_site(tmp_path) as (net, _udevd):
+    with two_nodes(tmp_path) as net:
         nodes = [
             SiteNode(
                 tmp_path / f"node-{h.index}",
@@ -97,7 +92,7 @@ def test_node_0_imports_and_pins_a_signed_bundle_from_its_stick(tmp_path: Path) 
     serves the bundle on its own loopback, and its own CRI-O pulls and pins it."""
     factory = build_factory(tmp_path / "factory", count=2, layer_bytes=1 << 20, seed=15)
     ca = make_ca("site CA")
-    with stick_site(tmp_path) as (net, _udevd):
+    with two_nodes(tmp_path) as net:
         nodes = [
             SiteNode(
                 tmp_path / f"node-{h.index}",

@@ -1,0 +1,73 @@
+"""A site with one stick: node namespaces on a bridge, the stick's udevd in node 0's alone.
+
+``stick_site(workdir, n)`` starts ``n`` node namespaces (``site_net.SiteNetwork``) and the
+test udevd inside node 0's (``site_node.stick_udevd``): a loop device attached while it runs
+is node 0's stick, no other node hears of it. It raises ``SiteNetUnavailable`` when this
+machine cannot give a node a stick of its own (no network namespaces, or a udevd already
+running in the host's namespace); the tests skip then, naming the reason, and the demo says
+so. ``fanout_nodes`` lays out nodes that each serve their store to the others (``[site]
+peers``), each with its own CRI-O, trusting the factory's key: the shape of the site
+fan-out tests and of ``make demo``'s last step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.testenv.agent import set_state
+from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
+from tests.testenv.site_node import SITE_PORT, SiteNode, stick_udevd
+from tests.testenv.site_pki import Issued
+
+
+@contextmanager
+def stick_site(workdir: Path, n: int) -> Iterator[SiteNetwork]:
+    """``n`` node namespaces and node 0's stick udevd, both stopped on exit."""
+    network = SiteNetwork(n)
+    try:
+        network.start()
+        udevd = stick_udevd(workdir / "udevd", network.hosts[0])
+    except SiteNetUnavailable:
+        network.stop()
+        raise
+    try:
+        with udevd:
+            yield network
+    finally:
+        network.stop()
+
+
+def fanout_nodes(
+    workdir: Path, network: SiteNetwork, ca: Issued, public_key: str
+) -> list[SiteNode]:
+    """One node per host (not started), each with CRI-O, serving its store to all the others;
+    node 0 has the stick."""
+    addresses = [f"{h.address}:{SITE_PORT}" for h in network.hosts]
+    return [
+        SiteNode(
+            workdir / f"node-{h.index}",
+            h,
+            name=f"node-{h.index}",
+            ca=ca,
+            peers=[a for i, a in enumerate(addresses) if i != h.index],
+            with_crio=True,
+            has_stick=h.index == 0,
+            trusted_keys=[public_key],
+        )
+        for h in network.hosts
+    ]
+
+
+def start_fanout(nodes: list[SiteNode]) -> None:
+    """Start every node: the one with the stick until it watches for media."""
+    for node in nodes:
+        node.start(ready="media_watch_started" if node.has_stick else "daemon_started")
+
+
+def bundle_pinned(status: dict[str, Any], set_name: str) -> bool:
+    """A bundle reported ``pinned`` and its set ``Pinned``."""
+    states = [b.get("state") for b in status.get("bundles", [])]
+    return "pinned" in states and set_state(status, set_name) == "Pinned"
