@@ -28,6 +28,7 @@ SLOW_STOP_S: Final = 10.0
 
 _PACKAGE_DIR: Final = Path(__file__).resolve().parent.parent
 _MAX_ITEMS: Final = 12
+_OUTSIDE: Final = "outside nodeagent's code"
 
 
 def _where(frame: FrameType | None) -> str:
@@ -39,7 +40,7 @@ def _where(frame: FrameType | None) -> str:
             relative = path.relative_to(_PACKAGE_DIR.parent)
             found = f"{relative}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
-    return found or "outside nodeagent's code"
+    return found or _OUTSIDE
 
 
 def still_running(current: asyncio.Task[object] | None = None) -> list[str]:
@@ -48,14 +49,16 @@ def still_running(current: asyncio.Task[object] | None = None) -> list[str]:
     for task in asyncio.all_tasks():
         if task is current or task.done():
             continue
-        stack = task.get_stack()
-        items.append(f"task {task.get_name()} ({_where(stack[-1] if stack else None)})")
+        where = next(
+            (w for w in map(_where, reversed(task.get_stack())) if w != _OUTSIDE), _OUTSIDE
+        )
+        items.append(f"task {task.get_name()} ({where})")
     frames = sys._current_frames()
     for thread in threading.enumerate():
         if thread is threading.main_thread() or thread.ident is None:
             continue
         frame = frames.get(thread.ident)
-        if frame is None or _where(frame) == "outside nodeagent's code":
+        if frame is None or _where(frame) == _OUTSIDE:
             continue  # an idle pool worker, or a library's own thread
         items.append(f"thread {thread.name} ({_where(frame)})")
     if len(items) > _MAX_ITEMS:

@@ -34,6 +34,8 @@ MAX_LINE_BYTES: Final = 8 << 10
 """Request line and each header line."""
 MAX_HEADERS: Final = 64
 """Header fields in one request head."""
+DROP_S: Final = 1.0
+"""After the grace period of ``close``: how long cancelling the requests left may take."""
 
 Handler = Callable[[BaseRequest], Awaitable[StreamResponse]]
 
@@ -123,7 +125,10 @@ class Listener:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 await self.settled()
-        await self._web.shutdown(0)
+        # Then each connection's request is cancelled, within DROP_S. Not 0: aiohttp reads a
+        # timeout of 0 as none at all and would wait for every request to end on its own
+        # (a peer's download, up to its I/O timeout), holding the daemon's stop.
+        await self._web.shutdown(DROP_S)
         await self._server.wait_closed()
         self._server = self._web = None
 

@@ -436,6 +436,21 @@ async def test_uploads_beyond_the_limits_are_refused_with_retry_after(
         assert server.slots.active == 0
 
 
+async def test_a_download_in_progress_holds_the_close_no_longer_than_its_grace(
+    tmp_path: Path, pki: Pki, bundle: Signed
+) -> None:
+    # 2 MiB at 64 KiB/s would take 30 s: the daemon's stop must not wait for it
+    server = peer_server(tmp_path, pki, upload_max_bytes=64 << 10, request_timeout_s=20)
+    await server.start()
+    context = pki.client_context(pki.ca.client("node-1"))
+    held = await _hold_download(server.port, context, f"/v2/a/blobs/{largest_layer(bundle)}")
+    started = time.monotonic()
+    await server.close(grace_s=0.5)
+    seconds = time.monotonic() - started
+    held.transport.abort()
+    assert seconds < 3, f"closing took {seconds:.1f} s with a download in progress"
+
+
 async def test_the_bandwidth_cap_holds(tmp_path: Path, pki: Pki, bundle: Signed) -> None:
     cap = 1 * MIB
     async with peer_server(tmp_path, pki, upload_max_bytes=cap) as server:
