@@ -22,6 +22,7 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   ├── PeerAnswerInvalid           PeerAnswerInvalid (a peer's document is malformed)
     │   ├── PeerUnreachable             PeerUnreachable (a peer failed, stalled or refused TLS)
     │   ├── PeerBusy                    PeerBusy (a peer answered 429/503: ask it later)
+    │   ├── MetricsListenFailed         MetricsListenFailed ([metrics] listen cannot be bound)
     │   └── BundleFetchFailed           NoPeerLeft (every peer was dropped; tried again later)
     └── PermanentError                  (retrying the same thing will not help)
         ├── ImageNotFound               ImageNotFound
@@ -467,6 +468,14 @@ class PeerBusy(TransientError):
 
     reason = "PeerBusy"
     default_retry_after_s = 2.0
+
+
+class MetricsListenFailed(TransientError):
+    """The metrics endpoint cannot listen on ``[metrics] listen`` (the port is taken, the
+    address is not this node's); retried with backoff, pinning goes on without metrics."""
+
+    reason = "MetricsListenFailed"
+    default_retry_after_s = 30.0
 
 
 class BundleFetchFailed(TransientError):
