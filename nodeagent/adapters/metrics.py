@@ -119,7 +119,7 @@ def decision_families(now: Snapshot) -> Iterator[Metric]:
     if now.refused_sets is not None:
         yield GaugeMetricFamily(
             f"{PREFIX}disk_refused_sets",
-            "Sets the last disk admission refused or held",
+            "Sets the last disk admission refused for lack of space",
             value=now.refused_sets,
         )
     damaged = CounterMetricFamily(

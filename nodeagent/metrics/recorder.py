@@ -180,7 +180,7 @@ class Recorder:
         counts, dropped = self._counted(self.snapshot().admissions, decisions)
         self._update(
             admissions=counts,
-            refused_sets=len(refused) + len(held),
+            refused_sets=len(refused),
             labels_dropped=self.snapshot().labels_dropped + dropped,
         )
 

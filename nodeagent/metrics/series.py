@@ -101,7 +101,7 @@ class Snapshot:
     admissions: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """(decision, reason) -> sets decided so, over every sync."""
     refused_sets: int | None = None
-    """Sets the last admission refused or held (not known before the first admission)."""
+    """Sets the last admission refused for space (not known before the first admission)."""
     store_size_bytes: int | None = None
     last_sync_unix_s: float | None = None
     offline_ready: bool | None = None

@@ -88,16 +88,14 @@ def test_metrics_scraped_during_a_real_pull_and_after_the_pin(
             assert front.body_bytes() < pushed.total_size_bytes
 
             agent.wait_status(lambda s: set_state(s, "metrics") == "Pinned", what="pinned")
-            content_type, after = wait_for(
-                lambda: (
-                    (found := scrape(port, accept="application/openmetrics-text"))
-                    and found[1].get(("nodeagent_last_sync_timestamp_seconds", ())) is not None
-                    and found[1].get(of_set("metrics", "pinned")) == 1
-                    and found
-                ),
-                timeout_s=30,
-                what="a scrape after the pin",
-            )
+
+            def after_pin() -> tuple[str, Samples] | None:
+                content_type, now = scrape(port, accept="application/openmetrics-text")
+                is_synced = ("nodeagent_last_sync_timestamp_seconds", ()) in now
+                is_pinned = now.get(of_set("metrics", "pinned")) == 1
+                return (content_type, now) if is_synced and is_pinned else None
+
+            content_type, after = wait_for(after_pin, timeout_s=30, what="a scrape after the pin")
     assert content_type.startswith("application/openmetrics-text")
     assert after[of_set("metrics", "wanted")] == after[of_set("metrics", "pinned")] == 1
     assert after[of_set("metrics", "failed")] == 0

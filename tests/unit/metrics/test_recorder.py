@@ -126,6 +126,7 @@ def test_admission_counts_each_decision_and_keeps_the_refused_sets_of_the_last()
     recorder = Recorder()
     assert recorder.snapshot().refused_sets is None  # unknown, not 0
     recorder.admission_decided(["a", "b"], ["c"], ["d"])
+    assert recorder.snapshot().refused_sets == 1  # refused for space; "d" is held, not refused
     recorder.admission_decided(["a", "b", "c"], [], [])
     now = recorder.snapshot()
     assert now.admissions == {
@@ -133,7 +134,7 @@ def test_admission_counts_each_decision_and_keeps_the_refused_sets_of_the_last()
         ("refused", "InsufficientDiskSpace"): 1,
         ("held", "SizeUnknown"): 1,
     }
-    assert now.refused_sets == 0
+    assert now.refused_sets == 0  # the last admission refused none
     got = samples(recorder)
     assert got[("nodeagent_disk_refused_sets", ())] == 0
     key = (("decision", "refused"), ("reason", "InsufficientDiskSpace"))
@@ -207,7 +208,7 @@ def test_openmetrics_exposition_ends_with_eof_and_counters_carry_total() -> None
     recorder.transferred(Transfer.SERVED, 5)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(recorder))
-    text = generate_openmetrics(registry).decode()
+    text = generate_openmetrics(registry).decode()  # type: ignore[no-untyped-call]
     assert text.endswith("# EOF\n")
     assert 'nodeagent_transferred_bytes_total{kind="served"} 5.0' in text
 
