@@ -33,7 +33,7 @@ from nodeagent.metrics.series import Histogram, Snapshot, Transfer, Work
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from nodeagent.metrics import Recorder
+    from nodeagent.metrics.recorder import Recorder
 
 PREFIX = "nodeagent_"
 

@@ -15,7 +15,7 @@ import structlog
 from nodeagent.adapters.metrics import MetricsEndpoint
 from nodeagent.config.addresses import parse_address
 from nodeagent.errors import MetricsListenFailed
-from nodeagent.metrics import Recorder
+from nodeagent.metrics.recorder import Recorder
 
 log = structlog.get_logger(__name__)
 

@@ -15,6 +15,7 @@ import asyncio
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -27,8 +28,10 @@ from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
 from nodeagent.daemon.wiring import Wiring, build, has_bundles
 from nodeagent.errors import NodeAgentError
-from nodeagent.metrics import Recorder
 from nodeagent.site.discovery import is_following
+
+if TYPE_CHECKING:
+    from nodeagent.metrics.recorder import Recorder
 
 log = structlog.get_logger(__name__)
 

@@ -40,7 +40,7 @@ from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies, policies_from
 from nodeagent.daemon.supervisor import Supervisor
 from nodeagent.disk import DiskAdmission
-from nodeagent.metrics import NO_METRICS, Metrics, Recorder
+from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.offline.drill import OfflineDrill
 from nodeagent.pins import PinService
 from nodeagent.prepull import PrePuller, PullResult
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from nodeagent.bundles.imports import MountedMedium
     from nodeagent.bundles.restore import StoreRestorer
     from nodeagent.daemon.cluster import ClusterMode
+    from nodeagent.metrics.recorder import Recorder
 
 
 @dataclass
@@ -99,7 +100,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     state = JsonStateStore(config.state.dir)
     auth = AuthFile(config.pull.auth_file)
     tally = PullTally()
-    recorder = Recorder() if config.metrics.enabled else None
+    recorder = _recorder() if config.metrics.enabled else None
     metrics: Metrics = recorder or NO_METRICS
     cluster = _cluster(config, tally) if config.cluster.enabled else None
     offline_changed = asyncio.Event()
@@ -323,6 +324,12 @@ def _mount(devnode: str, fs_type: str, target_dir: Path) -> MountedMedium:
     from nodeagent.adapters.bundles.mount import mount_readonly  # noqa: PLC0415  (first medium)
 
     return mount_readonly(devnode, fs_type, target_dir)
+
+
+def _recorder() -> Recorder:
+    from nodeagent.metrics.recorder import Recorder  # noqa: PLC0415  ([metrics] enabled)
+
+    return Recorder()
 
 
 def _cluster(config: Config, tally: PullTally) -> ClusterMode:

@@ -13,16 +13,12 @@ A scrape never waits on a sync: it reads a snapshot the recorder copies under it
 lock, which a reporting call holds only while it adds a number (never across an await).
 Labels are bounded: no image name is ever a label; set names are, up to ``MAX_SET_LABELS``
 (the rest are summed under ``OTHER_SETS``); reason codes are, up to ``MAX_REASON_LABELS``.
+
+Modules: ``port`` (the port and its no-op; the only one a daemon with metrics off loads),
+``recorder`` (the ``Recorder``), ``series`` (the snapshot's values and the label caps).
 """
 
 from __future__ import annotations
 
-from nodeagent.metrics.recorder import NO_METRICS as NO_METRICS
-from nodeagent.metrics.recorder import Metrics as Metrics
-from nodeagent.metrics.recorder import Recorder as Recorder
-from nodeagent.metrics.series import MAX_REASON_LABELS as MAX_REASON_LABELS
-from nodeagent.metrics.series import MAX_SET_LABELS as MAX_SET_LABELS
-from nodeagent.metrics.series import OTHER_SETS as OTHER_SETS
-from nodeagent.metrics.series import Histogram as Histogram
-from nodeagent.metrics.series import SetRow as SetRow
-from nodeagent.metrics.series import Snapshot as Snapshot
+from nodeagent.metrics.port import NO_METRICS as NO_METRICS
+from nodeagent.metrics.port import Metrics as Metrics

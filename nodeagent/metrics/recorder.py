@@ -1,4 +1,5 @@
-"""The ``Metrics`` port the features report to, its no-op, and the in-memory ``Recorder``."""
+"""The in-memory ``Recorder``: the ``Metrics`` port when ``[metrics] enabled`` (the endpoint
+reads its ``snapshot``). Loaded only then (``nodeagent.daemon.wiring``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Concatenate, Final, ParamSpec, Protocol
+from typing import Concatenate, Final, ParamSpec
 
 from nodeagent.metrics.series import (
     Histogram,
@@ -24,74 +25,6 @@ BUNDLE_OUTCOMES: Final = frozenset({"imported", "rejected", "interrupted"})
 ADMITTED: Final = "Admitted"
 P = ParamSpec("P")
 """The reason label of an admitted set (refused and held sets carry their reason code)."""
-
-
-class Metrics(Protocol):
-    """What the features report for the metrics endpoint. Every call is quick and never
-    fails; with metrics off it does nothing (``NO_METRICS``)."""
-
-    def sets_reported(self, sets: Sequence[SetStatus], *, is_final: bool) -> None: ...
-
-    def pulls_sized(self, blobs: Mapping[str, Sequence[tuple[str, int]]]) -> None:
-        """Per image about to be pulled, (digest, compressed size) of its blobs not stored."""
-
-    def pull_ended(self, ref: str, *, is_pulled: bool, seconds: float | None) -> None: ...
-
-    def admission_decided(
-        self, admitted: Sequence[str], refused: Sequence[str], held: Sequence[str]
-    ) -> None: ...
-
-    def bundle_reported(self, report: BundleReport) -> None: ...
-
-    def restore_ended(self, *, seconds: float) -> None:
-        """A restore from the node store ended (its bytes come as ``transferred``)."""
-
-    def transferred(self, kind: Transfer, size_bytes: int) -> None: ...
-
-    def store_measured(self, size_bytes: int) -> None: ...
-
-    def store_damaged(self, reason: str) -> None: ...
-
-    def offline_checked(self, condition: Condition) -> None: ...
-
-
-class NoMetrics:
-    """Metrics off: every report is dropped."""
-
-    def sets_reported(self, sets: Sequence[SetStatus], *, is_final: bool) -> None:
-        pass
-
-    def pulls_sized(self, blobs: Mapping[str, Sequence[tuple[str, int]]]) -> None:
-        pass
-
-    def pull_ended(self, ref: str, *, is_pulled: bool, seconds: float | None) -> None:
-        pass
-
-    def admission_decided(
-        self, admitted: Sequence[str], refused: Sequence[str], held: Sequence[str]
-    ) -> None:
-        pass
-
-    def bundle_reported(self, report: BundleReport) -> None:
-        pass
-
-    def restore_ended(self, *, seconds: float) -> None:
-        pass
-
-    def transferred(self, kind: Transfer, size_bytes: int) -> None:
-        pass
-
-    def store_measured(self, size_bytes: int) -> None:
-        pass
-
-    def store_damaged(self, reason: str) -> None:
-        pass
-
-    def offline_checked(self, condition: Condition) -> None:
-        pass
-
-
-NO_METRICS: Final[Metrics] = NoMetrics()
 
 
 def _locked(

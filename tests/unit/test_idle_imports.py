@@ -53,6 +53,8 @@ NOT_LOADED_AT_IDLE = (
     "prometheus_client",  # the metrics endpoint: [metrics] enabled = true only (decision 0046)
     "nodeagent.adapters.metrics",
     "nodeagent.daemon.metrics",
+    "nodeagent.metrics.recorder",  # only the port and its no-op are loaded with metrics off
+    "nodeagent.metrics.series",
     "nodeagent.adapters.http.peer",
     "nodeagent.adapters.bundles.writer",
     "nodeagent.adapters.bundles.mount",

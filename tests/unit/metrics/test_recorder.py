@@ -10,8 +10,17 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.adapters.metrics import SnapshotCollector
-from nodeagent.metrics import MAX_SET_LABELS, NO_METRICS, OTHER_SETS, Recorder
-from nodeagent.metrics.series import MAX_REASON_LABELS, OTHER_REASON, Histogram, Transfer, Work
+from nodeagent.metrics import NO_METRICS
+from nodeagent.metrics.recorder import Recorder
+from nodeagent.metrics.series import (
+    MAX_REASON_LABELS,
+    MAX_SET_LABELS,
+    OTHER_REASON,
+    OTHER_SETS,
+    Histogram,
+    Transfer,
+    Work,
+)
 from nodeagent.status import BundleReport, Condition, ImageFailure, SetStatus
 
 
