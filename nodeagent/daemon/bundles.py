@@ -8,6 +8,7 @@ the registry sets' fetcher (``[store] registry_sets``) are built here too, when 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -56,11 +57,11 @@ class ServedBundle:
         blobs: Mapping[str, ExpectedFile],
         tags: Mapping[str, str] | None = None,
         *,
-        on_closed: Callable[[int], None] = lambda _bytes: None,
+        on_closed: Callable[[ServedBundle], None] = lambda _served: None,
     ) -> None:
         self._server = BundleServer(root, blobs, tags=tags)
         self._on_closed = on_closed
-        """Given the bytes served, once closed (the restorer's count for the metrics)."""
+        """Given this server once closed (the restorer counts its bytes and refusals)."""
 
     @property
     def mirror_host(self) -> str:
@@ -81,7 +82,15 @@ class ServedBundle:
 
     async def close(self) -> None:
         await self._server.close()
-        self._on_closed(self.bytes_served())
+        self._on_closed(self)
+
+
+def _restored(metrics: Metrics, served: ServedBundle) -> None:
+    """A restore's server closed: the bytes it served, and each stored blob it refused to
+    serve because it no longer matched its digest (the store's damage, for the metrics)."""
+    metrics.transferred(Transfer.RESTORED, served.bytes_served())
+    for refused in served.rejections:
+        metrics.store_damaged(refused.reason)
 
 
 def node_store(config: Config) -> NodeImageStore:
@@ -203,9 +212,7 @@ def build_restorer(
     def served(
         root: Path, blobs: Mapping[str, ExpectedFile], tags: Mapping[str, str] | None = None
     ) -> ServedBundle:
-        return ServedBundle(
-            root, blobs, tags, on_closed=lambda n: metrics.transferred(Transfer.RESTORED, n)
-        )
+        return ServedBundle(root, blobs, tags, on_closed=functools.partial(_restored, metrics))
 
     session = MirrorPullPorts(
         runtime=cri,

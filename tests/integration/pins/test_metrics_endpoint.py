@@ -137,3 +137,37 @@ def test_a_taken_port_leaves_pinning_alone_and_says_so_once(
     assert log.count("metrics_not_served") == 1
     assert "reason=MetricsListenFailed" in log
     assert f"127.0.0.1:{port}" in log
+
+
+@pytest.mark.timeout(180)
+def test_images_restored_from_the_node_store_are_counted_as_restored_not_pulled(
+    fresh_crio: Crio, pushed: Pushed, tmp_path: Path
+) -> None:
+    """``[store] registry_sets``: the image is fetched into the store, then the runtime
+    pulls it from the store's loopback mirror: a restore, with its bytes and its time."""
+    port = free_port()
+    agent = Agent(
+        tmp_path / "agent",
+        fresh_crio,
+        extra_config=(
+            "[store]\nregistry_sets = true\n"
+            f'\n[metrics]\nenabled = true\nlisten = "127.0.0.1:{port}"\n'
+        ),
+    )
+    agent.write_config()
+    image = pushed.base_b
+    agent.write_set("stored", [pushed.ref(image)])
+    with agent:
+        agent.wait_status(lambda s: set_state(s, "stored") == "Pinned", what="pinned")
+
+        def restored() -> Samples | None:
+            _, now = scrape(port)
+            is_counted = now.get(("nodeagent_restore_duration_seconds_count", ())) == 1
+            return now if is_counted and now.get(of_set("stored", "pinned")) == 1 else None
+
+        after = wait_for(restored, timeout_s=30, what="the restore counted")
+    moved = {kind: after[("nodeagent_transferred_bytes_total", (("kind", kind),))]
+             for kind in ("pulled", "restored")}  # fmt: skip
+    assert moved["pulled"] == 0  # the runtime pulled nothing from the registry
+    # The runtime read at least the image's config and layers from the store's mirror.
+    assert moved["restored"] >= image.total_size_bytes
