@@ -21,6 +21,7 @@ from typing import Protocol
 import structlog
 
 from nodeagent.errors import NodeAgentError
+from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.ports import FilesystemSpace, ImageRuntime, RegistryCredentials, SpaceProbe
 from nodeagent.status import DiskStatus, ImageFailure
 from nodeagent.units import format_bytes
@@ -163,6 +164,13 @@ def admit_sets(
     return SetAdmission(tuple(admitted), tuple(refused), total)
 
 
+def new_blobs(image: ImageLayers, stored: set[str]) -> tuple[tuple[str, int], ...]:
+    """(digest, compressed size) of the blobs a pull of ``image`` fetches: its config and the
+    layers the runtime does not hold yet."""
+    config = (f"{image.manifest_digest}#config", image.config_size_bytes)
+    return (config, *((d, size) for d, size in image.layers if d not in stored))
+
+
 # ---------------------------------------------------------------- service
 class ManifestSource(Protocol):
     """Image manifests from the registry (``adapters.registry.client.RegistryClient``)."""
@@ -213,10 +221,13 @@ class DiskAdmission:
         credentials_for: Callable[[str], RegistryCredentials | None],
         policy: DiskPolicy,
         on_sync: Callable[[], None] = lambda: None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         """``on_sync`` is called as each sync's admission starts (the registry client forgets
-        which hosts it could not reach then: a failure is remembered for one sync)."""
+        which hosts it could not reach then: a failure is remembered for one sync).
+        ``metrics`` is told each decision and the blobs each admitted image will fetch."""
         self.on_sync = on_sync
+        self.metrics = metrics
         self.runtime = runtime
         self.manifests = manifests
         self.space = space
@@ -269,6 +280,10 @@ class DiskAdmission:
             refused=list(verdict.refused),
         )
         self._log_verdict(result, verdict, space, reserve, need)
+        self.metrics.admission_decided(
+            result.admitted, list(verdict.refused), sorted(result.unsized)
+        )
+        self.metrics.pulls_sized({image.ref: new_blobs(image, stored) for image in claimed})
         return result
 
     async def _space(self) -> FilesystemSpace:

@@ -47,6 +47,8 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "release_signatures_applied": "4b124317404946d9a1e847f3dab1a992",
     "release_signatures_not_applied": "9f86ef29e8bc4b5d8180adf63622cc52",
     "offline_not_ready": "fbf7083e858441079552daa8bacb084b",
+    "set_failed": "4044b99a30ad4fc3a870cdf8fc8dae53",
+    "metrics_not_served": "d44d5d8135194708bbfbb9b00db173be",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

@@ -27,6 +27,7 @@ import structlog
 
 from nodeagent.errors import NodeAgentError, is_transient_reason
 from nodeagent.ledger import save_repairing
+from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.nodeos import OsImage
 from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
 from nodeagent.status import (
@@ -173,10 +174,13 @@ class Reporter:
         board: BundleBoard | None = None,
         on_synced: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         """``clock``: monotonic seconds, for pacing the status file's writes while pulls end."""
         self.line = line
         self.clock = clock
+        self.metrics = metrics
+        """The metrics endpoint's recorder: each sync's sets, pulls, bundles, offline drill."""
         self.on_synced = on_synced
         self.offline: Condition | None = None
         """The offline drill's last ``OfflineReady`` condition, added to every status."""
@@ -197,17 +201,20 @@ class Reporter:
 
     def sync_progress(self, status: NodeStatus) -> None:
         """The interim status while a sync's pulls run."""
+        self.metrics.sets_reported(status.sets, is_final=False)
         self._publish(status, is_final=False)
 
     def sync_finished(self, status: NodeStatus) -> None:
         self.tally.end()
         self.board.mark_pinned({s.name for s in status.sets if s.state == "Pinned"})
+        self.metrics.sets_reported(status.sets, is_final=True)
         self._publish(status, is_final=True)
         if self.on_synced is not None:
             self.on_synced()
 
     def offline_checked(self, condition: Condition) -> None:
         """The offline drill ran: its condition joins the status (republished if it changed)."""
+        self.metrics.offline_checked(condition)
         if condition == self.offline:
             return
         self.offline = condition
@@ -258,6 +265,9 @@ class Reporter:
         status says so: Degraded with that cause, until a pull moves again.
         """
         log_pull(event)
+        if event.step in (PullStep.PULLED, PullStep.FAILED):
+            is_pulled = event.step is PullStep.PULLED
+            self.metrics.pull_ended(event.ref, is_pulled=is_pulled, seconds=event.seconds)
         self.tally.count(event)
         self._follow_waiting(event)
         line = self.progress_line()
@@ -302,6 +312,7 @@ class Reporter:
     def bundle_report(self, report: BundleReport) -> None:
         """Into the status file; while copying or importing also the STATUS= line (the
         copier sends progress at most every 2 s: one write each, not one per blob)."""
+        self.metrics.bundle_reported(report)
         self.board.update(report)
         self.save()
         if self.cluster is not None and self.last is not None:

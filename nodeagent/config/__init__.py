@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from nodeagent.config.loading import LOG_LEVELS as LOG_LEVELS
 from nodeagent.config.loading import load_config as load_config
+from nodeagent.config.monitoring import MetricsSettings as MetricsSettings
 from nodeagent.config.rerooting import reroot as reroot
 from nodeagent.config.settings import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH
 from nodeagent.config.settings import DROPIN_DIR_NAME as DROPIN_DIR_NAME

@@ -384,6 +384,7 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
     ("site.peers", "a list of host:port addresses", lambda v, _: all(map(is_address, v))),
     ("site.peers", "distinct addresses", lambda v, _: len(set(v)) == len(v)),
     ("site.follow", "one of on, off, auto", lambda v, _: v in ("on", "off", "auto")),
+    ("metrics.listen", "address:port, e.g. 127.0.0.1:9448", lambda v, _: is_address(v)),
     ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
 )
 # A rule that compares two keys blames the other key's file when its own key kept the default.

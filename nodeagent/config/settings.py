@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodeagent.config.monitoring import MetricsSettings
 from nodeagent.config.rerooting import reroot, reroot_sections
 
 DEFAULT_CONFIG_PATH = Path("/etc/nodeagent/config.toml")
@@ -420,6 +421,8 @@ class Config:
     """``[offline]``."""
     node_os: NodeOsSettings = field(default_factory=NodeOsSettings)
     """``[node_os]``."""
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    """``[metrics]``: the OpenMetrics endpoint (``config.monitoring``)."""
     log: LogSettings = field(default_factory=LogSettings)
     """``[log]``: logging."""
     source: Path = DEFAULT_CONFIG_PATH

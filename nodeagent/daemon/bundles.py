@@ -8,6 +8,7 @@ the registry sets' fetcher (``[store] registry_sets``) are built here too, when 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -36,6 +37,8 @@ from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MirrorPullPorts
 from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies
+from nodeagent.metrics import NO_METRICS, Metrics
+from nodeagent.metrics.series import Transfer
 from nodeagent.ports import PullEvent, RegistryCredentials, Reloader
 from nodeagent.prepull import PrePuller
 from nodeagent.registries import node_platform
@@ -49,9 +52,16 @@ class ServedBundle:
     """``importer.BundleServerPort`` over the loopback ``BundleServer``."""
 
     def __init__(
-        self, root: Path, blobs: Mapping[str, ExpectedFile], tags: Mapping[str, str] | None = None
+        self,
+        root: Path,
+        blobs: Mapping[str, ExpectedFile],
+        tags: Mapping[str, str] | None = None,
+        *,
+        on_closed: Callable[[ServedBundle], None] = lambda _served: None,
     ) -> None:
         self._server = BundleServer(root, blobs, tags=tags)
+        self._on_closed = on_closed
+        """Given this server once closed (the restorer counts its bytes and refusals)."""
 
     @property
     def mirror_host(self) -> str:
@@ -72,6 +82,15 @@ class ServedBundle:
 
     async def close(self) -> None:
         await self._server.close()
+        self._on_closed(self)
+
+
+def _restored(metrics: Metrics, served: ServedBundle) -> None:
+    """A restore's server closed: the bytes it served, and each stored blob it refused to
+    serve because it no longer matched its digest (the store's damage, for the metrics)."""
+    metrics.transferred(Transfer.RESTORED, served.bytes_served())
+    for refused in served.rejections:
+        metrics.store_damaged(refused.reason)
 
 
 def node_store(config: Config) -> NodeImageStore:
@@ -182,9 +201,19 @@ def build_registry_store(
 
 
 def build_restorer(
-    config: Config, policies: Policies, cri: CriClient, reloader: Reloader
+    config: Config,
+    policies: Policies,
+    cri: CriClient,
+    reloader: Reloader,
+    metrics: Metrics = NO_METRICS,
 ) -> StoreRestorer:
     """Images back from the node's store through the same loopback server and mirror."""
+
+    def served(
+        root: Path, blobs: Mapping[str, ExpectedFile], tags: Mapping[str, str] | None = None
+    ) -> ServedBundle:
+        return ServedBundle(root, blobs, tags, on_closed=functools.partial(_restored, metrics))
+
     session = MirrorPullPorts(
         runtime=cri,
         mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),
@@ -195,6 +224,6 @@ def build_restorer(
         is_probing=True,
     )
     return StoreRestorer(
-        node_store(config), ServedBundle, session, make_signed_server=ServedBundle,
+        node_store(config), served, session, make_signed_server=served,
         sigstore=RegistriesD(config.runtime.registries_d_dir),
     )  # fmt: skip

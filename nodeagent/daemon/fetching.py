@@ -27,6 +27,7 @@ from nodeagent.config import Config
 from nodeagent.config.addresses import parse_address
 from nodeagent.daemon.bundles import node_store
 from nodeagent.daemon.wiring import Wiring
+from nodeagent.metrics.series import Transfer
 from nodeagent.registries import node_platform
 from nodeagent.site.discovery import PeerDirectory, PeerView, StaticPeers, poll_interval_s
 from nodeagent.site.fetcher import BundleFetcher
@@ -100,6 +101,7 @@ async def follow_peers(wiring: Wiring) -> None:
         facts,
         import_bundle,
         report=wiring.reporter.bundle_report,
+        received=lambda size: wiring.metrics.transferred(Transfer.FETCHED, size),
         state=wiring.state,
         # only a configured name: host names may repeat (cloned images, one test machine)
         own_node=config.cluster.node_name,

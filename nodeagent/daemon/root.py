@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -29,6 +30,9 @@ from nodeagent.daemon.supervisor import Task
 from nodeagent.daemon.wiring import Wiring, build, has_bundles
 from nodeagent.errors import NodeAgentError
 from nodeagent.site.discovery import is_following
+
+if TYPE_CHECKING:
+    from nodeagent.metrics.recorder import Recorder
 
 log = structlog.get_logger(__name__)
 
@@ -107,16 +111,25 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     if config.bundles.watch_media:
         found.append(Task("media", lambda: media_loop(wiring), is_critical=False))
     if config.site.serve:
-        found.append(Task("peer-server", lambda: peer_server_loop(config), is_critical=False))
+        found.append(Task("peer-server", lambda: peer_server_loop(wiring), is_critical=False))
     if is_following(config):
         found.append(Task("site-fetcher", lambda: fetcher_loop(wiring), is_critical=False))
     if wiring.offline is not None:
         found.append(Task("offline-drill", wiring.offline.run, is_critical=False))
     if config.node_os.report:
         found.append(Task("node-os", lambda: node_os_loop(wiring), is_critical=False))
+    if wiring.recorder is not None:
+        found.append(Task("metrics", metrics_loop(wiring.recorder, config), is_critical=False))
     if wiring.cluster is not None:
         found.extend(wiring.cluster.tasks(wiring.reconciler.request_sync))
     return found
+
+
+def metrics_loop(recorder: Recorder, config: Config) -> Callable[[], Awaitable[None]]:
+    """The metrics endpoint's task (``[metrics] enabled``; prometheus_client loads here)."""
+    from nodeagent.daemon.metrics import MetricsTask  # noqa: PLC0415  (metrics on)
+
+    return MetricsTask(recorder, config.metrics.listen).run
 
 
 async def node_os_loop(wiring: Wiring) -> None:
@@ -204,7 +217,8 @@ async def store_gc_loop(wiring: Wiring) -> None:
 
         rules = KeepRules(store.gc_grace_s, store.keep_newest_per_channel)
         pinned = wiring.reconciler.pinned_sets()
-        await asyncio.to_thread(keeper.collect, wiring.config.store_dir, pinned, rules)
+        collected = await asyncio.to_thread(keeper.collect, wiring.config.store_dir, pinned, rules)
+        wiring.metrics.store_measured(collected.view.stored_bytes)
 
 
 async def media_loop(wiring: Wiring) -> None:
@@ -215,11 +229,11 @@ async def media_loop(wiring: Wiring) -> None:
         await wiring.media.follow(watcher)
 
 
-async def peer_server_loop(config: Config) -> None:
+async def peer_server_loop(wiring: Wiring) -> None:
     """Serve the store to the site's peers (``[site] serve``; docs/site.md)."""
     from nodeagent.daemon.site import serve_peers  # noqa: PLC0415  (aiohttp: serving on)
 
-    await serve_peers(config)
+    await serve_peers(wiring.config, wiring.metrics)
 
 
 async def fetcher_loop(wiring: Wiring) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
+from pathlib import Path
 
 from nodeagent.adapters.http.peer import PeerServer
 from nodeagent.adapters.http.tls import ReloadingTls
@@ -17,6 +18,9 @@ from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.keeper import set_aside_corrupt
 from nodeagent.config import Config
 from nodeagent.config.addresses import parse_address
+from nodeagent.errors import StoreBlobCorrupt
+from nodeagent.metrics import NO_METRICS, Metrics
+from nodeagent.metrics.series import Transfer
 
 
 def node_name(config: Config) -> str:
@@ -24,7 +28,11 @@ def node_name(config: Config) -> str:
     return config.cluster.node_name or socket.gethostname().split(".")[0].lower()
 
 
-async def serve_peers(config: Config) -> None:
+SERVED_COUNT_INTERVAL_S = 15.0
+"""How often the bytes served to peers are added to the metrics (only when they are on)."""
+
+
+async def serve_peers(config: Config, metrics: Metrics = NO_METRICS) -> None:
     """Serve the store to the site's peers until cancelled."""
     site = config.site
     address = parse_address(site.listen)  # checked when the configuration was loaded
@@ -39,7 +47,29 @@ async def serve_peers(config: Config) -> None:
         max_uploads=site.max_uploads,
         upload_max_bytes=site.upload_max_bytes,
         request_timeout_s=site.request_timeout_s,
-        on_corrupt=functools.partial(set_aside_corrupt, config.store_dir),
+        on_corrupt=functools.partial(_set_aside, config.store_dir, metrics),
     )
     async with server:
-        await asyncio.Event().wait()  # until cancelled (the daemon stops)
+        if metrics is NO_METRICS:
+            await asyncio.Event().wait()  # until cancelled (the daemon stops)
+        counted = 0
+        try:
+            while True:
+                await asyncio.sleep(SERVED_COUNT_INTERVAL_S)
+                counted = _count_served(server, metrics, counted)
+        finally:
+            _count_served(server, metrics, counted)
+
+
+def _count_served(server: PeerServer, metrics: Metrics, counted: int) -> int:
+    served = server.counters.bytes_served
+    metrics.transferred(Transfer.SERVED, served - counted)
+    return served
+
+
+def _set_aside(root: Path, metrics: Metrics, digest: str) -> bool:
+    """A blob a peer asked for failed its digest: set aside, and counted."""
+    is_corrupt = set_aside_corrupt(root, digest)
+    if is_corrupt:
+        metrics.store_damaged(StoreBlobCorrupt.reason)
+    return is_corrupt

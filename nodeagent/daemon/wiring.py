@@ -12,6 +12,7 @@ once the store holds something or ``[store] registry_sets`` has images to fetch.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies, policies_from
 from nodeagent.daemon.supervisor import Supervisor
 from nodeagent.disk import DiskAdmission
+from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.offline.drill import OfflineDrill
 from nodeagent.pins import PinService
 from nodeagent.prepull import PrePuller, PullResult
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from nodeagent.bundles.imports import MountedMedium
     from nodeagent.bundles.restore import StoreRestorer
     from nodeagent.daemon.cluster import ClusterMode
+    from nodeagent.metrics.recorder import Recorder
 
 
 @dataclass
@@ -65,6 +68,12 @@ class Wiring:
     media: MediaImports
     cluster: ClusterMode | None = None
     offline: OfflineDrill | None = None
+    recorder: Recorder | None = None
+    """``[metrics] enabled``: what the endpoint exports (else reports go to ``NO_METRICS``)."""
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.recorder or NO_METRICS
 
     async def close(self) -> None:
         if self.cluster is not None:
@@ -87,6 +96,8 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     state = JsonStateStore(config.state.dir)
     auth = AuthFile(config.pull.auth_file)
     tally = PullTally()
+    recorder = _recorder() if config.metrics.enabled else None
+    metrics: Metrics = recorder or NO_METRICS
     cluster = _cluster(config, tally) if config.cluster.enabled else None
     offline_changed = asyncio.Event()
     reporter = Reporter(
@@ -95,6 +106,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         cluster=cluster.sink if cluster else None,
         tally=tally,
         on_synced=offline_changed.set,
+        metrics=metrics,
     )
     puller = PrePuller(
         cri,
@@ -115,6 +127,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         credentials_for=access.credentials_for,
         policy=policies.disk,
         on_sync=access.on_sync,
+        metrics=metrics,
     )
     reconciler = Reconciler(
         load_specs=lambda: load_spec_dirs(config.spec_dirs()),
@@ -126,7 +139,9 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         boot_id=read_boot_id(),
         report=reporter,
         schedule=policies.schedule,
-        restorer=LazyRestorer(config.store_dir, lambda: _restorer(config, policies, cri, reloader)),
+        restorer=LazyRestorer(
+            config.store_dir, lambda: _restorer(config, policies, cri, reloader, metrics), metrics
+        ),
         registry_store=(
             LazyRegistryStore(config.store_dir, lambda: _registry_store(config, access))
             if config.store.registry_sets
@@ -177,6 +192,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         media,
         cluster,
         offline,
+        recorder,
     )
 
 
@@ -209,10 +225,13 @@ class LazyRestorer:
     server, the mirror) only once the store holds a bundle: idle nodes without one never
     import it."""
 
-    def __init__(self, store_dir: Path, build: Callable[[], StoreRestorer]) -> None:
+    def __init__(
+        self, store_dir: Path, build: Callable[[], StoreRestorer], metrics: Metrics = NO_METRICS
+    ) -> None:
         self.store_dir = store_dir
         self._build = build
         self._built: StoreRestorer | None = None
+        self.metrics = metrics
 
     def _restorer(self) -> StoreRestorer:
         if self._built is None:
@@ -225,7 +244,11 @@ class LazyRestorer:
         return await self._restorer().holds(refs)
 
     async def restore(self, refs: Sequence[str]) -> Mapping[str, PullResult]:
-        return await self._restorer().restore(refs)
+        started_s = time.monotonic()
+        results = await self._restorer().restore(refs)
+        if results:
+            self.metrics.restore_ended(seconds=time.monotonic() - started_s)
+        return results
 
 
 class LazyRegistryStore:
@@ -267,11 +290,11 @@ def _has_entries(directory: Path) -> bool:
 
 
 def _restorer(
-    config: Config, policies: Policies, cri: CriClient, reloader: RuntimeReloader
+    config: Config, policies: Policies, cri: CriClient, reloader: RuntimeReloader, metrics: Metrics
 ) -> StoreRestorer:
     from nodeagent.daemon.bundles import build_restorer  # noqa: PLC0415  (a stored bundle)
 
-    return build_restorer(config, policies, cri, reloader)
+    return build_restorer(config, policies, cri, reloader, metrics)
 
 
 def _registry_store(config: Config, access: RegistryAccess) -> RegistryStore:
@@ -284,6 +307,12 @@ def _mount(devnode: str, fs_type: str, target_dir: Path) -> MountedMedium:
     from nodeagent.adapters.bundles.mount import mount_readonly  # noqa: PLC0415  (first medium)
 
     return mount_readonly(devnode, fs_type, target_dir)
+
+
+def _recorder() -> Recorder:
+    from nodeagent.metrics.recorder import Recorder  # noqa: PLC0415  ([metrics] enabled)
+
+    return Recorder()
 
 
 def _cluster(config: Config, tally: PullTally) -> ClusterMode:

@@ -22,6 +22,7 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   ├── PeerAnswerInvalid           PeerAnswerInvalid (a peer's document is malformed)
     │   ├── PeerUnreachable             PeerUnreachable (a peer failed, stalled or refused TLS)
     │   ├── PeerBusy                    PeerBusy (a peer answered 429/503: ask it later)
+    │   ├── MetricsListenFailed         MetricsListenFailed ([metrics] listen cannot be bound)
     │   └── BundleFetchFailed           NoPeerLeft (every peer was dropped; tried again later)
     └── PermanentError                  (retrying the same thing will not help)
         ├── ImageNotFound               ImageNotFound
@@ -146,6 +147,7 @@ from nodeagent.errors.site import ApiRequestRejected as ApiRequestRejected
 from nodeagent.errors.site import ApiUnreachable as ApiUnreachable
 from nodeagent.errors.site import BundleFetchFailed as BundleFetchFailed
 from nodeagent.errors.site import KubeconfigInvalid as KubeconfigInvalid
+from nodeagent.errors.site import MetricsListenFailed as MetricsListenFailed
 from nodeagent.errors.site import NodeDiskPressure as NodeDiskPressure
 from nodeagent.errors.site import NodeNotReady as NodeNotReady
 from nodeagent.errors.site import PeerAnswerInvalid as PeerAnswerInvalid

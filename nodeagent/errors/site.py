@@ -38,6 +38,14 @@ class PeerBusy(TransientError):
     default_retry_after_s = 2.0
 
 
+class MetricsListenFailed(TransientError):
+    """The metrics endpoint cannot listen on ``[metrics] listen`` (the port is taken, the
+    address is not this node's); retried with backoff, pinning goes on without metrics."""
+
+    reason = "MetricsListenFailed"
+    default_retry_after_s = 30.0
+
+
 class BundleFetchFailed(TransientError):
     """A bundle could not be fetched from any peer (every one was dropped or none holds what
     is missing); the fetch is tried again later, resuming what is stored."""

@@ -359,6 +359,7 @@ class BundleFetcher:
         schedule = FetchSchedule.start(missing, peers, concurrency=self.concurrency)
         run = FetchRun(self.ports, signed, schedule, meter, base)
         await run.run()
+        self.ports.received(run.received)
         extra = await fetch_release_files(self.ports.client, manifest, peers)
         await asyncio.to_thread(store.finish, signed, extra)
         seconds = self.ports.clock() - started_s

@@ -133,6 +133,8 @@ class FetcherPorts:
     import_bundle: Callable[[SignedBundle, str], Awaitable[BundleReport]]
     """Import and pin from the store (the importer's ``import_stored``), by source name."""
     report: Callable[[BundleReport], None] = lambda _r: None
+    received: Callable[[int], None] = lambda _bytes: None
+    """Given the bytes a fetch received from peers, once it ends (the metrics' count)."""
     own_node: str = ""
     """This node's configured name (``[cluster] node_name``; ``""``: none): a static peer
     whose holdings name it is this node (never asked). Host names are not used: they may

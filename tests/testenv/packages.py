@@ -23,6 +23,7 @@ PACKAGES: dict[str, str] = {
     "dbus": "/usr/bin/dbus-daemon",  # a private bus for the systemd adapter's tests
     "etcd-server": "/usr/bin/etcd",  # storage of the test kube-apiserver (tests/testenv/kube.py)
     "iproute2": "/usr/sbin/ip",  # network namespaces and TUN links with latency (link.py)
+    "prometheus": "/usr/bin/promtool",  # checks deploy/monitoring's PrometheusRule (promtool)
 }
 
 

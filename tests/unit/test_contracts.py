@@ -121,6 +121,9 @@ PROBES: dict[str, Probe] = {
     "aiohttp's URL type in a feature": Probe(
         {"nodeagent/site/__init__.py": "import yarl"}, frozenset({"aiohttp"})
     ),
+    "prometheus_client outside the metrics adapter": Probe(
+        {"nodeagent/metrics/recorder.py": "import prometheus_client"}, frozenset({"prometheus"})
+    ),
     "grpcio": Probe({"nodeagent/adapters/cri/wire.py": "import grpc"}, frozenset({"grpc"})),
 }
 

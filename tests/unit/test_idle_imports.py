@@ -50,6 +50,11 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.adapters.http.mirror",
     "aiohttp",  # the loopback mirror, the peer server, the fetcher (docs/decisions/0027)
     "nodeagent.daemon.site",  # the peer server: [site] serve = true only
+    "prometheus_client",  # the metrics endpoint: [metrics] enabled = true only (decision 0046)
+    "nodeagent.adapters.metrics",
+    "nodeagent.daemon.metrics",
+    "nodeagent.metrics.recorder",  # only the port and its no-op are loaded with metrics off
+    "nodeagent.metrics.series",
     "nodeagent.adapters.http.peer",
     "nodeagent.adapters.bundles.writer",
     "nodeagent.adapters.bundles.mount",

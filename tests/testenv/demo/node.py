@@ -33,14 +33,14 @@ STORE_CONFIG = "\n[store]\nregistry_sets = true\n"
 
 @dataclass
 class DemoNode:
-    """The node's parts, running; ``metrics_url`` when this tree serves metrics."""
+    """The node's parts, running, and where its metrics are scraped."""
 
     registry: Registry
     udevd: Udevd
     crio: Crio
     agent: Agent
     refs: list[str]
-    metrics_url: str | None
+    metrics_url: str
 
 
 def make_factory(workdir: Path, story: Story) -> Factory:
@@ -78,7 +78,7 @@ def demo_node(base: Path, story: Story, factory: Factory) -> Iterator[DemoNode]:
             )
         agent = Agent(base / "agent", crio, watch_media=True)
         agent.write_config()
-        metrics_url, metrics_toml = metrics_config(agent, story)
+        metrics_url, metrics_toml = metrics_config()
         agent.extra_config = STORE_CONFIG + metrics_toml
         agent.write_config()
         agent.trusted_keys_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,210 @@
+"""The OpenMetrics endpoint: the recorder's snapshot in prometheus_client's exposition.
+
+``MetricsEndpoint`` serves ``/metrics`` with prometheus_client's own WSGI server in a
+thread (``start_http_server``), which answers in the OpenMetrics format when the scraper's
+``Accept`` header asks for it and in Prometheus text otherwise. A thread, not aiohttp: the
+server is the standard library's (wsgiref), so metrics on add prometheus_client alone to
+the process, not aiohttp's 9 MiB (docs/decisions/0046, docs/performance.md). Each scrape
+reads ``Recorder.snapshot()`` (one lock, the recorder's own): it never waits on a sync.
+
+Imported only when ``[metrics] enabled`` (prometheus_client is loaded here alone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from nodeagent.errors import MetricsListenFailed
+from nodeagent.metrics.series import Histogram, Snapshot, Transfer, Work
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from nodeagent.metrics.recorder import Recorder
+
+PREFIX = "nodeagent_"
+
+
+class SnapshotCollector(Collector):
+    """Every ``nodeagent_`` family, from one snapshot of the recorder per scrape."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.recorder.snapshot()
+        yield from set_families(now)
+        yield from transfer_families(now)
+        yield from decision_families(now)
+        yield from node_families(now)
+
+
+def set_families(now: Snapshot) -> Iterator[Metric]:
+    if not now.sets_reported:
+        return
+    gauges = {
+        "wanted": "Images the set names (its PinnedImageSet's spec)",
+        "present": "Images of the set the runtime holds",
+        "pinned": "Images of the set pinned in the runtime",
+        "failed": "Images of the set whose pull or restore failed",
+    }
+    for field, help_text in gauges.items():
+        family = GaugeMetricFamily(f"{PREFIX}set_images_{field}", help_text, labels=["set"])
+        for row in now.sets:
+            family.add_metric([row.name], getattr(row, field))
+        yield family
+    generation = GaugeMetricFamily(
+        f"{PREFIX}set_generation", "Generation of the set's spec last synced", labels=["set"]
+    )
+    for row in now.sets:
+        if row.generation is not None:
+            generation.add_metric([row.name], row.generation)
+    yield generation
+
+
+def transfer_families(now: Snapshot) -> Iterator[Metric]:
+    moved = CounterMetricFamily(
+        f"{PREFIX}transferred_bytes",
+        "Bytes moved, by kind: pulled (compressed, from registries), imported (bundles), "
+        "restored (from the node store), served to and fetched from peers",
+        labels=["kind"],
+    )
+    for kind in Transfer:
+        moved.add_metric([kind.value], now.transferred_bytes.get(kind, 0))
+    yield moved
+    for work in Work:
+        yield histogram(work, now.durations.get(work, Histogram()))
+
+
+def histogram(work: Work, observed: Histogram) -> HistogramMetricFamily:
+    return HistogramMetricFamily(
+        f"{PREFIX}{work.value}_duration_seconds",
+        f"Seconds each {work.value} took (an image's pull from its first attempt, a bundle's "
+        "import from its detection, a restore from the node store)",
+        buckets=observed.cumulative(),
+        sum_value=observed.total,
+    )
+
+
+def decision_families(now: Snapshot) -> Iterator[Metric]:
+    bundles = CounterMetricFamily(
+        f"{PREFIX}bundles",
+        "Bundles ended, by outcome and reason code",
+        labels=["outcome", "reason"],
+    )
+    for (outcome, reason), count in sorted(now.bundles.items()):
+        bundles.add_metric([outcome, reason], count)
+    yield bundles
+    admissions = CounterMetricFamily(
+        f"{PREFIX}disk_admission_decisions",
+        "Disk admission's decisions per set and sync, by decision and reason code",
+        labels=["decision", "reason"],
+    )
+    for (decision, reason), count in sorted(now.admissions.items()):
+        admissions.add_metric([decision, reason], count)
+    yield admissions
+    if now.refused_sets is not None:
+        yield GaugeMetricFamily(
+            f"{PREFIX}disk_refused_sets",
+            "Sets the last disk admission refused for lack of space",
+            value=now.refused_sets,
+        )
+    damaged = CounterMetricFamily(
+        f"{PREFIX}store_damaged",
+        "Damaged blobs or records found in the node's store, by reason code",
+        labels=["reason"],
+    )
+    for reason, count in sorted(now.store_corruptions.items()):
+        damaged.add_metric([reason], count)
+    yield damaged
+    yield CounterMetricFamily(
+        f"{PREFIX}metrics_labels_folded",
+        "Reports counted under reason 'Other' because their counter had 64 reasons",
+        value=now.labels_dropped,
+    )
+
+
+def node_families(now: Snapshot) -> Iterator[Metric]:
+    if now.store_size_bytes is not None:
+        yield GaugeMetricFamily(
+            f"{PREFIX}store_size_bytes", "Bytes the node's store holds", value=now.store_size_bytes
+        )
+    if now.last_sync_unix_s is not None:
+        yield GaugeMetricFamily(
+            f"{PREFIX}last_sync_timestamp_seconds",
+            "When the last sync ended (Unix seconds)",
+            value=now.last_sync_unix_s,
+        )
+    yield GaugeMetricFamily(
+        f"{PREFIX}offline_ready_known",
+        "1 once the offline drill has run (only then is nodeagent_offline_ready exported)",
+        value=int(now.offline_ready is not None),
+    )
+    if now.offline_ready is not None:
+        yield GaugeMetricFamily(
+            f"{PREFIX}offline_ready",
+            "1 if the node would keep running with its registries gone (the offline drill)",
+            value=int(now.offline_ready),
+        )
+
+
+class MetricsEndpoint:
+    """``async with MetricsEndpoint(recorder, host, port):`` serves /metrics until exited."""
+
+    def __init__(self, recorder: Recorder, *, host: str, port: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(recorder))
+        self.host = host
+        self.port = port
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    async def __aenter__(self) -> MetricsEndpoint:
+        try:
+            self._server, self._thread = await asyncio.to_thread(
+                start_http_server, self.port, self.host, self.registry
+            )
+        except OSError as exc:
+            raise MetricsListenFailed(
+                f"cannot listen on {self.host}:{self.port} for metrics: {exc.strerror or exc}; "
+                "free the port or set [metrics] listen to another address:port"
+            ) from exc
+        return self
+
+    @property
+    def bound_port(self) -> int:
+        """The port listened on (the one asked for, or the kernel's choice for port 0)."""
+        if self._server is None:
+            raise RuntimeError("the endpoint is not started")
+        return int(self._server.server_address[1])
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is None or thread is None:
+            return
+        await asyncio.to_thread(_stop, server, thread)
+
+
+def _stop(server: WSGIServer, thread: threading.Thread) -> None:
+    server.shutdown()
+    server.server_close()
+    thread.join()
