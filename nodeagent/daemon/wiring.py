@@ -143,7 +143,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
             config.store_dir, lambda: _restorer(config, policies, cri, reloader, metrics), metrics
         ),
         registry_store=(
-            LazyRegistryStore(config.store_dir, lambda: _registry_store(config, access))
+            LazyRegistryStore(config.store_dir, lambda: _registry_store(config, access), metrics)
             if config.store.registry_sets
             else None
         ),
@@ -255,10 +255,13 @@ class LazyRegistryStore:
     """``sync.copies.RegistryStore`` (``[store] registry_sets``) that loads the store's code
     only once a sync has images to fetch, or the store holds something to prune."""
 
-    def __init__(self, store_dir: Path, build: Callable[[], RegistryStore]) -> None:
+    def __init__(
+        self, store_dir: Path, build: Callable[[], RegistryStore], metrics: Metrics = NO_METRICS
+    ) -> None:
         self.store_dir = store_dir
         self._build = build
         self._built: RegistryStore | None = None
+        self.metrics = metrics
 
     async def store(
         self, sets: Sequence[SetImages], images_need: DiskStatus | None
@@ -269,7 +272,12 @@ class LazyRegistryStore:
             ):
                 return StoredFromRegistry()
             self._built = self._build()
-        return await self._built.store(sets, images_need)
+        stored = await self._built.store(sets, images_need)
+        if stored.fetched_bytes:  # bytes from a registry, as CRI-O's pulls count
+            from nodeagent.metrics.series import Transfer  # noqa: PLC0415  (registry_sets)
+
+            self.metrics.transferred(Transfer.PULLED, stored.fetched_bytes)
+        return stored
 
 
 def has_bundles(store_dir: Path) -> bool:

@@ -28,7 +28,8 @@ class Transfer(StrEnum):
     """Where counted bytes went (label ``kind`` of ``nodeagent_transferred_bytes_total``)."""
 
     PULLED = "pulled"
-    """From a registry by CRI-O: compressed blobs of each pulled image not already on the node."""
+    """From a registry: by CRI-O, the compressed blobs of each pulled image not already on
+    the node; by nodeagent into its store (``[store] registry_sets``), what it downloaded."""
     IMPORTED = "imported"
     """From a bundle's medium into the node's store."""
     RESTORED = "restored"

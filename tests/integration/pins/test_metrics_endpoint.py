@@ -143,8 +143,9 @@ def test_a_taken_port_leaves_pinning_alone_and_says_so_once(
 def test_images_restored_from_the_node_store_are_counted_as_restored_not_pulled(
     fresh_crio: Crio, pushed: Pushed, tmp_path: Path
 ) -> None:
-    """``[store] registry_sets``: the image is fetched into the store, then the runtime
-    pulls it from the store's loopback mirror: a restore, with its bytes and its time."""
+    """``[store] registry_sets``: nodeagent fetches the image into the store (bytes pulled
+    from the registry), then the runtime pulls it from the store's loopback mirror: a
+    restore, with its bytes and its time, not a second pull."""
     port = free_port()
     agent = Agent(
         tmp_path / "agent",
@@ -168,6 +169,10 @@ def test_images_restored_from_the_node_store_are_counted_as_restored_not_pulled(
         after = wait_for(restored, timeout_s=30, what="the restore counted")
     moved = {kind: after[("nodeagent_transferred_bytes_total", (("kind", kind),))]
              for kind in ("pulled", "restored")}  # fmt: skip
-    assert moved["pulled"] == 0  # the runtime pulled nothing from the registry
+    # The registry's bytes came once, into the store: the image, its manifest besides.
+    print(
+        f"pulled {moved['pulled']} B, restored {moved['restored']} B, image {image.total_size_bytes} B"
+    )
+    assert image.total_size_bytes <= moved["pulled"] <= image.total_size_bytes + (64 << 10)
     # The runtime read at least the image's config and layers from the store's mirror.
     assert moved["restored"] >= image.total_size_bytes
