@@ -71,8 +71,8 @@ def runtime_python(base: Path) -> str:
     """An interpreter command that sees the standard library, this checkout and the bundle."""
     site = runtime_site(base / "runtime-site")
     wrapper = base / "runtime-python"
-    # MALLOC_ARENA_MAX: as systemd/nodeagent.service sets it for the daemon
-    env = f'PYTHONPATH="{site}" MALLOC_ARENA_MAX={unit_environment()["MALLOC_ARENA_MAX"]}'
+    # the malloc settings (MALLOC_*): as systemd/nodeagent.service sets them for the daemon
+    env = " ".join([f'PYTHONPATH="{site}"', *(f"{k}={v}" for k, v in unit_environment().items())])
     wrapper.write_text(f'#!/bin/sh\n{env} exec "{sys.executable}" -S "$@"\n')
     wrapper.chmod(0o755)
     return str(wrapper)
