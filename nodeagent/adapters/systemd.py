@@ -2,17 +2,19 @@
 
 ``Notifier`` speaks the sd_notify datagram protocol with the standard library
 only. ``RuntimeReloader`` asks systemd over the system bus (dbus-fast, in
-``systemd_bus``, loaded by the first reload) to reload the runtime's unit and
-waits for that job's outcome; without systemd on the bus it sends SIGHUP to the
-PID in a pid file instead.
+``systemd_bus``, run as a short-lived child process) to reload the runtime's unit
+and waits for that job's outcome; without systemd on the bus it sends SIGHUP to
+the PID in a pid file instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -20,9 +22,34 @@ from typing import Literal
 
 import structlog
 
-from nodeagent.errors import RuntimeReloadFailed
+from nodeagent.errors import ConfigInvalid, RuntimeReloadFailed
+from nodeagent.strict import clip
 
 log = structlog.get_logger(__name__)
+
+CHILD_GRACE_S = 15.0
+"""Beyond the reload's own bound: the child's start, its connection and its exit."""
+CHILD_OUTPUT_BYTES = 4096
+"""The end of the child's output kept for the journal (its answer is one line)."""
+
+EXIT_RELOADED = 0
+EXIT_BUS_UNREACHABLE = 10
+EXIT_NO_SYSTEMD = 11
+EXIT_RELOAD_FAILED = 12
+EXIT_ADDRESS_INVALID = 13
+"""The reload child's exit codes (``systemd_bus.main``): reloaded; no bus, or no systemd on
+it (the daemon signals the runtime instead); the job failed; a malformed bus address."""
+
+
+def reload_command(unit: str, timeout_s: float, bus_address: str | None) -> list[str]:
+    """The reload child's command line: this interpreter, isolated, with the daemon's module
+    path (the RPM's launcher puts nodeagent's directories first; the child sees the same)."""
+    code = (
+        f"import sys; sys.path[:0] = {sys.path!r}; "
+        "from nodeagent.adapters.systemd_bus import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-I", "-c", code, unit, repr(timeout_s), bus_address or ""]
+
 
 ReloadPath = Literal["dbus", "sighup"]
 """How a reload was delivered: by a systemd job, or by a signal to the runtime's PID."""
@@ -180,23 +207,48 @@ class RuntimeReloader:
             log.info(event, fallback="sighup", **fields)
 
     async def _reload_via_dbus(self) -> bool:
-        """Reload through systemd; False if there is no systemd to ask."""
-        # dbus-fast is loaded by the first reload, not at start (systemd_bus's docstring).
-        from nodeagent.adapters import systemd_bus  # noqa: PLC0415
-
-        try:
-            bus = await systemd_bus.connect(self.bus_address, self.timeout_s)
-        except systemd_bus.BusUnreachable as err:
-            self._note_fallback("system_bus_unreachable", error=str(err))
+        """Reload through systemd, in a child process (``systemd_bus``: dbus-fast stays out
+        of the daemon); False if there is no systemd to ask."""
+        code, said = await self._run_child(
+            reload_command(self.unit, self.timeout_s, self.bus_address)
+        )
+        if code == EXIT_RELOADED:
+            return True
+        if code == EXIT_BUS_UNREACHABLE:
+            self._note_fallback("system_bus_unreachable", error=said)
             return False
-        try:
-            await systemd_bus.reload_unit(bus, self.unit, self.timeout_s)
-        except systemd_bus.NoSystemd:
+        if code == EXIT_NO_SYSTEMD:
             self._note_fallback("systemd_not_on_bus", unit=self.unit)
             return False
-        finally:
-            await systemd_bus.disconnect(bus)
-        return True
+        if code == EXIT_ADDRESS_INVALID:
+            raise ConfigInvalid(f"invalid D-Bus address {self.bus_address!r}: {said}")
+        if code == EXIT_RELOAD_FAILED:
+            raise RuntimeReloadFailed(said)
+        raise RuntimeReloadFailed(
+            f"the helper that asks systemd to reload {self.unit} failed (exit {code}): {said}"
+        )
+
+    async def _run_child(self, command: list[str]) -> tuple[int, str]:
+        """Run ``command``; its exit code and what it said (stdout, else stderr's last line),
+        clipped. It is killed if it outlasts its own timeout by ``CHILD_GRACE_S``."""
+        child = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            async with asyncio.timeout(2 * self.timeout_s + CHILD_GRACE_S):
+                out, err = await child.communicate()
+        except BaseException:  # a timeout, or the daemon stopping: never leave it behind
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            await child.wait()
+            raise
+        lines = (out or err)[-CHILD_OUTPUT_BYTES:].decode(errors="replace").strip().splitlines()
+        return child.returncode if child.returncode is not None else -1, clip(
+            lines[-1] if lines else "", 500
+        )
 
     def _read_pid(self) -> int:
         if self.pid_file is None:

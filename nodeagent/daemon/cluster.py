@@ -25,8 +25,8 @@ from nodeagent.cluster.tasks import ClusterSpecs, Connection, node_name
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
 from nodeagent.reporting import ClusterSink
-from nodeagent.site.discovery import is_following, is_publishing
 from nodeagent.site.publishing import BundleStepsTrigger, HoldingsPublisher, PeerWatcher
+from nodeagent.site.roles import is_following, is_publishing
 from nodeagent.status import PullProgress
 
 if TYPE_CHECKING:

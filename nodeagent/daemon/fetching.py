@@ -1,6 +1,6 @@
 """The fetcher as a daemon task (``[site] follow``; docs/site.md, "Fetch").
 
-Loaded only when the node follows (``site.discovery.is_following``): it imports aiohttp.
+Loaded only when the node follows (``site.roles.is_following``): it imports aiohttp.
 The task is optional: a failure is restarted with backoff by the supervisor, pinning goes
 on. It looks at the peers when the peer directory changes (cluster mode: a peer's
 published holdings changed) and every ``discovery.poll_interval_s`` (jittered) otherwise:

@@ -29,7 +29,7 @@ from nodeagent.daemon.stopping import report_when_stopping
 from nodeagent.daemon.supervisor import Task
 from nodeagent.daemon.wiring import Wiring, build, has_bundles
 from nodeagent.errors import NodeAgentError
-from nodeagent.site.discovery import is_following
+from nodeagent.site.roles import is_following
 
 if TYPE_CHECKING:
     from nodeagent.metrics.recorder import Recorder

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from nodeagent.cluster.holdings import HeldBundle, HeldTarget, Holdings
-from nodeagent.config import Config
 from nodeagent.config.addresses import Address, parse_address
 from nodeagent.status import NodeStatus
 from nodeagent.store.layout import BundleRecord
@@ -93,19 +92,6 @@ def node_address(node: Mapping[str, Any] | None, *, listen: str, advertise: str)
 def bundle_steps(status: NodeStatus) -> frozenset[tuple[str, str]]:
     """(bundle id, step) of every bundle a status reports: progress does not change it."""
     return frozenset((b.bundle_id, b.state) for b in status.bundles)
-
-
-def is_following(config: Config) -> bool:
-    """``[site] follow``: on, or auto in cluster mode or with static peers."""
-    follow = config.site.follow
-    return follow == "on" or (
-        follow == "auto" and (config.cluster.enabled or bool(config.site.peers))
-    )
-
-
-def is_publishing(config: Config) -> bool:
-    """Holdings are published in cluster mode when the node serves or follows."""
-    return config.cluster.enabled and (config.site.serve or is_following(config))
 
 
 # ---------------------------------------------------------------- the peers

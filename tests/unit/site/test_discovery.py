@@ -18,12 +18,11 @@ from nodeagent.site.discovery import (
     StaticPeers,
     bundle_steps,
     held_bundles,
-    is_following,
-    is_publishing,
     merge_peers,
     node_address,
     poll_interval_s,
 )
+from nodeagent.site.roles import is_following, is_publishing
 from nodeagent.status import BundleReport, NodeStatus
 from nodeagent.store.layout import BlobRef, BundleRecord, registry_record
 
