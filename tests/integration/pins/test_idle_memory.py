@@ -12,7 +12,8 @@ packages stay out of reach. They matter: structlog imports ``rich`` when it can
 never ships (docs/performance.md).
 
 Idle means after the first sync, once VmRSS has not moved for 2 s (the definition
-docs/performance.md uses).
+docs/performance.md uses). Checked with the metrics endpoint off and on (issue 18: the
+reference with metrics on stays within the budget; scraped once before the measurement).
 """
 
 from __future__ import annotations
@@ -24,11 +25,15 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import Pushed
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio
+from tests.testenv.registry import free_port
 from tests.testenv.waiting import wait_for
 
 BUDGET_MIB = 40.0
@@ -99,15 +104,17 @@ def steady_rss_kib(pid: int, *, timeout_s: float) -> int:
     return wait_for(is_steady, timeout_s=timeout_s, interval_s=0.2, what="VmRSS steady for 2 s")
 
 
-def test_idle_daemon_stays_within_40_mib(crio: Crio, pushed: Pushed, tmp_path: Path) -> None:
-    agent = Agent(
-        tmp_path / "agent",
-        crio,
-        watch_media=True,
-        # Only this test's sticks (none): other tests on this machine plug theirs in, and
-        # a bundle import is not idle.
-        extra_config='label_pattern = "IDLEPROBE-NONE*"\n',
-    )
+@pytest.mark.parametrize("metrics", [False, True], ids=["metrics-off", "metrics-on"])
+def test_idle_daemon_stays_within_40_mib(
+    crio: Crio, pushed: Pushed, tmp_path: Path, metrics: bool
+) -> None:
+    # Only this test's sticks (none): other tests on this machine plug theirs in, and a
+    # bundle import is not idle.
+    extra = 'label_pattern = "IDLEPROBE-NONE*"\n'
+    port = free_port()
+    if metrics:  # issue 18: the reference node with its metrics endpoint on, scraped once
+        extra += f'\n[metrics]\nenabled = true\nlisten = "127.0.0.1:{port}"\n'
+    agent = Agent(tmp_path / "agent", crio, watch_media=True, extra_config=extra)
     agent.python = runtime_python(tmp_path)
     # The interpreter is what it claims: the bundle is there, the development venv is not.
     probe = "import importlib.util as u; print(bool(u.find_spec('aiohttp')), u.find_spec('rich'))"
@@ -117,6 +124,10 @@ def test_idle_daemon_stays_within_40_mib(crio: Crio, pushed: Pushed, tmp_path: P
     agent.write_set("apps", [pushed.ref(pushed.base_a)])
     with agent:
         agent.wait_status(lambda s: set_state(s, "apps") == "Pinned", what="apps pinned")
+        if metrics:
+            url = f"http://127.0.0.1:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                assert b"nodeagent_set_images_pinned" in answer.read()
         assert agent.process is not None
         pid = agent.process.pid
         rss_mib = steady_rss_kib(pid, timeout_s=30.0) / 1024
