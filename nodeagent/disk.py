@@ -222,12 +222,15 @@ class DiskAdmission:
         policy: DiskPolicy,
         on_sync: Callable[[], None] = lambda: None,
         metrics: Metrics = NO_METRICS,
+        on_sized: Callable[[Mapping[str, Sequence[tuple[str, int]]]], None] | None = None,
     ) -> None:
         """``on_sync`` is called as each sync's admission starts (the registry client forgets
         which hosts it could not reach then: a failure is remembered for one sync).
-        ``metrics`` is told each decision and the blobs each admitted image will fetch."""
+        ``metrics`` is told each decision; ``on_sized`` (default: ``metrics``) the blobs each
+        admitted image will fetch (the daemon's reporter, which tells the metrics too)."""
         self.on_sync = on_sync
         self.metrics = metrics
+        self.on_sized = on_sized or metrics.pulls_sized
         self.runtime = runtime
         self.manifests = manifests
         self.space = space
@@ -283,7 +286,7 @@ class DiskAdmission:
         self.metrics.admission_decided(
             result.admitted, list(verdict.refused), sorted(result.unsized)
         )
-        self.metrics.pulls_sized({image.ref: new_blobs(image, stored) for image in claimed})
+        self.on_sized({image.ref: new_blobs(image, stored) for image in claimed})
         return result
 
     async def _space(self) -> FilesystemSpace:

@@ -10,6 +10,7 @@ over the last ``window_s`` seconds, so a stall shows within the window; with no 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -121,3 +122,13 @@ class ProgressMeter:
 
     def finish(self, now_s: float) -> ByteProgress:
         return self.snapshot(now_s, is_final=True)
+
+
+def new_blob_bytes(blobs: Iterable[tuple[str, int]], seen: set[str]) -> int:
+    """Bytes of the blobs not in ``seen`` (added to it): a layer two images share counts once."""
+    total = 0
+    for digest, size in blobs:
+        if digest not in seen:
+            seen.add(digest)
+            total += size
+    return total

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -30,6 +30,7 @@ from nodeagent.ledger import save_repairing
 from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.nodeos import OsImage
 from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
+from nodeagent.progress import new_blob_bytes
 from nodeagent.status import (
     BundleReport,
     Condition,
@@ -71,6 +72,14 @@ class PullTally:
     wall_clock: Callable[[], float] = time.time
     started_at_s: float | None = None
     """When the sync in progress started (seconds since 1970), for the status file."""
+    sizes: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    """Per image to pull, the blobs its pull fetches (digest, compressed size), from the
+    manifests disk admission read; empty when none was sized."""
+    bytes_done: int = 0
+    """Compressed bytes of the images pulled so far (a blob two images share once)."""
+    sized_at_s: float | None = None
+    """When the pulls were sized (their start), seconds since 1970: the rate counts from it."""
+    _counted: set[str] = field(default_factory=set)
 
     def start(self) -> None:
         self.started_at_s = self.wall_clock()
@@ -79,6 +88,13 @@ class PullTally:
         self.waiting.clear()
         self.failed = 0
         self.is_syncing = True
+        self.sizes, self.bytes_done, self.sized_at_s = {}, 0, None
+        self._counted = set()
+
+    def sized(self, blobs: Mapping[str, Sequence[tuple[str, int]]]) -> None:
+        """The pulls about to start, with what each fetches (disk admission's figures)."""
+        self.sizes = {ref: tuple(found) for ref, found in blobs.items()}
+        self.sized_at_s = self.wall_clock()
 
     def end(self) -> None:
         self.is_syncing = False
@@ -96,18 +112,30 @@ class PullTally:
         self.pulling.discard(event.ref)
         if event.step is PullStep.PULLED:
             self.pulled.add(event.ref)
+            self.bytes_done += new_blob_bytes(self.sizes.get(event.ref, ()), self._counted)
         elif event.step is PullStep.FAILED:
             self.failed += 1
 
     def to_json(self, last: NodeStatus | None) -> dict[str, Any] | None:
         """The status file's ``pulls`` while a sync pulls: images done of those it found
-        missing, since when, and the bytes it has to download (None: not known). The
-        runtime reports no bytes for a pull, so no bytes done, rate or time left."""
+        missing, since when, and bytes. The runtime reports no bytes while an image pulls, so
+        bytes count whole images: the blobs of each image pulled, of those of every image
+        sized (``sized``); the rate is those bytes over the time since the pulls started.
+        Unknown (None) without sizes, or before the first image is done: never guessed."""
         missing = sum(len(s.pending) for s in last.sets) if last is not None else 0
         if not self.is_syncing or not (missing or self.pulling or self.pulled or self.failed):
             return None
-        to_pull = sum(s.bytes_to_pull for s in last.sets) if last is not None else 0
         started = dt.datetime.fromtimestamp(self.started_at_s or 0.0, dt.UTC)
+        if self.sizes:
+            total: int | None = new_blob_bytes(
+                (blob for blobs in self.sizes.values() for blob in blobs), set()
+            )
+            done: int | None = self.bytes_done
+        else:
+            total = (sum(s.bytes_to_pull for s in last.sets) if last is not None else 0) or None
+            done = None
+        elapsed_s = self.wall_clock() - self.sized_at_s if self.sized_at_s is not None else 0.0
+        rate = done / elapsed_s if done and elapsed_s > 0 else None
         return {
             "startedAt": started.isoformat(timespec="seconds"),
             "images": {
@@ -116,7 +144,8 @@ class PullTally:
                 "failed": self.failed,
                 "inProgress": len(self.pulling),
             },
-            "bytes": {"total": to_pull or None},
+            "bytes": {"total": total, "done": done},
+            "bytesPerSecond": round(rate, 1) if rate is not None else None,
         }
 
     def snapshot(self) -> PullProgress:
@@ -258,6 +287,11 @@ class Reporter:
             self.cluster.update(self._with_bundles(self.last), is_final=False)
 
     # ---------------------------------------------------------------- pulls
+    def pulls_sized(self, blobs: Mapping[str, Sequence[tuple[str, int]]]) -> None:
+        """Disk admission sized the pulls it admitted: bytes for the status and the metrics."""
+        self.tally.sized(blobs)
+        self.metrics.pulls_sized(blobs)
+
     def pull_event(self, event: PullEvent) -> None:
         """A pull of the sync started or ended: the journal, STATUS= and the cluster follow.
 

@@ -84,7 +84,8 @@ class Work:
     def done_text(self) -> str:
         if self.done_bytes is None:
             return self.done_count or "?"
-        return format_bytes(self.done_bytes)
+        done = format_bytes(self.done_bytes)
+        return f"{done} ({self.done_count})" if self.done_count else done
 
     def total_text(self) -> str:
         return "?" if self.total_bytes is None else format_bytes(self.total_bytes)
@@ -136,16 +137,19 @@ def _bundle_work(bundle: dict[str, Any]) -> Work:
 
 
 def _pull_work(pulls: dict[str, Any]) -> Work:
-    """The runtime reports no bytes for a pull: bytes done, rate and time left unknown."""
+    """The runtime reports no bytes while an image pulls: bytes count whole images (each
+    image's blobs once it is pulled), the rate is over the time since the pulls started."""
     images = pulls.get("images") or {}
-    total = _whole((pulls.get("bytes") or {}).get("total"))
+    counted = pulls.get("bytes") or {}
+    total, done = _whole(counted.get("total")), _whole(counted.get("done"))
+    rate = _number(pulls.get("bytesPerSecond"))
     note = (
         f"{images.get('done', 0)} of {images.get('total', 0)} images, "
         f"{images.get('inProgress', 0)} pulling, {images.get('failed', 0)} failed, "
         f"since {clip(pulls.get('startedAt', '?'), 40)}"
     )
     count = f"{images.get('done', 0)}/{images.get('total', 0)} images"
-    return Work("pulls", None, total or None, None, None, note, count)
+    return Work("pulls", done, total or None, rate, eta_of(done, total, rate), note, count)
 
 
 def _duration(seconds: float) -> str:

@@ -128,6 +128,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         policy=policies.disk,
         on_sync=access.on_sync,
         metrics=metrics,
+        on_sized=reporter.pulls_sized,
     )
     reconciler = Reconciler(
         load_specs=lambda: load_spec_dirs(config.spec_dirs()),

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Final
 
+from nodeagent.progress import new_blob_bytes as new_blob_bytes
 from nodeagent.status import SetStatus
 
 MAX_SET_LABELS: Final = 64
@@ -153,13 +154,3 @@ def counted(
         key = (key[0], OTHER_REASON)
     updated[key] = updated.get(key, 0) + 1
     return updated, is_folded
-
-
-def new_blob_bytes(blobs: Iterable[tuple[str, int]], seen: set[str]) -> int:
-    """Bytes of the blobs not in ``seen`` (added to it): a layer two images share counts once."""
-    total = 0
-    for digest, size in blobs:
-        if digest not in seen:
-            seen.add(digest)
-            total += size
-    return total

@@ -1,6 +1,7 @@
 """The status file's ``pulls`` while a sync pulls: kept current as pulls end, at most every
 2 s (``reporting.PULL_SAVE_INTERVAL_S``), gone when the sync ends; bytes to download
-unknown (None) when the sync could not size them, never 0."""
+unknown (None) when the sync could not size them, never 0; once sized by disk admission,
+bytes done count each pulled image's blobs (a shared one once) and give a rate."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_pulls_are_written_as_they_end_at_most_every_interval() -> None:
     assert pulls(store) == {
         "startedAt": "1970-01-01T00:00:00+00:00",
         "images": {"total": 4, "done": 0, "failed": 0, "inProgress": 0},
-        "bytes": {"total": 4 << 20},
+        "bytes": {"total": 4 << 20, "done": None},  # not sized: no bytes done
+        "bytesPerSecond": None,
     }
     saves = len(store.saves)
     reporter.pull_event(PullEvent(PullStep.PULLED, REFS[0], 1, seconds=1.0))
@@ -51,7 +53,8 @@ def test_pulls_are_written_as_they_end_at_most_every_interval() -> None:
     assert pulls(store) == {
         "startedAt": "1970-01-01T00:00:00+00:00",
         "images": {"total": 4, "done": 1, "failed": 1, "inProgress": 1},
-        "bytes": {"total": 4 << 20},
+        "bytes": {"total": 4 << 20, "done": None},
+        "bytesPerSecond": None,
     }
     reporter.sync_finished(node_status([pending_set(0)], runtime=None, disk=None))
     assert pulls(store) is None
@@ -62,5 +65,37 @@ def test_bytes_to_download_unknown_is_null_not_zero() -> None:
     assert pulls(store) == {
         "startedAt": "1970-01-01T00:00:00+00:00",
         "images": {"total": 4, "done": 0, "failed": 0, "inProgress": 0},
-        "bytes": {"total": None},
+        "bytes": {"total": None, "done": None},
+        "bytesPerSecond": None,
     }
+
+
+def test_sized_pulls_count_whole_images_bytes_and_a_rate() -> None:
+    wall = {"s": 100.0}
+    store, clock = MemoryStore(), VirtualClock()
+    reporter = Reporter(line=RecordingLine(), store=store, clock=clock.monotonic,
+                        tally=PullTally(wall_clock=lambda: wall["s"]))  # fmt: skip
+    reporter.sync_started()
+    shared = ("sha256:" + "b" * 64, 3 << 20)
+    reporter.pulls_sized({
+        REFS[0]: (("c0", 1000), shared, ("sha256:" + "1" * 64, 1 << 20)),
+        REFS[1]: (("c1", 1000), shared),
+    })  # fmt: skip
+    reporter.sync_progress(node_status([pending_set(9 << 20)], runtime=None, disk=None))
+    first = pulls(store)
+    assert isinstance(first, dict)
+    assert first["bytes"] == {"total": 2000 + (4 << 20), "done": 0}  # shared blob once
+    assert first["bytesPerSecond"] is None  # nothing done yet: no rate, not 0
+    wall["s"] += 2.0
+    clock.now_s += PULL_SAVE_INTERVAL_S
+    reporter.pull_event(PullEvent(PullStep.PULLED, REFS[0], 1, seconds=2.0))
+    after = pulls(store)
+    assert isinstance(after, dict)
+    assert after["bytes"] == {"total": 2000 + (4 << 20), "done": 1000 + (4 << 20)}
+    assert after["bytesPerSecond"] == round((1000 + (4 << 20)) / 2.0, 1)
+    wall["s"] += 1.0
+    clock.now_s += PULL_SAVE_INTERVAL_S
+    reporter.pull_event(PullEvent(PullStep.PULLED, REFS[1], 1, seconds=1.0))
+    done = pulls(store)
+    assert isinstance(done, dict)
+    assert done["bytes"]["done"] == done["bytes"]["total"]  # the shared blob not twice

@@ -132,6 +132,22 @@ def test_work_items_read_bundle_progress_and_pulls() -> None:
     ]  # fmt: skip
 
 
+def test_sized_pulls_show_bytes_rate_and_time_left() -> None:
+    doc = {
+        "pulls": {"startedAt": "t", "images": {"total": 3, "done": 1},
+                  "bytes": {"total": 300 * MIB, "done": 100 * MIB}, "bytesPerSecond": 10 * MIB},
+    }  # fmt: skip
+    (work,) = work_items(doc)
+    assert (work.done_bytes, work.total_bytes, work.rate_bytes_per_s) == (
+        100 * MIB,
+        300 * MIB,
+        10 * MIB,
+    )
+    assert work.eta_s == 20.0  # 200 MiB left at 10 MiB/s
+    assert work.done_text() == "100 MiB (1/3 images)"
+    assert work.eta_text() == "20 s"
+
+
 @pytest.mark.parametrize(
     ("bundle", "outcome"),
     [
