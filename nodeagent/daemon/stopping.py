@@ -29,6 +29,7 @@ SLOW_STOP_S: Final = 10.0
 _PACKAGE_DIR: Final = Path(__file__).resolve().parent.parent
 _MAX_ITEMS: Final = 12
 _OUTSIDE: Final = "outside nodeagent's code"
+_MAX_DEPTH: Final = 64
 
 
 def _where(frame: FrameType | None) -> str:
@@ -43,15 +44,27 @@ def _where(frame: FrameType | None) -> str:
     return found or _OUTSIDE
 
 
+def _awaited(task: asyncio.Task[object]) -> list[FrameType]:
+    """The frames of the chain of coroutines ``task`` waits in, outermost first
+    (``Task.get_stack`` gives the outermost alone)."""
+    frames: list[FrameType] = []
+    awaited: object = task.get_coro()
+    while awaited is not None and len(frames) < _MAX_DEPTH:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if not isinstance(frame, FrameType):
+            break
+        frames.append(frame)
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return frames
+
+
 def still_running(current: asyncio.Task[object] | None = None) -> list[str]:
     """The tasks (but ``current``) and worker threads still alive, each with where it waits."""
     items: list[str] = []
     for task in asyncio.all_tasks():
         if task is current or task.done():
             continue
-        where = next(
-            (w for w in map(_where, reversed(task.get_stack())) if w != _OUTSIDE), _OUTSIDE
-        )
+        where = next((w for w in map(_where, reversed(_awaited(task))) if w != _OUTSIDE), _OUTSIDE)
         items.append(f"task {task.get_name()} ({where})")
     frames = sys._current_frames()
     for thread in threading.enumerate():

@@ -9,6 +9,7 @@ from structlog.testing import capture_logs
 
 from nodeagent.adapters.store.registry_sets import ChunkPipe
 from nodeagent.daemon.stopping import report_when_stopping, still_running
+from nodeagent.daemon.supervisor import Supervisor, Task
 
 
 async def test_still_running_names_a_waiting_task_and_a_thread_inside_nodeagent() -> None:
@@ -32,6 +33,21 @@ async def test_still_running_names_a_waiting_task_and_a_thread_inside_nodeagent(
         reader.join(timeout=5)
         waiting.cancel()
     assert not any("blob-fill" in item for item in still_running(asyncio.current_task()))
+
+
+async def test_a_task_is_named_by_the_innermost_coroutine_of_nodeagent_it_waits_in() -> None:
+    never = asyncio.Event()
+    work = Task("drill", never.wait, is_critical=False)
+    guarded = asyncio.create_task(Supervisor()._guarded(work), name="drill")
+    await asyncio.sleep(0)
+    try:
+        (item,) = [i for i in still_running(asyncio.current_task()) if i.startswith("task drill")]
+        # _guarded awaits _restarting, which awaits the work (Event.wait, not nodeagent's)
+        assert "nodeagent/daemon/supervisor.py:" in item
+        assert item.endswith("in _restarting)"), item
+    finally:
+        guarded.cancel()
+        await asyncio.gather(guarded, return_exceptions=True)
 
 
 async def test_nothing_is_reported_before_the_stop_and_each_period_after_it() -> None:
