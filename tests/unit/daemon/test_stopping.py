@@ -37,12 +37,16 @@ async def test_still_running_names_a_waiting_task_and_a_thread_inside_nodeagent(
 
 async def test_a_task_is_named_by_the_innermost_coroutine_of_nodeagent_it_waits_in() -> None:
     never = asyncio.Event()
-    work = Task("drill", never.wait, is_critical=False)
+
+    async def drill() -> None:
+        await never.wait()
+
+    work = Task("drill", drill, is_critical=False)
     guarded = asyncio.create_task(Supervisor()._guarded(work), name="drill")
     await asyncio.sleep(0)
     try:
         (item,) = [i for i in still_running(asyncio.current_task()) if i.startswith("task drill")]
-        # _guarded awaits _restarting, which awaits the work (Event.wait, not nodeagent's)
+        # _guarded awaits _restarting, which awaits the work (this test's, not nodeagent's)
         assert "nodeagent/daemon/supervisor.py:" in item
         assert item.endswith("in _restarting)"), item
     finally:
