@@ -292,7 +292,8 @@ class DirectoryWatcher:
             return True
         self._activity.clear()
         try:
-            await asyncio.wait_for(self._activity.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._activity.wait()
         except TimeoutError:
             return False
         return True

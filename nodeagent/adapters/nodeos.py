@@ -46,8 +46,10 @@ async def run_tool(argv: list[str], *, timeout_s: float, max_bytes: int) -> byte
         env={"LC_ALL": "C", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
     )
     try:
-        out, err = await asyncio.wait_for(_collect(process, max_bytes), timeout_s)
-        code = await asyncio.wait_for(process.wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            out, err = await _collect(process, max_bytes)
+        async with asyncio.timeout(timeout_s):
+            code = await process.wait()
     except TimeoutError:
         raise ToolFailed(f"{argv[0]} did not answer within {timeout_s:g} s") from None
     finally:

@@ -124,7 +124,8 @@ class StatusReporter:
             if body is None or delay is None or delay > 0:
                 self.dirty.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.dirty.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self.dirty.wait()
                 continue
             try:
                 await self._write(body)

@@ -117,7 +117,8 @@ async def follow_peers(wiring: Wiring) -> None:
             spread = random.uniform(0.8, 1.2)  # noqa: S311  (spreading, not secrecy)
             wait_s = poll_interval_s(peers) * spread
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(directory.changed(version), timeout=wait_s)
+                async with asyncio.timeout(wait_s):
+                    await directory.changed(version)
     finally:
         await client.close()
         store.close()

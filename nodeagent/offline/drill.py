@@ -73,12 +73,14 @@ class OfflineDrill:
         # The first look waits for the first sync to finish (or one interval): at boot the
         # runtime may not answer yet, which is no finding for a technician to chase.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.changed.wait(), self.interval_s)
+            async with asyncio.timeout(self.interval_s):
+                await self.changed.wait()
         while True:
             self.changed.clear()
             await self.run_once()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), self.interval_s)
+                async with asyncio.timeout(self.interval_s):
+                    await self.changed.wait()
 
     async def run_once(self) -> OfflineReport:
         try:

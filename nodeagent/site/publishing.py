@@ -184,7 +184,8 @@ class HoldingsPublisher:
         backoff = Backoff()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.dirty.wait(), self.rescan_s)
+                async with asyncio.timeout(self.rescan_s):
+                    await self.dirty.wait()
             self.dirty.clear()
             if not (self.is_listed and self.identity.uid):
                 continue

@@ -60,8 +60,12 @@ Waiter = Callable[[asyncio.Event, float], Awaitable[None]]
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
+    """Until ``event`` is set or ``timeout_s`` passed. ``asyncio.timeout``, not ``wait_for``:
+    Python 3.11's ``wait_for`` loses a cancellation that arrives as the event is set, and
+    the loop around it then outlives the daemon's stop (found by a CI run)."""
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
 
 
 class Backoff:

@@ -10,6 +10,7 @@ from structlog.testing import capture_logs
 from nodeagent.adapters.store.registry_sets import ChunkPipe
 from nodeagent.daemon.stopping import report_when_stopping, still_running
 from nodeagent.daemon.supervisor import Supervisor, Task
+from nodeagent.sync.loop import wait_event
 
 
 async def test_still_running_names_a_waiting_task_and_a_thread_inside_nodeagent() -> None:
@@ -70,3 +71,29 @@ async def test_nothing_is_reported_before_the_stop_and_each_period_after_it() ->
     assert len(logs) >= 2
     assert all(entry["event"] == "daemon_stopping_slowly" for entry in logs)
     assert all(entry["log_level"] == "warning" for entry in logs)
+
+
+async def test_a_loop_woken_as_it_is_cancelled_still_stops() -> None:
+    """Python 3.11's ``asyncio.wait_for`` returns the result when the awaited thing completes
+    in the same turn as the cancellation, and the cancellation is lost: a loop around it
+    (the offline drill's, the cluster reporter's) went on after SIGTERM and held the stop
+    until systemd's kill. The daemon's loops wait with ``asyncio.timeout`` (``wait_event``);
+    ruff's TID251 bans ``wait_for`` in nodeagent."""
+    woken = asyncio.Event()
+    rounds = 0
+
+    async def loop() -> None:
+        nonlocal rounds
+        while True:
+            await wait_event(woken, 30.0)
+            woken.clear()
+            rounds += 1
+
+    for _ in range(20):  # the wake and the cancel in the same turn of the event loop
+        task = asyncio.create_task(loop())
+        await asyncio.sleep(0)
+        woken.set()
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=5)
+        assert done, "the loop did not stop: its cancellation was lost"
+        assert task.cancelled()
