@@ -23,6 +23,18 @@ from tests.testenv.registry import Registry, free_port
 USER, PASSWORD = "mirror-reader", "mirror-s3cret"
 
 
+def pinned_with_no_credentials_of_its_own(tmp_path: Path, crio: Crio, name: str, ref: str) -> Agent:
+    """A daemon whose auth file is empty pins set ``name`` of ``ref``: what it reads of the
+    mirror comes from CRI-O's files (global_auth_file, certs.d) alone."""
+    agent = Agent(tmp_path / "agent", crio)
+    agent.write_config()
+    agent.auth_file.write_text(json.dumps({"auths": {}}))
+    agent.write_set(name, [ref])
+    with agent:
+        agent.wait_status(lambda s: set_state(s, name) == "Pinned", what=f"{name} pinned")
+    return agent
+
+
 async def test_pinned_through_a_credentialed_mirror_with_the_source_unreachable(
     registry: Registry, pushed: Pushed, tmp_path: Path
 ) -> None:
@@ -44,12 +56,7 @@ async def test_pinned_through_a_credentialed_mirror_with_the_source_unreachable(
                 f'[[registry.mirror]]\nlocation = "{mirror.host}"\ninsecure = true\n'
             )
             crio.reload()
-            agent = Agent(tmp_path / "agent", crio)
-            agent.write_config()
-            agent.auth_file.write_text(json.dumps({"auths": {}}))
-            agent.write_set("mirrored", [ref])
-            with agent:
-                agent.wait_status(lambda s: set_state(s, "mirrored") == "Pinned", what="pinned")
+            agent = pinned_with_no_credentials_of_its_own(tmp_path, crio, "mirrored", ref)
         lines = mirror.log_path.read_text().splitlines()
     served = [line for line in lines if "/manifests/" in line and 'HTTP/1.1" 200 ' in line]
     assert served  # the mirror served the manifests (to nodeagent's sizing and to CRI-O)
@@ -97,12 +104,7 @@ async def test_pinned_through_a_mutual_tls_mirror_whose_ca_and_client_pair_only_
         shutil.copy(cert, host_certs / "client.cert")
         shutil.copy(key, host_certs / "client.key")
         with crio:
-            agent = Agent(tmp_path / "agent", crio)
-            agent.write_config()
-            agent.auth_file.write_text(json.dumps({"auths": {}}))
-            agent.write_set("mirrored-tls", [ref])
-            with agent:
-                agent.wait_status(lambda s: set_state(s, "mirrored-tls") == "Pinned", what="pinned")
+            agent = pinned_with_no_credentials_of_its_own(tmp_path, crio, "mirrored-tls", ref)
         lines = mirror.log_path.read_text().splitlines()
     served = [line for line in lines if "/manifests/" in line and 'HTTP/1.1" 200 ' in line]
     assert len(served) >= 2  # nodeagent's sizing and CRI-O's pull, both through the mirror
