@@ -151,3 +151,14 @@ def test_security_exposure_of_the_running_unit(node: Node) -> None:
     overall = re.search(r"Overall exposure level for nodeagent.service: (\d+\.\d+) (\w+)", analysis)
     assert overall is not None, analysis[-2000:]
     assert float(overall.group(1)) <= 3.0, overall.group(0)
+
+
+def test_the_rpm_installs_bash_completion_that_completes(node: Node) -> None:
+    """The completion file the RPM installs, loaded into the node's own bash."""
+    script = (
+        "source /usr/share/bash-completion/completions/nodeagent; "
+        "COMP_WORDS=(nodeagent ren); COMP_CWORD=1; _nodeagent; echo ${COMPREPLY[@]}; "
+        "COMP_WORDS=(nodeagent render-pins --con); COMP_CWORD=2; _nodeagent; echo ${COMPREPLY[@]}"
+    )
+    lines = node.container.run("bash", "-c", script).stdout.splitlines()
+    assert lines == ["render-pins", "--config"], lines
