@@ -51,12 +51,19 @@ class ImageLoss:
         if self.reason == WIPED:
             return (
                 f"the runtime's image store was emptied: all {self.pinned} pinned images are "
-                f"gone ({names}); they stay pinned and are being brought back"
+                f"gone ({names}); {self._outcome()}"
             )
         return (
             f"{len(self.lost)} of {self.pinned} pinned images are gone from the runtime "
-            f"({names}); they stay pinned and are being brought back"
+            f"({names}); {self._outcome()}"
         )
+
+    def _outcome(self) -> str:
+        """Where the images stand now: the status keeps the loss after they are back."""
+        if self.is_resolved or self.restored_from_store >= len(self.lost):
+            how = " from the local store" if self.restored_from_store else ""
+            return f"they stayed pinned and were brought back{how}"
+        return "they stay pinned and are being brought back"
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -9,6 +9,7 @@ The Reconciler runs with the real pin, pull and admission services over in-memor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from structlog.testing import capture_logs
 
@@ -172,3 +173,20 @@ async def test_a_not_ready_node_restores_from_the_store_and_holds_only_registry_
     status = await node.reconciler.sync()
     assert node.crio.pull_calls == [C]
     assert by_name(status)["apps"].state == "Pinned"
+
+
+def test_the_loss_s_message_follows_the_images_back() -> None:
+    """The status keeps the loss after the images are back: its message must not still say
+    they are being brought back (found in make demo's status after a power cut)."""
+    loss = find_loss([A, B], present=[], runtime_images=0, at="t")
+    assert loss is not None
+    assert loss.message.endswith("they stay pinned and are being brought back")
+    partly = replace(loss, restored_from_store=1)
+    assert partly.message.endswith("they stay pinned and are being brought back")
+    restored = replace(loss, restored_from_store=2)
+    assert restored.message.endswith(
+        "they stayed pinned and were brought back from the local store"
+    )
+    pulled_again = replace(loss, is_resolved=True)
+    assert pulled_again.message.endswith("they stayed pinned and were brought back")
+    assert pulled_again.to_json()["message"] == pulled_again.message
