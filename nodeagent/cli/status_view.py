@@ -238,9 +238,11 @@ def _print_notes(doc: dict[str, Any]) -> None:
 
 def _os_text(image: dict[str, Any]) -> str:
     """'os: rhcos 4.18 (418.94…), booted quay.io/…@sha256:… (rpm-ostree)'."""
-    text = f"os: {image.get('id', '?')} {image.get('versionId', '?')}"
-    if image.get("version"):
-        text += f" ({image['version']})"
+    version_id, version = str(image.get("versionId", "?")), str(image.get("version") or "")
+    if version.startswith(version_id):  # Debian's "12 (bookworm)": not "12 (12 (bookworm))"
+        text = f"os: {image.get('id', '?')} {version}"
+    else:
+        text = f"os: {image.get('id', '?')} {version_id}" + (f" ({version})" if version else "")
     booted = image.get("booted") or {}
     if booted:
         text += f", booted {booted.get('image')} ({booted.get('source')})"

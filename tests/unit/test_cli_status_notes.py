@@ -87,3 +87,14 @@ def test_the_os_image_is_printed_escaped(capsys: pytest.CaptureFixture[str]) -> 
     print_status(doc)
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == f"os: rhcos 4.18 (418.94\\x1b[2J), booted q.io/os@{digest} (rpm-ostree)"
+
+
+def test_a_version_that_starts_with_its_version_id_is_printed_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = {
+        "conditions": [],
+        "osImage": {"id": "debian", "versionId": "12", "version": "12 (bookworm)"},
+    }
+    print_status(doc)
+    assert capsys.readouterr().out.splitlines()[1] == "os: debian 12 (bookworm)"
