@@ -190,5 +190,5 @@ async def _first_pull(
         except NodeAgentError:
             return {}  # the pre-puller tries it again and reports the reason
         seconds = time.monotonic() - started
-        log.info("image_pulled", image=ref, source=source, seconds=round(seconds, 1))
+        log.info("image_pulled", image=ref, attempts=1, seconds=round(seconds, 1), source=source)
         return {ref: PullResult(ref, True, 1, seconds)}
