@@ -82,7 +82,7 @@ PROBES: dict[str, Probe] = {
         {"nodeagent/adapters/store/copier.py": "import urllib.request"}, frozenset({"http"})
     ),
     "the pin path imports the CLI": Probe(
-        {"nodeagent/pins.py": "import nodeagent.cli"},
+        {"nodeagent/pins/__init__.py": "import nodeagent.cli"},
         frozenset({"layers", "adapters-never-reach-back"}),  # adapters import the pin path
     ),
     "a new top-level module imports an adapter": Probe(
