@@ -160,7 +160,7 @@ def test_every_numeric_key_has_bounds() -> None:
 
 
 def test_every_field_docstring_states_its_range() -> None:
-    docs = _field_docs(SETTINGS.read_text())
+    docs = _field_docs("\n".join(path.read_text() for path in sorted(SETTINGS.parent.glob("*.py"))))
     for dotted, bounds in BOUNDS.items():
         assert f"Range: {bounds.text}." in docs[dotted], dotted
 
