@@ -95,15 +95,9 @@ class Site:
         return PeerClient(ReloadingClientTls(pem, pem, self.ca_file), request_timeout_s=5)
 
 
-@pytest.fixture
-async def site(tmp_path: Path) -> AsyncIterator[Site]:
-    keys = Keys.make(tmp_path / "keys")
-    cache = tmp_path / "layers"
-    app = image("example/app", [(MIB, 1), (2 * MIB, 2)], cache)
-    tools = image("example/tools", [(MIB, 1), (MIB // 2, 3)], cache)
-    bundle = signed_bundle(
-        tmp_path / "stick", keys, [app, tools], bundle_id=BUNDLE_ID, set_name="site"
-    )
+@contextlib.asynccontextmanager
+async def site_of(tmp_path: Path, keys: Keys, bundle: Signed) -> AsyncIterator[Site]:
+    """A site with its own CA around ``bundle``; every peer server it started closed after."""
     ca = Authority("site CA")
     ca_file = tmp_path / "ca.crt"
     ca_file.write_bytes(ca.cert_pem)
@@ -113,6 +107,19 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     finally:
         for server in found.servers:
             await server.close(grace_s=1)
+
+
+@pytest.fixture
+async def site(tmp_path: Path) -> AsyncIterator[Site]:
+    keys = Keys.make(tmp_path / "keys")
+    cache = tmp_path / "layers"
+    app = image("example/app", [(MIB, 1), (2 * MIB, 2)], cache)
+    tools = image("example/tools", [(MIB, 1), (MIB // 2, 3)], cache)
+    bundle = signed_bundle(
+        tmp_path / "stick", keys, [app, tools], bundle_id=BUNDLE_ID, set_name="site"
+    )
+    async with site_of(tmp_path, keys, bundle) as found:
+        yield found
 
 
 @dataclass

@@ -34,9 +34,9 @@ from tests.integration.adapters.http.test_fetcher import (
     Site,
     events,
     fetching_node,
+    site_of,
 )
 from tests.integration.adapters.http.test_peer import fetch
-from tests.testenv.pki import Authority
 from tests.testenv.signed_bundles import Keys, image, signed_bundle, with_release
 
 pytestmark = pytest.mark.integration
@@ -53,16 +53,8 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     plain = signed_bundle(
         tmp_path / "stick", keys, [release, payload], bundle_id=BUNDLE_ID, set_name="release-4"
     )
-    bundle = with_release(plain, keys, SIGNATURES)
-    ca = Authority("site CA")
-    ca_file = tmp_path / "ca.crt"
-    ca_file.write_bytes(ca.cert_pem)
-    found = Site(tmp_path, ca, ca_file, keys, bundle)
-    try:
+    async with site_of(tmp_path, keys, with_release(plain, keys, SIGNATURES)) as found:
         yield found
-    finally:
-        for server in found.servers:
-            await server.close(grace_s=1)
 
 
 def listed_paths(site: Site) -> list[str]:
