@@ -577,6 +577,11 @@ class KubeCluster:
         created: dict[str, object] = json.loads(out)
         return created
 
+    def set_internal_address(self, node: str, address: str) -> None:
+        """Node ``node``'s status says ``address`` is its InternalIP (as a kubelet reports)."""
+        patch = json.dumps({"status": {"addresses": [{"type": "InternalIP", "address": address}]}})
+        self.kubectl_ok("patch", "node", node, "--subresource=status", "--type=merge", "-p", patch)
+
     def log_tail(self) -> str:
         """The ends of both logs, for failure messages."""
         return log_tail(self.apiserver_log) + "\n" + log_tail(self.etcd_log)

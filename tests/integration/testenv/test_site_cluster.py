@@ -7,17 +7,16 @@ the same address inside each node namespace and relays, so the kubeconfig that n
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.integration.testenv.site_helpers import started_network
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import get, install_deploy
 from tests.testenv.ns_relay import KubeRelay
-from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SiteNode
 from tests.testenv.site_pki import make_ca
 from tests.testenv.waiting import log_tail, wait_for
@@ -32,13 +31,8 @@ def test_every_node_reports_to_the_shared_api_server_through_the_relay(
     install_deploy(kube)
     run = uuid.uuid4().hex[:8]
     ca = make_ca("site CA")
-    network = SiteNetwork(2)
-    try:
-        network.start()
-    except SiteNetUnavailable as exc:
-        pytest.skip(str(exc))
     with (
-        contextlib.closing(network),
+        started_network(2) as network,
         KubeRelay(kube.port, [h.netns for h in network.hosts], tmp_path / "relay.log"),
     ):
         names = [f"site-{run}-{h.index}" for h in network.hosts]

@@ -10,9 +10,7 @@ its own holdings as complete.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,11 +18,11 @@ from typing import Any
 import pytest
 
 from nodeagent.adapters.store.copier import copy_bundle
+from tests.integration.testenv.site_helpers import create_addressed_nodes, started_network
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import get, install_deploy
 from tests.testenv.ns_relay import KubeRelay
 from tests.testenv.signed_bundles import Keys, image, signed_bundle
-from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SiteNode
 from tests.testenv.site_pki import make_ca
 from tests.testenv.waiting import log_tail, wait_for
@@ -54,23 +52,12 @@ def test_a_node_fetches_what_a_peer_publishes_without_any_static_peer(
     bundle = signed_bundle(tmp_path / "stick", keys, images, bundle_id=bundle_id, set_name="s")
     public_key = (keys.trusted_dir / "factory.pub").read_text()
     ca = make_ca("site CA")
-    network = SiteNetwork(2)
-    try:
-        network.start()
-    except SiteNetUnavailable as exc:
-        pytest.skip(str(exc))
     with (
-        contextlib.closing(network),
+        started_network(2) as network,
         KubeRelay(kube.port, [h.netns for h in network.hosts], tmp_path / "relay.log"),
     ):
         names = [f"fetch-{run}-{h.index}" for h in network.hosts]
-        for name, host in zip(names, network.hosts, strict=True):
-            kube.create_node(name)
-            internal = [{"type": "InternalIP", "address": host.address}]
-            patch = json.dumps({"status": {"addresses": internal}})
-            kube.kubectl_ok(
-                "patch", "node", name, "--subresource=status", "--type=merge", "-p", patch
-            )
+        create_addressed_nodes(kube, zip(names, network.hosts, strict=True))
         nodes = [
             SiteNode(
                 tmp_path / name,

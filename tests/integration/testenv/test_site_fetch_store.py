@@ -13,10 +13,8 @@ why. No node imports (there is no runtime), so a fetched bundle ends ``stored``.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,8 @@ import pytest
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import copy_bundle
 from nodeagent.store import layout
+from tests.integration.testenv.site_helpers import started_network
 from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
-from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SiteNode
 from tests.testenv.site_pki import make_ca
 from tests.testenv.waiting import log_tail, wait_for
@@ -35,19 +33,6 @@ pytestmark = pytest.mark.integration
 
 MIB = 1 << 20
 BUNDLE_ID = "site-fetch-1"
-
-
-@contextlib.contextmanager
-def site_network(n: int, rate_mbit: float | None) -> Iterator[SiteNetwork]:
-    network = SiteNetwork(n, rate_mbit=rate_mbit)
-    try:
-        network.start()
-    except SiteNetUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        yield network
-    finally:
-        network.stop()
 
 
 def store_of(node: SiteNode) -> Path:
@@ -96,7 +81,7 @@ def test_store_only_nodes_fetch_resume_after_a_kill_and_refuse_with_their_reason
     total = sum(f.size_bytes for f in bundle.manifest.blobs.values())
     public_key = (keys.trusted_dir / "factory.pub").read_text()
     ca = make_ca("site CA")
-    with site_network(4, rate_mbit=16) as net:
+    with started_network(4, rate_mbit=16) as net:
         addresses = [f"{h.address}:9447" for h in net.hosts]
         nodes = [
             SiteNode(

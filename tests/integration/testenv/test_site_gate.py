@@ -38,6 +38,7 @@ from nodeagent.adapters.kube import KubeApi
 from nodeagent.cluster.kinds import NODE_IMAGE_STATUS
 from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.errors import TransientError
+from tests.integration.testenv.site_helpers import create_addressed_nodes, started_network
 from tests.testenv.bundles import build_factory, ext4_media
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import install_deploy
@@ -187,18 +188,13 @@ async def watch_statuses(
 
 @contextlib.contextmanager
 def site_network(tmp_path: Path, count: int) -> Iterator[tuple[SiteNetwork, Any]]:
-    network = SiteNetwork(count)
-    try:
-        network.start()
-        udevd = stick_udevd(tmp_path / "udevd", network.hosts[0])
-    except SiteNetUnavailable as exc:
-        network.stop()
-        pytest.skip(str(exc))
-    try:
+    with started_network(count) as network:
+        try:
+            udevd = stick_udevd(tmp_path / "udevd", network.hosts[0])
+        except SiteNetUnavailable as exc:
+            pytest.skip(str(exc))
         with udevd:
             yield network, udevd
-    finally:
-        network.stop()
 
 
 def assert_names_refusal(lines: str, refuser: str) -> None:
@@ -304,14 +300,9 @@ def test_site_wait_opens_when_the_last_node_pins_and_never_with_a_silent_or_refu
         site_network(tmp_path, 4) as (net, _),
         KubeRelay(kube.port, [h.netns for h in net.hosts], tmp_path / "relay.log"),
     ):
-        for name, role in roles.items():
-            kube.create_node(name, {"sitegate": run, "gate": role})
-        for name, host in zip([*agents, refuser], net.hosts, strict=True):
-            internal = [{"type": "InternalIP", "address": host.address}]
-            patch = json.dumps({"status": {"addresses": internal}})
-            kube.kubectl_ok(
-                "patch", "node", name, "--subresource=status", "--type=merge", "-p", patch
-            )
+        labels = {name: {"sitegate": run, "gate": role} for name, role in roles.items()}
+        create_addressed_nodes(kube, zip([*agents, refuser], net.hosts, strict=True), labels)
+        kube.create_node(silent, labels[silent])  # no host: it never answers
         nodes = [
             SiteNode(
                 tmp_path / name,
