@@ -34,14 +34,13 @@ _MAX_DEPTH: Final = 64
 
 def _where(frame: FrameType | None) -> str:
     """The innermost of ``frame``'s callers that is nodeagent's code, as ``path:line in f``."""
-    found = ""
     while frame is not None:
         path = Path(frame.f_code.co_filename)
-        if path.is_relative_to(_PACKAGE_DIR) and not found:
+        if path.is_relative_to(_PACKAGE_DIR):
             relative = path.relative_to(_PACKAGE_DIR.parent)
-            found = f"{relative}:{frame.f_lineno} in {frame.f_code.co_name}"
+            return f"{relative}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
-    return found or _OUTSIDE
+    return _OUTSIDE
 
 
 def _awaited(task: asyncio.Task[object]) -> list[FrameType]:
@@ -70,10 +69,9 @@ def still_running(current: asyncio.Task[object] | None = None) -> list[str]:
     for thread in threading.enumerate():
         if thread is threading.main_thread() or thread.ident is None:
             continue
-        frame = frames.get(thread.ident)
-        if frame is None or _where(frame) == _OUTSIDE:
-            continue  # an idle pool worker, or a library's own thread
-        items.append(f"thread {thread.name} ({_where(frame)})")
+        where = _where(frames.get(thread.ident))
+        if where != _OUTSIDE:  # else an idle pool worker, or a library's own thread
+            items.append(f"thread {thread.name} ({where})")
     if len(items) > _MAX_ITEMS:
         items[_MAX_ITEMS:] = [f"{len(items) - _MAX_ITEMS} more"]
     return items
