@@ -231,19 +231,31 @@ class RuntimeReloader:
     async def _run_child(self, command: list[str]) -> tuple[int, str]:
         """Run ``command``; its exit code and what it said (stdout, else stderr's last line),
         clipped. It is killed if it outlasts its own timeout by ``CHILD_GRACE_S``."""
-        child = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        bound_s = 2 * self.timeout_s + CHILD_GRACE_S
         try:
-            async with asyncio.timeout(2 * self.timeout_s + CHILD_GRACE_S):
+            child = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as failed:  # no process left for this unit (TasksMax=), no interpreter
+            raise RuntimeReloadFailed(
+                f"cannot start the helper that asks systemd to reload {self.unit}: "
+                f"{failed.strerror or failed}"
+            ) from failed
+        try:
+            async with asyncio.timeout(bound_s):
                 out, err = await child.communicate()
-        except BaseException:  # a timeout, or the daemon stopping: never leave it behind
+        except BaseException as stopped:  # a timeout, or the daemon stopping: never left behind
             with contextlib.suppress(ProcessLookupError):
                 child.kill()
             await child.wait()
+            if isinstance(stopped, TimeoutError):
+                raise RuntimeReloadFailed(
+                    f"the helper that asks systemd to reload {self.unit} did not finish "
+                    f"within {bound_s:g} s; it was stopped (check `systemctl status {self.unit}`)"
+                ) from stopped
             raise
         lines = (out or err)[-CHILD_OUTPUT_BYTES:].decode(errors="replace").strip().splitlines()
         return child.returncode if child.returncode is not None else -1, clip(

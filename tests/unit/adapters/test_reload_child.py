@@ -53,10 +53,19 @@ async def test_a_child_that_outlasts_its_bound_is_killed(
     pid_file = tmp_path / "child.pid"
     child(monkeypatch, sleeper(pid_file))
     monkeypatch.setattr(systemd, "CHILD_GRACE_S", 3.0)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(RuntimeReloadFailed, match=r"did not finish within 3\.2 s"):
         await RuntimeReloader("crio.service", timeout_s=0.1).reload()
     pid = int(pid_file.read_text())
     assert not is_alive(pid)
+
+
+async def test_a_helper_that_cannot_start_is_a_reload_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "no-such-interpreter")
+    monkeypatch.setattr(systemd, "reload_command", lambda *_args: [missing, "-c", "pass"])
+    with pytest.raises(RuntimeReloadFailed, match="cannot start the helper"):
+        await RuntimeReloader("crio.service", timeout_s=5).reload()
 
 
 async def test_a_reload_cancelled_by_the_stop_leaves_no_child(
