@@ -1,12 +1,12 @@
 """What the daemon holds in memory while idle: modules only some events need stay unloaded.
 
-Each module here costs resident memory for the daemon's whole life (dbus-fast about
-3 MiB, the bundle importer with its adapters about 2 MiB; docs/performance.md). They
-load when their event comes: the first runtime reload, the first medium, the first
-spec file read, the first signing key. grpcio (10 MiB) is not loaded at all: the CRI
-client speaks gRPC over h2. A fresh interpreter parses ``nodeagent run``'s command line
-and builds the daemon's wiring, exactly as ``nodeagent run`` does before its first
-sync, then lists ``sys.modules``.
+Each module here costs resident memory for the daemon's whole life (the bundle importer
+with its adapters about 2 MiB; docs/performance.md). They load when their event comes:
+the first medium, the first spec file read, the first signing key. dbus-fast (about 3 MiB)
+never loads: a runtime reload runs it in a child process (docs/decisions/0050). grpcio
+(10 MiB) is not loaded at all: the CRI client speaks gRPC over h2. A fresh interpreter
+parses ``nodeagent run``'s command line and builds the daemon's wiring, exactly as
+``nodeagent run`` does before its first sync, then lists ``sys.modules``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ print("\\n".join(sorted(sys.modules)))
 
 NOT_LOADED_AT_IDLE = (
     "grpc",  # never: the CRI client speaks gRPC over h2 (docs/decisions/0004), 10 MiB less
-    "dbus_fast",  # the first reload of the runtime loads it (adapters/systemd_bus.py)
+    "dbus_fast",  # never: the reload's child process loads it (decision 0050)
     "nodeagent.adapters.systemd_bus",
     "yaml",  # the first spec file read (specs.parse_spec_text)
     "cryptography",  # bundle signatures only
@@ -139,3 +139,39 @@ def test_the_http_faces_load_aiohttps_low_level_server_only() -> None:
     loaded = set(result.stdout.split())
     assert "aiohttp.web_server" in loaded
     assert loaded.isdisjoint({"aiohttp.web", "aiohttp.web_app", "aiohttp.web_urldispatcher"})
+
+
+RELOAD_PATH = """
+import asyncio, os, signal, subprocess, sys
+from pathlib import Path
+from nodeagent.adapters.systemd import RuntimeReloader
+
+runtime = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+pid_file = Path(sys.argv[1])
+pid_file.write_text(str(runtime.pid))
+reloader = RuntimeReloader(
+    "crio.service", pid_file=pid_file, bus_address="unix:path=" + sys.argv[2], timeout_s=5
+)
+try:
+    print(asyncio.run(reloader.reload()))
+finally:
+    runtime.kill()
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def test_a_reload_leaves_dbus_fast_out_of_the_daemon(tmp_path: Path) -> None:
+    # A real reload: the child tries the bus (no socket there), the daemon signals the PID.
+    result = subprocess.run(
+        [sys.executable, "-c", RELOAD_PATH, str(tmp_path / "pid"), str(tmp_path / "no-bus")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    *_logged, path, modules = result.stdout.splitlines()  # the reloader's log lines first
+    assert path == "sighup"  # the child ran, found no bus, and the fallback was taken
+    assert "dbus_fast" not in modules.split()
+    assert "nodeagent.adapters.systemd_bus" not in modules.split()

@@ -6,23 +6,17 @@ free loopback port (not the default 9448, which another daemon on this machine m
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 import urllib.request
 
 from tests.testenv.demo.story import Story
+from tests.testenv.registry import free_port
 from tests.testenv.waiting import wait_for
-
-
-def free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def metrics_config() -> tuple[str, str]:
     """``(url, toml)``: the scrape URL and the ``[metrics]`` table for the daemon's config."""
-    listen = f"127.0.0.1:{free_loopback_port()}"
+    listen = f"127.0.0.1:{free_port()}"
     return f"http://{listen}/metrics", f'\n[metrics]\nenabled = true\nlisten = "{listen}"\n'
 
 

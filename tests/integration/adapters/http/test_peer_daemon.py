@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import ssl
 from pathlib import Path
 
@@ -11,13 +10,7 @@ from tests.integration.adapters.http.test_peer import fetch
 from tests.testenv.agent import Agent
 from tests.testenv.crio import Crio
 from tests.testenv.pki import Authority
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from tests.testenv.registry import free_port
 
 
 def test_the_daemon_serves_its_store_to_peers_when_asked(tmp_path: Path, crio: Crio) -> None:
