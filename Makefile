@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo deps testenv lint types contracts unit integration drills fuzz e2e rpm proto clean
+.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz e2e rpm proto clean
 
 ## test: install everything, then lint, types, import contracts and all tests (with a sample
 ## of the fault drills: pyproject's addopts deselect the drill_long ones)
@@ -51,6 +51,10 @@ integration: deps
 ## drills: every fault drill against the real daemon, CRI-O and registry (tests/faults)
 drills: deps
 	$(BIN)/python -m pytest tests/faults -m drill $(PYTEST_ARGS)
+
+## security: every attack test of docs/security.md against the real components (tests/security)
+security: deps
+	$(BIN)/python -m pytest tests/security -m security $(PYTEST_ARGS)
 
 ## fuzz: every fuzz harness (tests/fuzz) with 100,000 inputs, or FUZZ_BUDGET_S seconds of wall
 ## clock each, FUZZ_JOBS at a time; prints the inputs run per entry point (tools/fuzz_report.py)

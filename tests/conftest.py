@@ -29,7 +29,7 @@ from tests.testenv.packages import ensure_packages
 from tests.testenv.registry import Registry
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "fuzz", "service", "integration", "faults", "e2e")
+TIERS = ("unit", "fuzz", "service", "integration", "security", "faults", "e2e")
 """tests/ folders, cheapest first: a broken unit test fails ``make test`` in seconds."""
 
 SLOW_FIXTURE_TIMEOUTS_S = {
@@ -76,7 +76,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ``--collect-only`` (tests/unit/test_collection.py).
     """
     tiers = {TIERS[_tier(item)] for item in session.items if _tier(item) < len(TIERS)}
-    if session.config.option.collectonly or not tiers & {"integration", "faults", "e2e"}:
+    if session.config.option.collectonly or not tiers & {"integration", "security", "faults", "e2e"}:
         return
     from tests.testenv.__main__ import missing, prepare
 
