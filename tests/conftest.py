@@ -76,7 +76,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ``--collect-only`` (tests/unit/test_collection.py).
     """
     tiers = {TIERS[_tier(item)] for item in session.items if _tier(item) < len(TIERS)}
-    if session.config.option.collectonly or not tiers & {"integration", "security", "faults", "e2e"}:
+    with_peers = {"integration", "security", "faults", "e2e"}
+    if session.config.option.collectonly or not tiers & with_peers:
         return
     from tests.testenv.__main__ import missing, prepare
 
