@@ -14,6 +14,7 @@ from typing import Final
 
 MESSAGE_IDS: Final[Mapping[str, str]] = {
     "bundle_media_detected": "2bef3c816d034df1948ae136b5af10b6",
+    "bundle_media_refused": "f1f0a02dc1544c24a780905f9af92eb9",
     "bundle_verified": "cf34c67bb85f4cb299fc54349e55fbb7",
     "bundle_rejected": "3bb42212bdcd4e10bd895d59597a68a7",
     "bundle_imported": "d95642eae4464b609dd352a0a3e4f85a",
