@@ -90,12 +90,23 @@ def accepted_stamps(root: Path, trusted_keys_dir: Path) -> tuple[Stamp, ...]:
     for name, error in unverified:
         _report_unverified(name, error, is_mark_kept=any(s.bundle_id == name for s in recorded))
     if verified or recorded:
-        data = marks_to_json((*verified, *recorded))
-        try:
-            write_atomic(path, data, mode=0o644)
-        except HostFileError as err:  # the marks still hold in memory for this decision
-            log.warning("rollback_marks_not_written", file=str(path), error=err.message)
+        _write_marks(path, (*verified, *recorded))
     return tuple(sorted({*verified, *recorded}, key=lambda s: (s.key_id, s.bundle_id)))
+
+
+def record_accepted(root: Path, stamp: Stamp) -> None:
+    """Add the stamp of a signed manifest just stored in the store at ``root`` (verified by
+    the caller) to its marks file, so its mark holds from now on even if the manifest stops
+    verifying before the next decision. Called by the stick copy and the peer fetch."""
+    path = root / MARKS_FILE_NAME
+    _write_marks(path, (*_recorded(path), stamp))
+
+
+def _write_marks(path: Path, stamps: tuple[Stamp, ...]) -> None:
+    try:
+        write_atomic(path, marks_to_json(stamps), mode=0o644)
+    except HostFileError as err:  # the marks still hold in memory for this decision
+        log.warning("rollback_marks_not_written", file=str(path), error=err.message)
 
 
 def _stored_stamps(

@@ -63,14 +63,14 @@ def test_supersedes_is_read_sorted() -> None:
         (["A1", "A1"], "names a key twice"),
     ],
 )
-def test_bad_supersedes_is_refused(value: object, needle: str) -> None:
+def test_R39_bad_supersedes_is_refused(value: object, needle: str) -> None:
     with pytest.raises(BundleManifestInvalid, match=needle) as raised:
         parse(v3(supersedes=value))
     assert "\x1b" not in raised.value.message
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_supersedes_needs_format_3(version: int) -> None:
+def test_R39_supersedes_needs_format_3(version: int) -> None:
     doc = manifest_doc(formatVersion=version, supersedes=["A1"])
     with pytest.raises(BundleManifestInvalid, match="supersedes needs formatVersion 3"):
         parse(doc)
@@ -112,7 +112,7 @@ def test_the_candidates_own_declaration_counts() -> None:
         ),
     ],
 )
-def test_the_format_rule(accepted: list[Stamp], candidate: Stamp, verdict: str) -> None:
+def test_R40_the_format_rule(accepted: list[Stamp], candidate: Stamp, verdict: str) -> None:
     assert judge(candidate, accepted).verdict == verdict
 
 
@@ -173,7 +173,7 @@ ROTATED = [stamp(OLD, 100), stamp(NEW, 200, supersedes=(OLD,), digest="b")]
         ),
     ],
 )
-def test_marks_cross_keys_only_with_supersedes(
+def test_R41_marks_cross_keys_only_with_supersedes(
     accepted: list[Stamp], candidate: Stamp, verdict: str
 ) -> None:
     assert judge(candidate, accepted).verdict == verdict
