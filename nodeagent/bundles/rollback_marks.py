@@ -47,20 +47,20 @@ _FORMATS: Final = frozenset({1, 2, 3})
 
 def compact(stamps: Iterable[Stamp]) -> tuple[Stamp, ...]:
     """The stamps the rule needs (see the module docstring), sorted, each once."""
-    stamps = tuple(set(stamps))
-    kept: set[Stamp] = {s for s in stamps if s.supersedes}
-    for key_id, channel in {(s.key_id, s.channel) for s in stamps}:
-        mark = high_water(stamps, key_id, channel)
-        if mark is not None:
-            kept |= {
-                s
-                for s in stamps
-                if (s.key_id, s.channel, s.sequence) == (key_id, channel, mark.sequence)
-            }
-    for key_id in {s.key_id for s in stamps}:
-        top = format_mark(stamps, frozenset({key_id}))
-        if top is not None:
-            kept.add(top)
+    lines: dict[tuple[str, str], list[Stamp]] = {}
+    by_key: dict[str, list[Stamp]] = {}
+    kept: set[Stamp] = set()
+    for s in set(stamps):
+        lines.setdefault((s.key_id, s.channel), []).append(s)
+        by_key.setdefault(s.key_id, []).append(s)
+        if s.supersedes:
+            kept.add(s)
+    for (key_id, channel), line in lines.items():
+        mark = high_water(line, key_id, channel)
+        kept |= {s for s in line if mark is not None and s.sequence == mark.sequence}
+    for key_id, signed in by_key.items():
+        top = format_mark(signed, frozenset({key_id}))
+        kept |= {top} if top is not None else set()
     return tuple(sorted(kept, key=_order))
 
 
