@@ -14,11 +14,13 @@ from typing import Final
 
 MESSAGE_IDS: Final[Mapping[str, str]] = {
     "bundle_media_detected": "2bef3c816d034df1948ae136b5af10b6",
+    "bundle_media_refused": "f1f0a02dc1544c24a780905f9af92eb9",
     "bundle_verified": "cf34c67bb85f4cb299fc54349e55fbb7",
     "bundle_rejected": "3bb42212bdcd4e10bd895d59597a68a7",
     "bundle_imported": "d95642eae4464b609dd352a0a3e4f85a",
     "bundle_interrupted": "7f26e153ace44e4f950bf9d94fd07b0c",
     "bundle_rollback_allowed": "f21af989da854a4ebfdc9da762d2fda9",
+    "bundle_manifest_unverified": "28ab66c4f86d4514ab13091aeeb6ec75",
     "bundle_expiry_ignored": "bcccb3cc6c0043a9b60ad1def35b2dd2",
     "set_pinned": "7df08b85c4b34afa83dbe406526c96c7",
     "disk_refused": "b84a77b14e54466a992b99b0cc636a10",

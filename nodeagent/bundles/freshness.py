@@ -7,7 +7,8 @@
   grows with each bundle of a key and channel (``bundle create``: the creation time in
   seconds unless ``--sequence`` says otherwise). A version 1 or 2 bundle has none: its
   sequence is its ``created`` time in whole seconds since 1970 (0 before 1970);
-- ``expires``: optional, an RFC 3339 UTC time after which no node takes the bundle.
+- ``expires``: optional, an RFC 3339 UTC time after which no node takes the bundle;
+- ``supersedes``: optional, the ids of older signing keys this bundle's key replaces.
 
 The rule (``judge``): a node refuses a bundle whose sequence is lower than the highest it
 has accepted for the same key and channel (``BundleRollback``), or equal to it with another
@@ -15,6 +16,19 @@ manifest (two bundles that claim one place in the line: which one is newer canno
 or whose ``expires`` is past (``BundleExpired``). The same manifest again is the same bundle
 (a re-import changes nothing). Channels do not block each other: a release line and an
 application line signed by one key each have their own high-water mark.
+
+Two amendments (docs/decisions/0040-anti-rollback.md, issue 24 finding 11):
+
+- **No format downgrade.** Once a bundle of format N was accepted from a key, a bundle of
+  an older format from that key is refused (``BundleFormatDowngrade``): a format 1 or 2
+  bundle's only order is its creation second, which says nothing about the key's line
+  since it moved to signed sequences.
+- **Keys linked by ``supersedes`` share their marks.** A key's marks are its own unless an
+  accepted bundle (or the candidate itself) declares that its key supersedes another: then
+  both keys, and every key linked to them so, form one *lineage* whose marks (per channel)
+  and highest format count for a bundle of any of them. So the new key's first bundle must
+  be newer than the old key's newest, and after it an old key that is still trusted cannot
+  take the node back below the new key's mark. Without the declaration keys stay apart.
 
 What a node has accepted is read from the signed manifests its store keeps
 (``adapters.store.accepted``), never from a state file a rebuild could reset.
@@ -29,7 +43,12 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION
-from nodeagent.errors import BundleExpired, BundleManifestInvalid, BundleRollback
+from nodeagent.errors import (
+    BundleExpired,
+    BundleFormatDowngrade,
+    BundleManifestInvalid,
+    BundleRollback,
+)
 from nodeagent.strict import clip, quoted
 
 DEFAULT_CHANNEL: Final = "default"
@@ -44,6 +63,12 @@ _UNIT_S: Final = {"d": 86400, "h": 3600, "m": 60}
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
+MAX_SUPERSEDED: Final = 8
+"""Key ids one bundle may declare superseded: a rotation names one, rarely two."""
+_KEY_ID = re.compile(r"^(0|[1-9A-F][0-9A-F]{0,15})$")
+"""A minisign key id as ``key_id_hex`` writes it: upper-case hex without leading zeros."""
+
+
 @dataclass(frozen=True, slots=True)
 class Freshness:
     """A manifest's freshness fields, as read from ``bundle.json``."""
@@ -51,6 +76,31 @@ class Freshness:
     channel: str
     sequence: int
     expires: str | None
+    supersedes: tuple[str, ...] = ()
+    """Key ids the signing key replaces (format 3; sorted, each once)."""
+
+
+def is_key_id(text: object) -> bool:
+    """A minisign key id as ``key_id_hex`` writes it."""
+    return isinstance(text, str) and _KEY_ID.match(text) is not None
+
+
+def supersedes_of(value: object) -> tuple[str, ...]:
+    """``supersedes``: a list of 1 to 8 distinct key ids (upper-case hex, as minisign and
+    ``nodeagent bundle verify`` show them)."""
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_SUPERSEDED:
+        raise BundleManifestInvalid(
+            f"bundle.json: supersedes must be a list of 1 to {MAX_SUPERSEDED} key ids"
+        )
+    for item in value:
+        if not is_key_id(item):
+            raise BundleManifestInvalid(
+                f"bundle.json: supersedes holds {quoted(item, 40)}, not a key id (upper-case "
+                "hex without leading zeros, as `nodeagent bundle verify` shows it)"
+            )
+    if len(set(value)) != len(value):
+        raise BundleManifestInvalid("bundle.json: supersedes names a key twice")
+    return tuple(sorted(value))
 
 
 def parse_time(text: str, what: str) -> dt.datetime:
@@ -83,7 +133,7 @@ def freshness_of(doc: Mapping[str, Any], created: str) -> Freshness:
             f"bundle.json: channel {quoted(channel, 100)} must be 1-64 of A-Z a-z 0-9 . _ -"
         )
     if doc.get("formatVersion") != FRESHNESS_FORMAT_VERSION:
-        present = sorted({"sequence", "expires"} & set(doc))
+        present = sorted({"sequence", "expires", "supersedes"} & set(doc))
         if present:
             raise BundleManifestInvalid(
                 f"bundle.json: {present[0]} needs formatVersion {FRESHNESS_FORMAT_VERSION} (a "
@@ -101,7 +151,8 @@ def freshness_of(doc: Mapping[str, Any], created: str) -> Freshness:
         if not isinstance(expires, str):
             raise BundleManifestInvalid("bundle.json: expires must be a string (RFC 3339 UTC)")
         parse_time(expires, "expires")
-    return Freshness(channel, sequence, expires)
+    supersedes = supersedes_of(doc["supersedes"]) if "supersedes" in doc else ()
+    return Freshness(channel, sequence, expires, supersedes)
 
 
 # ---------------------------------------------------------------- the rule
@@ -116,9 +167,13 @@ class Stamp:
     manifest_digest: str
     """``sha256:<hex>`` of the ``bundle.json`` bytes."""
     bundle_id: str
+    format_version: int = FRESHNESS_FORMAT_VERSION
+    """``formatVersion`` of the manifest (every stamp the node builds names it)."""
+    supersedes: tuple[str, ...] = ()
+    """Key ids the manifest declares its key replaces (``supersedes``)."""
 
 
-Verdict = Literal["fresh", "same", "rollback", "reused"]
+Verdict = Literal["fresh", "same", "rollback", "reused", "downgrade"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +187,40 @@ class Judgement:
         return self.verdict in ("fresh", "same")
 
 
-def high_water(accepted: Iterable[Stamp], key_id: str, channel: str) -> Stamp | None:
-    """The accepted bundle of ``key_id`` and ``channel`` with the highest sequence (ties:
-    the smallest digest, so the answer does not depend on the order read)."""
-    line = [s for s in accepted if s.key_id == key_id and s.channel == channel]
+def lineage(key_id: str, accepted: Iterable[Stamp], declared: Iterable[str] = ()) -> frozenset[str]:
+    """``key_id`` and every key linked to it by a ``supersedes`` declaration of an accepted
+    stamp, or ``declared`` by the candidate, in either direction and transitively."""
+    links: dict[str, set[str]] = {}
+    pairs = [(s.key_id, old) for s in accepted for old in s.supersedes]
+    for new, old in [*pairs, *((key_id, old) for old in declared)]:
+        links.setdefault(new, set()).add(old)
+        links.setdefault(old, set()).add(new)
+    found, todo = {key_id}, [key_id]
+    while todo:
+        for other in links.get(todo.pop(), ()):
+            if other not in found:
+                found.add(other)
+                todo.append(other)
+    return frozenset(found)
+
+
+def high_water(
+    accepted: Iterable[Stamp], key_id: str | frozenset[str], channel: str
+) -> Stamp | None:
+    """The accepted bundle of ``key_id`` (or any key of a lineage) and ``channel`` with the
+    highest sequence (ties: the smallest digest, so the answer does not depend on the order
+    read)."""
+    keys = frozenset({key_id}) if isinstance(key_id, str) else key_id
+    line = [s for s in accepted if s.key_id in keys and s.channel == channel]
     return max(line, key=lambda s: (s.sequence, _reverse(s.manifest_digest)), default=None)
+
+
+def format_mark(accepted: Iterable[Stamp], keys: frozenset[str]) -> Stamp | None:
+    """The accepted bundle of the lineage ``keys`` with the highest format (ties: the highest
+    sequence, then the smallest digest)."""
+    signed = [s for s in accepted if s.key_id in keys]
+    order = lambda s: (s.format_version, s.sequence, _reverse(s.manifest_digest))  # noqa: E731
+    return max(signed, key=order, default=None)
 
 
 def _reverse(digest: str) -> tuple[int, ...]:
@@ -149,10 +233,25 @@ def is_expired(expires: str | None, now: dt.datetime) -> bool:
 
 
 def judge(candidate: Stamp, accepted: Iterable[Stamp]) -> Judgement:
-    """Whether this node takes ``candidate`` given what it accepted before (the sequence
-    rule; the expiry is ``is_expired``'s)."""
+    """Whether this node takes ``candidate`` given what it accepted before (the format and
+    sequence rules over the candidate's lineage; the expiry is ``is_expired``'s). A manifest
+    accepted before that still holds its channel's mark is the same bundle, whatever its
+    format."""
     accepted = tuple(accepted)
-    mark = high_water(accepted, candidate.key_id, candidate.channel)
+    keys = lineage(candidate.key_id, accepted, candidate.supersedes)
+    mark = high_water(accepted, keys, candidate.channel)
+    judgement = _by_sequence(candidate, accepted, keys, mark)
+    if judgement.verdict == "same":
+        return judgement
+    top = format_mark(accepted, keys)
+    if top is not None and candidate.format_version < top.format_version:
+        return Judgement("downgrade", top)
+    return judgement
+
+
+def _by_sequence(
+    candidate: Stamp, accepted: tuple[Stamp, ...], keys: frozenset[str], mark: Stamp | None
+) -> Judgement:
     if mark is None or candidate.sequence > mark.sequence:
         return Judgement("fresh", mark)
     if candidate.sequence < mark.sequence:
@@ -160,7 +259,7 @@ def judge(candidate: Stamp, accepted: Iterable[Stamp]) -> Judgement:
     same = any(
         s.manifest_digest == candidate.manifest_digest
         for s in accepted
-        if (s.key_id, s.channel, s.sequence) == (candidate.key_id, candidate.channel, mark.sequence)
+        if s.key_id in keys and (s.channel, s.sequence) == (candidate.channel, mark.sequence)
     )
     return Judgement("same" if same else "reused", mark)
 
@@ -196,10 +295,28 @@ def expired_error(bundle_id: str, expires: str | None) -> BundleExpired:
     )
 
 
+def downgrade_error(candidate: Stamp, mark: Stamp) -> BundleFormatDowngrade:
+    """Why ``candidate``, of an older format than ``mark``, is refused; what to do."""
+    return BundleFormatDowngrade(
+        f"bundle {clip(candidate.bundle_id, 128)} is format {candidate.format_version}, older "
+        f"than bundle {clip(mark.bundle_id, 128)} (format {mark.format_version}) accepted "
+        f"before from key {mark.key_id}{_linked(candidate, mark)}: once a key signs a newer "
+        "format, its older-format bundles (ordered only by their creation time) are not taken. "
+        "Use the newest bundle of that key; to go back on purpose, import it by hand with "
+        "`nodeagent bundle import --allow-rollback`"
+    )
+
+
+def _linked(candidate: Stamp, mark: Stamp) -> str:
+    if mark.key_id == candidate.key_id:
+        return ""
+    return f" (linked by supersedes to key {candidate.key_id}, which signed this one)"
+
+
 def rollback_error(candidate: Stamp, mark: Stamp) -> BundleRollback:
     """Why ``candidate`` is refused, its high-water mark being ``mark``; what to do."""
     held = f"bundle {clip(mark.bundle_id, 128)} (sequence {mark.sequence})"
-    line = f"key {candidate.key_id} channel {clip(candidate.channel, 64)}"
+    line = f"key {mark.key_id} channel {clip(candidate.channel, 64)}{_linked(candidate, mark)}"
     if candidate.sequence == mark.sequence:
         why = f"has sequence {candidate.sequence} with another manifest than {held} of {line}"
     else:
@@ -243,7 +360,8 @@ def check(
     if judgement.is_taken or judgement.mark is None:
         return Checked(None, is_past)
     if not is_allowing_rollback:
-        return Checked(rollback_error(candidate, judgement.mark), is_past)
+        error = downgrade_error if judgement.verdict == "downgrade" else rollback_error
+        return Checked(error(candidate, judgement.mark), is_past)
     return Checked(None, is_past, judgement.mark)
 
 

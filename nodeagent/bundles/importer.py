@@ -27,7 +27,7 @@ from pathlib import Path
 
 import structlog
 
-from nodeagent.bundles.freshness import Stamp, check
+from nodeagent.bundles.freshness import check
 from nodeagent.bundles.handover import hand_over, was_imported
 from nodeagent.bundles.import_ports import ImageStorePort, ImporterPorts
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile
@@ -156,7 +156,7 @@ class Importer:
         """Expiry and anti-rollback (``bundles.freshness.check``): the refusal, or None to go
         on; a rule set aside by hand is logged as a warning naming what it let in."""
         ports, bundle_id, sequence = self.ports, manifest.bundle_id, manifest.sequence
-        candidate = Stamp(key_id_hex, manifest.channel, sequence, digest, bundle_id)
+        candidate = manifest.stamp(key_id_hex, digest)
         checked = check(
             candidate, manifest.expires, await asyncio.to_thread(ports.accepted),
             dt.datetime.fromtimestamp(ports.wall_clock(), dt.UTC),

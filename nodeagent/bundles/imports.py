@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from nodeagent.status import BundleReport
+from nodeagent.strict import clip
 
 if TYPE_CHECKING:
     from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.media import MediaEvent, MediaKind, mount_dir_name
-from nodeagent.errors import BundleMediaRemoved
+from nodeagent.errors import BundleMediaRefused, BundleMediaRemoved
 
 log = structlog.get_logger(__name__)
 
@@ -121,6 +122,9 @@ class MediaImports:
             self.on_event(event)
 
     def on_event(self, event: MediaEvent) -> None:
+        if event.kind is MediaKind.REFUSED:
+            self._refused(event)
+            return
         if event.kind is MediaKind.ARRIVED:
             was_present = event.devnode in self.present
             self.present.add(event.devnode)
@@ -217,6 +221,26 @@ class MediaImports:
         )
         self.report(
             BundleReport(event.devnode, "interrupted", reason=gone.reason, message=gone.message)
+        )
+
+    def _refused(self, event: MediaEvent) -> None:
+        """A labelled medium nodeagent does not mount (the tracker reports it once per plug-in):
+        one warning naming it and why, and a ``rejected`` report in the status."""
+        refused = BundleMediaRefused(
+            f"{event.devnode} (label {clip(event.label, 64)}, {clip(event.fs_type, 32)}, bus "
+            f"{event.bus}) was not mounted: {event.refusal}"
+        )
+        log.warning(
+            "bundle_media_refused",
+            device=event.devnode,
+            label=clip(event.label, 64),
+            fs=clip(event.fs_type, 32),
+            bus=event.bus,
+            reason=refused.reason,
+            error=refused.message,
+        )
+        self.report(
+            BundleReport(event.devnode, "rejected", reason=refused.reason, message=refused.message)
         )
 
     def _failed(self, event: MediaEvent, reason: str, message: str) -> None:

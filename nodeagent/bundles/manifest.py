@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from nodeagent.bundles.freshness import DEFAULT_CHANNEL as DEFAULT_CHANNEL
-from nodeagent.bundles.freshness import TIME_FORM, freshness_of
+from nodeagent.bundles.freshness import TIME_FORM, Stamp, freshness_of
 from nodeagent.bundles.release import BundleRelease, release_of
 from nodeagent.bundles.signatures import ImageSignature, image_signatures_of
 from nodeagent.bundles.target import FORMAT_VERSION as FORMAT_VERSION
@@ -129,6 +129,10 @@ class BundleManifest:
     sequence: int = 0
     expires: str | None = None
     """Its place in its channel and its optional expiry: anti-rollback, ``bundles.freshness``."""
+    format_version: int = FRESHNESS_FORMAT_VERSION
+    """``formatVersion`` (1, 2 or 3): a key's older formats are refused after a newer one."""
+    supersedes: tuple[str, ...] = ()
+    """Key ids the signing key replaces (format 3, ``bundles.freshness``)."""
     target: BundleTarget | None = None
     """The optional ``target`` (format version 2): the nodes the bundle is meant for, beyond
     its ``architecture`` (``bundles.target``)."""
@@ -138,6 +142,18 @@ class BundleManifest:
     @property
     def total_size_bytes(self) -> int:
         return sum(f.size_bytes for f in self.files)
+
+    def stamp(self, key_id_hex: str, manifest_digest: str) -> Stamp:
+        """What the anti-rollback rule sees of this manifest, signed by ``key_id_hex``."""
+        return Stamp(
+            key_id_hex,
+            self.channel,
+            self.sequence,
+            manifest_digest,
+            self.bundle_id,
+            format_version=self.format_version,
+            supersedes=self.supersedes,
+        )
 
 
 def set_object(image_set: PinnedImageSet) -> dict[str, Any]:
@@ -330,6 +346,16 @@ def _sets(doc: Mapping[str, Any], images: Iterable[BundleImage]) -> tuple[Bundle
     return tuple(sets.values())
 
 
+def is_bundle_id(text: object) -> bool:
+    """``bundleId``'s form: 1-128 of A-Z a-z 0-9 . _ -."""
+    return isinstance(text, str) and _BUNDLE_ID.match(text) is not None
+
+
+def is_manifest_digest(text: object) -> bool:
+    """``sha256:<64 lowercase hex>``."""
+    return isinstance(text, str) and _DIGEST.match(text) is not None
+
+
 def count_values(data: bytes) -> int:
     """An upper bound of the values a JSON text holds (commas in strings count too)."""
     return data.count(b",") + data.count(b"[") + data.count(b"{")
@@ -387,6 +413,8 @@ def parse_manifest(data: bytes) -> BundleManifest:
         channel=fresh.channel,
         sequence=fresh.sequence,
         expires=fresh.expires,
+        format_version=doc["formatVersion"],
+        supersedes=fresh.supersedes,
         target=target,
         image_signatures=image_signatures_of(doc, [i.ref for i in images], listed),
     )

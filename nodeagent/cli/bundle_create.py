@@ -29,6 +29,8 @@ from nodeagent.bundles.freshness import (
     expiry_from_option,
     freshness_of,
     is_expired,
+    is_key_id,
+    supersedes_of,
 )
 from nodeagent.bundles.target import BundleTarget, describe_target, parse_selector_text
 from nodeagent.cli import output
@@ -101,6 +103,12 @@ def add_parser(commands: Subparsers) -> None:
         help="no node takes the bundle after this RFC 3339 UTC time (2027-01-31T00:00:00Z), "
         "or this long after its creation (30d, 12h, 90m); default: never",
     )  # fmt: skip
+    create.add_argument(
+        "--supersedes", action="append", default=[], type=parse_key_id, metavar="KEYID",
+        help="the signing key replaces the key of this id (as `bundle verify` shows it): "
+        "nodes then judge both keys' bundles against one anti-rollback mark, so the old key "
+        "cannot take them back (repeat for up to 8 keys)",
+    )  # fmt: skip
     create.add_argument("--auth-file", type=Path, help="docker config JSON with credentials")
     create.add_argument(
         "--insecure-registry", action="extend", nargs="+", default=[], metavar="HOST",
@@ -145,6 +153,15 @@ def parse_sequence(text: str) -> int:
             f"{clip(text, 40)!r} is not an integer 0 to {MAX_SEQUENCE}"
         )
     return int(text)
+
+
+def parse_key_id(text: str) -> str:
+    """``--supersedes``: a key id as minisign and ``bundle verify`` show it."""
+    if not is_key_id(text):
+        raise argparse.ArgumentTypeError(
+            f"{clip(text, 40)!r} is not a key id (upper-case hex without leading zeros)"
+        )
+    return text
 
 
 def parse_expires(text: str) -> str:
@@ -244,6 +261,7 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
     refs = bundle_writer.resolve_refs([*release_image, *args.image], sets)
     now = datetime.now(UTC)
     freshness = freshness_option(args, now)
+    check_supersedes(freshness, secret_key.public_key().key_id_hex)
     auth = read_auth(args.auth_file)
     # As the daemon's look-ups: registries.conf's mirrors, certs.d, CRI-O's auth file after ours.
     client = registry_access(
@@ -279,6 +297,8 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
         )
     expiry = f", expires {freshness.expires}" if freshness.expires else ""
     out(f"  channel {freshness.channel}, sequence {freshness.sequence}{expiry}")
+    if freshness.supersedes:
+        out(f"  supersedes key {', '.join(freshness.supersedes)}")
     signed = {str(c.signature.image) for c in created.signatures}
     for image in created.images:
         mark = ", sigstore signature carried" if str(image.ref) in signed else ""
@@ -323,4 +343,13 @@ def freshness_option(args: argparse.Namespace, now: datetime) -> Freshness:
         raise BundleManifestInvalid(
             f"--expires {expires} is not after the creation time: no node would take the bundle"
         )
-    return Freshness(args.channel, sequence, expires)
+    supersedes = supersedes_of(args.supersedes) if args.supersedes else ()
+    return Freshness(args.channel, sequence, expires, supersedes)
+
+
+def check_supersedes(freshness: Freshness, key_id_hex: str) -> None:
+    """A key cannot supersede itself."""
+    if key_id_hex in freshness.supersedes:
+        raise BundleManifestInvalid(
+            f"--supersedes {key_id_hex} names the signing key itself; name the key it replaces"
+        )

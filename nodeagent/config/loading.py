@@ -28,7 +28,12 @@ from typing import Any
 
 from nodeagent.config.addresses import is_address
 from nodeagent.config.rerooting import UNIX_PREFIX, reroot, reroot_sections
-from nodeagent.config.settings import DROPIN_DIR_NAME, Config
+from nodeagent.config.settings import (
+    DROPIN_DIR_NAME,
+    KNOWN_MEDIA_BUSES,
+    KNOWN_MEDIA_FS_TYPES,
+    Config,
+)
 from nodeagent.errors import ConfigInvalid
 from nodeagent.selectors import parse_selector
 from nodeagent.strict import MalformedInput, clip, loads_toml
@@ -354,6 +359,20 @@ def _is_at_least_initial(value: float, config: Config) -> bool:
     return value >= config.pull.backoff_initial_s
 
 
+_FS_NAMES = ", ".join(KNOWN_MEDIA_FS_TYPES)
+_BUS_NAMES = ", ".join(KNOWN_MEDIA_BUSES)
+
+
+def _is_known_fs_list(names: tuple[str, ...], _: Config) -> bool:
+    """``[bundles] media_fs_types``: at least one, each a known name."""
+    return bool(names) and all(name in KNOWN_MEDIA_FS_TYPES for name in names)
+
+
+def _is_known_bus_list(names: tuple[str, ...], _: Config) -> bool:
+    """``[bundles] media_buses``: at least one, each a known name."""
+    return bool(names) and all(name in KNOWN_MEDIA_BUSES for name in names)
+
+
 API_SETS_MODES = ("auto", "nodeagent", "mcd")
 """``[cluster] api_sets`` (``cluster.ownership`` reads it)."""
 
@@ -371,6 +390,10 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
     ),
     ("bundles.mirror_dropin_name", "a plain file name without '/'", _is_file_name),
     ("bundles.label_pattern", "a non-empty glob", lambda v, _: bool(v)),
+    ("bundles.media_fs_types", f"1 to 11 of {_FS_NAMES}", _is_known_fs_list),
+    ("bundles.media_buses", f"1 to 7 of {_BUS_NAMES}", _is_known_bus_list),
+    ("bundles.media_fs_types", "distinct names", lambda v, _: len(set(v)) == len(v)),
+    ("bundles.media_buses", "distinct names", lambda v, _: len(set(v)) == len(v)),
     ("cluster.node_name", 'a DNS subdomain (lowercase) or ""', _is_node_name),
     (
         "cluster.set_selector",

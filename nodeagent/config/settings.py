@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from nodeagent.config.monitoring import MetricsSettings
 from nodeagent.config.rerooting import reroot, reroot_sections
@@ -167,6 +168,15 @@ class StateSettings:
     the daemon, taken by ``render-pins --write``). Default the unit's ``RuntimeDirectory=``."""
 
 
+KNOWN_MEDIA_FS_TYPES: Final = (
+    "btrfs", "erofs", "exfat", "ext2", "ext3", "ext4", "iso9660", "squashfs", "udf", "vfat", "xfs",
+)  # fmt: skip
+"""Filesystems ``[bundles] media_fs_types`` may name: those whose read-only mount nodeagent
+knows how to keep from writing to the medium (``bundles.media.FS_MOUNT_OPTIONS``)."""
+KNOWN_MEDIA_BUSES: Final = ("usb", "mmc", "loop", "ata", "scsi", "nvme", "virtio")
+"""Buses ``[bundles] media_buses`` may name: what ``bundles.media.media_bus`` tells apart."""
+
+
 @dataclass(frozen=True, slots=True)
 class BundleSettings:
     """Upgrade bundles on removable media (``[bundles]``)."""
@@ -177,6 +187,19 @@ class BundleSettings:
     label_pattern: str = "NODEAGENT*"
     """Glob on the filesystem label of block devices that may carry a bundle. Default
     ``NODEAGENT*``: a factory labels its sticks so; other media are never touched."""
+    media_fs_types: tuple[str, ...] = ("ext4", "vfat")
+    """Filesystems (blkid's names, as ``udevadm info`` shows ``ID_FS_TYPE``) nodeagent mounts
+    from a labelled medium; another is refused before anything is mounted (journal
+    ``bundle_media_refused``), so its kernel driver never reads the stick. Default ext4 and
+    vfat: what a Linux workstation and any laptop write (vfat holds files up to 4 GiB - 1).
+    Each one added is more kernel code a crafted stick can reach. Range: 1 to 11 distinct
+    names among ext4, ext3, ext2, xfs, btrfs, vfat, exfat, iso9660, udf, squashfs, erofs."""
+    media_buses: tuple[str, ...] = ("usb",)
+    """Where a labelled medium must be plugged in to be mounted: ``usb`` (sticks, USB card
+    readers and USB SSDs, whatever their ``removable`` flag), ``mmc`` (a built-in SD slot;
+    on many boards the internal eMMC too), ``loop`` (loop devices: tests), ``ata``, ``scsi``,
+    ``nvme``, ``virtio`` (virtual disks). Another is refused before anything is mounted.
+    Default usb. Range: 1 to 7 distinct names among those."""
     trusted_keys_dir: Path = Path("/etc/nodeagent/trusted-keys.d")
     """minisign public keys (``*.pub``) whose signatures make a bundle authentic."""
     media_dir: Path = Path("/run/nodeagent/media")

@@ -225,7 +225,11 @@ async def media_loop(wiring: Wiring) -> None:
     """Watch udev for bundle media (also those present at start) and import them."""
     from nodeagent.adapters.bundles.udev import MediaWatcher  # noqa: PLC0415  (pyudev: media on)
 
-    async with MediaWatcher(wiring.config.bundles.label_pattern) as watcher:
+    bundles = wiring.config.bundles
+    watcher = MediaWatcher(
+        bundles.label_pattern, fs_types=bundles.media_fs_types, buses=bundles.media_buses
+    )
+    async with watcher:
         await wiring.media.follow(watcher)
 
 

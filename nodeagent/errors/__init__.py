@@ -49,6 +49,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── ReleaseImageInvalid         ReleaseImageInvalid (bundle create --release input)
         ├── SecretKeyLocked             SigningKeyLocked
         ├── MediaMountFailed            MediaMountFailed
+        ├── BundleMediaRefused          BundleMediaRefused (a filesystem or bus not allowed)
         ├── KubeconfigInvalid           KubeconfigInvalid
         ├── ApiAccessDenied             ApiAccessDenied
         ├── ApiRequestRejected          ApiRequestRejected
@@ -68,6 +69,7 @@ happened and what to do about it. Retry decisions follow the two branches::
             ├── BundleNotInTarget       BundleNotInTarget (the target leaves the node out)
             ├── BundleReleaseInvalid    BundleReleaseInvalid (bundle.json's release object)
             ├── BundleRollback          BundleRollback (older than a bundle already accepted)
+            │   └── BundleFormatDowngrade BundleFormatDowngrade (an older format after a newer)
             ├── BundleExpired           BundleExpired (its signed expiry time is past)
             ├── BundleUnsafePath        BundleUnsafePath
             ├── BundleUnsafeEntry       BundleUnsafeEntry
@@ -97,9 +99,11 @@ from nodeagent.errors.bundles import BundleArchitectureMismatch as BundleArchite
 from nodeagent.errors.bundles import BundleDigestMismatch as BundleDigestMismatch
 from nodeagent.errors.bundles import BundleError as BundleError
 from nodeagent.errors.bundles import BundleExpired as BundleExpired
+from nodeagent.errors.bundles import BundleFormatDowngrade as BundleFormatDowngrade
 from nodeagent.errors.bundles import BundleFormatUnsupported as BundleFormatUnsupported
 from nodeagent.errors.bundles import BundleIncomplete as BundleIncomplete
 from nodeagent.errors.bundles import BundleManifestInvalid as BundleManifestInvalid
+from nodeagent.errors.bundles import BundleMediaRefused as BundleMediaRefused
 from nodeagent.errors.bundles import BundleMediaRemoved as BundleMediaRemoved
 from nodeagent.errors.bundles import BundleNotInTarget as BundleNotInTarget
 from nodeagent.errors.bundles import BundleReleaseInvalid as BundleReleaseInvalid

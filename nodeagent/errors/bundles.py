@@ -112,6 +112,14 @@ class BundleRollback(BundleError):
     reason = "BundleRollback"
 
 
+class BundleFormatDowngrade(BundleRollback):
+    """The bundle's ``formatVersion`` is lower than that of a bundle this node accepted from
+    the same signing key (or a key that supersedes it, or that it supersedes): an old-format
+    bundle, whose sequence is only its creation second, replayed after the key moved on."""
+
+    reason = "BundleFormatDowngrade"
+
+
 class BundleExpired(BundleError):
     """The bundle's signed ``expires`` time is past (by this node's clock)."""
 
@@ -161,6 +169,14 @@ class MediaWatchFailed(TransientError):
 
     reason = "MediaWatchFailed"
     default_retry_after_s = 5.0
+
+
+class BundleMediaRefused(PermanentError):
+    """A medium labelled for nodeagent holds a filesystem, or sits on a bus, that nodeagent
+    does not mount (``[bundles] media_fs_types``, ``media_buses``); nothing was mounted."""
+
+    reason = "BundleMediaRefused"
+    exit_code = 65  # EX_DATAERR
 
 
 class BundleMediaRemoved(NodeAgentError):

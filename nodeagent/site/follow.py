@@ -132,9 +132,7 @@ def _fresh(
     """``Expired`` or ``Rollback`` when the import would refuse it, else follow (without the
     key's id only the expiry can be judged)."""
     now = None if node.now_s is None else dt.datetime.fromtimestamp(node.now_s, dt.UTC)
-    candidate = Stamp(
-        key_id_hex or "", manifest.channel, manifest.sequence, manifest_digest, manifest.bundle_id
-    )
+    candidate = manifest.stamp(key_id_hex or "", manifest_digest)
     refusal = check(candidate, manifest.expires, node.accepted if key_id_hex else (), now).refusal
     if refusal is None:
         return FOLLOW

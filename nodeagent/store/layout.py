@@ -13,6 +13,7 @@ reading the layout ignore::
     sets/<set-name>/record.json         a registry set's record (``[store] registry_sets``):
                                         a ``BundleRecord`` with ``source`` "registry"
     gc-marks.json                       when each unreferenced blob was first found so
+    rollback-marks.json                 anti-rollback marks (``bundles.rollback_marks``)
     tmp/<hex>.partial                   a blob being written (resumed after a crash)
 
 Records are read strictly (``from_json``): a record nodeagent cannot have written raises

@@ -469,8 +469,24 @@ async def test_failed_reload_still_removes_the_mirror_and_closes_the_server() ->
 
 
 # ---------------------------------------------------------------- anti-rollback, expiry
-def newer(sequence: int = SEQUENCE + 10, channel: str = "default") -> Stamp:
-    return Stamp(KEY, channel, sequence, "sha256:" + "e" * 64, "line-3.newer")
+def newer(
+    sequence: int = SEQUENCE + 10, channel: str = "default", format_version: int = 1
+) -> Stamp:
+    """An accepted bundle of the rig's key; of the rig's bundle's format (1) unless told."""
+    return Stamp(
+        KEY, channel, sequence, "sha256:" + "e" * 64, "line-3.newer", format_version=format_version
+    )
+
+
+async def test_an_older_format_after_a_newer_one_of_the_key_is_refused() -> None:
+    rig = Rig(accepted=(newer(sequence=5, format_version=3),))  # a far lower sequence
+
+    report = await rig.run()
+
+    assert rig.states() == ["detected", "rejected"]
+    assert report.reason == "BundleFormatDowngrade"
+    assert "is format 1, older than bundle line-3.newer (format 3)" in (report.message or "")
+    assert (rig.servers, rig.crio.pull_calls) == ([], [])
 
 
 async def test_a_bundle_older_than_one_accepted_is_refused_before_anything() -> None:

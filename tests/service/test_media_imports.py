@@ -406,3 +406,21 @@ async def test_plugged_in_again_while_a_stored_bundle_imports_is_imported_after_
     assert rig.importer.outcomes() == ["returned", "returned"]
     assert rig.imported == 2
     assert rig.media.tasks == {}
+
+
+async def test_a_refused_medium_is_never_mounted_and_is_reported_once(rig: Rig) -> None:
+    why = "its filesystem btrfs is not one nodeagent mounts ([bundles] media_fs_types: ext4)"
+    event = MediaEvent(
+        MediaKind.REFUSED, SDC1, "NODEAGENT\x1b[2J", "btrfs", "u", "add", bus="usb", refusal=why
+    )
+    with capture_logs() as logs:
+        await rig.fed(event)
+    assert rig.mounter.calls == []
+    assert rig.media.tasks == {} and rig.importers == []
+    refused = [entry for entry in logs if entry["event"] == "bundle_media_refused"]
+    assert len(refused) == 1 and refused[0]["log_level"] == "warning"
+    assert (refused[0]["device"], refused[0]["fs"], refused[0]["bus"]) == (SDC1, "btrfs", "usb")
+    assert "\x1b" not in refused[0]["label"] and "\x1b" not in refused[0]["error"]
+    [report] = rig.reports
+    assert (report.source, report.state, report.reason) == (SDC1, "rejected", "BundleMediaRefused")
+    assert report.message is not None and why in report.message

@@ -62,10 +62,11 @@ def signed_bundle(
     host: str = HOST,
     sequence: int | None = None,
     expires: str | None = None,
+    supersedes: Sequence[str] = (),
 ) -> Signed:
     """An OCI-layout bundle of ``images`` (named ``host/<repository>@<digest>``) carrying
-    one set of them, signed by ``keys``; with a ``sequence`` (and perhaps ``expires``), of
-    format 3."""
+    one set of them, signed by ``keys``; with a ``sequence`` (and perhaps ``expires`` and the
+    key ids ``keys`` ``supersedes``), of format 3."""
     layout = write_oci_layout(root, host, images, bundle_id=bundle_id)
     doc = json.loads((root / "bundle.json").read_text())
     refs = [{"name": layout.ref(i)} for i in images]
@@ -82,6 +83,8 @@ def signed_bundle(
         doc |= {"formatVersion": 3, "sequence": sequence}
     if expires is not None:
         doc["expires"] = expires
+    if supersedes:
+        doc["supersedes"] = list(supersedes)
     data = json.dumps(doc, indent=1).encode()
     (root / "bundle.json").write_bytes(data)
     (root / "bundle.json.minisig").write_text(minisign.sign(data, keys.secret, trusted_comment="t"))

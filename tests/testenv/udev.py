@@ -56,6 +56,12 @@ MEDIA_PACKAGES: dict[str, str] = {
     "btrfs-progs": "/usr/sbin/mkfs.btrfs",
 }
 
+TEST_MEDIA_BUSES: frozenset[str] = frozenset({"usb", "loop"})
+"""The buses a watcher or daemon under test takes media from: its sticks are loop devices,
+which nodeagent's default (``usb`` only) refuses; tests name ``loop`` explicitly."""
+TEST_MEDIA_CONFIG = 'media_buses = ["usb", "loop"]'
+"""The ``[bundles]`` line that lets a daemon under test take loop-device sticks."""
+
 SETTLE_TIMEOUT_S = 20
 _SERIAL = itertools.count(1)
 FileSpec = Mapping[str, tuple[bytes, int]]

@@ -28,7 +28,7 @@ import asyncio
 import errno
 import os
 import socket
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -36,7 +36,13 @@ from typing import Any, Final, Self
 import pyudev
 import structlog
 
-from nodeagent.bundles.media import DEFAULT_FS_TYPES, MediaEvent, MediaKind, MediaTracker
+from nodeagent.bundles.media import (
+    DEFAULT_BUSES,
+    DEFAULT_FS_TYPES,
+    MediaEvent,
+    MediaKind,
+    MediaTracker,
+)
 from nodeagent.errors import MediaWatchFailed as MediaWatchFailed
 
 log = structlog.get_logger(__name__)
@@ -63,13 +69,17 @@ class MediaWatcher:
         self,
         label_pattern: str,
         *,
-        fs_types: Container[str] = DEFAULT_FS_TYPES,
+        fs_types: Collection[str] = DEFAULT_FS_TYPES,
+        buses: Collection[str] = DEFAULT_BUSES,
         udev_control: Path = UDEV_CONTROL,
         receive_buffer_bytes: int | None = None,
     ) -> None:
-        """``receive_buffer_bytes``: the socket's buffer; None keeps libudev's 128 MiB."""
-        self._tracker = MediaTracker(label_pattern=label_pattern, fs_types=fs_types)
+        """``fs_types``, ``buses``: what a labelled medium must be to be mounted (others are
+        reported ``REFUSED``); ``receive_buffer_bytes``: the socket's buffer; None keeps
+        libudev's 128 MiB."""
+        self._tracker = MediaTracker(label_pattern=label_pattern, fs_types=fs_types, buses=buses)
         self._label_pattern = label_pattern
+        self._fs_types, self._buses = sorted(fs_types), sorted(buses)
         self._udev_control = udev_control
         self._queue: asyncio.Queue[MediaEvent | _Closed | MediaWatchFailed] = asyncio.Queue()
         self._context: Any = None
@@ -106,7 +116,12 @@ class MediaWatcher:
         self._socket = socket.fromfd(monitor.fileno(), socket.AF_NETLINK, socket.SOCK_RAW)
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(monitor.fileno(), self._on_readable)
-        log.info("media_watch_started", label_pattern=self._label_pattern)
+        log.info(
+            "media_watch_started",
+            label_pattern=self._label_pattern,
+            fs_types=self._fs_types,
+            buses=self._buses,
+        )
 
     def close(self) -> None:
         """Stop reading; once the events already queued are taken, the iteration ends."""
@@ -219,6 +234,9 @@ class MediaWatcher:
 
     def _publish(self, events: list[MediaEvent]) -> None:
         for event in events:
+            if event.kind is MediaKind.REFUSED:  # the consumer logs it, once, as a warning
+                self._queue.put_nowait(event)
+                continue
             log.info(
                 _LOG_EVENTS[event.kind],
                 devnode=event.devnode,
@@ -228,6 +246,7 @@ class MediaWatcher:
                 udev_action=event.action,
                 seqnum=event.seqnum,
                 udev_rule=event.is_rule_marked,
+                bus=event.bus,
             )
             self._queue.put_nowait(event)
 

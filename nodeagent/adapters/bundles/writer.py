@@ -174,6 +174,7 @@ def manifest_doc(
     if freshness is not None:
         doc |= {"channel": freshness.channel, "sequence": freshness.sequence}
         doc |= {"expires": freshness.expires} if freshness.expires is not None else {}
+        doc |= {"supersedes": list(freshness.supersedes)} if freshness.supersedes else {}
     if target is not None:
         doc["target"] = target_doc(target)
     doc |= {

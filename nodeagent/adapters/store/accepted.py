@@ -4,21 +4,33 @@ Every ``bundles/<id>/bundle.json`` the store holds with its signature, whether i
 are all there, some, or none any more (the keeper removes blobs only, never a signed
 manifest: ``adapters.store.keeper``), and whether its record is whole, damaged or not
 written yet (a fetch under way: the node decided to take it). Each is verified again
-against this node's trusted keys and its freshness fields read; one that no longer
-verifies (its key was removed from ``trusted-keys.d``) or cannot be read counts for
-nothing, as the bundle itself would not be taken. No state file is read: a state directory
-wiped, or a record set aside and rebuilt, cannot lower a high-water mark
-(``bundles.freshness``). Measured: 0.44 ms a small manifest, 6.1 ms a release's of 180
-images (169 KB), so 100 stored releases cost 0.6 s per import or fetch decision.
+against this node's trusted keys and its freshness fields read. No state file is the
+source: a state directory wiped, or a record set aside and rebuilt, cannot lower a
+high-water mark (``bundles.freshness``). Measured: 0.44 ms a small manifest, 6.1 ms a
+release's of 180 images (169 KB), so 100 stored releases cost 0.6 s per import or fetch
+decision.
+
+A stored manifest that no longer verifies (its key was removed from ``trusted-keys.d``, its
+bytes or signature were damaged) does not take its mark with it: every stamp that held a
+mark is also recorded in ``rollback-marks.json`` at the store's root
+(``bundles.rollback_marks``, written atomically), and the marks are the union of both. Such
+a manifest is reported once per daemon (``bundle_manifest_unverified``, a warning saying
+whether its mark was kept). A marks file that cannot be read is set aside
+(``rollback-marks.json.damaged-<time>``, ``state_file_damaged``) and rebuilt from the
+manifests that verify.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
 
+import structlog
+
 from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
+from nodeagent.adapters.files import set_aside, write_atomic
 from nodeagent.adapters.store.records import read_bundle_file
 from nodeagent.bundles import minisign
 from nodeagent.bundles.freshness import Stamp, freshness_of
@@ -30,9 +42,12 @@ from nodeagent.bundles.manifest import (
     BundleFormatUnsupported,
     BundleManifestInvalid,
 )
-from nodeagent.errors import HostFileError, NodeAgentError
+from nodeagent.bundles.rollback_marks import MARKS_FILE_NAME, marks_from_json, marks_to_json
+from nodeagent.errors import HostFileError, NodeAgentError, StateFileDamaged
 from nodeagent.store import layout
-from nodeagent.strict import MalformedInput, loads_json
+from nodeagent.strict import MalformedInput, clip, loads_json
+
+log = structlog.get_logger(__name__)
 
 
 def stamp_of(data: bytes, signature: bytes, keys: dict[bytes, minisign.PublicKey]) -> Stamp:
@@ -61,20 +76,52 @@ def stamp_of(data: bytes, signature: bytes, keys: dict[bytes, minisign.PublicKey
         sequence=fresh.sequence,
         manifest_digest=f"sha256:{hashlib.sha256(data).hexdigest()}",
         bundle_id=str(bundle_id),
+        format_version=doc["formatVersion"],
+        supersedes=fresh.supersedes,
     )
 
 
 def accepted_stamps(root: Path, trusted_keys_dir: Path) -> tuple[Stamp, ...]:
-    """A stamp for every signed manifest in the store at ``root`` that verifies now."""
+    """A stamp for every signed manifest in the store at ``root`` that verifies now, and
+    every stamp recorded in its marks file; the marks file updated with the new ones."""
+    verified, unverified = _stored_stamps(root, trusted_keys_dir)
+    path = root / MARKS_FILE_NAME
+    recorded = _recorded(path)
+    for name, error in unverified:
+        _report_unverified(name, error, is_mark_kept=any(s.bundle_id == name for s in recorded))
+    if verified or recorded:
+        _write_marks(path, (*verified, *recorded))
+    return tuple(sorted({*verified, *recorded}, key=lambda s: (s.key_id, s.bundle_id)))
+
+
+def record_accepted(root: Path, stamp: Stamp) -> None:
+    """Add the stamp of a signed manifest just stored in the store at ``root`` (verified by
+    the caller) to its marks file, so its mark holds from now on even if the manifest stops
+    verifying before the next decision. Called by the stick copy and the peer fetch."""
+    path = root / MARKS_FILE_NAME
+    _write_marks(path, (*_recorded(path), stamp))
+
+
+def _write_marks(path: Path, stamps: tuple[Stamp, ...]) -> None:
+    try:
+        write_atomic(path, marks_to_json(stamps), mode=0o644)
+    except HostFileError as err:  # the marks still hold in memory for this decision
+        log.warning("rollback_marks_not_written", file=str(path), error=err.message)
+
+
+def _stored_stamps(
+    root: Path, trusted_keys_dir: Path
+) -> tuple[list[Stamp], list[tuple[str, NodeAgentError]]]:
+    """The stamps of the stored manifests that verify, and the others with why."""
     directory = root / layout.BUNDLES_DIR
     try:
         names = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
     except FileNotFoundError:
-        return ()
+        return [], []
     except OSError as err:
         raise HostFileError(f"cannot list {directory}: {err.strerror}") from err
     keys = load_trusted_keys_dir(trusted_keys_dir)
-    stamps = []
+    stamps, unverified = [], []
     for name in names:
         data = read_bundle_file(root, name, layout.MANIFEST_NAME)
         signature = read_bundle_file(root, name, layout.SIGNATURE_NAME)
@@ -82,8 +129,56 @@ def accepted_stamps(root: Path, trusted_keys_dir: Path) -> tuple[Stamp, ...]:
             continue
         try:
             stamp = stamp_of(data, signature, keys)
-        except NodeAgentError:
-            continue  # not verifiable now: the bundle itself would be refused
+        except NodeAgentError as err:
+            unverified.append((name, err))  # the bundle itself would be refused now
+            continue
         if stamp.bundle_id == name:
             stamps.append(stamp)
-    return tuple(stamps)
+    return stamps, unverified
+
+
+def _recorded(path: Path) -> tuple[Stamp, ...]:
+    """The marks file's stamps; a damaged one is set aside (and rebuilt by the caller)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return ()
+    except OSError as err:
+        if err.errno != errno.EISDIR:
+            raise HostFileError(f"cannot read {path}: {err.strerror}") from err
+        data = b""  # a directory in its place: damaged
+    try:
+        return marks_from_json(data, where=str(path))
+    except StateFileDamaged as err:
+        moved = set_aside(path)
+        log.warning(
+            "state_file_damaged",
+            file=str(path),
+            reason=err.reason,
+            error=f"{err.message}; rebuilt from the signed manifests the store keeps",
+            moved_to=None if moved is None else str(moved),
+        )
+        return ()
+
+
+_REPORTED: set[tuple[str, str]] = set()
+"""(bundle id, reason) of the unverified manifests this daemon already reported: the marks
+are read at every import and fetch decision, the warning is given once."""
+
+
+def _report_unverified(name: str, error: NodeAgentError, *, is_mark_kept: bool) -> None:
+    if (name, error.reason) in _REPORTED:
+        return
+    _REPORTED.add((name, error.reason))
+    kept = (
+        "its anti-rollback mark is kept from rollback-marks.json"
+        if is_mark_kept
+        else "it held no recorded mark"
+    )
+    log.warning(
+        "bundle_manifest_unverified",
+        bundle=clip(name, 128),
+        reason=error.reason,
+        error=f"{clip(error.message, 300)}; {kept}",
+        is_mark_kept=is_mark_kept,
+    )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
 import struct
 import time
 from collections import deque
@@ -44,6 +45,7 @@ from nodeagent.adapters.bundles.tree import (
     release_signatures,
 )
 from nodeagent.adapters.files import statvfs_free
+from nodeagent.adapters.store.accepted import record_accepted
 from nodeagent.adapters.store.blobs import CHUNK_BYTES, BlobStore, Filled, StoreLock
 from nodeagent.adapters.store.prefetch import Planned, Prefetcher
 from nodeagent.adapters.store.records import StoreRecords, record_for
@@ -249,6 +251,8 @@ def copy_bundle(
             wall_clock(),
         )
         records.write_bundle(record, data, signature, extra)
+        digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+        record_accepted(store_root, manifest.stamp(verified.key_id_hex, digest))
         loaded = records.load()
         records.refresh_index(loaded.records, set(store.stored()))
     final = meter.finish(clock())

@@ -44,7 +44,7 @@ from typing import Any, Final
 
 from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
 from nodeagent.adapters.files import write_atomic
-from nodeagent.adapters.store.accepted import accepted_stamps
+from nodeagent.adapters.store.accepted import accepted_stamps, record_accepted
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
 from nodeagent.adapters.store.copier import StoreLimits, admit_copy, plan_copy
 from nodeagent.adapters.store.records import StoreRecords, read_bundle_file, record_for
@@ -212,6 +212,7 @@ class FetchStore:
             directory = self.records.bundle_path(manifest.bundle_id)
             write_atomic(directory / layout.MANIFEST_NAME, signed.data)
             write_atomic(directory / layout.SIGNATURE_NAME, signed.signature)
+            record_accepted(self.root, manifest.stamp(signed.key_id_hex, signed.manifest_digest))
         return missing
 
     async def fill(

@@ -16,11 +16,15 @@ from nodeagent.adapters.bundles.mount import (
     split_options,
 )
 from nodeagent.bundles.media import (
+    DEFAULT_BUSES,
+    DEFAULT_FS_TYPES,
+    KNOWN_FS_TYPES,
     MediaEvent,
     MediaKind,
     MediaTracker,
     classify,
     decode_udev_string,
+    media_bus,
     mount_dir_name,
     mount_options,
 )
@@ -32,7 +36,7 @@ UUID = "d6da4a73-38fc-4847-bd4e-025d10200dee"
 def props(action: str = "change", devname: str = "/dev/loop0", **extra: str) -> dict[str, str]:
     """A udev event of a block device; keyword arguments add or replace properties."""
     base = {"ACTION": action, "SUBSYSTEM": "block", "DEVTYPE": "disk", "DEVNAME": devname}
-    return {**base, "SEQNUM": "847", **extra}
+    return {**base, "SEQNUM": "847", "ID_BUS": "usb", **extra}
 
 
 def fs(
@@ -51,13 +55,13 @@ ARRIVALS = [
     pytest.param(props(**fs(fs_type="xfs")), id="xfs"),
     pytest.param(props(**fs(fs_type="iso9660", uuid="2026-11-22-09-30-00-00")), id="iso9660"),
     pytest.param(props(**fs(fs_type="squashfs", uuid="")), id="no-uuid"),
-    pytest.param(props(**fs(ID_BUS="usb")), id="usb-bus-irrelevant"),
+    pytest.param(props(**fs(fs_type="vfat", uuid="1234-ABCD")), id="vfat"),
 ]
 
 
 @pytest.mark.parametrize("event", ARRIVALS)
 def test_arrivals(event: dict[str, str]) -> None:
-    media = classify(event, label_pattern=PATTERN)
+    media = classify(event, label_pattern=PATTERN, fs_types=KNOWN_FS_TYPES)
     assert media is not None
     assert media.kind is MediaKind.ARRIVED
     assert (media.devnode, media.label) == (event["DEVNAME"], event["ID_FS_LABEL"])
@@ -79,7 +83,6 @@ IRRELEVANT = [
     pytest.param(props(**fs("XNODEAGENT")), id="glob-is-anchored"),
     pytest.param(props(**fs("")), id="no-label"),
     pytest.param(props(), id="no-filesystem"),
-    pytest.param(props(**fs(fs_type="ntfs")), id="fs-type-not-allowed"),
     pytest.param(props(**fs(ID_FS_USAGE="crypto")), id="luks-usage"),
     pytest.param(props(**fs(ID_FS_USAGE="raid")), id="raid-member"),
     pytest.param(props(SUBSYSTEM="usb", **fs()), id="not-block"),
@@ -101,7 +104,6 @@ REMOVALS = [
     pytest.param(props("change", SYSTEMD_READY="0"), id="loop-detach"),
     pytest.param(props("change", DISK_MEDIA_CHANGE="1"), id="card-pulled"),
     pytest.param(props(**fs("OTHER")), id="relabelled"),
-    pytest.param(props(**fs(fs_type="ntfs")), id="reformatted-to-unallowed"),
     pytest.param(props("add"), id="re-added-empty"),
 ]
 
@@ -158,8 +160,88 @@ def test_decode_udev_string(encoded: str, decoded: str) -> None:
 
 def test_allowed_fs_types_are_configurable() -> None:
     event = props(**fs(fs_type="ext4"))
-    assert classify(event, label_pattern=PATTERN, fs_types={"squashfs"}) is None
-    assert classify(event, label_pattern=PATTERN, fs_types={"ext4"}) is not None
+    refused = classify(event, label_pattern=PATTERN, fs_types={"squashfs"})
+    assert refused is not None and refused.kind is MediaKind.REFUSED
+    allowed = classify(event, label_pattern=PATTERN, fs_types={"ext4"})
+    assert allowed is not None and allowed.kind is MediaKind.ARRIVED
+
+
+# ------------------------------------------------------------------ which media count
+
+
+def test_the_defaults_are_ext4_and_vfat_on_usb() -> None:
+    assert (sorted(DEFAULT_FS_TYPES), sorted(DEFAULT_BUSES)) == (["ext4", "vfat"], ["usb"])
+
+
+@pytest.mark.parametrize(
+    ("device", "bus"),
+    [
+        pytest.param({"ID_BUS": "usb", "DEVNAME": "/dev/sdb1"}, "usb", id="usb-stick"),
+        pytest.param(  # a UAS SSD: usb_id still says usb; it has no removable flag
+            {"ID_BUS": "usb", "ID_USB_DRIVER": "uas", "DEVNAME": "/dev/sdc"}, "usb", id="usb-ssd"
+        ),
+        pytest.param(
+            {"ID_PATH": "pci-0000:00:14.0-usb-0:2:1.0-scsi-0:0:0:0", "DEVNAME": "/dev/sdd"},
+            "usb",
+            id="usb-by-path",
+        ),
+        pytest.param({"ID_BUS": "ata", "DEVNAME": "/dev/sda1"}, "ata", id="sata-disk"),
+        pytest.param({"ID_BUS": "scsi", "DEVNAME": "/dev/sdb"}, "scsi", id="sas-disk"),
+        pytest.param({"DEVNAME": "/dev/loop3"}, "loop", id="loop"),
+        pytest.param({"DEVNAME": "/dev/mmcblk0p1"}, "mmc", id="sd-slot"),
+        pytest.param({"DEVNAME": "/dev/nvme0n1p2"}, "nvme", id="nvme"),
+        pytest.param({"DEVNAME": "/dev/vdb"}, "virtio", id="virtio"),
+        pytest.param({"ID_BUS": "ieee1394", "DEVNAME": "/dev/sde"}, "unknown", id="firewire"),
+        pytest.param({"DEVNAME": "/dev/nbd0"}, "unknown", id="nbd"),
+        pytest.param({"DEVNAME": "/dev/sdf", "removable": "1"}, "unknown", id="removable-alone"),
+    ],
+)
+def test_media_bus(device: dict[str, str], bus: str) -> None:
+    assert media_bus(device) == bus
+
+
+REFUSALS = [
+    pytest.param(props(**fs(fs_type="ntfs")), "ntfs", "media_fs_types", id="ntfs"),
+    pytest.param(props(**fs(fs_type="btrfs")), "btrfs", "media_fs_types", id="btrfs-by-default"),
+    pytest.param(props(**fs(fs_type="xfs")), "xfs", "media_fs_types", id="xfs-by-default"),
+    pytest.param(props(ID_BUS="", **fs()), "loop bus", "media_buses", id="loop-by-default"),
+    pytest.param(
+        props(devname="/dev/mmcblk0p1", ID_BUS="", **fs()),
+        "mmc",
+        "media_buses",
+        id="sd-slot-by-default",
+    ),
+    pytest.param(
+        props(devname="/dev/sda1", ID_BUS="ata", **fs()), "ata", "media_buses", id="internal-disk"
+    ),
+]
+
+
+@pytest.mark.parametrize(("event", "named", "setting"), REFUSALS)
+def test_labelled_media_not_allowed_are_refused_with_why(
+    event: dict[str, str], named: str, setting: str
+) -> None:
+    media = classify(event, label_pattern=PATTERN)
+    assert media is not None and media.kind is MediaKind.REFUSED
+    assert named in media.refusal and f"[bundles] {setting}" in media.refusal
+    assert (media.label, media.fs_type) == ("NODEAGENT-1", event["ID_FS_TYPE"])
+
+
+def test_filesystem_is_judged_before_the_bus() -> None:
+    media = classify(props(ID_BUS="", **fs(fs_type="btrfs")), label_pattern=PATTERN)
+    assert media is not None and "media_fs_types" in media.refusal
+
+
+def test_allowed_buses_are_configurable() -> None:
+    loop = props(ID_BUS="", **fs())
+    media = classify(loop, label_pattern=PATTERN, buses={"usb", "loop"})
+    assert media is not None and (media.kind, media.bus) == (MediaKind.ARRIVED, "loop")
+
+
+def test_refusal_text_is_clipped_and_escaped() -> None:
+    media = classify(props(**fs(fs_type="\x1b[31m" + "z" * 100)), label_pattern=PATTERN)
+    assert media is not None and "\x1b" not in media.refusal
+    assert "\\x1b[31m" in media.refusal and len(media.refusal) < 300
 
 
 # ------------------------------------------------------------------ tracker
@@ -253,6 +335,59 @@ def test_reconcile_at_start_reports_present_media_once() -> None:
     assert kinds(tracker.reconcile(enumerated)) == [(MediaKind.ARRIVED, "NODEAGENT-1")]
     assert tracker.reconcile(enumerated) == []
     assert run(tracker, [ATTACHED]) == [], "a live event about known media is not repeated"
+
+
+BTRFS = props(**fs(fs_type="btrfs"))
+
+
+def test_a_refused_medium_is_reported_once_per_plug_in() -> None:
+    tracker = MediaTracker(label_pattern=PATTERN)
+    events = run(tracker, [BTRFS, BTRFS, props("add", **fs(fs_type="btrfs"))])
+    assert [e.kind for e in events] == [MediaKind.REFUSED]
+    assert tracker.present == {}
+    assert run(tracker, DETACH) == [], "nothing was tracked: nothing is removed"
+    assert [e.kind for e in run(tracker, [BTRFS])] == [MediaKind.REFUSED], "plugged in again"
+
+
+def test_refused_again_after_a_remove_event() -> None:
+    tracker = MediaTracker(label_pattern=PATTERN)
+    events = run(tracker, [BTRFS, props("remove"), BTRFS])
+    assert [e.kind for e in events] == [MediaKind.REFUSED, MediaKind.REFUSED]
+
+
+def test_another_reason_on_the_same_device_is_reported() -> None:
+    tracker = MediaTracker(label_pattern=PATTERN)
+    on_loop = props(ID_BUS="", **fs())
+    assert [e.refusal[:14] for e in run(tracker, [BTRFS, on_loop])] == [
+        "its filesystem",
+        "it is on the l",
+    ]
+
+
+def test_tracked_media_reformatted_to_a_refused_filesystem_is_removed_then_refused() -> None:
+    tracker = MediaTracker(label_pattern=PATTERN)
+    events = run(tracker, [ATTACHED, BTRFS])
+    assert [(e.kind, e.fs_type) for e in events] == [
+        (MediaKind.ARRIVED, "ext4"),
+        (MediaKind.REMOVED, "ext4"),
+        (MediaKind.REFUSED, "btrfs"),
+    ]
+    assert tracker.present == {}
+
+
+def test_a_refused_device_that_becomes_allowed_arrives() -> None:
+    tracker = MediaTracker(label_pattern=PATTERN)
+    assert [e.kind for e in run(tracker, [BTRFS, ATTACHED])] == [
+        MediaKind.REFUSED,
+        MediaKind.ARRIVED,
+    ]
+
+
+def test_reconcile_forgets_refused_devices_that_are_gone() -> None:
+    tracker = MediaTracker(label_pattern=PATTERN)
+    run(tracker, [BTRFS])
+    assert tracker.reconcile([]) == []
+    assert [e.kind for e in run(tracker, [BTRFS])] == [MediaKind.REFUSED]
 
 
 def test_reconcile_after_lost_events_removes_what_is_gone() -> None:

@@ -126,8 +126,10 @@ KEY = "A1B2C3"
 CREATED_S = 1795339800  # manifest_doc's created, 2026-11-22T09:30:00Z: its sequence
 
 
-def held_stamp(sequence: int, channel: str = "default", key: str = KEY) -> Stamp:
-    return Stamp(key, channel, sequence, OTHER_DIGEST, "newer")
+def held_stamp(
+    sequence: int, channel: str = "default", key: str = KEY, format_version: int = 3
+) -> Stamp:
+    return Stamp(key, channel, sequence, OTHER_DIGEST, "newer", format_version=format_version)
 
 
 def fresh_manifest(sequence: int, expires: str | None = None) -> bundle.BundleManifest:
@@ -159,12 +161,19 @@ def test_a_bundle_the_import_would_refuse_as_older_is_not_fetched(
 
 
 def test_an_older_format_bundle_is_judged_by_its_created_time() -> None:
-    node = replace(NODE, accepted=(held_stamp(CREATED_S + 1),))
-    assert decide(manifest(), DIGEST, node, KEY).reason == "Rollback"
-    assert decide(manifest(), DIGEST, replace(NODE, accepted=(held_stamp(CREATED_S),)),
-                  KEY).reason == "Rollback"  # fmt: skip
-    assert decide(manifest(), DIGEST, replace(NODE, accepted=(held_stamp(CREATED_S - 1),)),
-                  KEY).reason is None  # fmt: skip
+    def held(sequence: int) -> NodeFacts:
+        return replace(NODE, accepted=(held_stamp(sequence, format_version=1),))
+
+    assert decide(manifest(), DIGEST, held(CREATED_S + 1), KEY).reason == "Rollback"
+    assert decide(manifest(), DIGEST, held(CREATED_S), KEY).reason == "Rollback"
+    assert decide(manifest(), DIGEST, held(CREATED_S - 1), KEY).reason is None
+
+
+def test_an_older_format_bundle_after_a_newer_format_of_its_key_is_not_fetched() -> None:
+    node = replace(NODE, accepted=(held_stamp(5),))  # format 3, a far lower sequence
+    decision = decide(manifest(), DIGEST, node, KEY)  # format 1: sequence = its created second
+    assert decision.reason == "Rollback"
+    assert "format 1, older than" in decision.message
 
 
 def test_an_expired_bundle_is_not_fetched() -> None:

@@ -29,7 +29,7 @@ from nodeagent.adapters.bundles.mount import (
 )
 from nodeagent.adapters.bundles.udev import MediaWatcher
 from nodeagent.bundles.media import MediaEvent, MediaKind
-from tests.testenv.udev import FileSpec, LoopMedia, Udevd, settle
+from tests.testenv.udev import TEST_MEDIA_BUSES, FileSpec, LoopMedia, Udevd, settle
 
 pytestmark = [
     pytest.mark.integration,
@@ -97,7 +97,7 @@ async def next_for(
 
 async def test_labelled_ext4_arrives(udevd: Udevd, make_media: MakeMedia) -> None:
     media = make_media("ext4", label="NODEAGENT-ARR")
-    async with MediaWatcher(PATTERN) as watcher:
+    async with MediaWatcher(PATTERN, buses=TEST_MEDIA_BUSES) as watcher:
         devnode = media.attach()
         event = await next_for(watcher, devnode)
     assert (event.kind, event.label, event.fs_type) == (MediaKind.ARRIVED, "NODEAGENT-ARR", "ext4")
@@ -108,26 +108,45 @@ async def test_labelled_ext4_arrives(udevd: Udevd, make_media: MakeMedia) -> Non
 async def test_non_matching_label_is_ignored(udevd: Udevd, make_media: MakeMedia) -> None:
     other, marker = make_media(label="OTHER-MEDIA"), make_media(label="NODEAGENT-MARK")
     seen: list[MediaEvent] = []
-    async with MediaWatcher(PATTERN) as watcher:
+    async with MediaWatcher(PATTERN, buses=TEST_MEDIA_BUSES) as watcher:
         other_devnode = other.attach()
         other.wait_in_udev_db("ID_FS_LABEL", "OTHER-MEDIA")
         await next_for(watcher, marker.attach(), seen)
     assert [e for e in seen if e.devnode == other_devnode] == []
 
 
-async def test_filesystem_type_not_allowed_is_ignored(udevd: Udevd, make_media: MakeMedia) -> None:
+async def test_filesystem_type_not_allowed_is_refused_once(
+    udevd: Udevd, make_media: MakeMedia
+) -> None:
     btrfs, marker = make_media("btrfs", label="NODEAGENT-BTR"), make_media(label="NODEAGENT-MARK")
     seen: list[MediaEvent] = []
-    async with MediaWatcher(PATTERN, fs_types={"ext4"}) as watcher:
+    async with MediaWatcher(PATTERN, fs_types={"ext4"}, buses=TEST_MEDIA_BUSES) as watcher:
         btrfs_devnode = btrfs.attach()
         btrfs.wait_in_udev_db("ID_FS_TYPE", "btrfs")
+        btrfs.trigger_add()  # one more event about the same medium: not reported again
+        settle()
         await next_for(watcher, marker.attach(), seen)
-    assert [e for e in seen if e.devnode == btrfs_devnode] == []
+        assert btrfs_devnode not in watcher.present
+    refused = [e for e in seen if e.devnode == btrfs_devnode]
+    assert [(e.kind, e.fs_type, e.bus) for e in refused] == [(MediaKind.REFUSED, "btrfs", "loop")]
+    assert "btrfs" in refused[0].refusal and "media_fs_types" in refused[0].refusal
+
+
+async def test_loop_device_is_refused_by_the_default_buses(
+    udevd: Udevd, make_media: MakeMedia
+) -> None:
+    media = make_media(label="NODEAGENT-BUS")
+    async with MediaWatcher(PATTERN) as watcher:
+        devnode = media.attach()
+        event = await next_for(watcher, devnode)
+        assert devnode not in watcher.present
+    assert (event.kind, event.bus, event.fs_type) == (MediaKind.REFUSED, "loop", "ext4")
+    assert "media_buses: usb" in event.refusal
 
 
 async def test_detach_is_a_removal(udevd: Udevd, make_media: MakeMedia) -> None:
     media = make_media(label="NODEAGENT-DET")
-    async with MediaWatcher(PATTERN) as watcher:
+    async with MediaWatcher(PATTERN, buses=TEST_MEDIA_BUSES) as watcher:
         devnode = media.attach()
         arrived = await next_for(watcher, devnode)
         media.detach()
@@ -144,7 +163,7 @@ async def test_media_present_before_start_are_found_by_existing(
     devnode, other_devnode = media.attach(), other.attach()
     media.wait_in_udev_db("ID_FS_LABEL", "NODEAGENT-OLD")
     other.wait_in_udev_db("ID_FS_LABEL", "OTHER-OLD")
-    async with MediaWatcher(PATTERN) as watcher:
+    async with MediaWatcher(PATTERN, buses=TEST_MEDIA_BUSES) as watcher:
         found = {event.devnode: event for event in watcher.existing()}
         media.detach()
         removed = await next_for(watcher, devnode)
@@ -159,7 +178,7 @@ async def test_known_media_is_not_reported_again(udevd: Udevd, make_media: MakeM
     devnode = media.attach()
     media.wait_in_udev_db("ID_FS_LABEL", "NODEAGENT-KNOWN")
     seen: list[MediaEvent] = []
-    async with MediaWatcher(PATTERN) as watcher:
+    async with MediaWatcher(PATTERN, buses=TEST_MEDIA_BUSES) as watcher:
         assert devnode in {event.devnode for event in watcher.existing()}
         media.trigger_add()
         settle()
@@ -171,7 +190,7 @@ async def test_trigger_add_is_an_arrival(udevd: Udevd, make_media: MakeMedia) ->
     media = make_media(label="NODEAGENT-TRIG")
     devnode = media.attach()
     media.wait_in_udev_db("ID_FS_LABEL", "NODEAGENT-TRIG")
-    async with MediaWatcher(PATTERN) as watcher:
+    async with MediaWatcher(PATTERN, buses=TEST_MEDIA_BUSES) as watcher:
         media.trigger_add()
         event = await next_for(watcher, devnode)
     assert (event.kind, event.action, event.label) == (MediaKind.ARRIVED, "add", "NODEAGENT-TRIG")
@@ -181,7 +200,7 @@ async def test_device_formatted_after_attach_arrives_on_change(
     udevd: Udevd, make_media: MakeMedia
 ) -> None:
     media = make_media("empty")
-    async with MediaWatcher(PATTERN) as watcher:
+    async with MediaWatcher(PATTERN, buses=TEST_MEDIA_BUSES) as watcher:
         devnode = media.attach()
         settle()
         media.format("ext4", label="NODEAGENT-LATE")
@@ -202,7 +221,8 @@ async def test_lost_events_are_recovered_by_enumerating(
     """The event loop is blocked while the devices change: the tiny buffer overflows."""
     first, second = make_media(label="NODEAGENT-LOST1"), make_media(label="NODEAGENT-LOST2")
     marker = make_media(label="NODEAGENT-MARK")
-    async with MediaWatcher(PATTERN, receive_buffer_bytes=1) as watcher:  # kernel's minimum
+    # receive_buffer_bytes=1: the kernel's minimum
+    async with MediaWatcher(PATTERN, buses=TEST_MEDIA_BUSES, receive_buffer_bytes=1) as watcher:
         first.attach()
         first.detach()
         second_devnode = second.attach()
@@ -217,7 +237,7 @@ async def test_lost_events_are_recovered_by_enumerating(
 
 
 async def test_closing_ends_the_iteration(udevd: Udevd) -> None:
-    watcher = MediaWatcher(PATTERN)
+    watcher = MediaWatcher(PATTERN, buses=TEST_MEDIA_BUSES)
     async with watcher:
         pass
     assert await asyncio.wait_for(anext(watcher, None), DEADLINE_S) is None
