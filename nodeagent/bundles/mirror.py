@@ -142,7 +142,12 @@ _NAME: Final = re.compile(
 )
 _ROUTE: Final = re.compile(r"^/v2/(?P<name>.+)/(?P<kind>manifests|blobs)/(?P<ref>[^/]+)$")
 _DIGEST: Final = re.compile(r"^sha256:[a-f0-9]{64}$")
-_RANGE: Final = re.compile(r"^bytes=(\d*)-(\d*)$")
+MAX_RANGE_DIGITS: Final = 19
+"""Longer positions are ignored with the header (19 digits pass 2^63; blobs are far smaller)."""
+MAX_RANGE_HEADER_CHARS: Final = 64
+"""A longer ``Range`` is ignored unread: one range of two 19-digit positions is 45 characters."""
+_POSITION: Final = f"([0-9]{{0,{MAX_RANGE_DIGITS}}})"
+_RANGE: Final = re.compile(f"bytes={_POSITION}-{_POSITION}")
 API_VERSION_HEADER: Final = {"Docker-Distribution-API-Version": "registry/2.0"}
 MANIFEST_DEPTH: Final = 32
 """Manifests nest 4 deep; a deeper body is not served as a manifest."""
@@ -229,10 +234,18 @@ def _by_digest(kind: str, ref: str) -> Fetch | ErrorAnswer:
 
 
 def parse_range(header: str | None, size_bytes: int) -> tuple[int, int] | None:
-    """``(start, end_exclusive)`` of a single byte range; None means the whole blob."""
-    match = _RANGE.match(header.strip()) if header else None
+    """``(start, end_exclusive)`` of a single byte range; None means the whole blob.
+
+    RFC 9110, section 14.2: a server MAY ignore ``Range``, and does here for anything but one
+    ``bytes=`` range of at most ``MAX_RANGE_DIGITS`` digits a side (several ranges, another
+    unit, a longer value, a malformed one): the whole blob is sent. A range that starts at or
+    past the end raises ``RangeNotSatisfiable`` (416). Linear in the header, never more than
+    ``MAX_RANGE_HEADER_CHARS`` looked at; no number longer than 19 digits is ever converted.
+    """
+    text = header.strip(" \t") if header and len(header) <= MAX_RANGE_HEADER_CHARS else ""
+    match = _RANGE.fullmatch(text)
     if match is None or match.groups() == ("", ""):
-        return None  # absent, several ranges or another unit: RFC 9110 lets us ignore it
+        return None
     first, last = match.groups()
     if not first:
         if int(last) == 0:
