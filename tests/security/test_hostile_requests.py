@@ -22,7 +22,7 @@ import pytest
 
 from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.bundles.mirror import served_blobs
-from tests.testenv.images import LayerSpec, TestImage
+from tests.testenv.images import BuiltImage, LayerSpec, TestImage
 from tests.testenv.oci_layout import OciLayout, write_oci_layout
 
 HOSTILE_RANGES = [
@@ -58,7 +58,9 @@ async def test_a_range_of_thousands_of_digits_is_ignored_or_416_never_a_500(
     mirror: tuple[BundleServer, OciLayout], caplog: pytest.LogCaptureFixture
 ) -> None:
     server, layout = mirror
-    layer = layout.images[0].layers[0]
+    app = layout.images[0]
+    assert isinstance(app, BuiltImage)
+    layer = app.layers[0]
     data = layer.path.read_bytes()
     path = f"/v2/factory/app/blobs/{layer.digest}"
     stray: list[dict[str, object]] = []
