@@ -25,7 +25,6 @@ from nodeagent.registries.answers import (
     basic_authorization,
     parse_token_answer,
     pick_challenge,
-    realm_takes_credentials,
     retry_after_s,
     status_error,
 )
@@ -116,7 +115,6 @@ __all__ = [
     "read_image_config_platform",
     "read_manifest",
     "read_registries_conf",
-    "realm_takes_credentials",
     "retry_after_s",
     "select_platform",
     "status_error",

@@ -5,13 +5,7 @@
   first, then ``Basic``; a value nodeagent cannot read is ``RegistryError`` (the registry
   is up but its answer breaks the protocol: retried within a minute, like a 5xx, rather
   than left until the resync as a refusal of the credentials would be).
-- ``basic_authorization`` answers a basic challenge; ``realm_takes_credentials`` says
-  whether a bearer realm may be sent them (docs/decisions/0055): an ``https`` realm on any
-  host (Docker Hub's and GitLab's are on other hosts than their registries), a plain
-  ``http`` realm only when the registry itself is reached over plain HTTP (registries.conf
-  marks it ``insecure``) and the realm is on the same host name (any port). Elsewhere
-  the token is asked for without credentials: a registry cannot make nodeagent send the
-  pull secret in clear text to a host of its choosing.
+- ``basic_authorization`` answers a basic challenge.
 - ``parse_token_answer`` reads a token server's answer (distribution's token
   specification): strict JSON of at most ``MAX_TOKEN_ANSWER_BYTES`` nested at most
   ``MAX_TOKEN_ANSWER_DEPTH`` deep; ``token`` (else ``access_token``) a string of at most
@@ -30,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import re
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -98,25 +91,6 @@ def basic_authorization(credentials: RegistryCredentials) -> str | None:
     if credentials.auth:
         return f"Basic {credentials.auth}"
     return None
-
-
-def realm_takes_credentials(realm: str, registry_url: str) -> bool:
-    """Whether credentials may go to bearer ``realm`` for the registry at ``registry_url``
-    (its base URL, ``http://`` when registries.conf marks it insecure); see the docstring."""
-    try:
-        realm_parts = urllib.parse.urlsplit(realm)
-        registry_parts = urllib.parse.urlsplit(registry_url)
-        realm_host, registry_host = realm_parts.hostname, registry_parts.hostname
-    except ValueError:  # a bad IPv6 literal or port, say
-        return False
-    if realm_parts.scheme == "https":
-        return True
-    return (
-        realm_parts.scheme == "http"
-        and registry_parts.scheme == "http"
-        and realm_host is not None
-        and realm_host == registry_host
-    )
 
 
 def parse_token_answer(body: bytes, *, ref: str) -> TokenAnswer:

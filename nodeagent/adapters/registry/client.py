@@ -16,7 +16,7 @@ Auth: anonymous first. A 401 ``Basic`` challenge is answered with the
 credentials (and the host remembered, so later requests send them at once); a
 401 ``Bearer`` challenge with a token from its realm, fetched with the
 credentials when there are any and the realm may have them
-(``registries.realm_takes_credentials``: an https realm on any host, a plain-http one
+(``transport.realm_takes_credentials``: an https realm on any host, a plain-http one
 only on the host of a registry that is itself plain HTTP), anonymously otherwise (logged
 once, ``registry_credentials_withheld``), and cached per ``(host, scope)`` for its
 lifetime. A ``registry_token`` is sent as the bearer token as it is. ``identity_token``
@@ -76,6 +76,7 @@ from nodeagent.adapters.registry.transport import (
     exchange,
     is_http_url,
     origin,
+    realm_takes_credentials,
     redirect_url,
 )
 from nodeagent.adapters.registry.unreachable import UnreachableHosts
@@ -104,7 +105,6 @@ from nodeagent.registries import (
     parse_manifest,
     parse_token_answer,
     pick_challenge,
-    realm_takes_credentials,
     select_platform,
     verify_digest,
 )
