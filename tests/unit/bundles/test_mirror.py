@@ -1,4 +1,5 @@
-"""Unit tests of nodeagent.bundles.mirror's wire rules: ``parse_range`` (issue 24, finding 6).
+"""Unit tests of nodeagent.bundles.mirror: ``parse_range`` (issue 24, finding 6) and the
+merged mirror drop-in (finding 9).
 
 A ``Range`` of more than 4,300 digits made ``int()`` raise ``ValueError``: a 500 and a
 traceback per request. Now one ``bytes=`` range of at most 19 digits a side is read, anything
@@ -18,7 +19,9 @@ from nodeagent.bundles.mirror import (
     RangeNotSatisfiable,
     content_range,
     parse_range,
+    render_mirror_dropin,
 )
+from nodeagent.registries import Mirror, RegistryEntry, read_registries_conf
 
 SIZE = 1000
 
@@ -94,3 +97,110 @@ def test_every_header_is_a_span_inside_the_blob_ignored_or_a_416(header: str, si
     if span is not None:
         start, end = span
         assert 0 <= start < end <= size
+
+
+# ------------------------------------------------------------------ the merged drop-in
+MIRROR_HOST = "127.0.0.1:41000"
+OURS = Mirror("127.0.0.1:41000/org/app", True, "digest-only")
+
+
+def merged(existing: str, repository: str = "quay.io/org/app") -> RegistryEntry:
+    """The drop-in's entry for ``repository``, read back as the runtime would read it."""
+    conf = read_registries_conf([("registries.conf", existing)])
+    text = render_mirror_dropin([repository], MIRROR_HOST, conf)
+    read = read_registries_conf([("registries.conf", ""), ("99-nodeagent.conf", text)])
+    (entry,) = read.entries
+    return entry
+
+
+def test_without_an_entry_the_repository_gets_only_the_loopback_mirror() -> None:
+    assert merged("") == RegistryEntry("quay.io/org/app", "quay.io/org/app", mirrors=(OURS,))
+
+
+def test_an_idms_entry_for_the_repository_is_restated_after_the_loopback_mirror() -> None:
+    existing = """
+[[registry]]
+prefix = "quay.io/org/app"
+location = "quay.io/org/app"
+insecure = true
+blocked = true
+
+[[registry.mirror]]
+location = "mirror.site:5000/org/app"
+pull-from-mirror = "digest-only"
+
+[[registry.mirror]]
+location = "backup.site/org/app"
+insecure = true
+"""
+    assert merged(existing) == RegistryEntry(
+        "quay.io/org/app",
+        "quay.io/org/app",
+        is_insecure=True,
+        is_blocked=True,
+        mirrors=(
+            OURS,
+            Mirror("mirror.site:5000/org/app", False, "digest-only"),
+            Mirror("backup.site/org/app", True),
+        ),
+    )
+
+
+def test_a_shorter_prefix_is_rebased_onto_the_repository() -> None:
+    existing = """
+[[registry]]
+prefix = "quay.io"
+location = "quay.io"
+
+[[registry]]
+prefix = "quay.io/org"
+location = "internal.site/quay-org"
+blocked = true
+
+[[registry.mirror]]
+location = "mirror.site/quay-org"
+"""
+    assert merged(existing) == RegistryEntry(
+        "quay.io/org/app",
+        "internal.site/quay-org/app",
+        is_blocked=True,
+        mirrors=(OURS, Mirror("mirror.site/quay-org/app")),
+    )
+    assert merged(existing, "quay.io/organ/app").mirrors == (
+        Mirror("127.0.0.1:41000/organ/app", True, "digest-only"),
+    )  # quay.io/org is no prefix of quay.io/organ: the quay.io entry applies
+
+
+def test_an_icsp_entry_keeps_mirror_by_digest_only_and_ours_then_says_nothing() -> None:
+    existing = """
+[[registry]]
+location = "quay.io/org/app"
+mirror-by-digest-only = true
+
+[[registry.mirror]]
+location = "mirror.site/org/app"
+"""
+    entry = merged(existing)
+    assert entry.is_mirror_by_digest_only
+    assert entry.mirrors == (Mirror(OURS.location, True), Mirror("mirror.site/org/app"))
+
+
+def test_a_wildcard_entry_applies_to_its_subdomains() -> None:
+    existing = """
+[[registry]]
+prefix = "*.example.com"
+insecure = true
+
+[[registry.mirror]]
+location = "mirror.site"
+"""
+    entry = merged(existing, "reg.example.com/team/app")
+    assert (entry.location, entry.is_insecure) == ("reg.example.com/team/app", True)
+    assert entry.mirrors[1:] == (Mirror("mirror.site/team/app"),)
+    assert merged(existing, "example.com/team/app").mirrors[1:] == ()
+
+
+def test_docker_hub_aliases_match_its_normalized_name() -> None:
+    existing = '[[registry]]\nprefix = "index.docker.io/library"\nlocation = "hub.site/lib"\n'
+    entry = merged(existing, "docker.io/library/busybox")
+    assert entry.location == "hub.site/lib/busybox"
