@@ -21,9 +21,16 @@ from pathlib import Path
 import pytest
 
 from nodeagent.adapters.http.mirror import BundleServer
+from nodeagent.adapters.http.peer import PeerServer
 from nodeagent.bundles.mirror import served_blobs
+from tests.integration.adapters.http import test_peer as peer_tests
+from tests.integration.adapters.http.test_peer import Pki, fetch, largest_layer
 from tests.testenv.images import BuiltImage, LayerSpec, TestImage
 from tests.testenv.oci_layout import OciLayout, write_oci_layout
+from tests.testenv.signed_bundles import Signed
+
+# The peer server over a real store and mutual TLS, as tests/integration/adapters/http sets it up.
+pki, bundle, server = peer_tests.pki, peer_tests.bundle, peer_tests.server
 
 HOSTILE_RANGES = [
     "bytes=" + "1" * 5000 + "-",
@@ -77,3 +84,22 @@ async def test_a_range_of_thousands_of_digits_is_ignored_or_416_never_a_500(
     logged = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert logged == []
     assert stray == []
+
+
+async def test_the_peer_server_answers_the_same_ranges_to_a_certificate_holder(
+    server: PeerServer, pki: Pki, bundle: Signed, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The peer server sends blobs with the same code: the same answers over mutual TLS."""
+    context = pki.client_context(pki.ca.client("node-1"))
+    digest = largest_layer(bundle)
+    path = f"/v2/any/name/blobs/{digest}"
+    size = bundle.manifest.blobs[digest].size_bytes
+    with caplog.at_level(logging.DEBUG):
+        for value in HOSTILE_RANGES:
+            status, _, body = await asyncio.to_thread(
+                fetch, server.port, context, "GET", path, Range=value
+            )
+            assert status in (200, 416), value[:40]
+            assert len(body) == size or status == 416
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert logged == []
