@@ -47,6 +47,7 @@ from nodeagent.errors import (
     BundleMediaRemoved as BundleMediaRemoved,
 )
 from nodeagent.errors import (
+    ConfigInvalid,
     InsufficientDiskSpace,
     NodeAgentError,
 )
@@ -325,6 +326,10 @@ class Importer:
                     results = await pull_via_mirror(
                         session, server, (i.ref for i in manifest.images), missing, source="bundle"
                     )
+            except ConfigInvalid as exc:
+                # registries.conf cannot be read, so the mirror drop-in (which restates its
+                # entries) was not written and nothing was pulled: the file must be fixed.
+                return self._reject(replace(importing, progress=None), exc)
             finally:
                 ticker.cancel()
             pulled = sum(1 for r in results.values() if r.is_pulled)

@@ -11,7 +11,9 @@ under the name it will run by. Pure functions only (no I/O):
 * ``mirror_repositories`` lists the source repositories (``host[:port]/repo``)
   of the bundle's images, spelled as containers-image matches them.
 * ``render_mirror_dropin`` renders the registries.conf.d drop-in
-  (containers-registries.conf(5), v2 format; drop-ins must be v2).
+  (containers-registries.conf(5), v2 format; drop-ins must be v2), each entry restating
+  the one that applied to its repository before (``applying_entry``) with the loopback
+  mirror added first.
 * the server's wire rules: ``route`` (which request is a manifest or blob fetch
   by digest, and the distribution error for every other), ``parse_range``,
   ``content_range``, ``manifest_media_type``. HTTP itself is aiohttp's
@@ -34,7 +36,10 @@ Semantics relied on (containers/image ``pkg/sysregistriesv2``):
   digest and that it is skipped for a tag;
 * drop-ins are read in lexical order, non-recursively, only ``*.conf``; a later
   drop-in's ``[[registry]]`` with the same ``prefix`` replaces an earlier one
-  whole, so the drop-in's name should sort after other components' files.
+  whole, so the drop-in's name should sort after other components' files, and its entry
+  must restate what it replaces (mirrors, ``insecure``, ``blocked``, pull policies);
+* ``blocked`` is checked against the reference actually pulled from (containers/image
+  ``newDockerClient``): a blocked source's mirrors are still used, the source never.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from nodeagent.registries import (
     DOCKER_HUB,
     MEDIA_TYPE_OCI_INDEX,
     MEDIA_TYPE_OCI_MANIFEST,
+    RegistriesConf,
+    RegistryEntry,
     normalize_registry,
 )
 from nodeagent.strict import MalformedInput, loads_json
@@ -95,39 +102,100 @@ def _repository_path(repository: str) -> str:
     return repository.partition("/")[2]
 
 
-def _registry_table(repository: str, mirror_host: str) -> list[str]:
+def _matched_length(name: str, prefix: str) -> int:
+    """How much of ``name`` (``host/repository``) the ``prefix`` of a ``[[registry]]`` covers,
+    or -1 (containers/image ``refMatchingPrefix``; ``*.host`` matches subdomains)."""
+    if prefix.startswith("*."):
+        index = name.find(prefix[1:])
+        if index == -1 or "/" in name[:index]:
+            return -1
+        end = index + len(prefix) - 1
+        return end if end == len(name) or name[end] in ":/@" else -1
+    if name == prefix:
+        return len(prefix)
+    return len(prefix) if name.startswith(prefix) and name[len(prefix)] in ":/@" else -1
+
+
+def _normalized_prefix(prefix: str) -> str:
+    host, slash, rest = prefix.partition("/")
+    return prefix if host.startswith("*.") else normalize_registry(host) + slash + rest
+
+
+def applying_entry(conf: RegistriesConf, repository: str) -> tuple[RegistryEntry, str] | None:
+    """The entry that applies to ``repository`` (the longest matching prefix, as the runtime
+    picks it) and the part of the name its prefix leaves over (``/rest`` or empty)."""
+    best: tuple[RegistryEntry, str] | None = None
+    for entry in conf.entries:
+        prefix = _normalized_prefix(entry.key)
+        length = _matched_length(repository, prefix)
+        if length >= 0 and (best is None or len(prefix) > len(_normalized_prefix(best[0].key))):
+            best = entry, repository[length:]
+    return best
+
+
+def _mirror_table(location: str, *, is_insecure: bool, pull_from_mirror: str) -> list[str]:
+    lines = ["[[registry.mirror]]", f"location = {json.dumps(location)}"]
+    lines += ["insecure = true"] if is_insecure else []
+    lines += [f"pull-from-mirror = {json.dumps(pull_from_mirror)}"] if pull_from_mirror else []
+    return [*lines, ""]
+
+
+def _registry_table(
+    repository: str, mirror_host: str, existing: tuple[RegistryEntry, str] | None
+) -> list[str]:
+    """``repository``'s entry: the loopback mirror first, then what applied to it before,
+    restated for this prefix (location, insecure, blocked, mirrors, their pull policies)."""
+    entry, rest = existing if existing is not None else (RegistryEntry(repository, ""), "")
+    location = f"{entry.location}{rest}" if entry.location else repository
+    lines = ["[[registry]]", f"prefix = {json.dumps(repository)}"]
+    lines.append(f"location = {json.dumps(location)}")
+    lines += ["insecure = true"] if entry.is_insecure else []
+    lines += ["blocked = true"] if entry.is_blocked else []
+    lines += ["mirror-by-digest-only = true"] if entry.is_mirror_by_digest_only else []
+    # With mirror-by-digest-only the runtime refuses a per-mirror pull-from-mirror; the
+    # registry-wide setting makes the loopback mirror digest-only as well.
+    ours = "" if entry.is_mirror_by_digest_only else "digest-only"
+    lines.append("")
     mirror = f"{mirror_host}/{_repository_path(repository)}"
-    return [
-        "[[registry]]",
-        f"prefix = {json.dumps(repository)}",
-        f"location = {json.dumps(repository)}",
-        "",
-        "[[registry.mirror]]",
-        f"location = {json.dumps(mirror)}",
-        "insecure = true",
-        'pull-from-mirror = "digest-only"',
-        "",
-    ]
+    lines += _mirror_table(mirror, is_insecure=True, pull_from_mirror=ours)
+    for kept in entry.mirrors:
+        lines += _mirror_table(
+            f"{kept.location}{rest}",
+            is_insecure=kept.is_insecure,
+            pull_from_mirror=kept.pull_from_mirror,
+        )
+    return lines
 
 
-def render_mirror_dropin(repositories: Iterable[str], mirror_host: str) -> str:
+def render_mirror_dropin(
+    repositories: Iterable[str], mirror_host: str, existing: RegistriesConf | None = None
+) -> str:
     """The registries.conf.d drop-in mirroring each ``host/repo`` at ``mirror_host/repo``.
 
     ``mirror_host`` is the bundle server's ``127.0.0.1:<port>``; the mirror is
     plain HTTP (``insecure``), which is why it must only ever listen on loopback.
+    ``existing``: registries.conf and its other drop-ins as the runtime reads them without
+    this one. The drop-in's entry for a repository replaces (or, by its longer prefix,
+    overrides) the one that applied to it, so it restates that entry: its location, its
+    ``insecure``, ``blocked`` and ``mirror-by-digest-only``, and its mirrors after the
+    loopback one, each with its own ``insecure`` and ``pull-from-mirror`` (docs/decisions/0055).
+    A blocked source stays blocked: the runtime still pulls from its mirrors, the loopback
+    one included, never from the source itself.
     """
     if not _MIRROR_HOST.match(mirror_host):
         raise ValueError(f"mirror host {mirror_host!r} must be HOST:PORT, without a scheme")
     lines = [
         "# Written by nodeagent while it imports an offline bundle; removed afterwards.",
         "# Pulls by digest of these repositories are served by the bundle server on",
-        "# loopback; names and digests stay those of the original registry.",
+        "# loopback; names and digests stay those of the original registry. Each entry",
+        "# restates the configuration that applied to its repository before.",
         "",
     ]
+    conf = existing or RegistriesConf()
     for repository in sorted(set(repositories)):
         if "/" not in repository:
             raise ValueError(f"repository {repository!r} must be HOST/REPOSITORY")
-        lines += _registry_table(repository, mirror_host)
+        lines += _registry_table(repository, mirror_host, applying_entry(conf, repository))
     return "\n".join(lines)
 
 
@@ -142,7 +210,12 @@ _NAME: Final = re.compile(
 )
 _ROUTE: Final = re.compile(r"^/v2/(?P<name>.+)/(?P<kind>manifests|blobs)/(?P<ref>[^/]+)$")
 _DIGEST: Final = re.compile(r"^sha256:[a-f0-9]{64}$")
-_RANGE: Final = re.compile(r"^bytes=(\d*)-(\d*)$")
+MAX_RANGE_DIGITS: Final = 19
+"""Longer positions are ignored with the header (19 digits pass 2^63; blobs are far smaller)."""
+MAX_RANGE_HEADER_CHARS: Final = 64
+"""A longer ``Range`` is ignored unread: one range of two 19-digit positions is 45 characters."""
+_POSITION: Final = f"([0-9]{{0,{MAX_RANGE_DIGITS}}})"
+_RANGE: Final = re.compile(f"bytes={_POSITION}-{_POSITION}")
 API_VERSION_HEADER: Final = {"Docker-Distribution-API-Version": "registry/2.0"}
 MANIFEST_DEPTH: Final = 32
 """Manifests nest 4 deep; a deeper body is not served as a manifest."""
@@ -229,10 +302,18 @@ def _by_digest(kind: str, ref: str) -> Fetch | ErrorAnswer:
 
 
 def parse_range(header: str | None, size_bytes: int) -> tuple[int, int] | None:
-    """``(start, end_exclusive)`` of a single byte range; None means the whole blob."""
-    match = _RANGE.match(header.strip()) if header else None
+    """``(start, end_exclusive)`` of a single byte range; None means the whole blob.
+
+    RFC 9110, section 14.2: a server MAY ignore ``Range``, and does here for anything but one
+    ``bytes=`` range of at most ``MAX_RANGE_DIGITS`` digits a side (several ranges, another
+    unit, a longer value, a malformed one): the whole blob is sent. A range that starts at or
+    past the end raises ``RangeNotSatisfiable`` (416). Linear in the header, never more than
+    ``MAX_RANGE_HEADER_CHARS`` looked at; no number longer than 19 digits is ever converted.
+    """
+    text = header.strip(" \t") if header and len(header) <= MAX_RANGE_HEADER_CHARS else ""
+    match = _RANGE.fullmatch(text)
     if match is None or match.groups() == ("", ""):
-        return None  # absent, several ranges or another unit: RFC 9110 lets us ignore it
+        return None
     first, last = match.groups()
     if not first:
         if int(last) == 0:

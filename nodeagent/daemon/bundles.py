@@ -138,7 +138,7 @@ def build_importer(
         verify=lambda root: check_for_import(root, config.bundles.trusted_keys_dir, platform),
         runtime=cri,
         make_server=ServedBundle,
-        mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),
+        mirror=mirror_dropin(config),
         reloader=reloader,
         make_puller=lambda: _local_puller(cri, policies),
         space=StatvfsSpace(),
@@ -159,6 +159,13 @@ def build_importer(
         sigstore=RegistriesD(config.runtime.registries_d_dir),
     )
     return Importer(ports, policies.disk)
+
+
+def mirror_dropin(config: Config) -> MirrorDropin:
+    """The loopback mirror's drop-in, restating the runtime's registries.conf entries."""
+    runtime = config.runtime
+    dropin = runtime.registries_dir / config.bundles.mirror_dropin_name
+    return MirrorDropin(dropin, runtime.registries_conf)
 
 
 def signature_publisher(config: Config, api: Any | None) -> SignaturePublisher:
@@ -216,7 +223,7 @@ def build_restorer(
 
     session = MirrorPullPorts(
         runtime=cri,
-        mirror=MirrorDropin(config.runtime.registries_dir / config.bundles.mirror_dropin_name),
+        mirror=mirror_dropin(config),
         reloader=reloader,
         make_puller=lambda: PrePuller(
             cri, lambda _ref: None, policies.bundle_pull, on_event=_log_restore_pull

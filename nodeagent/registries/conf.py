@@ -52,6 +52,8 @@ _SHORT_NAME_MODES: Final = frozenset({"", "enforcing", "permissive", "disabled"}
 class Mirror:
     location: str
     is_insecure: bool = False
+    pull_from_mirror: str = ""
+    """``""``, ``all``, ``digest-only`` or ``tag-only``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,8 @@ class RegistryEntry:
     is_insecure: bool = False
     is_blocked: bool = False
     mirrors: tuple[Mirror, ...] = ()
+    is_mirror_by_digest_only: bool = False
+    """``mirror-by-digest-only``: every mirror only for pulls by digest (ICSP renders it)."""
 
     @property
     def key(self) -> str:
@@ -169,7 +173,7 @@ def _entry(table: Mapping[str, Any], where: str) -> RegistryEntry:
     prefix = _string(table, "prefix", where)
     if not (location or prefix):
         raise _Bad(f"{where} needs 'location' or 'prefix'")
-    _bool(table, "mirror-by-digest-only", where)
+    by_digest_only = _bool(table, "mirror-by-digest-only", where)
     _choice(table, "pull-from-mirror", _PULL_FROM_MIRROR, where)
     mirrors = []
     for i, mirror in enumerate(_tables(table, "mirror", where)):
@@ -177,14 +181,16 @@ def _entry(table: Mapping[str, Any], where: str) -> RegistryEntry:
         mirror_location = _string(mirror, "location", at)
         if not mirror_location:
             raise _Bad(f"{at} needs a 'location'")
-        _choice(mirror, "pull-from-mirror", _PULL_FROM_MIRROR, at)
-        mirrors.append(Mirror(mirror_location.strip("/"), _bool(mirror, "insecure", at)))
+        pull_from = _choice(mirror, "pull-from-mirror", _PULL_FROM_MIRROR, at)
+        is_insecure = _bool(mirror, "insecure", at)
+        mirrors.append(Mirror(mirror_location.strip("/"), is_insecure, pull_from))
     return RegistryEntry(
         prefix=prefix.strip("/"),
         location=location.strip("/"),
         is_insecure=_bool(table, "insecure", where),
         is_blocked=_bool(table, "blocked", where),
         mirrors=tuple(mirrors),
+        is_mirror_by_digest_only=by_digest_only,
     )
 
 
@@ -211,11 +217,12 @@ def _bool(table: Mapping[str, Any], key: str, where: str) -> bool:
     return value
 
 
-def _choice(table: Mapping[str, Any], key: str, allowed: frozenset[str], where: str) -> None:
+def _choice(table: Mapping[str, Any], key: str, allowed: frozenset[str], where: str) -> str:
     value = table.get(key, "")
     if not isinstance(value, str) or value not in allowed:
         wanted = ", ".join(repr(v) for v in sorted(allowed) if v)
         raise _Bad(f"{where}: {key!r} must be one of {wanted}, not {clip(repr(value), 60)}")
+    return value
 
 
 def _strings(table: Mapping[str, Any], key: str, name: str) -> list[str]:

@@ -28,7 +28,12 @@ from nodeagent.bundles.manifest import (
     parse_manifest,
 )
 from nodeagent.disk import DiskPolicy
-from nodeagent.errors import NodeAgentError, RuntimeCallFailed, RuntimeReloadFailed
+from nodeagent.errors import (
+    ConfigInvalid,
+    NodeAgentError,
+    RuntimeCallFailed,
+    RuntimeReloadFailed,
+)
 from nodeagent.prepull import PrePuller, PullPolicy
 from nodeagent.status import BundleReport
 from tests.fakes.clock import VirtualClock, run_inline
@@ -555,3 +560,22 @@ async def test_the_import_from_the_store_is_judged_too() -> None:
     )
     assert (report.state, report.reason) == ("rejected", "BundleRollback")
     assert rig.crio.pull_calls == []
+
+
+async def test_a_registries_conf_nodeagent_cannot_read_rejects_before_any_pull() -> None:
+    """The mirror drop-in restates registries.conf's entries (docs/decisions/0055): when the
+    file cannot be read, no drop-in is written and the bundle is refused naming the file."""
+    rig = Rig()
+
+    def unreadable(_repositories: object, _mirror_host: str) -> bool:
+        raise ConfigInvalid("/etc/containers/registries.conf: 'registry' must be an array")
+
+    setattr(rig.mirror, "write", unreadable)  # noqa: B010  (the one failing port)
+    report = await rig.run()
+
+    assert (report.state, report.reason) == ("rejected", "ConfigInvalid")
+    assert "registries.conf" in (report.message or "")
+    assert rig.crio.pull_calls == []
+    assert (rig.mirror.is_written, rig.reloader.calls) == (False, 0)
+    assert rig.servers[0].calls == ["start", "close"]
+    assert rig.specs.files == {}

@@ -21,6 +21,7 @@ import base64
 import hashlib
 import json
 import secrets
+import ssl
 import subprocess
 import threading
 import time
@@ -54,25 +55,45 @@ class TokenRequest:
     scope: str
     service: str
     status: int
+    authorization: str | None = None
+    """The ``Authorization`` header as received (None: there was none)."""
 
 
 class TokenIssuer(Service):
     """An HTTP token endpoint on 127.0.0.1 in a background thread, signing with its own key."""
 
-    def __init__(self, workdir: Path, *, users: dict[str, str], lifetime_s: int = 300) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        users: dict[str, str],
+        lifetime_s: int = 300,
+        host: str = "127.0.0.1",
+        tls: bool = False,
+    ) -> None:
+        """``host``: a loopback address to listen on (127.0.0.2 is "another host" than a
+        registry on 127.0.0.1); ``tls``: HTTPS with a self-signed certificate for that
+        address (``tls_cert_path``, the CA file a client trusts)."""
         self.workdir = workdir
         self.users = users
         self.lifetime_s = lifetime_s
         self.requests: list[TokenRequest] = []
         self.cert_path, self.key_path = make_certificate(workdir / "issuer", ISSUER)
         self.key_id = libtrust_key_id(self._public_key_der())
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
+        self.scheme = "https" if tls else "http"
+        self.tls_cert_path: Path | None = None
+        if tls:
+            self.tls_cert_path, tls_key = make_certificate(workdir / "issuer-tls", host, ip=host)
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(self.tls_cert_path, tls_key)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def realm(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/token"
+        return f"{self.scheme}://{host!s}:{port}/token"
 
     def config(self) -> TokenAuthConfig:
         """What the registry's `auth: token` section needs."""
@@ -151,9 +172,10 @@ def _handler_for(issuer: TokenIssuer) -> type[BaseHTTPRequestHandler]:
             query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
             scope = " ".join(query.get("scope", []))
             service = query.get("service", [""])[0]
-            ok, user = issuer.check(self.headers.get("Authorization"))
+            authorization = self.headers.get("Authorization")
+            ok, user = issuer.check(authorization)
             status = 200 if ok and service == SERVICE else 401
-            issuer.requests.append(TokenRequest(user, scope, service, status))
+            issuer.requests.append(TokenRequest(user, scope, service, status, authorization))
             body = _json({"token": issuer.issue(user, scope), "expires_in": issuer.lifetime_s})
             self._answer(status, body if status == 200 else b'{"error":"unauthorized"}')
 

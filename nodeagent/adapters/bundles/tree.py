@@ -90,6 +90,17 @@ def _read_key(path: Path) -> str:
 
 
 # ---------------------------------------------------------------- opening files safely
+FileStamp = tuple[int, int, int, int, int]
+"""A file's identity and version: device, inode, size, mtime and ctime (ns). A file replaced
+(renamed over) gets another inode, one written in place another mtime and ctime."""
+
+
+def file_stamp(fd: int) -> FileStamp:
+    """The ``FileStamp`` of an open file."""
+    info = os.fstat(fd)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
 class BundleDir:
     """A bundle's root directory, held open; files are opened beneath it, never through links."""
 
@@ -141,6 +152,21 @@ class BundleDir:
             return None
         with stream:
             return _read_bounded(stream, path, max_bytes + 1)
+
+    def read_small_stamped(
+        self, path: str, max_bytes: int, *, unless: FileStamp | None = None
+    ) -> tuple[FileStamp, bytes | None] | None:
+        """``read_small`` with the file's stamp, taken before it is read; the bytes are not
+        read (None) when the stamp is ``unless`` (the caller has them). None when absent."""
+        try:
+            stream = self._open_regular(path)
+        except BundleIncomplete:
+            return None
+        with stream:
+            stamp = file_stamp(stream.fileno())
+            if stamp == unless:
+                return stamp, None
+            return stamp, _read_bounded(stream, path, max_bytes + 1)
 
     def _open_regular(self, path: str) -> io.FileIO:
         *parents, name = bundle.check_relative_path(path).split("/")

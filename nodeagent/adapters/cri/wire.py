@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 from urllib.parse import unquote_to_bytes
 
+from nodeagent.strict import clip
+
 MESSAGE_PREFIX: Final = struct.Struct(">BI")
 """Compressed flag (1 byte) and message length (4 bytes, big-endian) before each message."""
 
@@ -170,10 +172,20 @@ def percent_decode(value: bytes) -> str:
 
 def parse_status(value: bytes) -> StatusCode:
     """``grpc-status`` as a code; anything that is not a known number is UNKNOWN."""
-    try:
-        return StatusCode(int(value.decode("ascii")))
-    except (ValueError, UnicodeDecodeError):
+    if not 1 <= len(value) <= 2 or not value.isdigit():  # codes are 0..16
         return StatusCode.UNKNOWN
+    try:
+        return StatusCode(int(value))
+    except ValueError:  # a number that is no code
+        return StatusCode.UNKNOWN
+
+
+def http_status_number(value: bytes) -> int:
+    """``:status`` as a number: three ASCII digits (RFC 9110, section 15), anything else 0.
+
+    Never ``int()`` of the raw value: a value of more than 4,300 digits raises ``ValueError``.
+    """
+    return int(value) if len(value) == 3 and value.isdigit() else 0
 
 
 def reset_status(error_code: int) -> StatusCode:
@@ -256,10 +268,9 @@ def call_result(
     status = call_status(trailers if trailers is not None else headers)
     http_status = headers.get(b":status", b"")
     if status is None and http_status != b"200":
-        number = int(http_status) if http_status.isdigit() else 0
         raise RpcError(
-            _HTTP_STATUS.get(number, StatusCode.UNKNOWN),
-            f"HTTP status {http_status.decode(errors='replace')} and no grpc-status",
+            _HTTP_STATUS.get(http_status_number(http_status), StatusCode.UNKNOWN),
+            f"HTTP status {clip(http_status.decode(errors='replace'), 40)} and no grpc-status",
         )
     if status is None:
         raise RpcError(StatusCode.INTERNAL, "the call ended without a grpc-status")

@@ -11,7 +11,8 @@ of one chunk and ranges of unverified blobs are hashed whole first. Verified and
 blobs are remembered: one is re-sent without hashing, the other reported once
 (``rejections``, ``on_rejected``) and answered 404, also to the ranged retry
 containers-image makes after a cut body. Concurrent first requests for one blob may hash
-it twice.
+it twice. A blob asked for as a manifest is read, hashed and parsed once per version of its
+file, whether it is a manifest or not (``nodeagent.adapters.http.verdicts``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import structlog
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from nodeagent.adapters.bundles.tree import BundleDir
+from nodeagent.adapters.bundles.tree import BundleDir, FileStamp, file_stamp
 from nodeagent.adapters.http.streamer import (
     AbortConnection,
     Blob,
@@ -36,6 +37,7 @@ from nodeagent.adapters.http.streamer import (
     Outlet,
     in_thread,
 )
+from nodeagent.adapters.http.verdicts import ManifestVerdicts, Verdict
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.bundles.mirror import (
     API_VERSION_HEADER,
@@ -55,11 +57,17 @@ MAX_MANIFEST_BYTES: Final = 4 << 20
 """Larger blobs are never served as manifests (distribution's own limit)."""
 
 
-def _read_small(media: BundleDir, file: ExpectedFile) -> bytes:
-    with media.open_file(file) as stream:
-        data = os.pread(stream.fileno(), file.size_bytes, 0)
+def _open_stamped(media: BundleDir, file: ExpectedFile) -> tuple[IO[bytes], FileStamp]:
+    stream = media.open_file(file)
+    return stream, file_stamp(stream.fileno())
+
+
+def _judge(stream: IO[bytes], file: ExpectedFile) -> tuple[bytes, str | None]:
+    """The body of a small listed blob, checked against its digest, and its media type if it
+    is a manifest (the parse of up to 4 MiB of JSON runs here, in a worker thread)."""
+    data = os.pread(stream.fileno(), file.size_bytes, 0)
     check_digest(file, hashlib.sha256(data).hexdigest())
-    return data
+    return data, manifest_media_type(data)
 
 
 async def answer(
@@ -121,7 +129,7 @@ class ServedContent:
         )
         self._verified: set[str] = set()
         self._rejected: dict[str, BundleError] = {}
-        self._manifests: dict[str, tuple[bytes, str]] = {}
+        self._verdicts = ManifestVerdicts()
         self._media: BundleDir | None = None
         self.counters = ServedCounters()
         """Updated as requests are served (a new frozen value each time)."""
@@ -148,7 +156,7 @@ class ServedContent:
         ``keep``. Stored blobs are immutable, so those still offered stay verified."""
         self._rejected.clear()
         self._verified &= keep
-        self._manifests = {d: m for d, m in self._manifests.items() if d in keep}
+        self._verdicts.keep_only(keep)
 
     def listed(self, digest: str) -> ExpectedFile | None:
         """The file of a digest that is served: listed, and not found damaged."""
@@ -186,20 +194,36 @@ class ServedContent:
 
     # -------------------------------------------------------------- manifests
     async def load_manifest(self, digest: str) -> tuple[bytes, str] | None:
-        """The body and media type of a listed manifest, read and verified once."""
+        """The body and media type of a listed manifest. Each blob asked for as a manifest is
+        read, hashed and parsed once per version of its file (``ManifestVerdicts``)."""
         file = self.listed(digest)
-        if digest in self._manifests or file is None or file.size_bytes > MAX_MANIFEST_BYTES:
-            return self._manifests.get(digest)
+        if file is None or file.size_bytes > MAX_MANIFEST_BYTES:
+            return None
         try:
-            body = await in_thread(_read_small, self._opened_media(), file)
+            stream, stamp = await in_thread(_open_stamped, self._opened_media(), file)
+        except BundleError as err:
+            self._reject(digest, err)
+            return None
+        with stream:
+            verdict = self._verdicts.get(digest, stamp)
+            if verdict is None:
+                verdict = await self._judge(digest, file, stream, stamp)
+        if verdict is None or verdict.body is None or verdict.media_type is None:
+            return None
+        return verdict.body, verdict.media_type
+
+    async def _judge(
+        self, digest: str, file: ExpectedFile, stream: IO[bytes], stamp: FileStamp
+    ) -> Verdict | None:
+        try:
+            body, media_type = await in_thread(_judge, stream, file)
         except BundleError as err:
             self._reject(digest, err)
             return None
         self._mark_verified(digest, len(body))
-        media_type = manifest_media_type(body)
-        if media_type is not None:
-            self._manifests[digest] = (body, media_type)
-        return self._manifests.get(digest)
+        verdict = Verdict(stamp, body if media_type else None, media_type)
+        self._verdicts.put(digest, verdict)
+        return verdict
 
     async def manifest(self, request: BaseRequest, digest: str) -> StreamResponse:
         loaded = await self.load_manifest(digest)

@@ -7,7 +7,8 @@ rotated). Routing is ``nodeagent.site.routes``; manifests and blobs are served b
 (``nodeagent.adapters.store.offer``: stored blobs a bundle record lists, and the signature
 tags its signed manifest lists), re-read when it is older than ``OFFER_TTL_S``; a release
 bundle's signature files only by the names its stored manifest lists
-(``records.read_release_signature``). A stored
+(``release_files.ReleaseSignatureFiles``, which parses each ``bundle.json`` once per version
+of the file). A stored
 blob that fails its digest is never sent whole (the connection is cut before its last
 chunk), is reported as ``StoreBlobCorrupt`` and handed, in a thread, to ``on_corrupt``
 (the daemon passes the store's ``set_aside_corrupt``, which removes it as ``nodeagent
@@ -36,7 +37,8 @@ from nodeagent.adapters.http.listener import Listener
 from nodeagent.adapters.http.streamer import in_thread
 from nodeagent.adapters.http.tls import ReloadingTls
 from nodeagent.adapters.store.offer import StoreOffer, read_offer
-from nodeagent.adapters.store.records import read_bundle_file, read_release_signature
+from nodeagent.adapters.store.records import read_bundle_file
+from nodeagent.adapters.store.release_files import ReleaseSignatureFiles
 from nodeagent.bundles.manifest import (
     BundleDigestMismatch,
     BundleError,
@@ -114,6 +116,8 @@ class PeerServer:
             step_bytes=PACED_STEP_BYTES if upload_max_bytes else None,
         )
         self._listener = Listener(self._answer, io_timeout_s=request_timeout_s)
+        self.release_files = ReleaseSignatureFiles(store_root)
+        """Release signature files by listed path; each bundle.json parsed once per version."""
         self._offer = StoreOffer({}, {}, frozenset())
         self._offer_read_at: float | None = None
         self._offer_lock = asyncio.Lock()
@@ -314,7 +318,7 @@ class PeerServer:
     async def _release_signature(self, request: BaseRequest, target: PeerTarget) -> StreamResponse:
         """A release signature file the bundle's stored manifest lists, checked as it is read."""
         bundle_id, path = target.bundle_id, target.file
-        data = await in_thread(read_release_signature, self.store_root, bundle_id, path)
+        data = await in_thread(self.release_files.read, bundle_id, path)
         if data is None:
             err = ErrorAnswer(404, "BUNDLE_UNKNOWN", f"no {path} listed for {bundle_id}")
             return await error(request, err, timeout_s=self._timeout_s)

@@ -15,9 +15,12 @@ Scheme: HTTPS (system CAs, or ``ca_file``) unless the registry is listed in
 Auth: anonymous first. A 401 ``Basic`` challenge is answered with the
 credentials (and the host remembered, so later requests send them at once); a
 401 ``Bearer`` challenge with a token from its realm, fetched with the
-credentials when there are any (anonymously otherwise) and cached per
-``(host, scope)`` for its lifetime. A ``registry_token`` is sent as the bearer
-token as it is. ``identity_token`` (OAuth2 refresh tokens) is not supported.
+credentials when there are any and the realm may have them
+(``transport.realm_takes_credentials``: an https realm on any host, a plain-http one
+only on the host of a registry that is itself plain HTTP), anonymously otherwise (logged
+once, ``registry_credentials_withheld``), and cached per ``(host, scope)`` for its
+lifetime. A ``registry_token`` is sent as the bearer token as it is. ``identity_token``
+(OAuth2 refresh tokens) is not supported.
 
 Challenges are read by ``registries.pick_challenge`` (linear time, at most 16 KiB),
 token answers by ``registries.parse_token_answer`` (strict JSON, bounded token and
@@ -73,6 +76,7 @@ from nodeagent.adapters.registry.transport import (
     exchange,
     is_http_url,
     origin,
+    realm_takes_credentials,
     redirect_url,
 )
 from nodeagent.adapters.registry.unreachable import UnreachableHosts
@@ -168,6 +172,7 @@ class RegistryClient:
         self._routes = routes
         self._credentials_for = credentials_for
         self._basic_hosts: set[str] = set()
+        self._withheld: set[tuple[str, tuple[str, str]]] = set()
         self.unreachable = UnreachableHosts(unreachable_memory_s, clock)
 
     async def image_layers(
@@ -405,9 +410,26 @@ class RegistryClient:
         query = urllib.parse.urlencode(params)
         url = f"{realm}{'&' if '?' in realm else '?'}{query}"
         basic = basic_authorization(target.credentials) if target.credentials else None
+        if basic is not None and not realm_takes_credentials(realm, target.base_url):
+            self._withhold(target, realm)
+            basic = None
         response = await self._get(target, url, {"Authorization": basic} if basic else {})
         raise_for_status(response, target.ref, "pull token")
         return self._parse_token(target.ref, response.body)
+
+    def _withhold(self, target: Target, realm: str) -> None:
+        """Log once per registry and realm that its credentials were not sent to the realm."""
+        where = (target.host, origin(realm))
+        if where in self._withheld:
+            return
+        self._withheld.add(where)
+        log.warning(
+            "registry_credentials_withheld",
+            image=clip(target.ref, 200),
+            registry=target.host,
+            realm=clip(realm.partition("?")[0], 200),
+            reason=RegistryAuthFailed.reason,
+        )
 
     def _parse_token(self, ref: str, body: bytes) -> Token:
         answer = parse_token_answer(body, ref=ref)

@@ -199,6 +199,30 @@ def redirect_url(ref: str, url: str, location: str) -> str:
     return resolved
 
 
+def realm_takes_credentials(realm: str, registry_url: str) -> bool:
+    """Whether credentials may go to bearer ``realm`` for the registry at ``registry_url`` (its
+    base URL, ``http://`` when registries.conf marks it insecure), docs/decisions/0055: an
+    ``https`` realm on any host (Docker Hub's and GitLab's are on other hosts than their
+    registries); a plain ``http`` realm only when the registry itself is plain HTTP and the
+    realm is on the same host name (any port). Elsewhere the client asks for the token
+    without credentials: a registry cannot have the pull secret sent in clear text to a host
+    of its choosing."""
+    try:
+        realm_parts = urllib.parse.urlsplit(realm)
+        registry_parts = urllib.parse.urlsplit(registry_url)
+        realm_host, registry_host = realm_parts.hostname, registry_parts.hostname
+    except ValueError:  # a bad IPv6 literal or port, say
+        return False
+    if realm_parts.scheme == "https":
+        return True
+    return (
+        realm_parts.scheme == "http"
+        and registry_parts.scheme == "http"
+        and realm_host is not None
+        and realm_host == registry_host
+    )
+
+
 def origin(url: str) -> tuple[str, str]:
     """Scheme and host of ``url``: credentials go only to the registry's own origin."""
     parts = urllib.parse.urlsplit(url)

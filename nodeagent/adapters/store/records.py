@@ -21,12 +21,12 @@ import structlog
 
 from nodeagent.adapters.bundles.tree import BundleDir
 from nodeagent.adapters.files import set_aside, write_atomic
+from nodeagent.adapters.store.release_files import ReleaseSignatureFiles
 from nodeagent.bundles import minisign
 from nodeagent.bundles.manifest import (
     MAX_MANIFEST_BYTES,
     BundleError,
     BundleManifest,
-    ExpectedFile,
     parse_manifest,
 )
 from nodeagent.bundles.mirror import manifest_media_type
@@ -84,27 +84,9 @@ def read_release_signature(root: Path, bundle_id: str, path: str) -> bytes | Non
     """A release signature file of a stored bundle (``release-signatures/sha256-<hex>-<n>``),
     only when the bundle's stored (verified) manifest lists ``path``: the file is then read by
     the manifest's own path and entry, never by ``path``, and checked against its size and
-    sha256. None when not listed, absent, damaged or a link."""
-    data = read_bundle_file(root, bundle_id, layout.MANIFEST_NAME)
-    if data is None:
-        return None
-    try:
-        manifest = parse_manifest(data)
-    except BundleError:
-        return None
-    release = manifest.release
-    listed = {f.path: f for f in manifest.files}
-    for signature in release.signatures if release is not None else ():
-        entry = listed.get(signature.path)
-        if signature.path != path or entry is None:
-            continue
-        where = f"{layout.bundle_dir(bundle_id)}/{entry.path}"
-        try:
-            with BundleDir(root) as store:
-                return store.read_listed(ExpectedFile(where, entry.size_bytes, entry.sha256_hex))
-        except (BundleError, HostFileError):
-            return None
-    return None
+    sha256. None when not listed, absent, damaged or a link. A server keeps one
+    ``ReleaseSignatureFiles``, which parses each ``bundle.json`` once per version."""
+    return ReleaseSignatureFiles(root).read(bundle_id, path)
 
 
 def _json(path: Path, max_bytes: int) -> object | None:

@@ -45,7 +45,10 @@ def test_a_v2_file_with_every_field() -> None:
     conf = read_registries_conf([("registries.conf", V2)])
     assert conf.entries == (
         RegistryEntry(
-            "quay.io/team", "quay.io/team", mirrors=(Mirror("mirror.local:5000/team", True),)
+            "quay.io/team",
+            "quay.io/team",
+            mirrors=(Mirror("mirror.local:5000/team", True, "all"),),
+            is_mirror_by_digest_only=True,
         ),
     )
 

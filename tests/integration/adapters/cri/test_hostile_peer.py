@@ -4,11 +4,16 @@ clipped message, and the connection goes on serving the next call (issue 13)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
 import pytest
 
 from nodeagent.adapters.cri.api import runtime_v1_pb2 as pb
@@ -141,3 +146,76 @@ async def test_a_long_error_text_is_clipped_or_refused_never_raised_raw(
         assert "\x1b" not in caught.value.message
         assert len(caught.value.message) < 600
         assert (await cri.version()).runtime_name == "cri-o"
+
+
+# ---------------------------------------------------------------- a peer below gRPC
+class RawPeer:
+    """An HTTP/2 server on a unix socket, written with h2 itself: it answers the first call
+    with ``first`` (a header list, the stream then ended) and every later one as a gRPC
+    server would (``VersionResponse(runtime_name="cri-o")``). grpc-core cannot send a
+    ``:status`` that is not a status, a hostile runtime (or anything on the socket) can."""
+
+    def __init__(self, first: list[tuple[bytes, bytes]]) -> None:
+        self.first = first
+        self.calls = 0
+        self.connections = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        config = h2.config.H2Configuration(
+            client_side=False, header_encoding=None, validate_outbound_headers=False
+        )
+        conn = h2.connection.H2Connection(config)
+        conn.initiate_connection()
+        writer.write(conn.data_to_send())
+        try:
+            while data := await reader.read(65536):
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.StreamEnded):
+                        self._answer(conn, event.stream_id)
+                writer.write(conn.data_to_send())
+                await writer.drain()
+        except (ConnectionError, h2.exceptions.H2Error):
+            pass
+        finally:
+            writer.close()
+
+    def _answer(self, conn: h2.connection.H2Connection, stream_id: int) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            conn.send_headers(stream_id, self.first, end_stream=True)
+            return
+        message = pb.VersionResponse(runtime_name="cri-o").SerializeToString()
+        conn.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        conn.send_data(stream_id, b"\x00" + len(message).to_bytes(4, "big") + message)
+        conn.send_headers(stream_id, [(b"grpc-status", b"0")], end_stream=True)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        [(b":status", b"2" * 5000)],  # issue 30: int() raised ValueError in the reader task
+        [(b":status", b"200"), (b"grpc-status", b"9" * 5000)],
+        [(b":status", b"0" * 4301), (b"grpc-status", b"0" * 4301)],
+    ],
+    ids=["status-5000-digits", "grpc-status-5000-digits", "both-4301-zeros"],
+)
+async def test_a_status_of_thousands_of_digits_fails_the_call_not_the_connection(
+    tmp_path: Path, first: list[tuple[bytes, bytes]]
+) -> None:
+    peer = RawPeer(first)
+    socket = tmp_path / "raw.sock"
+    server = await asyncio.start_unix_server(peer.serve, path=str(socket))
+    stray: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: stray.append(context))
+    try:
+        async with CriClient(f"unix://{socket}", timeout_s=10) as cri:
+            with pytest.raises(RuntimeCallFailed) as caught:
+                await cri.version()
+            assert len(caught.value.message) < 300
+            assert (await cri.version()).runtime_name == "cri-o"  # the same connection
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert (peer.calls, peer.connections) == (2, 1)
+    assert stray == []  # no task died with an exception nobody handled

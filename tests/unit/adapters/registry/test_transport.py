@@ -13,6 +13,7 @@ from nodeagent.adapters.registry.transport import (
     checked_headers,
     is_http_url,
     origin,
+    realm_takes_credentials,
     redirect_url,
 )
 from nodeagent.errors import RegistryUnavailable
@@ -113,3 +114,32 @@ def test_redirects_nodeagent_does_not_follow(location: str) -> None:
         redirect_url("ref", "https://reg.local/v2/x", location)
     assert len(str(caught.value)) < 400
     assert "\x1b" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("realm", "registry", "takes"),
+    [
+        # https realms on any host: Docker Hub, GitLab, Quay.
+        ("https://auth.docker.io/token", "https://registry-1.docker.io", True),
+        ("https://gitlab.com/jwt/auth", "https://registry.gitlab.com", True),
+        ("https://auth.example:8443/t", "http://reg.example:5000", True),
+        # plain http: only for a plain-http (insecure) registry, on its own host name.
+        ("http://reg.example:5001/token", "http://reg.example:5000", True),
+        ("http://REG.example/token", "http://reg.example:5000", True),
+        ("http://127.0.0.1:5001/token", "http://127.0.0.1:5000", True),
+        ("http://evil.example/token", "http://reg.example:5000", False),
+        ("http://127.0.0.2:5001/token", "http://127.0.0.1:5000", False),
+        ("http://reg.example/token", "https://reg.example", False),  # a downgrade
+        ("http://auth.docker.io/token", "https://registry-1.docker.io", False),
+        ("http://reg.example.evil/token", "http://reg.example", False),
+        ("http://reg.example@evil.example/t", "http://reg.example", False),
+        # anything else is never given credentials.
+        ("ftp://reg.example/token", "http://reg.example", False),
+        ("http://[::1/token", "http://[::1]:5000", False),
+        ("", "http://reg.example", False),
+    ],
+)
+def test_credentials_go_to_https_realms_or_to_an_insecure_registrys_own_host(
+    realm: str, registry: str, takes: bool
+) -> None:
+    assert realm_takes_credentials(realm, registry) is takes
