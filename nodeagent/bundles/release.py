@@ -296,6 +296,9 @@ def release_of(doc: Mapping[str, Any], manifest: _Manifest) -> BundleRelease | N
     )
     if release.set_name not in set(set_names):
         raise _bad(f"set {release.set_name} is not one of the bundle's PinnedImageSets")
+    for signature in release.signatures:
+        if signature.digest != release.image.digest:
+            raise _bad(f"signature {signature.key} is not of the release image {release.image}")
     return release
 
 
