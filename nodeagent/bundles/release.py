@@ -380,6 +380,20 @@ def signature_config_map(
     }
 
 
+def signature_additions(config_map: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch that adds ``config_map``'s signatures (and sets its label and
+    annotations) on the ConfigMap of that name another node made: it names no key to remove,
+    so the keys already there stay (an update by a node may only add keys, decision 0051)."""
+    metadata = config_map["metadata"]
+    return {
+        "metadata": {
+            "labels": dict(metadata["labels"]),
+            "annotations": dict(metadata["annotations"]),
+        },
+        "binaryData": dict(config_map["binaryData"]),
+    }
+
+
 def render_yaml(config_map: Mapping[str, Any]) -> str:
     """The ConfigMap as YAML for ``oc apply -f``; every scalar is JSON-quoted (valid YAML)."""
     lines: list[str] = []

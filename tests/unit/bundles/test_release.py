@@ -273,6 +273,21 @@ def test_the_config_map_has_the_shape_the_cvo_reads() -> None:
     assert yaml.safe_load(release.render_yaml(config_map)) == config_map
 
 
+def test_the_additions_name_every_key_and_remove_none() -> None:
+    config_map = release.signature_config_map(
+        carried(), {SIG_PATH: b"signed"}, bundle_id="release-4.16.3"
+    )
+    patch = release.signature_additions(config_map)
+    assert patch == {
+        "metadata": {
+            "labels": {"release.openshift.io/verification-signatures": ""},
+            "annotations": config_map["metadata"]["annotations"],
+        },
+        "binaryData": {f"sha256-{HEX_A}-1": base64.b64encode(b"signed").decode()},
+    }
+    assert None not in [*patch["binaryData"].values(), *patch["metadata"]["labels"].values()]
+
+
 def test_the_next_steps_name_the_upgrade_command_and_the_site_gate() -> None:
     steps = release.next_steps(carried(), "release-4.16.3")
     assert f"oc adm upgrade --to-image={RELEASE} --allow-explicit-upgrade" in steps[0]
