@@ -4,7 +4,7 @@ The CVO verifies a release before it upgrades to it, from signatures it finds in
 of ``openshift-config-managed`` labelled ``release.openshift.io/verification-signatures``
 (docs/runtime-facts.md#release-signatures). A node cannot write there with its own
 identity; an administrator may allow it with the opt-in RBAC in
-deploy/release-signatures-rbac.yaml. ``SignaturePublisher.publish`` applies the ConfigMap
+deploy/opt-in/release-signatures.yaml. ``SignaturePublisher.publish`` applies the ConfigMap
 (server-side apply) when there is an API, and when it cannot (no API, no RBAC, another
 error) it says in the journal which command does it by hand. Either way the import stands:
 the signatures are in the node store and ``nodeagent bundle release-signatures`` writes
