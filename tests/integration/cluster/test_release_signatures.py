@@ -1,9 +1,10 @@
 """A release bundle's signatures given to the CVO by the node, against the real kube-apiserver.
 
 With the node's own identity (system:node:<name>, group system:nodes) and only deploy/rbac.yaml,
-the apply is refused and the journal says how to do it by hand; once an administrator applies
-the opt-in deploy/opt-in/release-signatures.yaml, the same publisher applies the ConfigMap with
-server-side apply, and the signature in it verifies with the test key over the release digest.
+the write is refused and the journal says how to do it by hand; once an administrator applies
+the opt-in deploy/opt-in/release-signatures.yaml (its RBAC and admission policy), the same
+publisher creates the ConfigMap, and the signature in it verifies with the test key over the
+release digest. tests/security/test_node_configmaps.py tries what else a node could write there.
 """
 
 from __future__ import annotations
