@@ -367,7 +367,10 @@ def test_the_policy_holds_where_rbac_grants_a_node_more(cluster: Cluster) -> Non
                                         "data": {"ca-bundle.crt": ATTACKER_CA}},
         )  # fmt: skip
         denied_by_policy(replaced, "may only write release-signature ConfigMaps named sha256-")
-        everything = cluster.as_node("delete", "configmaps", "--all", "--wait=false")
+        one_by_one = cluster.as_node("delete", "configmaps", "--all", "--wait=false")
+        denied_by_policy(one_by_one, "may not delete")
+        collection = f"/api/v1/namespaces/{NAMESPACE}/configmaps"  # one deletecollection
+        everything = kube.kubectl("delete", "--raw", collection, kubeconfig=cluster.node)
         denied_by_policy(everything, "may not delete")
     finally:
         kube.kubectl("delete", "rolebinding,role", "test-wider", "-n", NAMESPACE)
