@@ -285,7 +285,7 @@ BAD_SHAPES: dict[str, tuple[dict[str, Any], str]] = {
     "key-index-0": (signature_map(NEW, {f"{NEW}-0": b"x"}), "1 to 16 binaryData keys"),
     "key-index-10000": (signature_map(NEW, {f"{NEW}-10000": b"x"}), "1 to 16 binaryData keys"),
     "empty-value": (signature_map(NEW, {f"{NEW}-1": b""}), "1 to 16 binaryData keys"),
-    "value-over-64-KiB": (signature_map(NEW, {f"{NEW}-1": b"x" * 65537}),
+    "value-over-64-KiB": (signature_map(NEW, {f"{NEW}-1": b"x" * 65537}),  # base64 as 65536
                           "1 to 16 binaryData keys"),
     "17-keys": (signature_map(NEW, {f"{NEW}-{n}": b"x" for n in range(1, 18)}),
                 "1 to 16 binaryData keys"),
@@ -387,6 +387,21 @@ def _publisher(cluster: Cluster, node: str) -> tuple[SignaturePublisher, KubeApi
     api = KubeApi(kubeconfig, timeout_s=10, field_manager=FIELD_MANAGER)
     source = StoredSignatures(cluster.store, cluster.trusted)
     return SignaturePublisher(source, ConfigMaps(api)), api
+
+
+async def test_the_largest_config_map_a_node_may_write_is_within_the_policy_s_cost(
+    cluster: Cluster,
+) -> None:
+    """15 signatures of 64 KiB (a ConfigMap holds at most 1 MiB), then a 16th of one byte: the
+    policy compares every old key's bytes and still answers within its CEL cost budget."""
+    name = "sha256-" + "d" * 64
+    big = signature_map(name, {f"{name}-{n}": bytes([n]) * 65536 for n in range(1, 16)})
+    assert await created_by(cluster.node, big) == ""
+    added = {"binaryData": {f"{name}-16": base64.b64encode(b"x").decode()}}
+    assert await patched_by(cluster.node, name, added) == ""
+    found = await cluster.read(name)
+    assert found is not None and len(found["binaryData"]) == 16
+    cluster.kube.kubectl_ok("delete", "configmap", name, "-n", NAMESPACE)
 
 
 async def test_nodeagents_own_writes_are_admitted(cluster: Cluster) -> None:
