@@ -47,6 +47,7 @@ pytestmark = pytest.mark.integration
 NAMESPACE = "openshift-config-managed"
 OPT_IN = DEPLOY / "opt-in" / "release-signatures.yaml"
 POLICY = "nodeagent-node-release-signatures-only"
+ADMISSION = "app.kubernetes.io/component=admission"
 LABEL = "release.openshift.io/verification-signatures"
 OPERATOR = "system:serviceaccount:openshift-etcd-operator:etcd-operator"  # one of the writers
 CA_BUNDLE = "-----BEGIN CERTIFICATE-----\nthe cluster's CSR signer\n-----END CERTIFICATE-----\n"
@@ -164,6 +165,22 @@ def _release_name(store: Path, bundle_id: str) -> str:
     return str(doc["release"]["image"]).rpartition("@")[2].replace(":", "-")
 
 
+def _install_as_documented(kube: KubeCluster) -> None:
+    """docs/cluster.md's order: the policy, until it refuses a node (an admin's server-side
+    dry run as one, with system:masters so that RBAC lets it through), then the RBAC."""
+    kube.kubectl_ok("apply", "--server-side", "-f", str(OPT_IN), "-l", ADMISSION)
+
+    def refused() -> str | None:
+        probe = kube.kubectl(
+            "create", "configmap", "probe", "-n", NAMESPACE, "--dry-run=server",
+            "--as=system:node:probe", "--as-group=system:nodes", "--as-group=system:masters",
+        )  # fmt: skip
+        return probe.stderr if POLICY in probe.stderr else None
+
+    wait_for(refused, timeout_s=30, interval_s=0.1, what="the policy in force")
+    kube.kubectl_ok("apply", "--server-side", "-f", str(OPT_IN))
+
+
 def _wait_enforced(kube: KubeCluster, node: Path) -> None:
     """Until the RBAC lets the node ask and the policy answers (a server-side dry run)."""
 
@@ -212,17 +229,18 @@ def cluster(kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     )  # fmt: skip
     taken = signature_map(TAKEN, {f"{TAKEN}-1": SIGNATURE})
     kube.kubectl_ok("create", "-n", NAMESPACE, "-f", "-", input=json.dumps(taken))
-    kube.kubectl_ok("apply", "--server-side", "-f", str(OPT_IN))
+    _install_as_documented(kube)
     node = kube.kubeconfig_for_node("node-x")
     _wait_enforced(kube, node)
     yield Cluster(kube, node, kube.kubeconfig_for(OPERATOR, ["system:serviceaccounts"]), store,
                   keys.trusted_dir)  # fmt: skip
-    kube.kubectl("delete", "-f", str(OPT_IN))
+    kube.kubectl("delete", "-f", str(OPT_IN), "-l", "app.kubernetes.io/component=rbac")
+    _wait_rbac_gone(kube, "patch")  # test_release_signatures.py starts without the opt-in
+    kube.kubectl("delete", "-f", str(OPT_IN), "-l", ADMISSION)
     names = ["csr-controller-ca", TAKEN, "operator-made"]
     names += [_release_name(store, bundle_id) for bundle_id, _, _ in BUNDLES]
     kube.kubectl("delete", "configmap", "-n", NAMESPACE, "--ignore-not-found", *names)
     kube.kubectl("delete", "rolebinding,role", "test-operator", "-n", NAMESPACE)
-    _wait_rbac_gone(kube, "patch")  # test_release_signatures.py starts without the opt-in
 
 
 # ---------------------------------------------------------------- the attacks
