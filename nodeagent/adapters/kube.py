@@ -9,7 +9,9 @@ only in cluster mode, so a node without a cluster never pays for it in memory.
   in an HTTP 200 answer, as the API server sends it) relists, so a deletion missed in
   between is still seen; a broken connection raises ``ApiUnreachable`` and the caller
   starts a new informer (which relists) after its backoff.
-* Writes are server-side apply with field manager ``nodeagent``.
+* Writes are server-side apply with field manager ``nodeagent``, except where several nodes
+  add to one object: ``create``, then ``merge_patch`` (a JSON merge patch never removes what
+  it does not name; an apply by the one field manager would remove what another node added).
 * Errors map to the tree: no connection or 5xx/429 -> ApiUnreachable, 401/403 ->
   ApiAccessDenied, other 4xx -> ApiRequestRejected; a bad kubeconfig -> KubeconfigInvalid.
 """
@@ -25,6 +27,7 @@ import httpx2
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.types import PatchType
 
 from nodeagent.cluster.api import Obj
 from nodeagent.cluster.kinds import ResourceKind
@@ -220,7 +223,24 @@ class KubeApi:
     async def create(self, kind: ResourceKind, body: Obj) -> Obj:
         name = body["metadata"]["name"]
         with _mapped(f"create {kind} {name}"):
-            result = await self._client.create(_resource(kind)(**body))
+            result = await self._client.create(
+                _resource(kind)(**body), field_manager=self.field_manager
+            )
+        return _plain(result)
+
+    async def merge_patch(
+        self, kind: ResourceKind, name: str, patch: Obj, namespace: str | None = None
+    ) -> Obj:
+        """A JSON merge patch (RFC 7386): sets what ``patch`` names and leaves the rest."""
+        with _mapped(f"patch {kind} {name}"):
+            result = await self._client.patch(
+                _resource(kind),
+                name,
+                patch,
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+                field_manager=self.field_manager,
+            )
         return _plain(result)
 
 

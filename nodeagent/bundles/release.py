@@ -296,6 +296,9 @@ def release_of(doc: Mapping[str, Any], manifest: _Manifest) -> BundleRelease | N
     )
     if release.set_name not in set(set_names):
         raise _bad(f"set {release.set_name} is not one of the bundle's PinnedImageSets")
+    for signature in release.signatures:
+        if signature.digest != release.image.digest:
+            raise _bad(f"signature {signature.key} is not of the release image {release.image}")
     return release
 
 
@@ -374,6 +377,20 @@ def signature_config_map(
             },
         },
         "binaryData": binary,
+    }
+
+
+def signature_additions(config_map: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch that adds ``config_map``'s signatures (and sets its label and
+    annotations) on the ConfigMap of that name another node made: it names no key to remove,
+    so the keys already there stay (an update by a node may only add keys, decision 0051)."""
+    metadata = config_map["metadata"]
+    return {
+        "metadata": {
+            "labels": dict(metadata["labels"]),
+            "annotations": dict(metadata["annotations"]),
+        },
+        "binaryData": dict(config_map["binaryData"]),
     }
 
 

@@ -3,15 +3,17 @@
 The CVO verifies a release before it upgrades to it, from signatures it finds in ConfigMaps
 of ``openshift-config-managed`` labelled ``release.openshift.io/verification-signatures``
 (docs/runtime-facts.md#release-signatures). A node cannot write there with its own
-identity; an administrator may allow it with the opt-in RBAC in
-deploy/release-signatures-rbac.yaml. ``SignaturePublisher.publish`` applies the ConfigMap
-(server-side apply) when there is an API, and when it cannot (no API, no RBAC, another
-error) it says in the journal which command does it by hand. Either way the import stands:
-the signatures are in the node store and ``nodeagent bundle release-signatures`` writes
-them any time.
+identity; an administrator may allow it with the opt-in RBAC and admission policy in
+deploy/opt-in/release-signatures.yaml (decision 0051: such a ConfigMap only, and only adding
+keys). ``SignaturePublisher.publish`` writes the ConfigMap when there is an API (creates it,
+or adds its keys to the one another node made), and when it cannot (no API, no RBAC, the
+policy refused, another error) it says in the journal which command does it by hand.
+Either way the import stands: the signatures are in the node store and ``nodeagent bundle
+release-signatures`` writes them any time.
 
 Ports: ``SignatureSource`` (``adapters.bundles.release``: reads and checks the bundle's
-signature files in the node store) and ``ConfigMapApplier`` (``adapters.kube``).
+signature files in the node store) and ``ConfigMapApplier`` (``adapters.bundles.release.ConfigMaps``
+over ``adapters.kube``).
 """
 
 from __future__ import annotations

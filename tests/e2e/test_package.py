@@ -97,6 +97,7 @@ def test_cluster_mode_is_installed_whole(package_node: Node) -> None:
     assert {
         f"{deploy}/rbac.yaml",
         f"{deploy}/admission-policy.yaml",
+        f"{deploy}/opt-in/release-signatures.yaml",  # apart: kubectl apply -f deploy skips it
         f"{deploy}/crds/nodeimagestatuses.nodeagent.io.yaml",
         f"{deploy}/crds/nodeimageholdings.nodeagent.io.yaml",
         f"{deploy}/crds/pinnedimagesets.machineconfiguration.openshift.io.yaml",

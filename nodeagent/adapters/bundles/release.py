@@ -35,7 +35,7 @@ from nodeagent.adapters.bundles.tree import (
 from nodeagent.bundles import release
 from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.cluster.kinds import CONFIG_MAP, ResourceKind
-from nodeagent.errors import ReleaseImageInvalid
+from nodeagent.errors import ApiRequestRejected, ReleaseImageInvalid
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import Platform
 from nodeagent.strict import clip
@@ -205,15 +205,33 @@ def config_map_at(root: Path, trusted_keys_dir: Path) -> dict[str, Any]:
     return release.signature_config_map(manifest.release, contents, bundle_id=manifest.bundle_id)
 
 
-class _Applies(Protocol):
-    async def apply(self, kind: ResourceKind, body: dict[str, Any]) -> dict[str, Any]: ...
+class _Writes(Protocol):
+    async def create(self, kind: ResourceKind, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def merge_patch(
+        self, kind: ResourceKind, name: str, patch: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]: ...
 
 
 class ConfigMaps:
-    """``bundles.release_signatures.ConfigMapApplier`` over ``adapters.kube.KubeApi``."""
+    """``bundles.release_signatures.ConfigMapApplier`` over ``adapters.kube.KubeApi``.
 
-    def __init__(self, api: _Applies) -> None:
+    Creates the ConfigMap, or, when another node made it first (409), adds this bundle's keys
+    to it with a JSON merge patch: never a key removed, so a node with fewer signatures of the
+    release leaves the others' (a server-side apply by the one field manager ``nodeagent``
+    would remove them). A key another node wrote with other bytes is refused by the
+    admission policy of deploy/opt-in/release-signatures.yaml (decision 0051).
+    """
+
+    def __init__(self, api: _Writes) -> None:
         self.api = api
 
     async def apply_config_map(self, body: dict[str, Any]) -> None:
-        await self.api.apply(CONFIG_MAP, body)
+        try:
+            await self.api.create(CONFIG_MAP, body)
+        except ApiRequestRejected as exc:
+            if "HTTP 409" not in exc.message:
+                raise
+            metadata = body["metadata"]
+            patch = release.signature_additions(body)
+            await self.api.merge_patch(CONFIG_MAP, metadata["name"], patch, metadata["namespace"])

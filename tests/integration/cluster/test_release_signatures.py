@@ -1,9 +1,10 @@
 """A release bundle's signatures given to the CVO by the node, against the real kube-apiserver.
 
 With the node's own identity (system:node:<name>, group system:nodes) and only deploy/rbac.yaml,
-the apply is refused and the journal says how to do it by hand; once an administrator applies
-the opt-in deploy/release-signatures-rbac.yaml, the same publisher applies the ConfigMap with
-server-side apply, and the signature in it verifies with the test key over the release digest.
+the write is refused and the journal says how to do it by hand; once an administrator applies
+the opt-in deploy/opt-in/release-signatures.yaml (its RBAC and admission policy), the same
+publisher creates the ConfigMap, and the signature in it verifies with the test key over the
+release digest. tests/security/test_node_configmaps.py tries what else a node could write there.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ async def test_applied_by_the_node_only_with_the_opt_in_rbac(
         assert f"nodeagent bundle release-signatures {BUNDLE_ID}" in refused["action"]
 
         cluster.kubectl_ok(
-            "apply", "--server-side", "-f", str(DEPLOY / "release-signatures-rbac.yaml")
+            "apply", "--server-side", "-f", str(DEPLOY / "opt-in" / "release-signatures.yaml")
         )
 
         async def applied() -> bool | None:

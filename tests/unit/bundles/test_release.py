@@ -184,6 +184,15 @@ def _without(doc: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != key}
 
 
+def _of_another_digest() -> dict[str, Any]:
+    """A signature of the payload image's digest, listed in files[] like any other: the
+    ConfigMap is named after the release digest and may only hold its keys (decision 0051)."""
+    path = f"release-signatures/sha256-{HEX_B}-1"
+    doc = release_manifest(signatures=_signature(digest=f"sha256:{HEX_B}", path=path))
+    doc["files"].append({"path": path, "sha256": HEX_D, "sizeBytes": 600})
+    return doc
+
+
 @pytest.mark.parametrize(
     ("doc", "needle"),
     [
@@ -208,6 +217,7 @@ def _without(doc: dict[str, Any], key: str) -> dict[str, Any]:
                      id="R31-index-bool"),
         pytest.param(release_manifest(signatures=_signature(digest="sha256:x")), "digest",
                      id="R31-digest"),
+        pytest.param(_of_another_digest(), "is not of the release image", id="R31-other-digest"),
         pytest.param(release_manifest(signatures=_signature(extra=1)), "exactly",
                      id="R31-signature-key"),
         pytest.param(release_manifest(signatures=_signature(path="../../etc/passwd")),
@@ -261,6 +271,21 @@ def test_the_config_map_has_the_shape_the_cvo_reads() -> None:
     assert config_map["metadata"]["name"] == f"sha256-{HEX_A}"
     assert config_map["binaryData"] == {f"sha256-{HEX_A}-1": base64.b64encode(signature).decode()}
     assert yaml.safe_load(release.render_yaml(config_map)) == config_map
+
+
+def test_the_additions_name_every_key_and_remove_none() -> None:
+    config_map = release.signature_config_map(
+        carried(), {SIG_PATH: b"signed"}, bundle_id="release-4.16.3"
+    )
+    patch = release.signature_additions(config_map)
+    assert patch == {
+        "metadata": {
+            "labels": {"release.openshift.io/verification-signatures": ""},
+            "annotations": config_map["metadata"]["annotations"],
+        },
+        "binaryData": {f"sha256-{HEX_A}-1": base64.b64encode(b"signed").decode()},
+    }
+    assert None not in [*patch["binaryData"].values(), *patch["metadata"]["labels"].values()]
 
 
 def test_the_next_steps_name_the_upgrade_command_and_the_site_gate() -> None:
