@@ -41,6 +41,10 @@ line other than ``run`` is parsed: the daemon never loads them (0.7 MiB of its i
 memory, docs/performance.md)."""
 
 
+DAEMON_COMMANDS = ("run", "serve-peers")
+"""The commands systemd runs for the lifetime of a unit: parsed without the others'."""
+
+
 def _command_of(argv: Sequence[str] | None) -> str | None:
     """The command word of a command line, found without the full parser."""
     known, _rest = options.early_parser().parse_known_args(argv)
@@ -56,7 +60,17 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     options.add_global_options(parser, is_top=True)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the daemon (systemd starts it)")
-    if command != "run":
+    serve = sub.add_parser(
+        "serve-peers",
+        help="serve the store to the site's peers, unprivileged (nodeagent-peer.service starts it)",
+    )
+    serve.add_argument(
+        "--check",
+        action="store_true",
+        help="only say whether [site] serve is on: exit 0 if so, 1 if not (the unit's "
+        "ExecCondition=)",
+    )
+    if command not in DAEMON_COMMANDS:
         _add_commands(sub)
     options.add_everywhere(parser)
     return parser
@@ -273,6 +287,22 @@ def cmd_pull(config: Config, args: argparse.Namespace) -> int:
     return asyncio.run(_pull(config.runtime.endpoint, args.images, as_json=args.json))
 
 
+def cmd_serve_peers(config: Config, args: argparse.Namespace) -> int:
+    """The peer server in its own unprivileged process (decision 0056)."""
+    if args.check:
+        print(f"[site] serve = {'true' if config.site.serve else 'false'} ({config.source})")
+        return 0 if config.site.serve else 1
+    from nodeagent.daemon import site  # noqa: PLC0415  (aiohttp: the peer process only)
+
+    sink = JournalSink() if JournalSink.is_wanted() else None
+    logs.configure(
+        config.log.level,
+        with_priority="JOURNAL_STREAM" in os.environ,
+        journal=sink.send if sink else None,
+    )
+    return asyncio.run(site.serve(config))
+
+
 def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.cli import offline  # noqa: PLC0415  (not loaded by the daemon)
 
@@ -281,6 +311,7 @@ def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": cmd_run,
+    "serve-peers": cmd_serve_peers,
     "check-config": cmd_check_config,
     "render-pins": cmd_render_pins,
     "status": cmd_status,

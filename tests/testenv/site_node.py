@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.testenv.crio import Crio
+from tests.testenv.peer_process import VIEW, load_credentials, peer_command, prepare_node
 from tests.testenv.site_net import SiteHost, SiteNetUnavailable
 from tests.testenv.site_pki import Issued, issue_node_cert, write_ca, write_pem_bundle
 from tests.testenv.udev import RUN_UDEV, Udevd, udevd_answers
@@ -121,6 +122,9 @@ class SiteNode:
         self.state_dir = base / STATE_DIR
         self.log_path = base / "nodeagent.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.peer: subprocess.Popen[bytes] | None = None
+        """The peer server's process (``serve``), unprivileged, as nodeagent-peer.service
+        runs it (``tests/testenv/peer_process.py``)."""
         self.runs = 0
         self.python = sys.executable
 
@@ -258,17 +262,49 @@ reload_timeout_s = 30.0
         if self.crio is not None and self.crio.process is None:
             self.crio.start()
         self.runs += 1
+        prepare_node(self.root)
         with self.log_path.open("ab") as log:
             log.write(f"----- run {self.runs} -----\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                self.command("run"), stdout=log, stderr=log, env=self.env(), cwd=self.root
+                self.command("run"),
+                stdout=log,
+                stderr=log,
+                env=self.env(),
+                cwd=self.root,
+                umask=0o027,  # as systemd/nodeagent.service
             )
+            if self.serve:
+                self.peer = self._start_peer(log)
         if ready is not None:
             self.wait_log(ready, timeout_s=timeout_s)
 
+    def peer_command(self, *args: str) -> list[str]:
+        """``nodeagent --root <view> ARGS`` as the peer's unit runs it (unprivileged)."""
+        argv = [self.python, "-m", "nodeagent", "--root", f"{VIEW}/root", *args]
+        return [*self.exec_prefix, *peer_command(self.root, argv)]
+
+    def _start_peer(self, log: Any) -> subprocess.Popen[bytes]:
+        credentials = load_credentials(self.root)
+        env = dict(self.env(), CREDENTIALS_DIRECTORY=str(credentials))
+        return subprocess.Popen(
+            self.peer_command("serve-peers"),
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd="/",
+            umask=0o077,  # as systemd/nodeagent-peer.service
+        )
+
+    def stop_peer(self, *, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM the peer server's process and wait; its exit code (None: not running)."""
+        process, self.peer = self.peer, None
+        return _stopped(process, timeout_s)
+
     def stop(self, *, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM the daemon and wait; its exit code (None if it was not running)."""
+        """SIGTERM the peer process and the daemon and wait; the daemon's exit code (None if
+        it was not running)."""
+        self.stop_peer(timeout_s=timeout_s)
         process, self.process = self.process, None
         if process is None:
             return None
@@ -281,7 +317,12 @@ reload_timeout_s = 30.0
         return process.wait()
 
     def kill(self) -> None:
-        """SIGKILL the daemon: a crash or a power cut, as far as its files are concerned."""
+        """SIGKILL the daemon and the peer process: a crash or a power cut, as far as its
+        files are concerned."""
+        if self.peer is not None:
+            self.peer.kill()
+            self.peer.wait()
+            self.peer = None
         if self.process is not None:
             self.process.kill()
             self.process.wait()
@@ -310,11 +351,12 @@ reload_timeout_s = 30.0
         return text.rsplit(f"----- run {self.runs} -----\n", 1)[-1]
 
     def _check_running(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(
-                f"nodeagent on {self.name} exited with {self.process.returncode}\n"
-                + log_tail(self.log_path)
-            )
+        for what, process in (("nodeagent", self.process), ("serve-peers", self.peer)):
+            if process is not None and process.poll() is not None:
+                raise AssertionError(
+                    f"{what} on {self.name} exited with {process.returncode}\n"
+                    + log_tail(self.log_path)
+                )
 
     def wait_log(self, needle: str, *, timeout_s: float = 60.0) -> None:
         def logged() -> bool:
@@ -368,3 +410,15 @@ reload_timeout_s = 30.0
             what=f"{self.name}: {what}",
             detail=lambda: f"status: {self.status()}\n{log_tail(self.log_path)}",
         )
+
+
+def _stopped(process: subprocess.Popen[bytes] | None, timeout_s: float) -> int | None:
+    if process is None:
+        return None
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
