@@ -49,6 +49,7 @@ CREDENTIALS = {
 
 def prepare_node(root: Path) -> None:
     """The directories as the package makes them (tmpfiles, ``StateDirectoryMode=``)."""
+    root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)  # the peer's view binds it at /mnt/root: it must be traversable
     state = root / STATE_DIR
     state.mkdir(parents=True, exist_ok=True)

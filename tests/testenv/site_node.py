@@ -117,6 +117,7 @@ class SiteNode:
         self.cluster_settings = cluster_settings
         """More ``[cluster]`` lines (``set_selector = ...``)."""
         self.extra_config = extra_config
+        prepare_node(base)  # as the package leaves a host: a store written now is shared
         self.crio = Crio(base / "crio", command_prefix=host.exec_prefix) if with_crio else None
         self.config_file = base / "etc/nodeagent/config.toml"
         self.state_dir = base / STATE_DIR
