@@ -132,6 +132,7 @@ class BlobStore:
         self.root = root
         self.blob_dir = root / layout.BLOBS_DIR
         self.tmp_dir = root / layout.TMP_DIR
+        self.bundles_dir = root / layout.BUNDLES_DIR
         self.chunk_bytes = chunk_bytes
         self._hashing: ThreadPoolExecutor | None = None
 
@@ -146,7 +147,7 @@ class BlobStore:
                 self.root.chmod(mode & ~stat.S_IRWXO & ~stat.S_IWGRP)
         except OSError as err:
             raise _io_error("create", self.root, err) from err
-        for directory in (self.blob_dir, self.tmp_dir, self.root / layout.BUNDLES_DIR):
+        for directory in (self.blob_dir.parent, self.blob_dir, self.tmp_dir, self.bundles_dir):
             try:
                 directory.mkdir(mode=STORE_DIR_MODE, parents=True, exist_ok=True)
             except OSError as err:
