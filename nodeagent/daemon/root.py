@@ -233,10 +233,12 @@ async def peer_reports_loop(wiring: Wiring) -> None:
     """Check what the peer server's process reports (``[site] serve``: the peer server runs
     in its own process, nodeagent-peer.service; decision 0056)."""
     from nodeagent.adapters.peer_reports import ReportSocket  # noqa: PLC0415  (serving on)
+    from nodeagent.adapters.store.blobs import BlobStore  # noqa: PLC0415
     from nodeagent.adapters.store.keeper import set_aside_corrupt  # noqa: PLC0415
     from nodeagent.daemon.peer_reports import PeerReports, report_socket_path  # noqa: PLC0415
 
     config = wiring.config
+    await asyncio.to_thread(BlobStore(config.store_dir).ensure)  # the peer process reads it
     socket = ReportSocket(report_socket_path(config))
     await PeerReports(socket, config.store_dir, set_aside_corrupt, wiring.metrics).run()
 
