@@ -4,7 +4,7 @@ timed, the recorder built only when metrics are on."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,7 +12,7 @@ from nodeagent.config import Config, MetricsSettings
 from nodeagent.daemon.wiring import LazyRestorer, build
 from nodeagent.metrics import NO_METRICS
 from nodeagent.metrics.recorder import Recorder
-from nodeagent.metrics.series import Transfer, Work
+from nodeagent.metrics.series import Work
 from nodeagent.prepull import PullResult
 
 
