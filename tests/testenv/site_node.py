@@ -35,6 +35,15 @@ them; a ``LoopMedia`` attached then is node 0's stick. The udev database (``/run
 devices at start finds no medium either. A udevd already running in the host's namespace
 would hear the kernel for everyone and tell no node: ``stick_udevd`` refuses then.
 
+With ``serve`` (the default) the node's peer server runs next to the daemon as
+``nodeagent-peer.service`` runs it on a host: ``nodeagent serve-peers`` as another uid and
+gid with no capability, the state directory hidden but for the store (read-only), the
+TLS files copied as credentials at each start (``tests/testenv/peer_process.py``); its
+output goes to the same log. The node's directories are prepared as the package's
+tmpfiles entries leave them (the store ``2750 root:<peer group>``) when the node is made,
+so a store a test writes before the start is the peer's to read; the daemon runs with the
+unit's ``UMask=0027``.
+
 Starting waits on a condition with a deadline (a log line of this run, or the peer port
 listening inside the namespace), never for a fixed time.
 """
