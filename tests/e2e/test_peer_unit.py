@@ -12,6 +12,7 @@ import pytest
 
 from tests.testenv.node import Node
 from tests.testenv.site_pki import issue_node_cert, make_ca, write_ca, write_pem_bundle
+from tests.testenv.waiting import wait_for
 
 UNIT = "nodeagent-peer.service"
 SERVER_PEM = "var/lib/kubelet/pki/kubelet-server-current.pem"
@@ -73,6 +74,29 @@ def test_the_peer_unit_runs_unprivileged_with_its_credentials(node: Node, servin
     assert json.loads(answer)[0] == 200
     journal = node.journal("-u", UNIT)
     assert "peer_server_started" in journal
+
+
+def test_a_rotated_certificate_restarts_the_peer_unit_with_the_new_one(
+    node: Node, serving: None
+) -> None:
+    before = node.show(UNIT, "InvocationID")["InvocationID"]
+    ca = make_ca("e2e site CA, rotated")
+    # as the kubelet rotates: a new file, then the -current.pem link re-pointed at it
+    rotated = node.root / "var/lib/kubelet/pki/kubelet-server-rotated.pem"
+    write_pem_bundle(rotated, issue_node_cert(ca, "e2e-node", ["127.0.0.1"]))
+    link = node.root / "var/lib/kubelet/pki/.current.tmp"
+    link.symlink_to(rotated.name)
+    link.rename(node.root / SERVER_PEM)
+
+    def restarted() -> bool:
+        shown = node.show(UNIT, "InvocationID", "ActiveState")
+        return shown["InvocationID"] != before and shown["ActiveState"] == "active"
+
+    wait_for(restarted, timeout_s=60, what="the peer unit restarted after the rotation")
+    credential = node.container.run(
+        "sh", "-c", f"cat /run/credentials/{UNIT}/peer-cert"
+    ).stdout.encode()
+    assert credential == rotated.read_bytes()
 
 
 def test_security_exposure_of_the_peer_unit(node: Node) -> None:
