@@ -33,6 +33,18 @@ def test_the_package_makes_the_user_and_shares_only_the_store(node: Node) -> Non
     assert unit["UMask"] == "0027"
 
 
+def test_a_store_written_before_is_fixed_by_the_packages_tmpfiles(node: Node) -> None:
+    """What %post runs at the upgrade (and every boot): an old store's world-readable files
+    get the peer group and lose the bits for others."""
+    old = "/var/lib/nodeagent/store/blobs/sha256"
+    node.container.run("sh", "-c", f"umask 022; mkdir -p {old}/../old && echo x > {old}/../old/f")
+    node.container.run("chmod", "0755", f"{old}/../old")
+    node.container.run("chgrp", "-R", "root", f"{old}/../old")
+    node.container.run("systemd-tmpfiles", "--create", "/usr/lib/tmpfiles.d/nodeagent.conf")
+    assert mode_owner(node, f"{old}/../old") == "2750 root nodeagent-peer"
+    assert mode_owner(node, f"{old}/../old/f") == "640 root nodeagent-peer"
+
+
 def test_without_the_kubelets_certificate_the_peer_unit_is_skipped(node: Node) -> None:
     shown = node.show(UNIT, "ActiveState", "ConditionResult", "Result")
     assert shown["ActiveState"] in ("inactive", "failed") and shown["Result"] == "success"
