@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nodeagent import logs
-from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import read_boot_id
@@ -27,7 +26,6 @@ from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.adapters.systemd import RuntimeReloader
 from nodeagent.cli import options, output
 from nodeagent.config import Config, load_config
-from nodeagent.daemon import root as daemon
 from nodeagent.errors import NodeAgentError, SpecInvalid
 from nodeagent.ledger import LedgerStore
 from nodeagent.pins import foreign_pins, render_dropin
@@ -109,6 +107,8 @@ def cmd_run(config: Config, _args: argparse.Namespace) -> int:
         with_priority="JOURNAL_STREAM" in os.environ,
         journal=sink.send if sink else None,
     )
+    from nodeagent.daemon import root as daemon  # noqa: PLC0415  (not for serve-peers)
+
     return asyncio.run(daemon.run(config))
 
 
@@ -233,6 +233,8 @@ def _image_row(image: StoredImage) -> str:
 
 
 async def _runtime(endpoint: str, as_json: bool) -> int:
+    from nodeagent.adapters.cri.client import CriClient  # noqa: PLC0415  (not for serve-peers)
+
     async with CriClient(endpoint) as cri:
         version = await cri.version()
         filesystems = await cri.image_fs_info()
@@ -272,6 +274,8 @@ def cmd_runtime(config: Config, args: argparse.Namespace) -> int:
 
 async def _pull(endpoint: str, refs: Sequence[str], *, as_json: bool) -> int:
     pulled: list[dict[str, str]] = []
+    from nodeagent.adapters.cri.client import CriClient  # noqa: PLC0415  (not for serve-peers)
+
     async with CriClient(endpoint) as cri:
         for ref in refs:
             image_ref = await cri.pull_image(ref, timeout_s=3600)
