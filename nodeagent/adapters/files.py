@@ -31,6 +31,12 @@ from nodeagent.strict import MalformedInput, clip, loads_json
 
 DIR_MODE: Final = 0o755
 """Mode of directories ``write_atomic`` creates (before the umask)."""
+STORE_FILE_MODE: Final = 0o640
+"""Mode of the store's files: root writes them, the peer server's group
+(``nodeagent-peer``, inherited from the store's set-group-ID directory) reads them, no one
+else does (registry sets are pulled with the node's pull secret; decision 0056)."""
+STORE_DIR_MODE: Final = 0o750
+"""Mode of the store's directories (before the umask; set-group-ID inherited)."""
 
 _TMP_SUFFIX: Final = ".tmp"
 

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nodeagent import logs
-from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import read_boot_id
@@ -27,7 +26,6 @@ from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.adapters.systemd import RuntimeReloader
 from nodeagent.cli import options, output
 from nodeagent.config import Config, load_config
-from nodeagent.daemon import root as daemon
 from nodeagent.errors import NodeAgentError, SpecInvalid
 from nodeagent.ledger import LedgerStore
 from nodeagent.pins import foreign_pins, render_dropin
@@ -39,6 +37,10 @@ MODULE_COMMANDS = ("bundle", "store", "site", "completion")
 """Commands of their own module (``nodeagent.cli.<command>``), loaded only when a command
 line other than ``run`` is parsed: the daemon never loads them (0.7 MiB of its idle
 memory, docs/performance.md)."""
+
+
+DAEMON_COMMANDS = ("run", "serve-peers")
+"""The commands systemd runs for the lifetime of a unit: parsed without the others'."""
 
 
 def _command_of(argv: Sequence[str] | None) -> str | None:
@@ -56,7 +58,17 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     options.add_global_options(parser, is_top=True)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the daemon (systemd starts it)")
-    if command != "run":
+    serve = sub.add_parser(
+        "serve-peers",
+        help="serve the store to the site's peers, unprivileged (nodeagent-peer.service starts it)",
+    )
+    serve.add_argument(
+        "--check",
+        action="store_true",
+        help="only say whether [site] serve is on: exit 0 if so, 1 if not (the unit's "
+        "ExecCondition=)",
+    )
+    if command not in DAEMON_COMMANDS:
         _add_commands(sub)
     options.add_everywhere(parser)
     return parser
@@ -95,6 +107,8 @@ def cmd_run(config: Config, _args: argparse.Namespace) -> int:
         with_priority="JOURNAL_STREAM" in os.environ,
         journal=sink.send if sink else None,
     )
+    from nodeagent.daemon import root as daemon  # noqa: PLC0415  (not for serve-peers)
+
     return asyncio.run(daemon.run(config))
 
 
@@ -219,6 +233,8 @@ def _image_row(image: StoredImage) -> str:
 
 
 async def _runtime(endpoint: str, as_json: bool) -> int:
+    from nodeagent.adapters.cri.client import CriClient  # noqa: PLC0415  (not for serve-peers)
+
     async with CriClient(endpoint) as cri:
         version = await cri.version()
         filesystems = await cri.image_fs_info()
@@ -258,6 +274,8 @@ def cmd_runtime(config: Config, args: argparse.Namespace) -> int:
 
 async def _pull(endpoint: str, refs: Sequence[str], *, as_json: bool) -> int:
     pulled: list[dict[str, str]] = []
+    from nodeagent.adapters.cri.client import CriClient  # noqa: PLC0415  (not for serve-peers)
+
     async with CriClient(endpoint) as cri:
         for ref in refs:
             image_ref = await cri.pull_image(ref, timeout_s=3600)
@@ -273,6 +291,22 @@ def cmd_pull(config: Config, args: argparse.Namespace) -> int:
     return asyncio.run(_pull(config.runtime.endpoint, args.images, as_json=args.json))
 
 
+def cmd_serve_peers(config: Config, args: argparse.Namespace) -> int:
+    """The peer server in its own unprivileged process (decision 0056)."""
+    if args.check:
+        print(f"[site] serve = {'true' if config.site.serve else 'false'} ({config.source})")
+        return 0 if config.site.serve else 1
+    from nodeagent.daemon import site  # noqa: PLC0415  (aiohttp: the peer process only)
+
+    sink = JournalSink() if JournalSink.is_wanted() else None
+    logs.configure(
+        config.log.level,
+        with_priority="JOURNAL_STREAM" in os.environ,
+        journal=sink.send if sink else None,
+    )
+    return asyncio.run(site.serve(config))
+
+
 def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.cli import offline  # noqa: PLC0415  (not loaded by the daemon)
 
@@ -281,6 +315,7 @@ def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": cmd_run,
+    "serve-peers": cmd_serve_peers,
     "check-config": cmd_check_config,
     "render-pins": cmd_render_pins,
     "status": cmd_status,

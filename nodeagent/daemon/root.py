@@ -87,7 +87,7 @@ async def _run(config: Config) -> int:
 
 def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     """Critical: the sync loop, the spec watch, the watchdog. Optional: the runtime socket's
-    watch, the store's collection, media, the peer server, the fetcher, the offline drill,
+    watch, the store's collection, media, the peer server's reports, the fetcher, the offline drill,
     cluster."""
     config = wiring.config
     found = [
@@ -111,7 +111,7 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     if config.bundles.watch_media:
         found.append(Task("media", lambda: media_loop(wiring), is_critical=False))
     if config.site.serve:
-        found.append(Task("peer-server", lambda: peer_server_loop(wiring), is_critical=False))
+        found.append(Task("peer-reports", lambda: peer_reports_loop(wiring), is_critical=False))
     if is_following(config):
         found.append(Task("site-fetcher", lambda: fetcher_loop(wiring), is_critical=False))
     if wiring.offline is not None:
@@ -233,11 +233,18 @@ async def media_loop(wiring: Wiring) -> None:
         await wiring.media.follow(watcher)
 
 
-async def peer_server_loop(wiring: Wiring) -> None:
-    """Serve the store to the site's peers (``[site] serve``; docs/site.md)."""
-    from nodeagent.daemon.site import serve_peers  # noqa: PLC0415  (aiohttp: serving on)
+async def peer_reports_loop(wiring: Wiring) -> None:
+    """Check what the peer server's process reports (``[site] serve``: the peer server runs
+    in its own process, nodeagent-peer.service; decision 0056)."""
+    from nodeagent.adapters.peer_reports import ReportSocket  # noqa: PLC0415  (serving on)
+    from nodeagent.adapters.store.blobs import BlobStore  # noqa: PLC0415
+    from nodeagent.adapters.store.keeper import set_aside_corrupt  # noqa: PLC0415
+    from nodeagent.daemon.peer_reports import PeerReports, report_socket_path  # noqa: PLC0415
 
-    await serve_peers(wiring.config, wiring.metrics)
+    config = wiring.config
+    await asyncio.to_thread(BlobStore(config.store_dir).ensure)  # the peer process reads it
+    socket = ReportSocket(report_socket_path(config))
+    await PeerReports(socket, config.store_dir, set_aside_corrupt, wiring.metrics).run()
 
 
 async def fetcher_loop(wiring: Wiring) -> None:

@@ -1,26 +1,49 @@
-"""The peer server as a daemon task (``[site] serve = true``; docs/site.md).
+"""``nodeagent serve-peers``: the peer server in a process of its own (decision 0056).
 
-Loaded only when serving is on: it imports aiohttp (about 9 MiB, docs/decisions/0027).
-The task is optional: if it fails (a certificate that does not load, a port in use), the
-supervisor restarts it with backoff and pinning goes on.
+systemd starts it as ``nodeagent-peer.service``: an unprivileged user (``nodeagent-peer``)
+with no capabilities, whose group can read the store (and nothing else of nodeagent's
+state), that cannot write to it, and that is given the serving certificate, its key and
+the CA as credentials (``LoadCredential=``: ``$CREDENTIALS_DIRECTORY/peer-cert``,
+``peer-key``, ``peer-ca``; without them, the ``[site]`` paths). When the kubelet rotates
+its certificate, ``nodeagent-peer-tls.path`` restarts the unit, which copies the new files.
+
+It serves ``[site] listen`` until SIGTERM (``READY=1`` once it listens), and reports to the
+daemon, never acting itself: a blob that fails its digest while it is sent (the daemon
+checks and removes it), and the bytes it served (the daemon's metrics). A report the
+daemon could not take is kept (at most ``MAX_PENDING``) and sent again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
+import os
+import signal
 import socket
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Final
+
+import structlog
 
 from nodeagent.adapters.http.peer import PeerServer
 from nodeagent.adapters.http.tls import ReloadingTls
-from nodeagent.adapters.store.blobs import BlobStore
-from nodeagent.adapters.store.keeper import set_aside_corrupt
+from nodeagent.adapters.peer_reports import ReportSender
+from nodeagent.adapters.systemd import Notifier
 from nodeagent.config import Config
 from nodeagent.config.addresses import parse_address
-from nodeagent.errors import StoreBlobCorrupt
-from nodeagent.metrics import NO_METRICS, Metrics
-from nodeagent.metrics.series import Transfer
+from nodeagent.config.site import SiteSettings
+from nodeagent.daemon.peer_reports import report_socket_path
+from nodeagent.site.reports import render_corrupt, render_served
+
+log = structlog.get_logger(__name__)
+
+CREDENTIALS: Final = ("peer-cert", "peer-key", "peer-ca")
+"""The credentials' names (``LoadCredential=`` in systemd/nodeagent-peer.service)."""
+REPORT_INTERVAL_S: Final = 15.0
+"""How often the bytes served are reported, and reports not taken are sent again."""
+MAX_PENDING: Final = 256
+"""Corrupt blobs kept to be reported again while the daemon does not take them."""
 
 
 def node_name(config: Config) -> str:
@@ -28,17 +51,60 @@ def node_name(config: Config) -> str:
     return config.cluster.node_name or socket.gethostname().split(".")[0].lower()
 
 
-SERVED_COUNT_INTERVAL_S = 15.0
-"""How often the bytes served to peers are added to the metrics (only when they are on)."""
+def tls_files(site: SiteSettings, environ: Mapping[str, str]) -> tuple[Path, Path, Path]:
+    """(certificate, key, CA): each from ``$CREDENTIALS_DIRECTORY`` when systemd passed it
+    there, else the ``[site]`` setting."""
+    configured = (site.cert_file, site.key_file, site.ca_file)
+    directory = environ.get("CREDENTIALS_DIRECTORY", "")
+    if not directory:
+        return configured
+    found = [Path(directory) / name for name in CREDENTIALS]
+    cert, key, ca = (c if c.is_file() else p for c, p in zip(found, configured, strict=True))
+    return cert, key, ca
 
 
-async def serve_peers(config: Config, metrics: Metrics = NO_METRICS) -> None:
-    """Serve the store to the site's peers until cancelled."""
+class Reporter:
+    """The peer server's reports to the daemon; those it did not take are sent again."""
+
+    def __init__(self, sender: ReportSender) -> None:
+        self._sender = sender
+        self._pending: dict[str, None] = {}
+        self._served_unsent = 0
+        self._is_failing = False
+
+    def corrupt(self, digest: str) -> bool:
+        """``PeerServer``'s ``on_corrupt`` (called in a thread)."""
+        is_sent = self._send(render_corrupt(digest))
+        if not is_sent and len(self._pending) < MAX_PENDING:
+            self._pending[digest] = None
+        return is_sent
+
+    def flush(self, served_bytes: int) -> None:
+        """Report ``served_bytes`` more, and what was not taken before."""
+        self._served_unsent += served_bytes
+        if self._served_unsent and self._send(render_served(self._served_unsent)):
+            self._served_unsent = 0
+        for digest in list(self._pending):
+            if not self._send(render_corrupt(digest)):
+                return
+            del self._pending[digest]
+
+    def _send(self, data: bytes) -> bool:
+        is_sent = self._sender.send(data)
+        if is_sent == self._is_failing:  # a transition: said once
+            self._is_failing = not is_sent
+            if is_sent:
+                log.info("peer_reports_delivered", socket=str(self._sender.path))
+            else:
+                log.warning("peer_report_not_delivered", socket=str(self._sender.path))
+        return is_sent
+
+
+def build_server(config: Config, environ: Mapping[str, str], reporter: Reporter) -> PeerServer:
     site = config.site
     address = parse_address(site.listen)  # checked when the configuration was loaded
-    await asyncio.to_thread(BlobStore(config.store_dir).ensure)
-    tls = await asyncio.to_thread(ReloadingTls, site.cert_file, site.key_file, site.ca_file)
-    server = PeerServer(
+    tls = ReloadingTls(*tls_files(site, environ))
+    return PeerServer(
         config.store_dir,
         tls,
         node=node_name(config),
@@ -47,29 +113,36 @@ async def serve_peers(config: Config, metrics: Metrics = NO_METRICS) -> None:
         max_uploads=site.max_uploads,
         upload_max_bytes=site.upload_max_bytes,
         request_timeout_s=site.request_timeout_s,
-        on_corrupt=functools.partial(_set_aside, config.store_dir, metrics),
+        on_corrupt=reporter.corrupt,
     )
-    async with server:
-        if metrics is NO_METRICS:
-            await asyncio.Event().wait()  # until cancelled (the daemon stops)
-        counted = 0
-        try:
-            while True:
-                await asyncio.sleep(SERVED_COUNT_INTERVAL_S)
-                counted = _count_served(server, metrics, counted)
-        finally:
-            _count_served(server, metrics, counted)
 
 
-def _count_served(server: PeerServer, metrics: Metrics, counted: int) -> int:
-    served = server.counters.bytes_served
-    metrics.transferred(Transfer.SERVED, served - counted)
-    return served
-
-
-def _set_aside(root: Path, metrics: Metrics, digest: str) -> bool:
-    """A blob a peer asked for failed its digest: set aside, and counted."""
-    is_corrupt = set_aside_corrupt(root, digest)
-    if is_corrupt:
-        metrics.store_damaged(StoreBlobCorrupt.reason)
-    return is_corrupt
+async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
+    """Serve the store to the site's peers until SIGTERM/SIGINT; the exit code."""
+    env = os.environ if environ is None else environ
+    if not config.site.serve:
+        log.info("peer_server_off", config=str(config.source))
+        return 0
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    sender = ReportSender(report_socket_path(config))
+    reporter = Reporter(sender)
+    server = await asyncio.to_thread(build_server, config, env, reporter)
+    notifier = Notifier(env)
+    try:
+        async with server:
+            notifier.ready("serving the store to peers")
+            counted = 0
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(REPORT_INTERVAL_S):
+                        await stop.wait()
+                served = server.counters.bytes_served
+                reporter.flush(served - counted)
+                counted = served
+            notifier.stopping("stopping")
+    finally:
+        sender.close()
+    return 0

@@ -51,6 +51,8 @@ class Agent:
         self.process: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.extra_env: dict[str, str] = {}
+        self.umask: int | None = None
+        """The daemon's umask (None: this process's); the unit's is 0027."""
         self.python = sys.executable
         """The interpreter that runs nodeagent (the benchmark uses a runtime-only venv)."""
 
@@ -127,7 +129,12 @@ media_dir = "{self.media_dir}"
             # ``self.python``'s environment (the benchmark compares installed versions),
             # not from a checkout that happens to be the current directory.
             self.process = subprocess.Popen(
-                cmd, stdout=log, stderr=log, env=self.env(), cwd=self.base
+                cmd,
+                stdout=log,
+                stderr=log,
+                env=self.env(),
+                cwd=self.base,
+                umask=-1 if self.umask is None else self.umask,
             )
 
     def stop(self, *, timeout_s: float | None = None) -> int:

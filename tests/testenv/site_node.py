@@ -35,6 +35,15 @@ them; a ``LoopMedia`` attached then is node 0's stick. The udev database (``/run
 devices at start finds no medium either. A udevd already running in the host's namespace
 would hear the kernel for everyone and tell no node: ``stick_udevd`` refuses then.
 
+With ``serve`` (the default) the node's peer server runs next to the daemon as
+``nodeagent-peer.service`` runs it on a host: ``nodeagent serve-peers`` as another uid and
+gid with no capability, the state directory hidden but for the store (read-only), the
+TLS files copied as credentials at each start (``tests/testenv/peer_process.py``); its
+output goes to the same log. The node's directories are prepared as the package's
+tmpfiles entries leave them (the store ``2750 root:<peer group>``) when the node is made,
+so a store a test writes before the start is the peer's to read; the daemon runs with the
+unit's ``UMask=0027``.
+
 Starting waits on a condition with a deadline (a log line of this run, or the peer port
 listening inside the namespace), never for a fixed time.
 """
@@ -51,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.testenv.crio import Crio
+from tests.testenv.peer_process import VIEW, load_credentials, peer_command, prepare_node
 from tests.testenv.site_net import SiteHost, SiteNetUnavailable
 from tests.testenv.site_pki import Issued, issue_node_cert, write_ca, write_pem_bundle
 from tests.testenv.udev import RUN_UDEV, TEST_MEDIA_CONFIG, Udevd, udevd_answers
@@ -116,11 +126,15 @@ class SiteNode:
         self.cluster_settings = cluster_settings
         """More ``[cluster]`` lines (``set_selector = ...``)."""
         self.extra_config = extra_config
+        prepare_node(base)  # as the package leaves a host: a store written now is shared
         self.crio = Crio(base / "crio", command_prefix=host.exec_prefix) if with_crio else None
         self.config_file = base / "etc/nodeagent/config.toml"
         self.state_dir = base / STATE_DIR
         self.log_path = base / "nodeagent.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.peer: subprocess.Popen[bytes] | None = None
+        """The peer server's process (``serve``), unprivileged, as nodeagent-peer.service
+        runs it (``tests/testenv/peer_process.py``)."""
         self.runs = 0
         self.python = sys.executable
 
@@ -259,17 +273,49 @@ reload_timeout_s = 30.0
         if self.crio is not None and self.crio.process is None:
             self.crio.start()
         self.runs += 1
+        prepare_node(self.root)
         with self.log_path.open("ab") as log:
             log.write(f"----- run {self.runs} -----\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                self.command("run"), stdout=log, stderr=log, env=self.env(), cwd=self.root
+                self.command("run"),
+                stdout=log,
+                stderr=log,
+                env=self.env(),
+                cwd=self.root,
+                umask=0o027,  # as systemd/nodeagent.service
             )
+            if self.serve:
+                self.peer = self._start_peer(log)
         if ready is not None:
             self.wait_log(ready, timeout_s=timeout_s)
 
+    def peer_command(self, *args: str) -> list[str]:
+        """``nodeagent --root <view> ARGS`` as the peer's unit runs it (unprivileged)."""
+        argv = [self.python, "-m", "nodeagent", "--root", f"{VIEW}/root", *args]
+        return [*self.exec_prefix, *peer_command(self.root, argv)]
+
+    def _start_peer(self, log: Any) -> subprocess.Popen[bytes]:
+        credentials = load_credentials(self.root)
+        env = dict(self.env(), CREDENTIALS_DIRECTORY=str(credentials))
+        return subprocess.Popen(
+            self.peer_command("serve-peers"),
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd="/",
+            umask=0o077,  # as systemd/nodeagent-peer.service
+        )
+
+    def stop_peer(self, *, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM the peer server's process and wait; its exit code (None: not running)."""
+        process, self.peer = self.peer, None
+        return _stopped(process, timeout_s)
+
     def stop(self, *, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM the daemon and wait; its exit code (None if it was not running)."""
+        """SIGTERM the peer process and the daemon and wait; the daemon's exit code (None if
+        it was not running)."""
+        self.stop_peer(timeout_s=timeout_s)
         process, self.process = self.process, None
         if process is None:
             return None
@@ -282,7 +328,12 @@ reload_timeout_s = 30.0
         return process.wait()
 
     def kill(self) -> None:
-        """SIGKILL the daemon: a crash or a power cut, as far as its files are concerned."""
+        """SIGKILL the daemon and the peer process: a crash or a power cut, as far as its
+        files are concerned."""
+        if self.peer is not None:
+            self.peer.kill()
+            self.peer.wait()
+            self.peer = None
         if self.process is not None:
             self.process.kill()
             self.process.wait()
@@ -311,11 +362,12 @@ reload_timeout_s = 30.0
         return text.rsplit(f"----- run {self.runs} -----\n", 1)[-1]
 
     def _check_running(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(
-                f"nodeagent on {self.name} exited with {self.process.returncode}\n"
-                + log_tail(self.log_path)
-            )
+        for what, process in (("nodeagent", self.process), ("serve-peers", self.peer)):
+            if process is not None and process.poll() is not None:
+                raise AssertionError(
+                    f"{what} on {self.name} exited with {process.returncode}\n"
+                    + log_tail(self.log_path)
+                )
 
     def wait_log(self, needle: str, *, timeout_s: float = 60.0) -> None:
         def logged() -> bool:
@@ -369,3 +421,15 @@ reload_timeout_s = 30.0
             what=f"{self.name}: {what}",
             detail=lambda: f"status: {self.status()}\n{log_tail(self.log_path)}",
         )
+
+
+def _stopped(process: subprocess.Popen[bytes] | None, timeout_s: float) -> int | None:
+    if process is None:
+        return None
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()

@@ -49,7 +49,9 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.bundles.minisign_kdf",
     "nodeagent.adapters.http.mirror",
     "aiohttp",  # the loopback mirror, the peer server, the fetcher (docs/decisions/0027)
-    "nodeagent.daemon.site",  # the peer server: [site] serve = true only
+    "nodeagent.daemon.site",  # the peer server: its own process (decision 0056)
+    "nodeagent.daemon.peer_reports",  # the peer process's reports: [site] serve = true only
+    "nodeagent.adapters.peer_reports",
     "prometheus_client",  # the metrics endpoint: [metrics] enabled = true only (decision 0046)
     "nodeagent.adapters.metrics",
     "nodeagent.daemon.metrics",

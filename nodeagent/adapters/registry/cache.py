@@ -139,6 +139,6 @@ class ManifestCache:
             return
         data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         try:
-            write_atomic(self.directory / f"{key}.json", data, mode=0o644)
+            write_atomic(self.directory / f"{key}.json", data, mode=0o640)
         except HostFileError as err:
             log.warning("manifest_cache_write_failed", entry=key, error=err.message)

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Protocol
 
+from nodeagent.adapters.files import STORE_DIR_MODE, STORE_FILE_MODE
 from nodeagent.errors import (
     HostFileError,
     NoSpaceLeft,
@@ -131,14 +132,24 @@ class BlobStore:
         self.root = root
         self.blob_dir = root / layout.BLOBS_DIR
         self.tmp_dir = root / layout.TMP_DIR
+        self.bundles_dir = root / layout.BUNDLES_DIR
         self.chunk_bytes = chunk_bytes
         self._hashing: ThreadPoolExecutor | None = None
 
     def ensure(self) -> None:
-        """Create the directories (the layout files are ``records``')."""
-        for directory in (self.blob_dir, self.tmp_dir, self.root / layout.BUNDLES_DIR):
+        """Create the directories (the layout files are ``records``'), none of them readable
+        by others: the root is made ``0750`` (a set-group-ID bit kept) when it was more open,
+        as a store written before decision 0056 was."""
+        try:
+            self.root.mkdir(mode=STORE_DIR_MODE, parents=True, exist_ok=True)
+            mode = stat.S_IMODE(self.root.stat().st_mode)
+            if mode & stat.S_IRWXO:
+                self.root.chmod(mode & ~stat.S_IRWXO & ~stat.S_IWGRP)
+        except OSError as err:
+            raise _io_error("create", self.root, err) from err
+        for directory in (self.blob_dir.parent, self.blob_dir, self.tmp_dir, self.bundles_dir):
             try:
-                directory.mkdir(parents=True, exist_ok=True)
+                directory.mkdir(mode=STORE_DIR_MODE, parents=True, exist_ok=True)
             except OSError as err:
                 raise _io_error("create", directory, err) from err
 
@@ -198,7 +209,8 @@ class BlobStore:
         """Write the blob into its partial file, verified; resume a partial that is there."""
         partial = self.root / layout.partial_path(digest)
         try:
-            fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(partial, flags, STORE_FILE_MODE)
         except OSError as err:
             raise _io_error("create", partial, err) from err
         job = _Job(digest, size_bytes, fd, partial, open_source, on_bytes)

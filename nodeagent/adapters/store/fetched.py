@@ -43,7 +43,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
-from nodeagent.adapters.files import write_atomic
+from nodeagent.adapters.files import STORE_FILE_MODE, write_atomic
 from nodeagent.adapters.store.accepted import accepted_stamps, record_accepted
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
 from nodeagent.adapters.store.copier import StoreLimits, admit_copy, plan_copy
@@ -210,8 +210,8 @@ class FetchStore:
             missing = sum(self.missing(manifest).values())
             admit_copy(self.blobs, f"bundle {manifest.bundle_id}", missing, self.limits)
             directory = self.records.bundle_path(manifest.bundle_id)
-            write_atomic(directory / layout.MANIFEST_NAME, signed.data)
-            write_atomic(directory / layout.SIGNATURE_NAME, signed.signature)
+            write_atomic(directory / layout.MANIFEST_NAME, signed.data, mode=STORE_FILE_MODE)
+            write_atomic(directory / layout.SIGNATURE_NAME, signed.signature, mode=STORE_FILE_MODE)
             record_accepted(self.root, manifest.stamp(signed.key_id_hex, signed.manifest_digest))
         return missing
 

@@ -20,7 +20,7 @@ from types import MappingProxyType
 import structlog
 
 from nodeagent.adapters.bundles.tree import BundleDir
-from nodeagent.adapters.files import set_aside, write_atomic
+from nodeagent.adapters.files import STORE_DIR_MODE, STORE_FILE_MODE, set_aside, write_atomic
 from nodeagent.adapters.store.release_files import ReleaseSignatureFiles
 from nodeagent.bundles import minisign
 from nodeagent.bundles.manifest import (
@@ -108,12 +108,14 @@ class StoreRecords:
 
     def ensure_layout(self) -> None:
         """``oci-layout``, and an empty ``index.json`` when there is none yet."""
-        write_atomic(self.root / layout.OCI_LAYOUT_NAME, layout.OCI_LAYOUT_BYTES)
+        oci_layout = self.root / layout.OCI_LAYOUT_NAME
+        write_atomic(oci_layout, layout.OCI_LAYOUT_BYTES, mode=STORE_FILE_MODE)
         if not (self.root / layout.INDEX_NAME).exists():
             self.write_index(())
 
     def write_index(self, images: Iterable[StoredImage]) -> bool:
-        return write_atomic(self.root / layout.INDEX_NAME, layout.render_index(images))
+        data = layout.render_index(images)
+        return write_atomic(self.root / layout.INDEX_NAME, data, mode=STORE_FILE_MODE)
 
     def refresh_index(self, records: Iterable[BundleRecord], stored: Set[str]) -> bool:
         """``index.json`` naming the images of every record whose top manifest is stored."""
@@ -138,12 +140,12 @@ class StoreRecords:
         """
         directory = self.bundle_path(record.bundle_id)
         for path, data in extra.items():
-            (directory / path).parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(directory / path, data)
-        write_atomic(directory / layout.MANIFEST_NAME, manifest)
-        write_atomic(directory / layout.SIGNATURE_NAME, signature)
+            (directory / path).parent.mkdir(mode=STORE_DIR_MODE, parents=True, exist_ok=True)
+            write_atomic(directory / path, data, mode=STORE_FILE_MODE)
+        write_atomic(directory / layout.MANIFEST_NAME, manifest, mode=STORE_FILE_MODE)
+        write_atomic(directory / layout.SIGNATURE_NAME, signature, mode=STORE_FILE_MODE)
         text = canonical_json(record.to_json())
-        write_atomic(directory / layout.RECORD_NAME, text)
+        write_atomic(directory / layout.RECORD_NAME, text, mode=STORE_FILE_MODE)
 
     def load(self, *, is_repairing: bool = True) -> LoadedRecords:
         """Every bundle's record, by bundle id; damaged ones set aside and rebuilt (without
@@ -184,7 +186,9 @@ class StoreRecords:
     def write_set(self, record: BundleRecord) -> None:
         """A registry set's record, written once its blobs are all stored."""
         write_atomic(
-            self.set_path(record.bundle_id) / layout.RECORD_NAME, canonical_json(record.to_json())
+            self.set_path(record.bundle_id) / layout.RECORD_NAME,
+            canonical_json(record.to_json()),
+            mode=STORE_FILE_MODE,
         )
 
     def remove_set(self, set_name: str) -> None:
@@ -299,7 +303,8 @@ class StoreRecords:
             return {}
 
     def save_marks(self, marks: dict[str, float]) -> None:
-        write_atomic(self.root / layout.MARKS_NAME, canonical_json(layout.marks_to_json(marks)))
+        marks_json = canonical_json(layout.marks_to_json(marks))
+        write_atomic(self.root / layout.MARKS_NAME, marks_json, mode=STORE_FILE_MODE)
 
 
 def canonical_json(doc: object) -> bytes:

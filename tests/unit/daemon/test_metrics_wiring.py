@@ -1,10 +1,10 @@
-"""The composition root's metrics wiring: peers' served bytes counted as deltas, restores
+"""The composition root's metrics wiring: peers' served bytes reported as deltas, restores
 timed, the recorder built only when metrics are on."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,32 +12,39 @@ from nodeagent.config import Config, MetricsSettings
 from nodeagent.daemon.wiring import LazyRestorer, build
 from nodeagent.metrics import NO_METRICS
 from nodeagent.metrics.recorder import Recorder
-from nodeagent.metrics.series import Transfer, Work
+from nodeagent.metrics.series import Work
 from nodeagent.prepull import PullResult
 
 
-@dataclass
-class Counters:
-    bytes_served: int = 0
+class Sent:
+    """A ``ReportSender`` that keeps what it was given (or refuses, while ``is_down``)."""
+
+    path = Path("/run/nodeagent/peer/reports.sock")
+
+    def __init__(self) -> None:
+        self.datagrams: list[bytes] = []
+        self.is_down = False
+
+    def send(self, data: bytes) -> bool:
+        if self.is_down:
+            return False
+        self.datagrams.append(data)
+        return True
 
 
-@dataclass
-class Server:
-    counters: Counters = field(default_factory=Counters)
+def test_bytes_served_to_peers_are_reported_as_deltas_and_kept_while_not_taken() -> None:
+    from nodeagent.daemon.site import Reporter
 
-
-def test_bytes_served_to_peers_are_added_as_deltas() -> None:
-    from nodeagent.daemon.site import _count_served
-
-    recorder, server = Recorder(), Server()
-    peer_server = cast(Any, server)
-    server.counters.bytes_served = 1000
-    counted = _count_served(peer_server, recorder, 0)
-    server.counters.bytes_served = 1500
-    counted = _count_served(peer_server, recorder, counted)
-    counted = _count_served(peer_server, recorder, counted)  # nothing new: nothing added
-    assert counted == 1500
-    assert recorder.snapshot().transferred_bytes[Transfer.SERVED] == 1500
+    sent = Sent()
+    reporter = Reporter(cast(Any, sent))
+    reporter.flush(1000)
+    reporter.flush(0)  # nothing new: nothing sent
+    sent.is_down = True
+    reporter.flush(500)
+    assert reporter.corrupt("sha256:" + "a" * 64) is False
+    sent.is_down = False
+    reporter.flush(0)  # the daemon is back: what it did not take is sent again
+    assert sent.datagrams == [b"served 1000", b"served 500", b"corrupt sha256:" + b"a" * 64]
 
 
 class Restorer:
