@@ -12,7 +12,7 @@ import functools
 import socket
 from pathlib import Path
 
-from nodeagent.adapters.http.peer import PeerServer
+from nodeagent.adapters.http.peer import PeerServer, peer_caps
 from nodeagent.adapters.http.tls import ReloadingTls
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.keeper import set_aside_corrupt
@@ -47,6 +47,8 @@ async def serve_peers(config: Config, metrics: Metrics = NO_METRICS) -> None:
         max_uploads=site.max_uploads,
         upload_max_bytes=site.upload_max_bytes,
         request_timeout_s=site.request_timeout_s,
+        caps=peer_caps(site),
+        handshake_timeout_s=site.handshake_timeout_s,
         on_corrupt=functools.partial(_set_aside, config.store_dir, metrics),
     )
     async with server:

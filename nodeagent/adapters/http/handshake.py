@@ -97,10 +97,17 @@ class RefusalLog:
         return True
 
 
+READ_BUFFER_BYTES: Final = 64 << 10
+"""The read buffer of each TLS connection. asyncio's default is 256 KiB, allocated (and
+touched) when the protocol is built: a server that mostly sends and reads request heads
+needs far less (a TLS record is at most 16 KiB). docs/decisions/0052."""
+
+
 class _Watched(sslproto.SSLProtocol):
     """asyncio's server-side TLS protocol, remembering the peer's address."""
 
     address = "?"
+    max_size = READ_BUFFER_BYTES
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -109,8 +116,9 @@ class _Watched(sslproto.SSLProtocol):
 
 
 class HandshakeWatch:
-    """A protocol factory for ``loop.create_server`` (with ``ssl=None``): TLS on each
-    connection as asyncio does it, every failed handshake given to ``RefusalLog``."""
+    """A protocol factory (the listener calls it for each admitted connection): TLS on each
+    connection as asyncio does it, bounded by ``handshake_s`` from the moment it is built,
+    every failed handshake given to ``RefusalLog``."""
 
     def __init__(
         self,

@@ -8,9 +8,17 @@ heads are bounded by the C parser (``MAX_LINE_BYTES`` per line, ``MAX_HEADERS`` 
 a malformed head (a TLS ClientHello on the plain-HTTP mirror port, which containers-image
 sends before it falls back to HTTP) is answered 400 at once and the connection closed.
 
-Deadlines: a connection must send its first request head within ``io_timeout_s`` of being
-accepted (after the TLS handshake, itself bounded by the same), an idle keep-alive
-connection is closed after ``io_timeout_s`` (aiohttp's keep-alive timer, which also ends
+Admission (``nodeagent.adapters.http.admission``): each accepted connection is first given
+to a small gate protocol, which asks the listener's ``Door`` (caps in total and per source
+address, an optional allow-list of networks) and closes a refused connection at once,
+before any TLS or HTTP object is built for it (a TLS protocol holds a read buffer; a
+flood of idle connections would otherwise hold one each). An admitted one is handed to its
+protocol and counted until it ends.
+
+Deadlines: a TLS handshake must end within ``handshake_s`` of being accepted (a few
+seconds: a peer on the site's network needs milliseconds); a connection must send its
+first request head within ``io_timeout_s`` of being accepted, or of its handshake; an idle
+keep-alive connection is closed after ``io_timeout_s`` (aiohttp's keep-alive timer, which also ends
 a next head that trickles in), and the handler bounds its own sends. A TLS handshake
 that fails is logged (``peer_refused``, once a minute per peer address, in words:
 ``nodeagent.adapters.http.handshake``), which asyncio itself does only in debug mode.
@@ -28,6 +36,7 @@ from aiohttp import web_protocol, web_server
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
+from nodeagent.adapters.http.admission import Caps, Door, source_of
 from nodeagent.adapters.http.handshake import HandshakeWatch
 
 MAX_LINE_BYTES: Final = 8 << 10
@@ -75,15 +84,92 @@ class _Server(web_server.Server):
         super().connection_lost(handler, exc)
 
 
+class _Gate:
+    """The first protocol of an accepted connection: admitted by the door, or closed at once.
+
+    Admitted, it builds the connection's own protocol and passes every call on to it (the
+    transport keeps calling the gate), so it sees the end and gives the place back.
+    """
+
+    def __init__(self, door: Door, build: Callable[[], asyncio.BaseProtocol]) -> None:
+        self._door, self._build = door, build
+        self._inner: asyncio.BaseProtocol | None = None
+        self._source = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        source = source_of(transport.get_extra_info("peername"))
+        if self._door.admit(source) is not None:  # closed now; no protocol was built for it
+            if isinstance(transport, asyncio.Transport):
+                transport.abort()  # not waiting to send anything (there is nothing)
+            else:
+                transport.close()
+            return
+        self._source, self._inner = source, self._build()
+        self._inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._inner is not None:
+            self._door.release(self._source)
+            self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def eof_received(self) -> bool | None:
+        inner = self._inner
+        if isinstance(inner, asyncio.Protocol | asyncio.BufferedProtocol):
+            return inner.eof_received()
+        return None
+
+
+class _PlainGate(_Gate, asyncio.Protocol):
+    def data_received(self, data: bytes) -> None:
+        if isinstance(self._inner, asyncio.Protocol):
+            self._inner.data_received(data)
+
+
+class _TlsGate(_Gate, asyncio.BufferedProtocol):
+    """For asyncio's TLS protocol, a buffered one: the transport reads into its buffer."""
+
+    _inner: asyncio.BufferedProtocol | None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._inner is None:
+            raise RuntimeError("no connection admitted")
+        buffer: memoryview = self._inner.get_buffer(sizehint)  # type: ignore[assignment]
+        return buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._inner is not None:
+            self._inner.buffer_updated(nbytes)
+
+
 class Listener:
     """Serves ``handler`` on ``host:port`` (TLS when ``tls`` is given) until closed.
 
-    ``settled()`` waits until no request is being answered (idle keep-alive connections do
-    not count).
+    ``caps``: the connections kept open at once (``name`` says whose in the journal);
+    ``handshake_s``: the TLS handshake's deadline. ``settled()`` waits until no request is
+    being answered (idle keep-alive connections do not count).
     """
 
-    def __init__(self, handler: Handler, *, io_timeout_s: float) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        io_timeout_s: float,
+        caps: Caps,
+        name: str,
+        handshake_s: float = 5.0,
+    ) -> None:
         self._handler, self._io_timeout_s = handler, io_timeout_s
+        self._handshake_s = handshake_s
+        self.door = Door(caps, server=name)
+        """Open connections and refusals (read by tests and the daemon's counters)."""
         self._web: _Server | None = None
         self._server: asyncio.Server | None = None
         self._responding = 0
@@ -109,10 +195,12 @@ class Listener:
             access_log=None,
         )
         loop = asyncio.get_running_loop()
-        factory: Callable[[], asyncio.BaseProtocol] = self._web
-        if tls is not None:  # asyncio's TLS, with each handshake's outcome seen
-            factory = HandshakeWatch(self._web, tls, handshake_s=self._io_timeout_s)
-        self._server = await loop.create_server(factory, host, port)
+        door, web = self.door, self._web
+        if tls is None:
+            self._server = await loop.create_server(lambda: _PlainGate(door, web), host, port)
+            return
+        watch = HandshakeWatch(web, tls, handshake_s=self._handshake_s)  # each outcome seen
+        self._server = await loop.create_server(lambda: _TlsGate(door, watch), host, port)
 
     async def settled(self) -> None:
         await self._settled.wait()
