@@ -131,8 +131,11 @@ class HandshakeWatch:
         self._loop, self._factory = loop, factory
         self._context, self._handshake_s = context, handshake_s
         self.refusals = RefusalLog(loop.time)
+        self.built = 0
+        """TLS protocols built (one per admitted connection, none for a refused one)."""
 
     def __call__(self) -> asyncio.BaseProtocol:
+        self.built += 1
         waiter = self._loop.create_future()
         protocol = _Watched(
             self._loop,

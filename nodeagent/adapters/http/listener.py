@@ -172,6 +172,7 @@ class Listener:
         """Open connections and refusals (read by tests and the daemon's counters)."""
         self._web: _Server | None = None
         self._server: asyncio.Server | None = None
+        self._watch: HandshakeWatch | None = None
         self._responding = 0
         self._settled = asyncio.Event()
         self._settled.set()
@@ -200,7 +201,13 @@ class Listener:
             self._server = await loop.create_server(lambda: _PlainGate(door, web), host, port)
             return
         watch = HandshakeWatch(web, tls, handshake_s=self._handshake_s)  # each outcome seen
+        self._watch = watch
         self._server = await loop.create_server(lambda: _TlsGate(door, watch), host, port)
+
+    @property
+    def tls_built(self) -> int:
+        """TLS protocols built since start: one per admitted connection (0 without TLS)."""
+        return 0 if self._watch is None else self._watch.built
 
     async def settled(self) -> None:
         await self._settled.wait()

@@ -158,6 +158,11 @@ class PeerServer:
         """The connections open now and those refused since start."""
         return self._listener.door
 
+    @property
+    def tls_built(self) -> int:
+        """TLS protocols built since start (one per admitted connection)."""
+        return self._listener.tls_built
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         if self._upload_max_bytes:

@@ -1,0 +1,291 @@
+"""Attack: someone on the site's network floods the peer port with idle TCP connections.
+
+The attacker needs no certificate: it opens TCP connections to the peer port and sends
+nothing (no ClientHello), from one address, then from many (127.0.0.x here). Before
+docs/decisions/0052 every one was given asyncio's TLS protocol (a 256 KiB read buffer) and
+kept up to 60 s; nothing capped them, so about a thousand exhausted the daemon's file
+descriptors (1024 by default) or its memory.
+
+Against the real peer server (``PeerServer`` with real mutual TLS, a real store), in a
+process of its own (``tests.testenv.peer_process``) so its resident memory is its own:
+
+* connections above the per-source cap, then above the total cap, are closed at once; the
+  server never holds more than its caps;
+* an honest node (a client certificate of the site CA) still gets a blob during a flood
+  from one address, and once the silent connections of a flood from many are cut;
+* a connection that sends no ClientHello is cut at the handshake deadline;
+* the server's resident memory under the flood stays within a bound (the figures print).
+
+Loopback only; every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import resource
+import selectors
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.adapters.store.copier import copy_bundle
+from tests.testenv.peer_process import PeerProcess, Settings
+from tests.testenv.pki import Authority
+from tests.testenv.signed_bundles import Keys, image, signed_bundle
+from tests.testenv.waiting import wait_for
+
+KIB = 1 << 10
+AT_ONCE_S = 1.0
+"""A connection over a cap is closed within this (it is closed when accepted: milliseconds)."""
+SLACK_S = 1.5
+"""Scheduling slack on a loaded 2-core machine, around the handshake deadline."""
+
+
+@dataclass(frozen=True)
+class Site:
+    store: Path
+    server_file: Path
+    ca_file: Path
+    client: ssl.SSLContext
+    digest: str
+    size: int
+
+    def settings(self, **caps: float) -> Settings:
+        return Settings(
+            self.store,
+            self.server_file,
+            self.ca_file,
+            max_connections=int(caps["max_connections"]),
+            max_per_source=int(caps["max_per_source"]),
+            handshake_s=caps["handshake_s"],
+            read_buffer_bytes=int(caps["read_buffer_bytes"])
+            if "read_buffer_bytes" in caps
+            else None,
+        )
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Site:
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    ca = Authority("site CA")
+    server_file, ca_file = pki / "kubelet-server-current.pem", pki / "ca.crt"
+    ca.serving("node-0").write_pair(server_file, server_file)
+    ca_file.write_bytes(ca.cert_pem)
+    ca.client("node-1").write_pair(pki / "node-1.crt", pki / "node-1.key")
+    client = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    client.load_cert_chain(pki / "node-1.crt", pki / "node-1.key")
+    keys = Keys.make(tmp_path / "keys")
+    app = image("example/app", [(256 * KIB, 1)], tmp_path / "layers")
+    signed = signed_bundle(tmp_path / "stick", keys, [app], bundle_id="site-1", set_name="site")
+    copy_bundle(tmp_path / "store", signed.root, signed.manifest, keys.trusted_dir)
+    digest, blob = max(signed.manifest.blobs.items(), key=lambda item: item[1].size_bytes)
+    return Site(tmp_path / "store", server_file, ca_file, client, digest, blob.size_bytes)
+
+
+@pytest.fixture(autouse=True)
+def _descriptors() -> None:
+    """The flood's own sockets: raise this process's soft limit to its hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+@contextlib.contextmanager
+def serving(site: Site, tmp_path: Path, **caps: float) -> Iterator[PeerProcess]:
+    with PeerProcess(site.settings(**caps), tmp_path / "peer.log") as peer:
+        yield peer
+
+
+def fetch_blob(site: Site, port: int, source: str) -> bytes:
+    """An honest node's blob download from ``source``: TLS with its certificate, then GET."""
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", port, context=site.client, timeout=10, source_address=(source, 0)
+    )
+    try:
+        conn.request("GET", f"/v2/nodeagent/store/blobs/{site.digest}")
+        response = conn.getresponse()
+        body = response.read()
+        assert response.status == 200, (response.status, body[:200])
+        return body
+    finally:
+        conn.close()
+
+
+def is_refused_at_once(site: Site, port: int, source: str) -> bool:
+    """Whether an honest node's connection from ``source`` is closed before its handshake."""
+    try:
+        fetch_blob(site, port, source)
+    except (ConnectionError, ssl.SSLError, http.client.RemoteDisconnected):
+        return True
+    return False
+
+
+class Flood:
+    """Idle TCP connections to the peer port, each from a given source, sending nothing."""
+
+    def __init__(self, port: int) -> None:
+        self._port = port
+        self._selector = selectors.DefaultSelector()
+        self.opened: dict[socket.socket, float] = {}
+        self.closed: dict[socket.socket, float] = {}
+        """Socket → seconds from its connect to the server's close."""
+
+    def open(self, source: str, count: int) -> None:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((source, 0))
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", self._port))
+            sock.setblocking(False)
+            self.opened[sock] = time.monotonic()
+            self._selector.register(sock, selectors.EVENT_READ)
+
+    @property
+    def held(self) -> int:
+        """Connections the server has not closed (yet)."""
+        return len(self.opened) - len(self.closed)
+
+    def watch(self, seconds: float) -> None:
+        """Note the connections the server closes within ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while self.held and (left := deadline - time.monotonic()) > 0:
+            for key, _ in self._selector.select(timeout=left):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(1)
+                except (ConnectionError, BlockingIOError) as err:
+                    if isinstance(err, BlockingIOError):
+                        continue
+                    data = b""
+                assert data == b"", "the server sent something to a silent connection"
+                self.closed[sock] = time.monotonic() - self.opened[sock]
+                self._selector.unregister(sock)
+
+    def close(self) -> None:
+        self._selector.close()
+        for sock in self.opened:
+            sock.close()
+
+
+@contextlib.contextmanager
+def flooding(port: int) -> Iterator[Flood]:
+    flood = Flood(port)
+    try:
+        yield flood
+    finally:
+        flood.close()
+
+
+def test_an_idle_flood_is_held_at_the_caps_and_an_honest_node_still_fetches(
+    site: Site, tmp_path: Path
+) -> None:
+    per_source, total, handshake_s = 4, 16, 3.0
+    caps = {"max_connections": total, "max_per_source": per_source, "handshake_s": handshake_s}
+    with (
+        serving(site, tmp_path, **caps) as peer,
+        flooding(peer.port) as one,
+        flooding(peer.port) as many,
+    ):
+        # From one address: three times its cap. The cap is held, the rest closed at once.
+        one.open("127.0.0.5", 3 * per_source)
+        one.watch(AT_ONCE_S)
+        assert one.held == per_source
+        assert peer.stats()["open"] == per_source
+        # An honest node, another address, during that flood.
+        started = time.monotonic()
+        body = fetch_blob(site, peer.port, "127.0.0.1")
+        fetch_s = time.monotonic() - started
+        assert hashlib.sha256(body).hexdigest() == site.digest.removeprefix("sha256:")
+        assert one.held == per_source  # still held: the fetch was during the flood
+        wait_for(lambda: peer.stats()["open"] == per_source, timeout_s=5, what="the fetch's end")
+        # From many addresses: more than the total cap. The total is held, the rest closed.
+        for n in range(10, 16):
+            many.open(f"127.0.0.{n}", per_source)
+        many.watch(AT_ONCE_S)
+        stats = peer.stats()
+        assert stats["open"] == total
+        assert one.held + many.held == total
+        assert stats["refused"] == {"source-full": 2 * per_source, "server-full": 12}
+        # A TLS protocol was built for each admitted connection only (the honest one too).
+        assert stats["tls_built"] == stats["admitted"] == total + 1
+        # While the total is held, a newcomer too is closed at once, before its handshake.
+        assert is_refused_at_once(site, peer.port, "127.0.0.2")
+        # The silent connections are cut at the handshake deadline; the honest node gets in.
+        one.watch(handshake_s + SLACK_S)
+        many.watch(handshake_s + SLACK_S)
+        assert one.held == many.held == 0
+        drops = [s for f in (one, many) for s in f.closed.values() if s > AT_ONCE_S]
+        assert len(drops) == total
+        assert handshake_s - 0.1 <= min(drops) and max(drops) <= handshake_s + SLACK_S
+        body = fetch_blob(site, peer.port, "127.0.0.2")
+        assert len(body) == site.size
+    print(
+        f"\nflood: held {per_source} of {3 * per_source} from one address, {total} of "
+        f"{total + 12} in total; honest fetch during the flood {fetch_s * 1000:.0f} ms; "
+        f"silent connections cut after {min(drops):.2f}-{max(drops):.2f} s "
+        f"(handshake deadline {handshake_s:g} s)"
+    )
+
+
+def rss_under_flood(
+    site: Site, tmp_path: Path, attempts: int, **caps: float
+) -> tuple[int, int, dict[str, Any]]:
+    """(idle RSS, RSS with the flood held, stats) of a server flooded by ``attempts``
+    connections from as many sources as the per-source cap needs, in KiB."""
+    per_source = int(caps["max_per_source"])
+    tmp_path.mkdir(exist_ok=True)
+    with serving(site, tmp_path, **caps) as peer, flooding(peer.port) as flood:
+        fetch_blob(site, peer.port, "127.0.0.1")  # warm: a first TLS handshake and send
+        idle = peer.rss_kib()
+        sources = -(-attempts // per_source)
+        for n in range(sources):
+            flood.open(f"127.0.{1 + n // 250}.{2 + n % 250}", per_source)
+        flood.watch(AT_ONCE_S)
+        stats = peer.stats()
+        held = peer.rss_kib()
+        assert flood.held == stats["open"] == min(attempts, int(caps["max_connections"]))
+        assert stats["tls_built"] == stats["admitted"] == stats["open"] + 1  # + the warm fetch
+    return idle, held, stats
+
+
+@pytest.mark.timeout(120)
+def test_memory_under_a_flood_at_the_cap_is_bounded(site: Site, tmp_path: Path) -> None:
+    caps = {"max_connections": 64, "max_per_source": 8, "handshake_s": 20.0}
+    idle, held, stats = rss_under_flood(site, tmp_path, 256, **caps)
+    per_connection = (held - idle) / 64
+    print(
+        f"\nRSS idle {idle / 1024:.1f} MiB, with 64 silent connections held (256 tried) "
+        f"{held / 1024:.1f} MiB: {per_connection:.0f} KiB a held connection; "
+        f"fds {stats['fds']}; refused {stats['refused']}"
+    )
+    assert per_connection < 160  # 64 KiB read buffer and the TLS state, not 256 KiB
+
+
+@pytest.mark.security_long
+@pytest.mark.timeout(300)
+def test_memory_under_a_flood_at_the_default_caps(site: Site, tmp_path: Path) -> None:
+    """The default caps (256 in total, 8 per source) under 1,024 silent connections from 128
+    addresses, and what asyncio's 256 KiB read buffer would have cost at the same cap."""
+    caps = {"max_connections": 256, "max_per_source": 8, "handshake_s": 60.0}
+    idle, held, stats = rss_under_flood(site, tmp_path / "ours", 1024, **caps)
+    default = {**caps, "read_buffer_bytes": 256 * KIB}
+    idle_256, held_256, _ = rss_under_flood(site, tmp_path / "asyncio", 1024, **default)
+    ours, theirs = (held - idle) / 256, (held_256 - idle_256) / 256
+    print(
+        f"\nRSS idle {idle / 1024:.1f} MiB, 256 held of 1024 tried {held / 1024:.1f} MiB "
+        f"(+{(held - idle) / 1024:.1f} MiB, {ours:.0f} KiB each; fds {stats['fds']}); with "
+        f"asyncio's 256 KiB buffer +{(held_256 - idle_256) / 1024:.1f} MiB, {theirs:.0f} KiB each"
+    )
+    assert held - idle < 40 * 1024
+    assert ours < theirs / 2
+    assert stats["fds"] < 256 + 64
