@@ -1,0 +1,108 @@
+"""The listener's admission over real sockets (loopback), plain HTTP as the bundle mirror serves.
+
+The peer server's TLS side is tests/security/test_peer_flood.py; this is the plain side: a
+connection over a cap or outside the allowed networks is closed before any byte is read,
+and an admitted one is served and gives its place back when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import Response, StreamResponse
+from structlog.testing import capture_logs
+
+from nodeagent.adapters.http.admission import Caps, parse_networks
+from nodeagent.adapters.http.listener import Listener
+from tests.testenv.waiting import wait_for_async
+
+WAIT_S = 5.0
+
+
+async def _hello(_request: BaseRequest) -> StreamResponse:
+    return Response(body=b"hello")
+
+
+async def _connect(port: int, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+async def _is_closed_at_once(reader: asyncio.StreamReader) -> bool:
+    async with asyncio.timeout(WAIT_S):
+        try:
+            return await reader.read(1) == b""
+        except ConnectionError:
+            return True
+
+
+def _is_open(listener: Listener, count: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return listener.door.open == count
+
+    return check
+
+
+async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    async with asyncio.timeout(WAIT_S):
+        head = await reader.readuntil(b"\r\n\r\n")
+        return head.split(b"\r\n", 1)[0] + b" " + await reader.readexactly(5)
+
+
+async def test_connections_over_the_caps_are_closed_and_the_admitted_ones_served() -> None:
+    listener = Listener(_hello, io_timeout_s=10, caps=Caps(3, 2), name="mirror")
+    await listener.start("127.0.0.1", 0)
+    opened: list[asyncio.StreamWriter] = []
+    try:
+        with capture_logs() as logs:
+            a1, a2, a3 = [await _connect(listener.port, "127.0.0.1") for _ in range(3)]
+            b1, b2 = [await _connect(listener.port, "127.0.0.2") for _ in range(2)]
+            opened += [w for _, w in (a1, a2, a3, b1, b2)]
+            assert await _is_closed_at_once(a3[0])  # third from one address
+            assert await _is_closed_at_once(b2[0])  # fourth in all
+            assert await _get(*a1) == b"HTTP/1.1 200 OK hello"
+            assert await _get(*b1) == b"HTTP/1.1 200 OK hello"
+            assert listener.door.open == 3
+            a1[1].close()
+            await wait_for_async(_is_open(listener, 2), timeout_s=WAIT_S, what="the release")
+            again = await _connect(listener.port, "127.0.0.1")
+            opened.append(again[1])
+            assert await _get(*again) == b"HTTP/1.1 200 OK hello"
+        events = [e["event"] for e in logs]
+        assert events == [
+            "connections_refused",  # 127.0.0.1's third
+            "connections_capped",  # the fourth in all
+            "connections_accepted_again",  # 127.0.0.1 once one of its own ended
+            "connections_uncapped",
+        ]
+        assert listener.door.refused == {"source-full": 1, "server-full": 1}
+        assert listener.tls_built == 0
+    finally:
+        for writer in opened:
+            writer.close()
+        await listener.close(grace_s=1)
+
+
+async def test_a_source_outside_the_allowed_networks_is_closed_at_once() -> None:
+    caps = Caps(8, 8, parse_networks(("127.0.0.0/30",)))
+    listener = Listener(_hello, io_timeout_s=10, caps=caps, name="peer")
+    await listener.start("127.0.0.1", 0)
+    try:
+        inside = await _connect(listener.port, "127.0.0.2")
+        outside = await _connect(listener.port, "127.0.0.9")
+        assert await _is_closed_at_once(outside[0])
+        assert await _get(*inside) == b"HTTP/1.1 200 OK hello"
+        assert listener.door.refused == {"not-allowed": 1}
+        for _, writer in (inside, outside):
+            writer.close()
+    finally:
+        await listener.close(grace_s=1)
+
+
+def test_the_loopback_range_is_usable_as_sources() -> None:
+    """The tests above and the flood bind 127.0.0.x: Linux routes all of 127/8 to lo."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.9", 0))
