@@ -6,7 +6,7 @@ trust bundle ``ca_file`` on 127.0.0.1 (a free port), with the caps given
 (``max_connections``, ``max_per_source``, ``handshake_s``; optional ``read_buffer_bytes``
 sets the TLS read buffer, to measure asyncio's default against nodeagent's). It prints
 ``{"port": N, "pid": P}`` once serving, then answers each line ``stats`` on its standard
-input with ``{"open": …, "admitted": …, "refused": {…}, "fds": …, "tls_built": …}``, and
+input with ``{"open", "admitted", "refused", "fds", "tls_built", "pushed_out"}``, and
 stops at end of input. ``PeerProcess`` starts and drives it from a test.
 """
 
@@ -81,6 +81,7 @@ async def _serve(settings: Settings) -> None:
                     "refused": door.refused,
                     "fds": fds,
                     "tls_built": server.tls_built,
+                    "pushed_out": door.pushed_out,
                 }
             )
 

@@ -10,20 +10,23 @@ Checked in this order, the first that fails is the refusal:
 
 * ``not-allowed``: the source is outside ``Caps.allow_from`` (empty: any source);
 * ``source-full``: the source already holds ``Caps.max_per_source`` connections;
-* ``server-full``: the server already holds ``Caps.max_connections``.
+* ``server-full``: the server already holds ``Caps.max_connections``, and the caller
+  could not make room (the listener pushes out the oldest connection still in its TLS
+  handshake, ``nodeagent.adapters.http.gate``).
 
 Journal, once per transition, never per connection: ``connections_refused`` (warning) the
 first time a source is refused (not-allowed, source-full), ``connections_accepted_again``
 (info, with the count) when it is next admitted; ``connections_capped`` (warning) when the
-total cap first refuses one, ``connections_uncapped`` (info, with the count) at the next
-admission. A refusal because the server is full is not logged per source: many sources
-would mean many lines.
+total cap first refuses one or pushes one out, ``connections_uncapped`` (info, with both
+counts) at the next admission that found room. A refusal because the server is full is not
+logged per source: many sources would mean many lines.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -114,8 +117,10 @@ class Door:
         """Connections admitted since start."""
         self._refusing: OrderedDict[str, int] = OrderedDict()
         """Sources refused since their last admission → refusals not logged."""
-        self._capped: int | None = None
-        """Refusals since the total cap was reached (None: not reached)."""
+        self.pushed_out = 0
+        """Connections closed to make room for a newcomer (``admit``'s ``room``)."""
+        self._capped: tuple[int, int] | None = None
+        """Since the total cap was reached: (refused, pushed out); None: not reached."""
 
     @property
     def open(self) -> int:
@@ -124,16 +129,26 @@ class Door:
     def open_from(self, source: str) -> int:
         return self._open[source]
 
-    def admit(self, source: str) -> Refusal | None:
-        """Admit a connection from ``source`` (counted open) or say why not (nothing kept)."""
+    def admit(self, source: str, *, room: Callable[[], bool] | None = None) -> Refusal | None:
+        """Admit a connection from ``source`` (counted open) or say why not (nothing kept).
+
+        ``room``: when the server is full, called to close an open connection that may be
+        pushed out (it gives its place back first); True when it did.
+        """
         refusal = self._judge(source)
+        is_pushing = refusal == "server-full" and room is not None and room()
+        if is_pushing:
+            self.pushed_out += 1
+            refusal = self._judge(source)
         if refusal is not None:
             self.refused[refusal] += 1
             self._note_refused(source, refusal)
             return refusal
         self._open[source] += 1
         self.admitted += 1
-        self._note_admitted(source)
+        if is_pushing:
+            self._note_capped(refusal=False)
+        self._note_admitted(source, is_pushing=is_pushing)
         return None
 
     def release(self, source: str) -> None:
@@ -153,18 +168,22 @@ class Door:
             return "server-full"
         return None
 
+    def _note_capped(self, *, refusal: bool) -> None:
+        if self._capped is None:
+            self._capped = (0, 0)
+            log.warning(
+                "connections_capped",
+                server=self._server,
+                open=self.open,
+                max_connections=self.caps.max_connections,
+                reason=_WORDS["server-full"],
+            )
+        refused, pushed = self._capped
+        self._capped = (refused + 1, pushed) if refusal else (refused, pushed + 1)
+
     def _note_refused(self, source: str, refusal: Refusal) -> None:
         if refusal == "server-full":
-            if self._capped is None:
-                self._capped = 0
-                log.warning(
-                    "connections_capped",
-                    server=self._server,
-                    open=self.open,
-                    max_connections=self.caps.max_connections,
-                    reason=_WORDS[refusal],
-                )
-            self._capped += 1
+            self._note_capped(refusal=True)
             return
         if source in self._refusing:
             self._refusing[source] += 1
@@ -181,7 +200,7 @@ class Door:
             max_per_source=self.caps.max_per_source,
         )
 
-    def _note_admitted(self, source: str) -> None:
+    def _note_admitted(self, source: str, *, is_pushing: bool) -> None:
         refused = self._refusing.pop(source, None)
         if refused is not None:
             log.info(
@@ -190,6 +209,9 @@ class Door:
                 address=clip(source, 64),
                 refused=refused,
             )
-        if self._capped is not None:
-            log.info("connections_uncapped", server=self._server, refused=self._capped)
+        if self._capped is not None and not is_pushing:
+            refused, pushed = self._capped
+            log.info(
+                "connections_uncapped", server=self._server, refused=refused, pushed_out=pushed
+            )
             self._capped = None

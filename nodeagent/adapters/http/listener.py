@@ -36,7 +36,8 @@ from aiohttp import web_protocol, web_server
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from nodeagent.adapters.http.admission import Caps, Door, source_of
+from nodeagent.adapters.http.admission import Caps, Door
+from nodeagent.adapters.http.gate import Handshaking, PlainGate, TlsGate
 from nodeagent.adapters.http.handshake import HandshakeWatch
 
 MAX_LINE_BYTES: Final = 8 << 10
@@ -82,71 +83,6 @@ class _Server(web_server.Server):
     ) -> None:
         self._waiting.discard(handler)
         super().connection_lost(handler, exc)
-
-
-class _Gate:
-    """The first protocol of an accepted connection: admitted by the door, or closed at once.
-
-    Admitted, it builds the connection's own protocol and passes every call on to it (the
-    transport keeps calling the gate), so it sees the end and gives the place back.
-    """
-
-    def __init__(self, door: Door, build: Callable[[], asyncio.BaseProtocol]) -> None:
-        self._door, self._build = door, build
-        self._inner: asyncio.BaseProtocol | None = None
-        self._source = ""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        source = source_of(transport.get_extra_info("peername"))
-        if self._door.admit(source) is not None:  # closed now; no protocol was built for it
-            if isinstance(transport, asyncio.Transport):
-                transport.abort()  # not waiting to send anything (there is nothing)
-            else:
-                transport.close()
-            return
-        self._source, self._inner = source, self._build()
-        self._inner.connection_made(transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._inner is not None:
-            self._door.release(self._source)
-            self._inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        if self._inner is not None:
-            self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self._inner is not None:
-            self._inner.resume_writing()
-
-    def eof_received(self) -> bool | None:
-        inner = self._inner
-        if isinstance(inner, asyncio.Protocol | asyncio.BufferedProtocol):
-            return inner.eof_received()
-        return None
-
-
-class _PlainGate(_Gate, asyncio.Protocol):
-    def data_received(self, data: bytes) -> None:
-        if isinstance(self._inner, asyncio.Protocol):
-            self._inner.data_received(data)
-
-
-class _TlsGate(_Gate, asyncio.BufferedProtocol):
-    """For asyncio's TLS protocol, a buffered one: the transport reads into its buffer."""
-
-    _inner: asyncio.BufferedProtocol | None
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._inner is None:
-            raise RuntimeError("no connection admitted")
-        buffer: memoryview = self._inner.get_buffer(sizehint)  # type: ignore[assignment]
-        return buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._inner is not None:
-            self._inner.buffer_updated(nbytes)
 
 
 class Listener:
@@ -198,11 +134,14 @@ class Listener:
         loop = asyncio.get_running_loop()
         door, web = self.door, self._web
         if tls is None:
-            self._server = await loop.create_server(lambda: _PlainGate(door, web), host, port)
+            self._server = await loop.create_server(lambda: PlainGate(door, web), host, port)
             return
         watch = HandshakeWatch(web, tls, handshake_s=self._handshake_s)  # each outcome seen
+        handshaking = Handshaking()
         self._watch = watch
-        self._server = await loop.create_server(lambda: _TlsGate(door, watch), host, port)
+        self._server = await loop.create_server(
+            lambda: TlsGate(door, watch, handshaking), host, port
+        )
 
     @property
     def tls_built(self) -> int:

@@ -155,3 +155,43 @@ def test_the_sources_remembered_as_refused_are_bounded() -> None:
         door.admit("192.0.0.0")  # forgotten since: logged again
     assert len(logs) == MAX_TRACKED + 11
     assert len(door._refusing) == MAX_TRACKED
+
+
+def test_a_full_server_admits_a_newcomer_when_room_is_made_and_says_so_once() -> None:
+    door = Door(Caps(max_connections=2, max_per_source=2), server="peer")
+    pushed: list[str] = []
+
+    def room() -> bool:  # what the listener does: close the oldest still in its handshake
+        door.release("10.0.0.1")
+        pushed.append("10.0.0.1")
+        return True
+
+    with capture_logs() as logs:
+        door.admit("10.0.0.1")
+        door.admit("10.0.0.1")
+        assert door.admit("10.0.0.2", room=room) is None
+        assert door.admit("10.0.0.3", room=room) is None
+        assert door.admit("10.0.0.4", room=lambda: False) == "server-full"
+        door.release("10.0.0.2")
+        assert door.admit("10.0.0.5", room=room) is None  # room without pushing: the end
+    assert pushed == ["10.0.0.1", "10.0.0.1"]
+    assert door.open == 2
+    assert door.pushed_out == 2
+    assert door.refused == {"server-full": 1}
+    assert [(e["event"], e.get("refused"), e.get("pushed_out")) for e in logs] == [
+        ("connections_capped", None, None),
+        ("connections_uncapped", 1, 2),
+    ]
+
+
+def test_room_is_asked_only_when_the_server_is_full() -> None:
+    door = Door(Caps(max_connections=4, max_per_source=1), server="peer")
+    asked: list[bool] = []
+
+    def room() -> bool:
+        asked.append(True)
+        return False
+
+    door.admit("10.0.0.1", room=room)
+    assert door.admit("10.0.0.1", room=room) == "source-full"
+    assert asked == []
