@@ -71,9 +71,10 @@ class SiteSettings:
     Range: greater than 0 and at most 60 seconds."""
     max_connections: int = 256
     """Connections the peer server keeps open at once, handshakes in progress included; one
-    more is closed as soon as it is accepted (``connections_capped``). A fetching node opens
-    at most 4 to a peer: 256 lets 64 nodes fetch from this one at once, and stays far below
-    the unit's LimitNOFILE (docs/decisions/0052). Default 256. Range: from 1 to 1024."""
+    more closes the oldest still in its TLS handshake, or is closed itself when there is
+    none (``connections_capped``). A fetching node opens at most 4 to a peer: 256 lets 64
+    nodes fetch from this one at once, and stays far below the unit's LimitNOFILE
+    (docs/decisions/0052). Default 256. Range: from 1 to 1024."""
     max_connections_per_source: int = 8
     """Connections kept open at once from one source address (at most
     ``max_connections``); one more from it is closed as soon as it is accepted
