@@ -214,6 +214,8 @@ def test_an_idle_flood_is_held_at_the_caps_and_an_honest_node_still_fetches(
         assert (one.held, many.held) == (0, total)
         assert stats["refused"] == {"source-full": 2 * per_source}
         assert stats["pushed_out"] == per_source + 6 * per_source - total
+        log = tmp_path / "peer.log"
+        assert "peer_refused" not in log.read_text()  # pushed out: counted, not logged
         # A TLS protocol was built for each admitted connection only (the honest one too).
         assert stats["tls_built"] == stats["admitted"] == per_source + 1 + 6 * per_source
         # An honest node, while the total is held by silent connections from 6 addresses.
@@ -229,6 +231,13 @@ def test_an_idle_flood_is_held_at_the_caps_and_an_honest_node_still_fetches(
         assert many.held == 0
         drops = [many.closed[sock] for sock in silent]
         assert handshake_s - 0.1 <= min(drops) and max(drops) <= handshake_s + SLACK_S
+        # One line per address: the journal is not flooded.
+        addresses = {sock.getsockname()[0] for sock in silent}
+        wait_for(lambda: log.read_text().count("peer_refused") >= len(addresses), timeout_s=5,
+                 what="the refusals logged")  # fmt: skip
+        cut = [line for line in log.read_text().splitlines() if "peer_refused" in line]
+        assert len(cut) == len(addresses)
+        assert all("handshake not finished within 3 s" in line for line in cut)
     print(
         f"\nflood: held {per_source} of {3 * per_source} from one address, {total} of "
         f"{7 * per_source} from 7 (the others closed at once); honest fetch during the "
