@@ -1,15 +1,19 @@
 """The listener's admission over real sockets (loopback), plain HTTP as the bundle mirror serves.
 
-The peer server's TLS side is tests/security/test_peer_flood.py; this is the plain side: a
-connection over a cap or outside the allowed networks is closed before any byte is read,
-and an admitted one is served and gives its place back when it ends.
+The peer server under a flood is tests/security/test_peer_flood.py. Here: on the plain side
+(the bundle mirror's), a connection over a cap or outside the allowed networks is closed
+before any byte is read, and an admitted one is served and gives its place back when it
+ends; on the TLS side, a full server pushes out the oldest connection still in its
+handshake, never one that finished it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import Response, StreamResponse
@@ -17,6 +21,7 @@ from structlog.testing import capture_logs
 
 from nodeagent.adapters.http.admission import Caps, parse_networks
 from nodeagent.adapters.http.listener import Listener
+from tests.testenv.pki import Authority
 from tests.testenv.waiting import wait_for_async
 
 WAIT_S = 5.0
@@ -106,3 +111,58 @@ def test_the_loopback_range_is_usable_as_sources() -> None:
     """The tests above and the flood bind 127.0.0.x: Linux routes all of 127/8 to lo."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.9", 0))
+
+
+def _tls_pair(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) contexts of one CA, mutual TLS as the peer server has it."""
+    ca = Authority("site CA")
+    server_file, client_cert, client_key = (tmp_path / n for n in ("s.pem", "c.crt", "c.key"))
+    ca.serving("node-0").write_pair(server_file, server_file)
+    ca.client("node-1").write_pair(client_cert, client_key)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(server_file, server_file)
+    server.verify_mode = ssl.CERT_REQUIRED
+    server.load_verify_locations(cadata=ca.cert_pem.decode())
+    client = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    client.load_cert_chain(client_cert, client_key)
+    return server, client
+
+
+async def test_a_full_tls_server_pushes_out_handshakes_never_authenticated_connections(
+    tmp_path: Path,
+) -> None:
+    server_tls, client_tls = _tls_pair(tmp_path)
+    listener = Listener(_hello, io_timeout_s=10, caps=Caps(3, 3), name="peer", handshake_s=10)
+    await listener.start("127.0.0.1", 0, server_tls)
+    port, opened = listener.port, []
+
+    async def honest(source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        pair = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_tls, local_addr=(source, 0)
+        )
+        opened.append(pair[1])
+        assert await _get(*pair) == b"HTTP/1.1 200 OK hello"  # the server's handshake done
+        return pair
+
+    async def silent(source: str) -> asyncio.StreamReader:
+        reader, writer = await _connect(port, source)
+        opened.append(writer)
+        return reader
+
+    try:
+        a, _ = await honest("127.0.0.2"), await honest("127.0.0.3")
+        s1 = await silent("127.0.0.4")
+        s2 = await silent("127.0.0.5")  # full: pushes out s1, the oldest in its handshake
+        assert await _is_closed_at_once(s1)
+        await honest("127.0.0.6")  # pushes out s2
+        assert await _is_closed_at_once(s2)
+        s3 = await silent("127.0.0.7")  # every connection authenticated: s3 is refused
+        assert await _is_closed_at_once(s3)
+        assert await _get(*a) == b"HTTP/1.1 200 OK hello"  # never pushed out
+        assert (listener.door.open, listener.door.pushed_out) == (3, 2)
+        assert listener.door.refused == {"server-full": 1}
+        assert listener.tls_built == 5  # s3 got none
+    finally:
+        for writer in opened:
+            writer.close()
+        await listener.close(grace_s=1)
