@@ -56,32 +56,37 @@ class _Server(web_server.Server):
     def __init__(self, handler: Handler, *, first_request_s: float, **kwargs: object) -> None:
         super().__init__(self._mark, **kwargs)  # type: ignore[arg-type]
         self._handle, self._first_request_s = handler, first_request_s
-        self._waiting: set[web_protocol.RequestHandler] = set()
-        """Connections that have not sent a request yet."""
+        self._waiting: dict[web_protocol.RequestHandler, asyncio.TimerHandle] = {}
+        """Connections that have not sent a request yet, and their deadline's timer (ended
+        with the connection: a timer outliving it would hold it for ``first_request_s``)."""
 
     async def _mark(self, request: BaseRequest) -> StreamResponse:
-        self._waiting.discard(request.protocol)
+        self._stop_waiting(request.protocol)
         return await self._handle(request)
 
     def connection_made(
         self, handler: web_protocol.RequestHandler, transport: asyncio.Transport
     ) -> None:
         super().connection_made(handler, transport)
-        self._waiting.add(handler)
         loop = asyncio.get_running_loop()
-        loop.call_later(self._first_request_s, self._first_request_due, handler, transport)
+        due = loop.call_later(self._first_request_s, self._first_request_due, handler, transport)
+        self._waiting[handler] = due
 
     def _first_request_due(
         self, handler: web_protocol.RequestHandler, transport: asyncio.Transport
     ) -> None:
-        if handler in self._waiting:
-            self._waiting.discard(handler)
+        if self._waiting.pop(handler, None) is not None:
             transport.abort()
+
+    def _stop_waiting(self, handler: web_protocol.RequestHandler) -> None:
+        due = self._waiting.pop(handler, None)
+        if due is not None:
+            due.cancel()
 
     def connection_lost(
         self, handler: web_protocol.RequestHandler, exc: BaseException | None = None
     ) -> None:
-        self._waiting.discard(handler)
+        self._stop_waiting(handler)
         super().connection_lost(handler, exc)
 
 

@@ -166,3 +166,30 @@ async def test_a_full_tls_server_pushes_out_handshakes_never_authenticated_conne
         for writer in opened:
             writer.close()
         await listener.close(grace_s=1)
+
+
+def _deadlines_pending(loop: asyncio.AbstractEventLoop) -> int:
+    scheduled = getattr(loop, "_scheduled", [])
+    return sum(
+        1
+        for handle in scheduled
+        if not handle.cancelled()
+        and getattr(handle._callback, "__name__", "") == "_first_request_due"
+    )
+
+
+async def test_a_connection_that_ends_takes_its_first_request_deadline_with_it() -> None:
+    """A deadline left behind would hold its connection's objects for ``io_timeout_s``:
+    opening and closing connections quickly would pile them up past every cap."""
+    listener = Listener(_hello, io_timeout_s=60, caps=Caps(8, 8), name="mirror")
+    await listener.start("127.0.0.1", 0)
+    loop = asyncio.get_running_loop()
+    try:
+        for _ in range(40):
+            _, writer = await _connect(listener.port, "127.0.0.1")
+            writer.close()
+        await wait_for_async(_is_open(listener, 0), timeout_s=WAIT_S, what="every release")
+        assert _deadlines_pending(loop) == 0
+        assert listener.door.admitted == 40
+    finally:
+        await listener.close(grace_s=1)
