@@ -8,12 +8,13 @@ heads are bounded by the C parser (``MAX_LINE_BYTES`` per line, ``MAX_HEADERS`` 
 a malformed head (a TLS ClientHello on the plain-HTTP mirror port, which containers-image
 sends before it falls back to HTTP) is answered 400 at once and the connection closed.
 
-Admission (``nodeagent.adapters.http.admission``): each accepted connection is first given
-to a small gate protocol, which asks the listener's ``Door`` (caps in total and per source
-address, an optional allow-list of networks) and closes a refused connection at once,
-before any TLS or HTTP object is built for it (a TLS protocol holds a read buffer; a
-flood of idle connections would otherwise hold one each). An admitted one is handed to its
-protocol and counted until it ends.
+Admission (``nodeagent.adapters.http.gate``, ``nodeagent.adapters.http.admission``): each
+accepted connection is first given to a gate, which asks the listener's ``Door`` (caps in
+total and per source address, an optional allow-list of networks) and closes a refused
+connection at once, before any TLS or HTTP object is built for it (a TLS protocol holds a
+read buffer; a flood of idle connections would otherwise hold one each). An admitted one
+is handed to its protocol and counted until it ends. On a full TLS server a newcomer
+pushes out the oldest connection still in its handshake, never one past it.
 
 Deadlines: a TLS handshake must end within ``handshake_s`` of being accepted (a few
 seconds: a peer on the site's network needs milliseconds); a connection must send its
@@ -114,6 +115,7 @@ class Listener:
         self._web: _Server | None = None
         self._server: asyncio.Server | None = None
         self._watch: HandshakeWatch | None = None
+        self._handshaking = Handshaking()
         self._responding = 0
         self._settled = asyncio.Event()
         self._settled.set()
@@ -142,7 +144,7 @@ class Listener:
             self._server = await loop.create_server(lambda: PlainGate(door, web), host, port)
             return
         watch = HandshakeWatch(web, tls, handshake_s=self._handshake_s)  # each outcome seen
-        handshaking = Handshaking()
+        handshaking = self._handshaking
         self._watch = watch
         self._server = await loop.create_server(
             lambda: TlsGate(door, watch, handshaking), host, port
@@ -161,6 +163,8 @@ class Listener:
         if self._server is None or self._web is None:
             return
         self._server.close()
+        for _ in range(len(self._handshaking)):  # no request of theirs can be in progress
+            self._handshaking.push_out_oldest()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 await self.settled()

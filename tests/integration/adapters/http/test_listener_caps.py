@@ -193,3 +193,19 @@ async def test_a_connection_that_ends_takes_its_first_request_deadline_with_it()
         assert listener.door.admitted == 40
     finally:
         await listener.close(grace_s=1)
+
+
+async def test_closing_the_server_closes_the_connections_still_in_their_handshake(
+    tmp_path: Path,
+) -> None:
+    server_tls, _ = _tls_pair(tmp_path)
+    listener = Listener(_hello, io_timeout_s=60, caps=Caps(8, 8), name="peer", handshake_s=60)
+    await listener.start("127.0.0.1", 0, server_tls)
+    reader, writer = await _connect(listener.port, "127.0.0.1")
+    try:
+        await wait_for_async(_is_open(listener, 1), timeout_s=WAIT_S, what="the admission")
+        await listener.close(grace_s=1)
+        assert await _is_closed_at_once(reader)  # not left for its 60 s deadline
+        assert listener.door.open == 0
+    finally:
+        writer.close()
