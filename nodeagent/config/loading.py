@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import math
 import re
 import typing
@@ -339,6 +340,9 @@ BOUNDS: dict[str, Bounds] = {
     "site.upload_max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
     "site.fetch_concurrency": Bounds(1, 16),
     "site.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "site.handshake_timeout_s": Bounds(0, 60, is_low_open=True, unit="seconds"),
+    "site.max_connections": Bounds(1, 1024),
+    "site.max_connections_per_source": Bounds(1, 1024),
 }
 """Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""
 
@@ -351,6 +355,16 @@ def _is_selector(text: str, _: Config) -> bool:
     try:
         parse_selector(text)
     except ConfigInvalid:
+        return False
+    return True
+
+
+def _are_networks(texts: tuple[str, ...], _: Config) -> bool:
+    """Each an address with its prefix length, host bits zero (``ipaddress.ip_network``)."""
+    try:
+        for text in texts:
+            ipaddress.ip_network(text, strict=True)
+    except ValueError:
         return False
     return True
 
@@ -407,11 +421,20 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
     ("site.peers", "a list of host:port addresses", lambda v, _: all(map(is_address, v))),
     ("site.peers", "distinct addresses", lambda v, _: len(set(v)) == len(v)),
     ("site.follow", "one of on, off, auto", lambda v, _: v in ("on", "off", "auto")),
+    (
+        "site.max_connections_per_source",
+        "at most site.max_connections ({config.site.max_connections})",
+        lambda v, c: v <= c.site.max_connections,
+    ),
+    ("site.allow_from", "a list of networks such as 10.0.0.0/24", _are_networks),
     ("metrics.listen", "address:port, e.g. 127.0.0.1:9448", lambda v, _: is_address(v)),
     ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
 )
 # A rule that compares two keys blames the other key's file when its own key kept the default.
-_RELATED = {"pull.backoff_max_s": "pull.backoff_initial_s"}
+_RELATED = {
+    "pull.backoff_max_s": "pull.backoff_initial_s",
+    "site.max_connections_per_source": "site.max_connections",
+}
 
 
 def _validate(config: Config, origins: Mapping[str, Path]) -> None:

@@ -63,3 +63,27 @@ class SiteSettings:
     request_timeout_s: float = 60.0
     """A peer request (either side) that makes no progress for this long is dropped and the
     peer is dropped for that bundle. Default 60. Range: greater than 0 and at most 3600 seconds."""
+    handshake_timeout_s: float = 5.0
+    """A peer's TLS handshake must end within this long of its connection being accepted,
+    else the connection is closed (``peer_refused``). A node on the site's network needs
+    milliseconds; a connection that sends nothing holds its place until then. Separate from
+    ``request_timeout_s``, which follows it (the first request, then each step). Default 5.
+    Range: greater than 0 and at most 60 seconds."""
+    max_connections: int = 256
+    """Connections the peer server keeps open at once, handshakes in progress included; one
+    more closes the oldest still in its TLS handshake, or is closed itself when there is
+    none (``connections_capped``). A fetching node opens at most 4 to a peer: 256 lets 64
+    nodes fetch from this one at once, and stays far below the unit's LimitNOFILE
+    (docs/decisions/0052). Default 256. Range: from 1 to 1024."""
+    max_connections_per_source: int = 8
+    """Connections kept open at once from one source address (at most
+    ``max_connections``); one more from it is closed as soon as it is accepted
+    (``connections_refused``). Twice what a fetching node opens (4), for a restart's
+    overlap or a technician's skopeo. Addresses behind one NAT share it. Default 8.
+    Range: from 1 to 1024."""
+    allow_from: tuple[str, ...] = ()
+    """Source networks the peer server accepts connections from, e.g. ``["10.0.0.0/24",
+    "fd00:1::/64"]`` (at most 256); any other is closed as soon as it is accepted
+    (``connections_refused``). ``[]`` (default): any source, as the site's network is
+    site-specific; the same list in the peer unit's ``IPAddressAllow=`` has the kernel drop
+    them before nodeagent sees them (docs/site.md, "Connections")."""

@@ -26,7 +26,7 @@ from typing import Final
 
 import structlog
 
-from nodeagent.adapters.http.peer import PeerServer
+from nodeagent.adapters.http.peer import PeerServer, peer_caps
 from nodeagent.adapters.http.tls import ReloadingTls
 from nodeagent.adapters.peer_reports import ReportSender
 from nodeagent.adapters.systemd import Notifier
@@ -113,6 +113,8 @@ def build_server(config: Config, environ: Mapping[str, str], reporter: Reporter)
         max_uploads=site.max_uploads,
         upload_max_bytes=site.upload_max_bytes,
         request_timeout_s=site.request_timeout_s,
+        caps=peer_caps(site),
+        handshake_timeout_s=site.handshake_timeout_s,
         on_corrupt=reporter.corrupt,
     )
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import load_config
+from nodeagent.config import Config, load_config
 from nodeagent.config.addresses import Address, parse_address
 from nodeagent.errors import ConfigInvalid
 
@@ -70,6 +70,15 @@ def test_site_settings_load(tmp_path: Path) -> None:
     assert loaded.site.ca_file == root / "etc/kubernetes/kubelet-ca.crt"
 
 
+def test_connection_caps_and_networks_load(tmp_path: Path) -> None:
+    text = '[site]\nallow_from = ["10.0.0.0/24", "fd00:1::/64"]\nmax_connections_per_source = 4\n'
+    loaded = _load(tmp_path, text)
+    assert isinstance(loaded, Config)
+    assert loaded.site.allow_from == ("10.0.0.0/24", "fd00:1::/64")
+    assert (loaded.site.max_connections, loaded.site.max_connections_per_source) == (256, 4)
+    assert loaded.site.handshake_timeout_s == 5.0
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -81,6 +90,12 @@ def test_site_settings_load(tmp_path: Path) -> None:
         ("max_uploads = 0", "from 1 to 256"),
         ("request_timeout_s = 0", "greater than 0"),
         ("peers = [" + ", ".join(['"a:1"'] * 257) + "]", "at most 256"),
+        ("handshake_timeout_s = 0", "greater than 0 and at most 60"),
+        ("handshake_timeout_s = 61", "greater than 0 and at most 60"),
+        ("max_connections = 1025", "from 1 to 1024"),
+        ("max_connections = 4\nmax_connections_per_source = 5", "at most site.max_connections"),
+        ('allow_from = ["10.0.0.1/24"]', "a list of networks"),
+        ('allow_from = ["everywhere"]', "a list of networks"),
     ],
 )
 def test_site_settings_are_checked(tmp_path: Path, text: str, message: str) -> None:

@@ -97,10 +97,17 @@ class RefusalLog:
         return True
 
 
+READ_BUFFER_BYTES: Final = 16 << 10
+"""The read buffer of each TLS connection. asyncio's default is 256 KiB, allocated (and
+touched) when the protocol is built: a server that mostly sends and reads request heads
+needs far less (a TLS record is at most 16 KiB). docs/decisions/0052."""
+
+
 class _Watched(sslproto.SSLProtocol):
     """asyncio's server-side TLS protocol, remembering the peer's address."""
 
     address = "?"
+    max_size = READ_BUFFER_BYTES
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -109,8 +116,9 @@ class _Watched(sslproto.SSLProtocol):
 
 
 class HandshakeWatch:
-    """A protocol factory for ``loop.create_server`` (with ``ssl=None``): TLS on each
-    connection as asyncio does it, every failed handshake given to ``RefusalLog``."""
+    """A protocol factory (the listener calls it for each admitted connection): TLS on each
+    connection as asyncio does it, bounded by ``handshake_s`` from the moment it is built,
+    every failed handshake given to ``RefusalLog``."""
 
     def __init__(
         self,
@@ -123,8 +131,14 @@ class HandshakeWatch:
         self._loop, self._factory = loop, factory
         self._context, self._handshake_s = context, handshake_s
         self.refusals = RefusalLog(loop.time)
+        self.built = 0
+        """TLS protocols built (one per admitted connection, none for a refused one)."""
 
-    def __call__(self) -> asyncio.BaseProtocol:
+    def __call__(self, on_done: Callable[[], bool] | None = None) -> asyncio.BaseProtocol:
+        """A TLS protocol for one connection; ``on_done`` is called when its handshake ends
+        (done, failed, cut) and says whether a failure is already accounted for (a
+        connection the listener closed itself), so not logged."""
+        self.built += 1
         waiter = self._loop.create_future()
         protocol = _Watched(
             self._loop,
@@ -134,11 +148,17 @@ class HandshakeWatch:
             server_side=True,
             ssl_handshake_timeout=self._handshake_s,  # type: ignore[arg-type]  # seconds, a float
         )
-        waiter.add_done_callback(lambda done: self._done(protocol, done))
+        waiter.add_done_callback(lambda done: self._done(protocol, done, on_done))
         return protocol
 
-    def _done(self, protocol: _Watched, waiter: asyncio.Future[None]) -> None:
-        if waiter.cancelled():
+    def _done(
+        self,
+        protocol: _Watched,
+        waiter: asyncio.Future[None],
+        on_done: Callable[[], bool] | None,
+    ) -> None:
+        is_accounted = on_done() if on_done is not None else False
+        if waiter.cancelled() or is_accounted:
             return
         exc = waiter.exception()
         if exc is not None:

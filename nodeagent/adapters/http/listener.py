@@ -8,9 +8,18 @@ heads are bounded by the C parser (``MAX_LINE_BYTES`` per line, ``MAX_HEADERS`` 
 a malformed head (a TLS ClientHello on the plain-HTTP mirror port, which containers-image
 sends before it falls back to HTTP) is answered 400 at once and the connection closed.
 
-Deadlines: a connection must send its first request head within ``io_timeout_s`` of being
-accepted (after the TLS handshake, itself bounded by the same), an idle keep-alive
-connection is closed after ``io_timeout_s`` (aiohttp's keep-alive timer, which also ends
+Admission (``nodeagent.adapters.http.gate``, ``nodeagent.adapters.http.admission``): each
+accepted connection is first given to a gate, which asks the listener's ``Door`` (caps in
+total and per source address, an optional allow-list of networks) and closes a refused
+connection at once, before any TLS or HTTP object is built for it (a TLS protocol holds a
+read buffer; a flood of idle connections would otherwise hold one each). An admitted one
+is handed to its protocol and counted until it ends. On a full TLS server a newcomer
+pushes out the oldest connection still in its handshake, never one past it.
+
+Deadlines: a TLS handshake must end within ``handshake_s`` of being accepted (a few
+seconds: a peer on the site's network needs milliseconds); a connection must send its
+first request head within ``io_timeout_s`` of being accepted, or of its handshake; an idle
+keep-alive connection is closed after ``io_timeout_s`` (aiohttp's keep-alive timer, which also ends
 a next head that trickles in), and the handler bounds its own sends. A TLS handshake
 that fails is logged (``peer_refused``, once a minute per peer address, in words:
 ``nodeagent.adapters.http.handshake``), which asyncio itself does only in debug mode.
@@ -28,6 +37,8 @@ from aiohttp import web_protocol, web_server
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
+from nodeagent.adapters.http.admission import Caps, Door
+from nodeagent.adapters.http.gate import Handshaking, PlainGate, TlsGate
 from nodeagent.adapters.http.handshake import HandshakeWatch
 
 MAX_LINE_BYTES: Final = 8 << 10
@@ -46,46 +57,65 @@ class _Server(web_server.Server):
     def __init__(self, handler: Handler, *, first_request_s: float, **kwargs: object) -> None:
         super().__init__(self._mark, **kwargs)  # type: ignore[arg-type]
         self._handle, self._first_request_s = handler, first_request_s
-        self._waiting: set[web_protocol.RequestHandler] = set()
-        """Connections that have not sent a request yet."""
+        self._waiting: dict[web_protocol.RequestHandler, asyncio.TimerHandle] = {}
+        """Connections that have not sent a request yet, and their deadline's timer (ended
+        with the connection: a timer outliving it would hold it for ``first_request_s``)."""
 
     async def _mark(self, request: BaseRequest) -> StreamResponse:
-        self._waiting.discard(request.protocol)
+        self._stop_waiting(request.protocol)
         return await self._handle(request)
 
     def connection_made(
         self, handler: web_protocol.RequestHandler, transport: asyncio.Transport
     ) -> None:
         super().connection_made(handler, transport)
-        self._waiting.add(handler)
         loop = asyncio.get_running_loop()
-        loop.call_later(self._first_request_s, self._first_request_due, handler, transport)
+        due = loop.call_later(self._first_request_s, self._first_request_due, handler, transport)
+        self._waiting[handler] = due
 
     def _first_request_due(
         self, handler: web_protocol.RequestHandler, transport: asyncio.Transport
     ) -> None:
-        if handler in self._waiting:
-            self._waiting.discard(handler)
+        if self._waiting.pop(handler, None) is not None:
             transport.abort()
+
+    def _stop_waiting(self, handler: web_protocol.RequestHandler) -> None:
+        due = self._waiting.pop(handler, None)
+        if due is not None:
+            due.cancel()
 
     def connection_lost(
         self, handler: web_protocol.RequestHandler, exc: BaseException | None = None
     ) -> None:
-        self._waiting.discard(handler)
+        self._stop_waiting(handler)
         super().connection_lost(handler, exc)
 
 
 class Listener:
     """Serves ``handler`` on ``host:port`` (TLS when ``tls`` is given) until closed.
 
-    ``settled()`` waits until no request is being answered (idle keep-alive connections do
-    not count).
+    ``caps``: the connections kept open at once (``name`` says whose in the journal);
+    ``handshake_s``: the TLS handshake's deadline. ``settled()`` waits until no request is
+    being answered (idle keep-alive connections do not count).
     """
 
-    def __init__(self, handler: Handler, *, io_timeout_s: float) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        io_timeout_s: float,
+        caps: Caps,
+        name: str,
+        handshake_s: float = 5.0,
+    ) -> None:
         self._handler, self._io_timeout_s = handler, io_timeout_s
+        self._handshake_s = handshake_s
+        self.door = Door(caps, server=name)
+        """Open connections and refusals (read by tests and the daemon's counters)."""
         self._web: _Server | None = None
         self._server: asyncio.Server | None = None
+        self._watch: HandshakeWatch | None = None
+        self._handshaking = Handshaking()
         self._responding = 0
         self._settled = asyncio.Event()
         self._settled.set()
@@ -109,10 +139,21 @@ class Listener:
             access_log=None,
         )
         loop = asyncio.get_running_loop()
-        factory: Callable[[], asyncio.BaseProtocol] = self._web
-        if tls is not None:  # asyncio's TLS, with each handshake's outcome seen
-            factory = HandshakeWatch(self._web, tls, handshake_s=self._io_timeout_s)
-        self._server = await loop.create_server(factory, host, port)
+        door, web = self.door, self._web
+        if tls is None:
+            self._server = await loop.create_server(lambda: PlainGate(door, web), host, port)
+            return
+        watch = HandshakeWatch(web, tls, handshake_s=self._handshake_s)  # each outcome seen
+        handshaking = self._handshaking
+        self._watch = watch
+        self._server = await loop.create_server(
+            lambda: TlsGate(door, watch, handshaking), host, port
+        )
+
+    @property
+    def tls_built(self) -> int:
+        """TLS protocols built since start: one per admitted connection (0 without TLS)."""
+        return 0 if self._watch is None else self._watch.built
 
     async def settled(self) -> None:
         await self._settled.wait()
@@ -122,6 +163,8 @@ class Listener:
         if self._server is None or self._web is None:
             return
         self._server.close()
+        for _ in range(len(self._handshaking)):  # no request of theirs can be in progress
+            self._handshaking.push_out_oldest()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 await self.settled()

@@ -6,9 +6,9 @@ every digest itself and stores the images under their real names.
 
 Protocol: what a pull needs (``nodeagent.bundles.mirror.route``), HTTP/1.1 keep-alive on
 aiohttp (``nodeagent.adapters.http.listener``: bounded heads, deadlines, a TLS ClientHello
-answered 400 at once). Binds 127.0.0.1 only: the mirror is plain HTTP. The content, its
-allow-list, ``O_NOFOLLOW`` opens and the hash-while-sending pipeline are
-``nodeagent.adapters.http.content``'s; a rejected blob is logged
+answered 400 at once; at most ``CAPS`` connections at once). Binds 127.0.0.1 only: the
+mirror is plain HTTP. The content, its allow-list, ``O_NOFOLLOW`` opens and the
+hash-while-sending pipeline are ``nodeagent.adapters.http.content``'s; a rejected blob is logged
 (``bundle_blob_rejected``) and reported once (``rejections``, ``on_rejected``).
 """
 
@@ -22,6 +22,7 @@ import structlog
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
+from nodeagent.adapters.http.admission import Caps
 from nodeagent.adapters.http.content import ServedContent, answer, error
 from nodeagent.adapters.http.listener import Listener
 from nodeagent.adapters.http.streamer import DEFAULT_CHUNK_BYTES
@@ -34,6 +35,11 @@ LOOPBACK: Final = "127.0.0.1"
 """The only address the server binds: the mirror is plain HTTP."""
 IO_TIMEOUT_S: Final = 60.0
 """A first request, an idle keep-alive connection and a chunk's send end after this."""
+CAPS: Final = Caps(max_connections=256, max_per_source=256)
+"""Connections kept at once. Its only clients are local (CRI-O pulling ``[pull]
+concurrency`` images, at most 64, each a few layers at once and connections kept alive),
+all from 127.0.0.1, so one cap: a local process that opens many holds at most these, and
+the daemon's descriptors stay far below its LimitNOFILE (docs/decisions/0052)."""
 
 
 def as_request(request: BaseRequest) -> Request:
@@ -66,7 +72,7 @@ class BundleServer:
             io_timeout_s=IO_TIMEOUT_S,
             on_rejected=self._reject,
         )
-        self._listener = Listener(self._answer, io_timeout_s=IO_TIMEOUT_S)
+        self._listener = Listener(self._answer, io_timeout_s=IO_TIMEOUT_S, caps=CAPS, name="mirror")
         self._started = False
 
     @property

@@ -18,6 +18,10 @@ Bounds (``nodeagent.site.limits``): ``max_uploads`` blob downloads at once (503 
 two per client certificate (429 beyond), both with ``Retry-After``; all uploads under
 ``upload_max_bytes`` per second when set; ``request_timeout_s`` for a first request, an
 idle connection and each send step; bounded request heads; only GET and HEAD.
+Connections (``nodeagent.adapters.http.admission``, ``peer_caps``): at most
+``max_connections`` at once and ``max_connections_per_source`` from one address, from
+``allow_from`` when it is set, each refused one closed as soon as it is accepted, before
+any TLS object is built; a TLS handshake not done within ``handshake_timeout_s`` is cut.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import structlog
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
+from nodeagent.adapters.http.admission import Caps, Door, parse_networks
 from nodeagent.adapters.http.content import ServedContent, answer, error
 from nodeagent.adapters.http.listener import Listener
 from nodeagent.adapters.http.streamer import in_thread
@@ -46,6 +51,7 @@ from nodeagent.bundles.manifest import (
     ExpectedFile,
 )
 from nodeagent.bundles.mirror import ErrorAnswer, ServedCounters
+from nodeagent.config.site import SiteSettings
 from nodeagent.errors import NodeAgentError, StoreBlobCorrupt
 from nodeagent.site.holdings import Holdings, have_of, holding_of, render_have, render_holdings
 from nodeagent.site.limits import RETRY_AFTER_S, TokenBucket, UploadSlots
@@ -69,6 +75,15 @@ PACED_STEP_BYTES: Final = 64 << 10
 """Send step under a bandwidth cap (each step waits for its share)."""
 _JSON: Final = {"Content-Type": "application/json"}
 _OCTETS: Final = {"Content-Type": "application/octet-stream"}
+
+
+def peer_caps(site: SiteSettings) -> Caps:
+    """The peer server's connection caps from ``[site]`` (its values checked at load)."""
+    networks = parse_networks(site.allow_from)
+    return Caps(site.max_connections, site.max_connections_per_source, networks)
+
+
+_DEFAULTS: Final = SiteSettings()
 
 
 def _peer_of(request: BaseRequest) -> tuple[str, str]:
@@ -96,6 +111,8 @@ class PeerServer:
         max_uploads: int,
         upload_max_bytes: int,
         request_timeout_s: float,
+        caps: Caps | None = None,
+        handshake_timeout_s: float = _DEFAULTS.handshake_timeout_s,
         chunk_bytes: int = CHUNK_BYTES,
         offer_ttl_s: float = OFFER_TTL_S,
         on_corrupt: Callable[[str], object] | None = None,
@@ -115,7 +132,13 @@ class PeerServer:
             pace=self._pace if upload_max_bytes else None,
             step_bytes=PACED_STEP_BYTES if upload_max_bytes else None,
         )
-        self._listener = Listener(self._answer, io_timeout_s=request_timeout_s)
+        self._listener = Listener(
+            self._answer,
+            io_timeout_s=request_timeout_s,
+            caps=caps or peer_caps(_DEFAULTS),
+            name="peer",
+            handshake_s=handshake_timeout_s,
+        )
         self.release_files = ReleaseSignatureFiles(store_root)
         """Release signature files by listed path; each bundle.json parsed once per version."""
         self._offer = StoreOffer({}, {}, frozenset())
@@ -134,6 +157,16 @@ class PeerServer:
     def counters(self) -> ServedCounters:
         return self._content.counters
 
+    @property
+    def door(self) -> Door:
+        """The connections open now and those refused since start."""
+        return self._listener.door
+
+    @property
+    def tls_built(self) -> int:
+        """TLS protocols built since start (one per admitted connection)."""
+        return self._listener.tls_built
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         if self._upload_max_bytes:
@@ -149,6 +182,8 @@ class PeerServer:
             blobs=len(offer.blobs),
             max_uploads=self.slots.max_uploads,
             upload_max_bytes=self._upload_max_bytes or "unlimited",
+            max_connections=self.door.caps.max_connections,
+            max_connections_per_source=self.door.caps.max_per_source,
         )
 
     async def close(self, *, grace_s: float = 10.0) -> None:
