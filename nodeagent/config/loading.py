@@ -334,6 +334,7 @@ BOUNDS: dict[str, Bounds] = {
     "site.upload_max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
     "site.fetch_concurrency": Bounds(1, 16),
     "site.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "site.fetch_min_rate_bytes": Bounds(1 << 10, 1 << 30, unit="bytes"),
 }
 """Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""
 

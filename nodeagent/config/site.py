@@ -63,3 +63,10 @@ class SiteSettings:
     request_timeout_s: float = 60.0
     """A peer request (either side) that makes no progress for this long is dropped and the
     peer is dropped for that bundle. Default 60. Range: greater than 0 and at most 3600 seconds."""
+    fetch_min_rate_bytes: int = 64 << 10
+    """The slowest a peer may send, in bytes per second, measured over 5 s windows; each
+    request also has a total deadline of 10 s + 10 s + its size at this rate. A slower peer
+    is cut off, dropped for the bundle and demoted (docs/site.md, "Fetch"), so a peer that
+    sends a byte now and then never holds a fetch. Keep it below the peers'
+    ``upload_max_bytes`` / ``max_uploads``. Default 64 KiB (512 kbit/s). Range: from 1024 to
+    1073741824 bytes."""
