@@ -40,6 +40,8 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "peer_blob_corrupt": "c01154e9ca4f47aa89026501d7494e7b",
     "peer_tls_reload_failed": "28369d1c7af44186a16ad0d9b2cdb997",
     "peer_holdings_invalid": "4ed92602dce34ccfa5473ecfea469d61",
+    "peer_address_claimed_twice": "24b945c65373fa006a1edd7c71a2b55c",
+    "peer_demoted": "e7408acf5c1cb8cf5ff494aa0ce0858b",
     "site_holdings_unavailable": "9980cf66a788482399983c898fcce4c6",
     "site_holdings_not_published": "c80758574c9a461b8ccde1a6c0f82e6a",
     "site_address_unknown": "5689e46bd36744668c8cd1f812f1365f",

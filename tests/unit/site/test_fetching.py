@@ -266,3 +266,23 @@ def test_the_schedule_never_breaks_its_bounds(
         assert set(plan.in_flight) <= set(plan.needed)
         if plan.blocked() is not None:
             assert not plan.in_flight and all(p.dropped for p in plan.peers.values())
+
+
+def test_a_peer_saying_it_is_idle_is_not_preferred_once_it_failed_or_sent_slowly() -> None:
+    """``uploads.active`` is a hint: a peer reporting 0 (a lie, or the truth of a peer that
+    cannot send) loses to a busy one this node measured fast, or to any once it failed."""
+    plan = schedule({D1: 10}, {A: (EVERY, 0), B: (EVERY, 2)})
+    plan.standings.served(A, 64 << 10, 1.0)  # A: 64 KiB/s
+    plan.standings.served(B, 10 << 20, 1.0)  # B: 10 MiB/s
+    assert plan.assign(0.0) == [(D1, B)]
+    plan = schedule({D1: 10}, {A: (EVERY, 0), B: (EVERY, 2)})
+    plan.standings.failed(A, 0.0)
+    assert plan.assign(0.0) == [(D1, B)]
+
+
+def test_a_reported_load_is_believed_up_to_the_uploads_the_peer_says_it_serves() -> None:
+    plan = schedule({D1: 10}, {})
+    for address, active in ((A, 200), (B, 3)):
+        plan.add_peer(address)
+        plan.learn(address, have=EVERY, reported_active=active, uploads_max=3)
+    assert plan.peers[A].load == 3 == plan.peers[B].load
