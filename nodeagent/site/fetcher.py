@@ -129,7 +129,7 @@ class BundleFetcher:
             key = (offer.bundle_id, offer.manifest_digest)
             if held.get(offer.bundle_id) == (offer.manifest_digest, True):
                 continue
-            if not self._is_due(key):
+            if not self._is_due(key) or not self._still_offered(offer):
                 continue
             # an unfinished fetch of this very manifest is not "held": it is resumed
             facts_held = {i: d for i, (d, _) in held.items() if (i, d) != key}
@@ -139,6 +139,16 @@ class BundleFetcher:
     def _is_due(self, key: tuple[str, str]) -> bool:
         memo = self._memo.get(key)
         return memo is None or self.ports.clock() >= memo.until_s
+
+    def _still_offered(self, offer: Offer) -> bool:
+        """Whether a holder not demoted (nor failed for it) is left: a peer demoted during
+        this look gets none of its other offers looked at (a liar listing 4096 invented
+        digests costs one manifest, not 4096)."""
+        now_s = self.ports.clock()
+        failed = self._failed_from.get(offer.manifest_digest) or frozenset()
+        return offer.manifest_digest not in self._bad and any(
+            a not in failed and not self.standings.is_demoted(a, now_s) for a in offer.holders
+        )
 
     def _offers(self, views: dict[str, list[tuple[str, str]]]) -> list[Offer]:
         now_s = self.ports.clock()

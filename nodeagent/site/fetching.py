@@ -16,7 +16,8 @@ of our requests are in flight to it. ``assign`` hands out blobs:
   (``standing.PeerStandings.seconds_per_blob``: demoted peers last, then our requests in
   flight to it plus its own ``uploads.active``, a hint clamped to its ``uploads.max``, at
   its measured rate), ties broken at random: a peer that says it is idle but failed or
-  sends slowly is not preferred;
+  sends slowly is not preferred, and a demoted one is asked only for a blob no other
+  peer has;
 * a peer that was dropped (wrong bytes, a failure, a timeout, a garbage answer) is never
   asked again for this bundle; one that answered 429/503 is skipped until its
   ``Retry-After``; a blob no usable peer has yet waits for the next ``have`` refresh.
@@ -77,6 +78,8 @@ class PeerState:
     dropped: str | None = None
     """Why it was dropped for this bundle; None while it may be asked."""
 
+    has_answered: bool = False
+    """Whether its ``have`` (or holdings without this bundle) came at least once."""
     reported_max: int = PER_PEER
     """``uploads.max`` of its last holdings: its ``uploads.active`` is believed up to this."""
 
@@ -133,7 +136,7 @@ class FetchSchedule:
             {address: PeerState(address) for address in peers},
             max(1, concurrency),
             rng or random.Random(),  # noqa: S311  (spreading load, not secrecy)
-            standings=standings or PeerStandings(),
+            standings=PeerStandings() if standings is None else standings,
         )
 
     # ------------------------------------------------------------ what is known
@@ -159,6 +162,7 @@ class FetchSchedule:
         peer = self.peers.get(address)
         if peer is not None and peer.dropped is None:
             peer.have, peer.reported_active = have, reported_active
+            peer.has_answered = True
             peer.fetching = fetching
             if uploads_max is not None:
                 peer.allowed = per_peer(uploads_max)
@@ -212,7 +216,12 @@ class FetchSchedule:
         return sorted(waiting, key=order)
 
     def _least_busy(self, digest: str, now_s: float) -> PeerState | None:
-        candidates = [p for p in self.peers.values() if p.is_usable(now_s) and digest in p.have]
+        holders = [p for p in self.peers.values() if p.dropped is None and digest in p.have]
+        fresh = [p for p in holders if not self.standings.is_demoted(p.address, now_s)]
+        if not fresh and not self._others_answered(now_s):
+            return None  # a peer not demoted may have it: wait for its first have
+        # a demoted peer only for a blob no other peer has (not when those are busy)
+        candidates = [p for p in fresh or holders if p.is_usable(now_s)]
         if not candidates:
             return None
         known = self.standings.measured([p.address for p in candidates])
@@ -223,6 +232,14 @@ class FetchSchedule:
         best = min(key for key, _ in keyed)
         tied = sorted((p for key, p in keyed if key == best), key=lambda p: p.address)
         return self.rng.choice(tied)
+
+    def _others_answered(self, now_s: float) -> bool:
+        """Whether every peer not dropped nor demoted told its ``have`` at least once."""
+        return all(
+            p.has_answered
+            for p in self.peers.values()
+            if p.dropped is None and not self.standings.is_demoted(p.address, now_s)
+        )
 
     def _release(self, digest: str) -> str | None:
         address = self.in_flight.pop(digest, None)

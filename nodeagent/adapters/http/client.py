@@ -259,9 +259,11 @@ class _Answer:
                     ssl=self._client.context(),
                     allow_redirects=False,
                 )
-        except TimeoutError as err:
+        except aiohttp.ClientError as err:  # its connect timeout among them
+            raise _unreachable(self._address, err) from err
+        except TimeoutError as err:  # the head's deadline (an OSError: caught before)
             raise PeerTooSlow(f"peer {self._address}: no answer head within {head_s:g} s") from err
-        except (aiohttp.ClientError, OSError, ssl.SSLError) as err:
+        except (OSError, ssl.SSLError) as err:
             raise _unreachable(self._address, err) from err
         return self._response
 
@@ -317,10 +319,12 @@ async def _paced(address: str, response: aiohttp.ClientResponse, pace: Pace, cou
     try:
         async with asyncio.timeout(pace.time_left_s()):
             chunk = await response.content.read(count)
-    except (aiohttp.ClientError, OSError) as err:  # its no-progress timeout among them
+    except aiohttp.ClientError as err:  # its no-progress timeout among them
         raise _unreachable(address, err) from err
-    except TimeoutError:
+    except TimeoutError:  # the pace's own (a TimeoutError is an OSError: caught before)
         raise PeerTooSlow(f"peer {address} sent {pace.describe()}") from None
+    except OSError as err:
+        raise _unreachable(address, err) from err
     pace.read(len(chunk), loop.time() - started_s)
     return chunk
 
