@@ -85,7 +85,9 @@ class Kit:
         bundles: list[Signed],
         mode: str,
         name: str,
+        *,
         port: int = SITE_PORT,
+        armed_by: Path | None = None,
     ) -> ScriptedPeer:
         addr = host.address if host is not None else "127.0.0.1"
         pem = write_pem_bundle(self.tmp / f"{name}.pem", issue_node_cert(self.ca, name, [addr]))
@@ -98,6 +100,7 @@ class Kit:
             port=port,
             mode=mode,
             prefix=host.exec_prefix if host is not None else None,
+            armed_by=armed_by,
         )
 
 
@@ -271,3 +274,63 @@ async def test_a_peer_inventing_digests_gets_one_manifest_asked_and_bounded_tabl
     sizes = [table() for table in tables]
     assert all(size <= max(MAX_MEMO, MAX_DIGESTS, MAX_PEERS) for size in sizes), sizes
     assert sizes == [1, 1, 0, 0, 1], sizes
+
+
+def fan_out_seconds(
+    kit: Kit, net: SiteNetwork, bundle: Signed, extra: list[str], tag: str
+) -> tuple[float, list[str]]:
+    """Node 0 gets ``bundle`` in its store once every node runs (and the scripted peers
+    start offering it: ``kit.tmp / "armed"``); the seconds until nodes 1-3 all fetched it
+    (their own daemons, from node 0 and each other, and ``extra``), and their logs."""
+    nodes = nodes_of(kit, net, 4, extra, tag)
+    bundle_id = bundle.manifest.bundle_id
+    with closing_all(*nodes):
+        for node in nodes:
+            node.start()
+        for node in nodes:
+            node.wait_listening()
+        started = time.monotonic()
+        (kit.tmp / "armed").touch()
+        copy_bundle(store_of(nodes[0]), bundle.root, bundle.manifest, kit.keys.trusted_dir)
+        for node in nodes[1:]:
+            wait_for(
+                lambda node=node: fetched(node, bundle_id),  # type: ignore[misc]
+                timeout_s=240,
+                interval_s=0.1,
+                what=f"{node.name} fetching ({tag})",
+                detail=lambda node=node: log_tail(node.log_path),  # type: ignore[misc]
+            )
+        seconds = time.monotonic() - started
+        for node in nodes[1:]:
+            assert_verified_copy(node, bundle)
+        return seconds, [node.current_run_log() for node in nodes[1:]]
+
+
+@pytest.mark.security_long
+@pytest.mark.timeout(900)
+def test_the_fan_out_with_a_liar_and_a_dripper_takes_at_most_1_2_times_as_long(kit: Kit) -> None:
+    """One source, three fetching nodes, 16 Mbit/s links, a 32 MiB bundle of 16 blobs; the
+    attacked run (a liar publishing the bundle under a fake digest that wins the old tie,
+    and a dripper saying it is idle and sending a byte every 2 s) first, then the same
+    fan-out without them, on fresh stores in the same network."""
+    layers = [(2 * MIB, 100 + i) for i in range(16)]
+    bundle = kit.bundle("site-fanout", layers)
+    with started_network(6, rate_mbit=16) as net:
+        armed = kit.tmp / "armed"
+        liar = kit.scripted(net.hosts[4], [bundle], "fake-digest", "liar", armed_by=armed)
+        dripper = kit.scripted(net.hosts[5], [bundle], "drip", "dripper", armed_by=armed)
+        with closing_all(liar, dripper):
+            attacked, logs = fan_out_seconds(
+                kit, net, bundle, [liar.address, dripper.address], "attacked"
+            )
+        clean, _ = fan_out_seconds(kit, net, bundle, [], "clean")
+    ratio = attacked / clean
+    print(
+        f"fan-out of 32 MiB to 3 nodes at 16 Mbit/s: {clean:.1f} s without, {attacked:.1f} s "
+        f"with a lying and a dripping peer: {ratio:.2f}x; dripper asked for "
+        f"{len(dripper.requests('/blobs/'))} blobs, liar for "
+        f"{len(liar.manifests_asked())} manifests"
+    )
+    assert dripper.requests("/blobs/"), "the dripper was never asked: no attack happened"
+    assert any(f"peer={dripper.address} reason=PeerTooSlow" in log for log in logs), logs
+    assert ratio <= 1.2

@@ -17,6 +17,9 @@ certificate of the site required), for the signed bundles in the ``BUNDLE_DIR``s
 * ``many-fakes``: publishes ``--count`` bundle ids, each under a digest that changes with
   every holdings request (a peer inventing digests to grow a fetcher's memory).
 
+``--armed-by FILE``: its holdings list nothing until FILE exists (a timed test starts the
+attack when the honest source gets the bundle).
+
 It prints ``ready`` once listening, then one line per request: ``GET <path> from <ip>``.
 It writes no file and ends when killed.
 """
@@ -72,8 +75,11 @@ class Offered:
 
 
 class Peer:
-    def __init__(self, bundle_dirs: list[Path], mode: str, drip_s: float, count: int) -> None:
+    def __init__(
+        self, bundle_dirs: list[Path], mode: str, drip_s: float, count: int, armed_by: str
+    ) -> None:
         self.mode, self.drip_s, self.count = mode, drip_s, count
+        self.armed_by = Path(armed_by) if armed_by else None
         offered = [Offered(d, is_fake=mode == "fake-digest") for d in bundle_dirs]
         self.bundles = {o.manifest.bundle_id: o for o in offered}
         self.first = offered[0]
@@ -86,6 +92,8 @@ class Peer:
                 BundleHolding(f"fake-{i:04d}", digest_of(b"%d-%d" % (turn, i)), 1, 1, 1, 1)
                 for i in range(self.count)
             )
+        elif self.armed_by is not None and not self.armed_by.exists():
+            bundles = ()  # not offering yet
         else:
             bundles = tuple(o.holding() for o in self.bundles.values())
         return render_holdings(Holdings("scripted-peer", 0, 3, bundles))
@@ -139,7 +147,8 @@ async def serve(args: argparse.Namespace) -> None:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=args.ca)
     context.load_cert_chain(args.pem)
     context.verify_mode = ssl.CERT_REQUIRED
-    peer = Peer([Path(d) for d in args.bundle_dir.split(",")], args.mode, args.drip_s, args.count)
+    dirs = [Path(d) for d in args.bundle_dir.split(",")]
+    peer = Peer(dirs, args.mode, args.drip_s, args.count, args.armed_by)
     server = await asyncio.start_server(peer.handle, args.addr, args.port, ssl=context)
     print("ready", flush=True)
     async with server:
@@ -154,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--drip-s", type=float, default=2.0)
     parser.add_argument("--count", type=int, default=4096)
+    parser.add_argument("--armed-by", default="", help="offer nothing until this file exists")
     asyncio.run(serve(parser.parse_args(argv)))
     return 0
 
@@ -179,6 +189,7 @@ class ScriptedPeer:
         prefix: list[str] | None = None,
         drip_s: float = 2.0,
         count: int = 4096,
+        armed_by: Path | None = None,
     ) -> None:
         self.address = f"{addr}:{port}"
         self.log_path = workdir / f"scripted-peer-{mode}-{port}.log"
@@ -187,7 +198,7 @@ class ScriptedPeer:
         command = [
             *(prefix or []), sys.executable, "-m", "tests.testenv.lying_peer",
             ",".join(map(str, bundle_dirs)), str(pem), str(ca), addr, str(port), "--mode", mode,
-            "--drip-s", str(drip_s), "--count", str(count),
+            "--drip-s", str(drip_s), "--count", str(count), "--armed-by", str(armed_by or ""),
         ]  # fmt: skip
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
