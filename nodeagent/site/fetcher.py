@@ -2,12 +2,15 @@
 and pinned from the store exactly as after a stick (docs/site.md, "Fetch").
 
 ``BundleFetcher.look`` takes the peers' view (``discovery.PeerView``; a static peer's
-holdings are asked over HTTPS), finishes first what a previous run left unfinished (a
-bundle directory with its signed manifest and no record), then, per bundle id a peer
-offers that this node does not hold: the signed manifest and its signature from a peer
-holding it, verified against this node's own keys (``FetchStorePort.verify``; a peer is
-never trusted), the follow rule (``follow.decide``), the store's admission, and the
-fetch itself, one bundle at a time:
+holdings are asked over HTTPS, each peer on its own: ``asking``), finishes first what a
+previous run left unfinished (a bundle directory with its signed manifest and no record),
+then, per bundle id the peers offer that this node does not hold, every manifest digest
+offered for it in the order ``offers`` gives (a peer is never trusted: a node with a valid
+certificate may publish any id under a digest of its own): the signed manifest and its
+signature from a holder, verified against this node's own keys
+(``FetchStorePort.verify``; a holder whose pair fails is not asked for that digest again
+and is demoted, ``standing``), the follow rule (``follow.decide``), the store's
+admission, and the fetch itself, one bundle at a time:
 
 * the blobs still missing, scheduled over the peers holding that manifest
   (``fetching.FetchSchedule``), ``[site] fetch_concurrency`` at once, each verified by
@@ -15,14 +18,16 @@ fetch itself, one bundle at a time:
 * a release bundle's signature files (``release_files``), checked against ``files[]``;
 * each peer's ``have`` (which blobs it holds) and load (``uploads.active``) asked again
   every ``have_refresh_s`` while the fetch runs;
-* a peer that fails, stalls, sends wrong bytes or a garbage answer is dropped for that
-  bundle (``bundle_fetch_peer_dropped``); one that answers 429/503 is asked again after
+* a peer that fails, stalls, is too slow (the client's minimum rate and deadlines), sends
+  wrong bytes or a garbage answer is dropped for that bundle and demoted
+  (``bundle_fetch_peer_dropped``); one that answers 429/503 is asked again after
   its ``Retry-After``; no peer left, or no progress for ``stall_s``: ``NoPeerLeft``, the
   bundle is tried again later (backoff, ``retry_after_s``), resuming what is stored.
 
 A decision not to follow, a signature that does not verify and a store that refuses are
 reported once per bundle and manifest (journal and status) and looked at again after
-``recheck_s`` (keys or space may change). Ports: ``PeerClientPort``
+``recheck_s`` (keys or space may change). Every table kept per bundle, digest or peer is
+bounded (``standing.Lru``). Ports: ``PeerClientPort``
 (``adapters.http.client``), ``FetchStorePort`` (``adapters.store.fetched``); the import is
 the importer's ``import_stored``, handed in by the daemon.
 """
