@@ -228,6 +228,32 @@ def test_a_dripping_peer_that_says_it_is_idle_is_cut_and_not_asked_again(kit: Ki
     assert seconds < 40  # 59 s a byte held it for ever before; 5 s windows now
 
 
+@pytest.mark.timeout(180)
+def test_a_peer_dripping_its_holdings_holds_no_look(kit: Kit) -> None:
+    """The static peers' holdings are asked each on its own: a look waits 3 s at most for
+    a peer that sends them a byte every 2 s, then goes on with the others (it waited for
+    all of them, for ever, before)."""
+    bundle = kit.bundle("site-drip-looks", [(MIB, 31), (MIB, 32)])
+    with started_network(3) as net:
+        dripper = kit.scripted(net.hosts[2], [bundle], "drip-all", "dripper")
+        nodes = nodes_of(kit, net, 2, [dripper.address], "c")
+        copy_bundle(store_of(nodes[0]), bundle.root, bundle.manifest, kit.keys.trusted_dir)
+        with closing_all(dripper, *nodes):
+            for node in nodes:
+                node.start()
+            started = time.monotonic()
+            wait_for(
+                lambda: fetched(nodes[1], "site-drip-looks"),
+                timeout_s=60,
+                what="node 1 fetching past the dripping holdings",
+                detail=lambda: log_tail(nodes[1].log_path),
+            )
+            seconds = time.monotonic() - started
+    assert dripper.requests("/holdings"), "the dripper was never asked: no attack happened"
+    assert dripper.requests("/bundle.json") == []  # it never got to offer anything
+    assert seconds < 30, seconds
+
+
 def loopback_fetcher(kit: Kit, store: Path) -> tuple[BundleFetcher, PeerClient]:
     pem = write_pem_bundle(kit.tmp / "fetcher.pem", issue_node_cert(kit.ca, "fetcher", []))
     client = PeerClient(
