@@ -47,6 +47,8 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "peer_report_not_confirmed": "1909df8b584d4632ad2c3b8aae272899",
     "peer_report_not_delivered": "d76dbe66cd0c4316983f41e7fc6fd6a9",
     "peer_holdings_invalid": "4ed92602dce34ccfa5473ecfea469d61",
+    "peer_address_claimed_twice": "24b945c65373fa006a1edd7c71a2b55c",
+    "peer_demoted": "e7408acf5c1cb8cf5ff494aa0ce0858b",
     "site_holdings_unavailable": "9980cf66a788482399983c898fcce4c6",
     "site_holdings_not_published": "c80758574c9a461b8ccde1a6c0f82e6a",
     "site_address_unknown": "5689e46bd36744668c8cd1f812f1365f",

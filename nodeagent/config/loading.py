@@ -343,6 +343,7 @@ BOUNDS: dict[str, Bounds] = {
     "site.handshake_timeout_s": Bounds(0, 60, is_low_open=True, unit="seconds"),
     "site.max_connections": Bounds(1, 1024),
     "site.max_connections_per_source": Bounds(1, 1024),
+    "site.fetch_min_rate_bytes": Bounds(1 << 10, 1 << 30, unit="bytes"),
 }
 """Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""
 

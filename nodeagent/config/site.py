@@ -87,3 +87,10 @@ class SiteSettings:
     (``connections_refused``). ``[]`` (default): any source, as the site's network is
     site-specific; the same list in the peer unit's ``IPAddressAllow=`` has the kernel drop
     them before nodeagent sees them (docs/site.md, "Connections")."""
+    fetch_min_rate_bytes: int = 64 << 10
+    """The slowest a peer may send, in bytes per second, measured over 5 s windows; each
+    request also has a total deadline of 10 s + 10 s + its size at this rate. A slower peer
+    is cut off, dropped for the bundle and demoted (docs/site.md, "Fetch"), so a peer that
+    sends a byte now and then never holds a fetch. Keep it below the peers'
+    ``upload_max_bytes`` / ``max_uploads``. Default 64 KiB (512 kbit/s). Range: from 1024 to
+    1073741824 bytes."""

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from nodeagent.adapters.http.client import PeerClient
+from nodeagent.adapters.http.client import PeerClient, RequestBounds
 from nodeagent.adapters.http.tls import ReloadingClientTls
 from nodeagent.adapters.store.fetched import FetchStore
 from nodeagent.config import Config
@@ -60,7 +60,8 @@ async def follow_peers(wiring: Wiring) -> None:
     tls = await asyncio.to_thread(
         ReloadingClientTls, site.client_cert_file, site.client_key_file, site.ca_file
     )
-    client = PeerClient(tls, request_timeout_s=site.request_timeout_s)
+    bounds = RequestBounds(min_rate_bytes_s=site.fetch_min_rate_bytes)
+    client = PeerClient(tls, request_timeout_s=site.request_timeout_s, bounds=bounds)
     limits = node_store(config).limits
     keys_dir = config.bundles.trusted_keys_dir
     store = FetchStore(config.store_dir, keys_dir, limits, fills=site.fetch_concurrency)
@@ -120,5 +121,6 @@ async def follow_peers(wiring: Wiring) -> None:
                 async with asyncio.timeout(wait_s):
                     await directory.changed(version)
     finally:
+        await fetcher.close()
         await client.close()
         store.close()

@@ -21,6 +21,7 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   │   └── NodeDiskPressure        NodeDiskPressure
     │   ├── PeerAnswerInvalid           PeerAnswerInvalid (a peer's document is malformed)
     │   ├── PeerUnreachable             PeerUnreachable (a peer failed, stalled or refused TLS)
+    │   │   └── PeerTooSlow             PeerTooSlow (under the minimum rate, past the deadline)
     │   ├── PeerBusy                    PeerBusy (a peer answered 429/503: ask it later)
     │   ├── MetricsListenFailed         MetricsListenFailed ([metrics] listen cannot be bound)
     │   └── BundleFetchFailed           NoPeerLeft (every peer was dropped; tried again later)
@@ -157,6 +158,7 @@ from nodeagent.errors.site import NodeNotReady as NodeNotReady
 from nodeagent.errors.site import PeerAnswerInvalid as PeerAnswerInvalid
 from nodeagent.errors.site import PeerBusy as PeerBusy
 from nodeagent.errors.site import PeerHoldingsInvalid as PeerHoldingsInvalid
+from nodeagent.errors.site import PeerTooSlow as PeerTooSlow
 from nodeagent.errors.site import PeerUnreachable as PeerUnreachable
 from nodeagent.errors.site import PoolMembershipInvalid as PoolMembershipInvalid
 from nodeagent.errors.site import StoreBlobCorrupt as StoreBlobCorrupt

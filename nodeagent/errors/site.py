@@ -30,6 +30,14 @@ class PeerUnreachable(TransientError):
     default_retry_after_s = 30.0
 
 
+class PeerTooSlow(PeerUnreachable):
+    """A peer sent its answer slower than ``[site] fetch_min_rate_bytes`` a second (over a
+    few seconds), or not whole within the request's deadline: a peer that sends a byte now
+    and then is cut off, dropped for the bundle and demoted for a while."""
+
+    reason = "PeerTooSlow"
+
+
 class PeerBusy(TransientError):
     """A peer answered 429 or 503 (too many uploads): it is asked again after its
     ``Retry-After``, other peers meanwhile."""

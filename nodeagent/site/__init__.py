@@ -4,8 +4,12 @@ Pure rules first: which bundles a node follows, what its store holds as peers se
 which peer to ask for which blob. Modules: ``discovery`` (what this node publishes, the
 merged peer view, the ``PeerDirectory`` port the fetcher reads), ``publishing`` (the
 cluster-mode tasks: the holdings publisher and the peer watcher, decision 0029),
-``fetching`` (which blob from which peer, pure), ``transfer`` (one bundle's blobs from
-the peers into the store) and ``fetcher`` (the follow loop's service).
+``offers`` (which signed manifests to look at, in which order, pure), ``standing`` (what
+this node measured of its peers: demotion, rates; the bounded ``Lru``, pure), ``fetching``
+(which blob from which peer, pure), ``asking`` (the static peers' holdings, each peer on
+its own), ``transfer`` (one bundle's blobs from the peers into the store), ``imports``
+(fetched bundles on their way to the import) and ``fetcher`` (the follow loop's service).
+A peer is never trusted (docs/decisions/0053).
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
 

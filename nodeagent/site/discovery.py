@@ -7,6 +7,10 @@
   InternalIP with the port of ``[site] listen``).
 * ``merge_peers``: the published holdings of the other nodes merged with the static
   ``[site] peers`` into one view; ``PeerDirectory`` is the port the fetcher reads it from.
+  A peer is the server at an address (its certificate names that address), not what an
+  object says of it: two objects that name one address are both unproven claims, so
+  that address is listed once, as a static peer is (its holdings asked from the server
+  itself), never as one object's bundles hiding the other's (``shared_addresses``).
 * ``bundle_steps``: the bundle steps a status reports; a change of them (not of progress)
   is what makes the publisher look at the store again.
 """
@@ -134,11 +138,18 @@ def merge_peers(
     peer: neither its object nor a static address equal to the one it publishes."""
     every = list(published)
     own = {_normal(h.address) for h in every if h.node == own_node and h.address}
+    shared = shared_addresses(every, own_node)
     found = sorted(
         (h for h in every if h.node != own_node and h.is_serving and h.address),
         key=lambda h: h.node,
     )
-    views = [PeerView(_normal(h.address), h.node, h.bundles) for h in found]
+    views = []
+    for holdings in found:
+        address = _normal(holdings.address)
+        if address in own or address in shared:
+            continue  # nobody's claim is believed: asked below, as a static peer
+        views.append(PeerView(address, holdings.node, holdings.bundles))
+    views += [PeerView(address) for address in sorted(shared) if address not in own]
     known = own | {v.address for v in views}
     for address in static:
         normal = _normal(address)
@@ -146,6 +157,18 @@ def merge_peers(
             views.append(PeerView(normal))
             known.add(normal)
     return tuple(views)
+
+
+def shared_addresses(published: Iterable[Holdings], own_node: str) -> dict[str, list[str]]:
+    """Address → the nodes whose serving holdings name it, for each address two or more
+    other nodes claim (a copied object, or a node posing as another)."""
+    claims: dict[str, list[str]] = {}
+    for holdings in published:
+        if holdings.node != own_node and holdings.is_serving and holdings.address:
+            address = _normal(holdings.address)
+            if address:
+                claims.setdefault(address, []).append(holdings.node)
+    return {a: sorted(nodes) for a, nodes in claims.items() if len(nodes) > 1}
 
 
 class PeerDirectory(Protocol):

@@ -2,12 +2,15 @@
 and pinned from the store exactly as after a stick (docs/site.md, "Fetch").
 
 ``BundleFetcher.look`` takes the peers' view (``discovery.PeerView``; a static peer's
-holdings are asked over HTTPS), finishes first what a previous run left unfinished (a
-bundle directory with its signed manifest and no record), then, per bundle id a peer
-offers that this node does not hold: the signed manifest and its signature from a peer
-holding it, verified against this node's own keys (``FetchStorePort.verify``; a peer is
-never trusted), the follow rule (``follow.decide``), the store's admission, and the
-fetch itself, one bundle at a time:
+holdings are asked over HTTPS, each peer on its own: ``asking``), finishes first what a
+previous run left unfinished (a bundle directory with its signed manifest and no record),
+then, per bundle id the peers offer that this node does not hold, every manifest digest
+offered for it in the order ``offers`` gives (a peer is never trusted: a node with a valid
+certificate may publish any id under a digest of its own): the signed manifest and its
+signature from a holder, verified against this node's own keys
+(``FetchStorePort.verify``; a holder whose pair fails is not asked for that digest again
+and is demoted, ``standing``), the follow rule (``follow.decide``), the store's
+admission, and the fetch itself, one bundle at a time:
 
 * the blobs still missing, scheduled over the peers holding that manifest
   (``fetching.FetchSchedule``), ``[site] fetch_concurrency`` at once, each verified by
@@ -15,14 +18,16 @@ fetch itself, one bundle at a time:
 * a release bundle's signature files (``release_files``), checked against ``files[]``;
 * each peer's ``have`` (which blobs it holds) and load (``uploads.active``) asked again
   every ``have_refresh_s`` while the fetch runs;
-* a peer that fails, stalls, sends wrong bytes or a garbage answer is dropped for that
-  bundle (``bundle_fetch_peer_dropped``); one that answers 429/503 is asked again after
+* a peer that fails, stalls, is too slow (the client's minimum rate and deadlines), sends
+  wrong bytes or a garbage answer is dropped for that bundle and demoted
+  (``bundle_fetch_peer_dropped``); one that answers 429/503 is asked again after
   its ``Retry-After``; no peer left, or no progress for ``stall_s``: ``NoPeerLeft``, the
   bundle is tried again later (backoff, ``retry_after_s``), resuming what is stored.
 
 A decision not to follow, a signature that does not verify and a store that refuses are
 reported once per bundle and manifest (journal and status) and looked at again after
-``recheck_s`` (keys or space may change). Ports: ``PeerClientPort``
+``recheck_s`` (keys or space may change). Every table kept per bundle, digest or peer is
+bounded (``standing.Lru``). Ports: ``PeerClientPort``
 (``adapters.http.client``), ``FetchStorePort`` (``adapters.store.fetched``); the import is
 the importer's ``import_stored``, handed in by the daemon.
 """
@@ -30,7 +35,8 @@ the importer's ``import_stored``, handed in by the daemon.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -38,12 +44,26 @@ import structlog
 
 from nodeagent.bundles import minisign
 from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES
-from nodeagent.errors import BundleFetchFailed, NodeAgentError, PeerAnswerInvalid
+from nodeagent.errors import (
+    BundleFetchFailed,
+    BundleManifestInvalid,
+    NodeAgentError,
+    PeerAnswerInvalid,
+    PeerBusy,
+    PeerUnreachable,
+    SignatureInvalid,
+    SignatureMalformed,
+    SignatureMissing,
+)
 from nodeagent.progress import ProgressMeter
+from nodeagent.site.asking import AskedViews
 from nodeagent.site.discovery import PeerView
 from nodeagent.site.fetching import FetchSchedule, SignedBundle
 from nodeagent.site.follow import FollowDecision, decide
+from nodeagent.site.imports import MAX_MEMO, FetchedImports, source
+from nodeagent.site.offers import Offer, offers
 from nodeagent.site.release_files import fetch_release_files
+from nodeagent.site.standing import Lru, PeerStandings
 from nodeagent.site.transfer import MESSAGE_CHARS, FetcherPorts, FetchRun
 from nodeagent.status import BundleReport
 from nodeagent.strict import clip
@@ -53,31 +73,12 @@ log = structlog.get_logger(__name__)
 
 SIGNATURE_NAME: Final = "bundle.json.minisig"
 MANIFEST_NAME: Final = "bundle.json"
-PENDING: Final = "fetched-imports"
-"""The state document of fetched bundles waiting for their import."""
-
-
-@dataclass(frozen=True, slots=True)
-class Offer:
-    """One bundle as the peers offer it: the manifest digest most of them hold, and who."""
-
-    bundle_id: str
-    manifest_digest: str
-    holders: tuple[str, ...]
-
-
-def offers(views: Mapping[str, Sequence[tuple[str, str]]]) -> list[Offer]:
-    """Peer address → (bundle id, manifest digest) it holds, as offers by bundle id; a
-    bundle held under several digests is offered with the one most peers hold."""
-    by_id: dict[str, dict[str, list[str]]] = {}
-    for address, held in views.items():
-        for bundle_id, digest in held:
-            by_id.setdefault(bundle_id, {}).setdefault(digest, []).append(address)
-    found = []
-    for bundle_id in sorted(by_id):
-        digest, holders = max(by_id[bundle_id].items(), key=lambda kv: (len(kv[1]), kv[0]))
-        found.append(Offer(bundle_id, digest, tuple(sorted(holders))))
-    return found
+MAX_DIGESTS: Final = 4096
+"""Manifest digests remembered as verified, bad, or failed from given peers."""
+MANIFEST_FAULTS: Final = (SignatureInvalid, SignatureMalformed, SignatureMissing, PeerAnswerInvalid)
+"""What a peer's ``bundle.json`` and signature can get wrong: that pair failed, from that
+peer (the manifest digest itself may still be right: a liar may pair the honest manifest
+with a broken signature)."""
 
 
 @dataclass(slots=True)
@@ -91,15 +92,29 @@ class _Memo:
 class BundleFetcher:
     """Looks at the peers' offers and fetches what this node follows, one bundle at a time."""
 
-    def __init__(self, ports: FetcherPorts, *, concurrency: int) -> None:
+    def __init__(
+        self, ports: FetcherPorts, *, concurrency: int, rng: random.Random | None = None
+    ) -> None:
         self.ports = ports
         self.concurrency = concurrency
-        self._memo: dict[tuple[str, str], _Memo] = {}
+        self.rng = rng or random.Random()  # noqa: S311  (tie-breaks, not secrecy)
+        self.standings = PeerStandings()
+        """What this node measured of each peer, kept across bundles (bounded)."""
+        self._memo: Lru[tuple[str, str], _Memo] = Lru(MAX_MEMO)
         self._resumed = False
-        self._imports: dict[tuple[str, str], SignedBundle] = {}
-        """Fetched bundles whose import did not end imported: tried again."""
-        self._import_failures: dict[tuple[str, str], int] = {}
-        self._import_due: dict[tuple[str, str], float] = {}
+        self.imports = FetchedImports(ports, self._backoff_s)
+        self._verified: Lru[str, bool] = Lru(MAX_DIGESTS)
+        """Manifest digests whose signature checked out here before: tried first."""
+        self._bad: Lru[str, str] = Lru(MAX_DIGESTS)
+        """Manifest digests whose signed content is invalid: never tried again."""
+        self._failed_from: Lru[str, frozenset[str]] = Lru(MAX_DIGESTS)
+        """Manifest digest → peers that sent a pair failing for it: not asked again for it."""
+        self.asked = AskedViews(ports.client, ports.own_node)
+        """The static peers' holdings, each peer asked on its own."""
+
+    async def close(self) -> None:
+        """Cancel the holdings requests still under way."""
+        await self.asked.close()
 
     # ------------------------------------------------------------ looking
     async def look(self, peers: Sequence[PeerView]) -> None:
@@ -111,82 +126,59 @@ class BundleFetcher:
                 holders = await self._holders(peers, signed.manifest.bundle_id)
                 found = holders.get(signed.manifest_digest, ())
                 await self._attempt(signed, found, _others(peers, found))
-            await self._import_pending()
+            await self.imports.resume()
             self._resumed = True
-        for key, signed in list(self._imports.items()):
-            if self.ports.clock() >= self._import_due.get(key, 0.0):
-                await self._import(signed)
+        await self.imports.retry_due()
         held = await asyncio.to_thread(store.held)
-        for offer in offers(await self._views(peers)):
+        for offer in self._offers(await self._views(peers)):
             key = (offer.bundle_id, offer.manifest_digest)
             if held.get(offer.bundle_id) == (offer.manifest_digest, True):
                 continue
-            if not self._is_due(key):
+            if not self._is_due(key) or not self._still_offered(offer):
                 continue
             # an unfinished fetch of this very manifest is not "held": it is resumed
             facts_held = {i: d for i, (d, _) in held.items() if (i, d) != key}
             await self._consider(offer, facts_held, _others(peers, offer.holders))
             held = await asyncio.to_thread(store.held)
 
-    async def _import_pending(self) -> None:
-        """Bundles fetched whole whose import a restart cut off: imported now."""
-        for bundle_id, digest in sorted(self._pending().items()):
-            signed = await asyncio.to_thread(self.ports.store.stored_signed, bundle_id)
-            if signed is None or signed.manifest_digest != digest:
-                self._set_pending(bundle_id, None)
-                continue
-            log.info("bundle_import_resumed", bundle=bundle_id)
-            await self._import(signed)
-
-    def _pending(self) -> dict[str, str]:
-        """Bundle id → manifest digest of each fetched bundle not imported yet."""
-        if self.ports.state is None:
-            return {}
-        try:
-            doc = self.ports.state.load(PENDING) or {}
-        except NodeAgentError as err:
-            log.warning("state_file_damaged", file=PENDING, reason=err.reason)
-            self.ports.state.set_aside(PENDING)
-            return {}
-        found = doc.get("bundles")
-        if not isinstance(found, dict):
-            return {}
-        return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
-
-    def _set_pending(self, bundle_id: str, digest: str | None) -> None:
-        if self.ports.state is None:
-            return
-        pending = self._pending()
-        if digest is None:
-            pending.pop(bundle_id, None)
-        else:
-            pending[bundle_id] = digest
-        try:
-            self.ports.state.save(PENDING, {"bundles": pending})
-        except NodeAgentError as err:  # a full state disk: the import still runs now
-            log.warning("state_not_saved", file=PENDING, reason=err.reason, error=err.message)
-
     def _is_due(self, key: tuple[str, str]) -> bool:
         memo = self._memo.get(key)
         return memo is None or self.ports.clock() >= memo.until_s
 
-    async def _views(self, peers: Sequence[PeerView]) -> dict[str, list[tuple[str, str]]]:
-        """What each peer holds: published, else asked, all peers side by side (one that
-        fails is left out)."""
-        asked = await asyncio.gather(*(self._view(view) for view in peers))
-        return {view.address: held for view, held in zip(peers, asked, strict=True) if held}
+    def _still_offered(self, offer: Offer) -> bool:
+        """Whether a holder not demoted (nor failed for it) is left: a peer demoted during
+        this look gets none of its other offers looked at (a liar listing 4096 invented
+        digests costs one manifest, not 4096)."""
+        now_s = self.ports.clock()
+        failed = self._failed_from.get(offer.manifest_digest) or frozenset()
+        return offer.manifest_digest not in self._bad and any(
+            a not in failed and not self.standings.is_demoted(a, now_s) for a in offer.holders
+        )
 
-    async def _view(self, view: PeerView) -> list[tuple[str, str]] | None:
-        if view.bundles is not None:
-            return [(b.bundle_id, b.manifest_digest) for b in view.bundles]
-        try:
-            holdings = await self.ports.client.holdings(view.address)
-        except NodeAgentError as err:
-            log.debug("peer_holdings_unavailable", peer=view.address, reason=err.reason)
-            return None
-        if self.ports.own_node and holdings.node == self.ports.own_node:
-            return None  # this node itself, listed under an address it does not listen on
-        return [(b.bundle_id, b.manifest_digest) for b in holdings.bundles]
+    def _offers(self, views: dict[str, list[tuple[str, str]]]) -> list[Offer]:
+        now_s = self.ports.clock()
+
+        def failed_from(digest: str) -> frozenset[str]:
+            return self._failed_from.get(digest) or frozenset()
+
+        return offers(
+            views,
+            rng=self.rng,
+            bad=self._bad,
+            verified=self._verified,
+            failed_from=failed_from,
+            is_demoted=lambda address: self.standings.is_demoted(address, now_s),
+        )
+
+    async def _views(self, peers: Sequence[PeerView]) -> dict[str, list[tuple[str, str]]]:
+        """What each peer holds: published, else asked (``asking.AskedViews``)."""
+        views = {
+            view.address: [(b.bundle_id, b.manifest_digest) for b in view.bundles]
+            for view in peers
+            if view.bundles is not None
+        }
+        asked = [view.address for view in peers if view.bundles is None]
+        return views | await self.asked.views(asked) if asked else views
 
     async def _holders(self, peers: Sequence[PeerView], bundle_id: str) -> dict[str, list[str]]:
         holders: dict[str, list[str]] = {}
@@ -211,21 +203,49 @@ class BundleFetcher:
 
     async def _signed(self, offer: Offer) -> SignedBundle | None:
         """The manifest and signature from the first holder that sends a pair that verifies
-        as the digest offered; None (reported) when none does."""
+        as the digest offered; None (reported) when none does. A holder whose pair fails
+        is not asked for that digest again and is demoted; one that fails or is too slow
+        is demoted."""
         key = (offer.bundle_id, offer.manifest_digest)
         last: NodeAgentError | None = None
         for address in offer.holders:
             try:
                 signed = await self._signed_from(address, offer.bundle_id)
+                if signed.manifest_digest != offer.manifest_digest:
+                    raise PeerAnswerInvalid(
+                        f"peer {address} sent another bundle.json than it offers"
+                    )
             except NodeAgentError as err:
                 last = err
+                self._blame(address, offer, err)
                 continue
-            if signed.manifest_digest == offer.manifest_digest:
-                return signed
-            last = PeerAnswerInvalid(f"peer {address} sent another bundle.json than it offers")
+            self._verified[signed.manifest_digest] = True
+            return signed
         if last is not None:
             self._refused(key, offer.bundle_id, last, event="bundle_fetch_refused")
         return None
+
+    def _blame(self, address: str, offer: Offer, err: NodeAgentError) -> None:
+        """What a holder's failed manifest says about it, and about the digest."""
+        digest = offer.manifest_digest
+        if isinstance(err, BundleManifestInvalid):  # signed, and invalid: the digest is bad
+            self._bad[digest] = err.reason
+            return
+        if isinstance(err, MANIFEST_FAULTS):
+            failed = self._failed_from.get(digest) or frozenset()
+            self._failed_from[digest] = failed | {address}
+        elif not isinstance(err, PeerUnreachable) or isinstance(err, PeerBusy):
+            return  # not the peer's doing (a key this node lacks), or only busy
+        seconds = self.standings.failed(address, self.ports.clock())
+        log.warning(
+            "peer_demoted",
+            peer=address,
+            bundle=clip(offer.bundle_id, 128),
+            manifest=digest,
+            reason=err.reason,
+            error=clip(err.message, MESSAGE_CHARS),
+            demoted_s=round(seconds),
+        )
 
     async def _signed_from(self, address: str, bundle_id: str) -> SignedBundle:
         client = self.ports.client
@@ -253,8 +273,7 @@ class BundleFetcher:
     ) -> None:
         memo = self._memo.get(key)
         failures = 1 if memo is None else memo.failures + 1
-        first, most = self.ports.timings.retry_after_s
-        wait_s = min(most, first * 2 ** (failures - 1))
+        wait_s = self._backoff_s(failures)
         if isinstance(err, BundleFetchFailed) or memo is None:
             log.warning(
                 event,
@@ -266,7 +285,7 @@ class BundleFetcher:
         self._memo[key] = _Memo(self.ports.clock() + wait_s, failures)
         self.ports.report(
             BundleReport(
-                _source(bundle_id),
+                source(bundle_id),
                 "rejected",
                 bundle_id=bundle_id,
                 reason=err.reason,
@@ -285,46 +304,13 @@ class BundleFetcher:
         except NodeAgentError as err:
             self._refused(key, manifest.bundle_id, err, event="bundle_fetch_failed")
             return
-        self._memo.pop(key, None)
-        self._set_pending(manifest.bundle_id, signed.manifest_digest)
-        await self._import(signed)
+        self._memo.pop(key)
+        self.imports.set_pending(manifest.bundle_id, signed.manifest_digest)
+        await self.imports.run(signed)
 
-    async def _import(self, signed: SignedBundle) -> None:
-        """Import and pin from the store; one that does not end imported (the runtime down,
-        no space for the images) is tried again at later looks, with backoff."""
-        bundle_id = signed.manifest.bundle_id
-        key = (bundle_id, signed.manifest_digest)
-        try:
-            report = await self.ports.import_bundle(signed, _source(bundle_id))
-        except NodeAgentError as err:
-            message = clip(err.message, MESSAGE_CHARS)
-            report = BundleReport(
-                _source(bundle_id),
-                "rejected",
-                bundle_id=bundle_id,
-                reason=err.reason,
-                message=message,
-            )
-            self.ports.report(report)
-        if report.state == "imported":
-            for found in (self._imports, self._import_failures, self._import_due):
-                found.pop(key, None)
-            self._set_pending(bundle_id, None)
-            return
-        self._imports[key] = signed
-        failures = self._import_failures.get(key, 0) + 1
-        self._import_failures[key] = failures
+    def _backoff_s(self, failures: int) -> float:
         first, most = self.ports.timings.retry_after_s
-        wait_s = min(most, first * 2 ** (failures - 1))
-        self._import_due[key] = self.ports.clock() + wait_s
-        level = log.warning if failures == 1 else log.debug  # said once, then quietly
-        level(
-            "bundle_fetched_not_imported",
-            bundle=bundle_id,
-            state=report.state,
-            reason=report.reason,
-            retry_in_s=round(wait_s),
-        )
+        return float(min(most, first * 2 ** (failures - 1)))
 
     async def fetch(
         self, signed: SignedBundle, holders: Sequence[str], others: Sequence[str] = ()
@@ -336,7 +322,7 @@ class BundleFetcher:
         store, manifest = self.ports.store, signed.manifest
         total = sum(f.size_bytes for f in manifest.blobs.values())
         base = BundleReport(
-            _source(manifest.bundle_id),
+            source(manifest.bundle_id),
             "fetching",
             bundle_id=manifest.bundle_id,
             signed_by=signed.signed_by,
@@ -356,7 +342,9 @@ class BundleFetcher:
             bytes=format_bytes(sum(missing.values())),
         )
         peers = [*holders, *(a for a in others if a not in holders)]
-        schedule = FetchSchedule.start(missing, peers, concurrency=self.concurrency)
+        schedule = FetchSchedule.start(
+            missing, peers, concurrency=self.concurrency, standings=self.standings
+        )
         run = FetchRun(self.ports, signed, schedule, meter, base)
         await run.run()
         self.ports.received(run.received)
@@ -380,8 +368,3 @@ class BundleFetcher:
 def _others(peers: Sequence[PeerView], holders: Sequence[str]) -> list[str]:
     """The peers' addresses not among ``holders``."""
     return [view.address for view in peers if view.address not in holders]
-
-
-def _source(bundle_id: str) -> str:
-    """The bundle board's key of a fetched bundle."""
-    return f"peers:{bundle_id}"

@@ -12,8 +12,12 @@ of our requests are in flight to it. ``assign`` hands out blobs:
   nodes fetching side by side take different blobs from the node that has them all (a blob
   another node is fetching from it now is taken later, from that node, rather than sent
   out twice: ``have``'s ``fetching``);
-* for each blob, a peer that has it with the fewest active uploads (its own count plus
-  our requests in flight to it), ties broken at random;
+* for each blob, a peer that has it and would send it soonest by what this node measured
+  (``standing.PeerStandings.seconds_per_blob``: demoted peers last, then our requests in
+  flight to it plus its own ``uploads.active``, a hint clamped to its ``uploads.max``, at
+  its measured rate), ties broken at random: a peer that says it is idle but failed or
+  sends slowly is not preferred, and a demoted one is asked only for a blob no other
+  peer has;
 * a peer that was dropped (wrong bytes, a failure, a timeout, a garbage answer) is never
   asked again for this bundle; one that answered 429/503 is skipped until its
   ``Retry-After``; a blob no usable peer has yet waits for the next ``have`` refresh.
@@ -33,6 +37,7 @@ from typing import Final
 from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.site.holdings import Have
 from nodeagent.site.limits import PER_PEER, per_peer
+from nodeagent.site.standing import PeerStandings
 
 NO_PEER_LEFT: Final = "NoPeerLeft"
 
@@ -73,9 +78,14 @@ class PeerState:
     dropped: str | None = None
     """Why it was dropped for this bundle; None while it may be asked."""
 
+    has_answered: bool = False
+    """Whether its ``have`` (or holdings without this bundle) came at least once."""
+    reported_max: int = PER_PEER
+    """``uploads.max`` of its last holdings: its ``uploads.active`` is believed up to this."""
+
     @property
     def load(self) -> int:
-        return self.reported_active + self.in_flight
+        return min(self.reported_active, self.reported_max) + self.in_flight
 
     def is_usable(self, now_s: float) -> bool:
         return self.dropped is None and now_s >= self.skip_until_s and self.in_flight < self.allowed
@@ -108,6 +118,8 @@ class FetchSchedule:
     different order on each node, so nodes fetching side by side hold different blobs to
     give each other (in digest order they all asked node 0 for the same ones: bench/fanout
     measured 19-26 % of bytes re-served with 4-8 nodes)."""
+    standings: PeerStandings = field(default_factory=PeerStandings)
+    """What this node measured of each peer (kept across fetches by the fetcher)."""
 
     @classmethod
     def start(
@@ -117,12 +129,14 @@ class FetchSchedule:
         *,
         concurrency: int,
         rng: random.Random | None = None,
+        standings: PeerStandings | None = None,
     ) -> FetchSchedule:
         return cls(
             dict(needed),
             {address: PeerState(address) for address in peers},
             max(1, concurrency),
             rng or random.Random(),  # noqa: S311  (spreading load, not secrecy)
+            standings=PeerStandings() if standings is None else standings,
         )
 
     # ------------------------------------------------------------ what is known
@@ -148,9 +162,11 @@ class FetchSchedule:
         peer = self.peers.get(address)
         if peer is not None and peer.dropped is None:
             peer.have, peer.reported_active = have, reported_active
+            peer.has_answered = True
             peer.fetching = fetching
             if uploads_max is not None:
                 peer.allowed = per_peer(uploads_max)
+                peer.reported_max = uploads_max
 
     def drop(self, address: str, reason: str) -> bool:
         """Never ask ``address`` again for this bundle; False when it already was dropped."""
@@ -200,12 +216,30 @@ class FetchSchedule:
         return sorted(waiting, key=order)
 
     def _least_busy(self, digest: str, now_s: float) -> PeerState | None:
-        candidates = [p for p in self.peers.values() if p.is_usable(now_s) and digest in p.have]
+        holders = [p for p in self.peers.values() if p.dropped is None and digest in p.have]
+        fresh = [p for p in holders if not self.standings.is_demoted(p.address, now_s)]
+        if not fresh and not self._others_answered(now_s):
+            return None  # a peer not demoted may have it: wait for its first have
+        # a demoted peer only for a blob no other peer has (not when those are busy)
+        candidates = [p for p in fresh or holders if p.is_usable(now_s)]
         if not candidates:
             return None
-        least = min(p.load for p in candidates)
-        tied = sorted((p for p in candidates if p.load == least), key=lambda p: p.address)
+        known = self.standings.measured([p.address for p in candidates])
+        keyed = [
+            (self.standings.seconds_per_blob(p.address, p.load, known, now_s), p)
+            for p in candidates
+        ]
+        best = min(key for key, _ in keyed)
+        tied = sorted((p for key, p in keyed if key == best), key=lambda p: p.address)
         return self.rng.choice(tied)
+
+    def _others_answered(self, now_s: float) -> bool:
+        """Whether every peer not dropped nor demoted told its ``have`` at least once."""
+        return all(
+            p.has_answered
+            for p in self.peers.values()
+            if p.dropped is None and not self.standings.is_demoted(p.address, now_s)
+        )
 
     def _release(self, digest: str) -> str | None:
         address = self.in_flight.pop(digest, None)

@@ -38,7 +38,13 @@ from nodeagent.cluster.holdings import (
 from nodeagent.cluster.objects import NodeIdentity
 from nodeagent.cluster.tasks import Backoff, Connection
 from nodeagent.errors import ApiUnreachable, NodeAgentError, PeerHoldingsInvalid
-from nodeagent.site.discovery import PeerView, bundle_steps, merge_peers, node_address
+from nodeagent.site.discovery import (
+    PeerView,
+    bundle_steps,
+    merge_peers,
+    node_address,
+    shared_addresses,
+)
 from nodeagent.status import NodeStatus
 
 log = structlog.get_logger(__name__)
@@ -301,6 +307,8 @@ class PeerWatcher:
         self._changed = asyncio.Event()
         self._refused: dict[str, str] = {}
         """Node → message of its object last refused (logged once per change)."""
+        self._shared: dict[str, list[str]] = {}
+        """Address → the nodes claiming it, for each address claimed twice (said once)."""
 
     def peers(self) -> tuple[PeerView, ...]:
         return self._view
@@ -332,6 +340,16 @@ class PeerWatcher:
                         "peer_holdings_invalid", node=node, reason=exc.reason, error=exc.message
                     )
         self._refused = refused
+        shared = shared_addresses(published, self.node)
+        for address, nodes in sorted(shared.items()):
+            if self._shared.get(address) != nodes:
+                log.warning(
+                    "peer_address_claimed_twice",
+                    address=address,
+                    nodes=",".join(nodes),
+                    action="its holdings are asked from the server at that address itself",
+                )
+        self._shared = shared
         view = merge_peers(self.node, published, self.static_peers)
         if view != self._view:
             self._view = view

@@ -1,13 +1,17 @@
 """One bundle's blobs, from the peers into the store (``FetchRun``), and the ports it uses.
 
 ``FetchRun.run`` drives a ``fetching.FetchSchedule``: it asks every usable peer's ``have``
-and load (``uploads.active``) every ``have_refresh_s``, starts the blobs the schedule hands
-out (each one ``FetchStorePort.fill``: verified by digest and size before it is stored),
-and settles each: stored; a 429/503 (``PeerBusy``) defers its peer until ``Retry-After``;
-a peer fault (``PEER_FAULTS``: it failed, stalled, answered garbage or sent wrong bytes)
-drops the peer for this bundle (``bundle_fetch_peer_dropped``); any other error (the
-store's: no space, a write error) stops the fetch. No peer left, or no progress for
-``stall_s`` with nothing in flight: ``BundleFetchFailed`` (``NoPeerLeft``).
+and load (``uploads.active``) every ``have_refresh_s``, each peer in a task of its own
+(a peer slow to answer delays neither the others' refresh nor a blob: the loop never
+waits for a refresh; each request is bounded by the client's deadline and minimum rate),
+starts the blobs the schedule hands out (each one ``FetchStorePort.fill``: verified by
+digest and size before it is stored), and settles each: stored (its rate goes into the
+peer's standing); a 429/503 (``PeerBusy``) defers its peer until ``Retry-After``; a peer
+fault (``PEER_FAULTS``: it failed, stalled, was too slow, answered garbage or sent wrong
+bytes) drops the peer for this bundle (``bundle_fetch_peer_dropped``) and demotes it
+(``standing``); any other error (the store's: no space, a write error) stops the fetch.
+No peer left, or no progress for ``stall_s`` with nothing in flight: ``BundleFetchFailed``
+(``NoPeerLeft``).
 """
 
 from __future__ import annotations
@@ -162,7 +166,10 @@ class FetchRun:
         self.ports, self.signed, self.schedule = ports, signed, schedule
         self.meter, self.base = meter, base
         self.ordered = sorted(signed.manifest.blobs)
-        self.tasks: dict[asyncio.Task[None], tuple[str, str]] = {}
+        self.tasks: dict[asyncio.Task[None], tuple[str, str, float]] = {}
+        """Blob task → (digest, peer, started at)."""
+        self.refreshing: dict[str, asyncio.Task[None]] = {}
+        """Peer → its refresh under way (one at a time per peer)."""
         self.received = 0
         self.sources: set[str] = set()
         self.last_progress_s = ports.clock()
@@ -175,7 +182,7 @@ class FetchRun:
             while not self.schedule.is_complete:
                 now_s = self.ports.clock()
                 if now_s >= next_refresh_s:
-                    await self.refresh()
+                    self.refresh()
                     next_refresh_s = self.ports.clock() + timings.have_refresh_s
                 self.start_blobs()
                 self.check_blocked()
@@ -185,9 +192,10 @@ class FetchRun:
                     wait_s = min(wait_s, max(0.05, retry_s - now_s))
                 await self.wait(wait_s)
         finally:
-            for task in self.tasks:
+            every = [*self.tasks, *self.refreshing.values()]
+            for task in every:
                 task.cancel()
-            for task in list(self.tasks):
+            for task in every:
                 with contextlib.suppress(BaseException):
                     await task
 
@@ -207,10 +215,13 @@ class FetchRun:
                 + (f" (dropped: {dropped})" if dropped else "")
             )
 
-    async def refresh(self) -> None:
-        """Every usable peer's ``have`` and load, side by side."""
-        peers = [p for p in self.schedule.peers.values() if p.dropped is None]
-        await asyncio.gather(*(self._refresh_one(p.address) for p in peers))
+    def refresh(self) -> None:
+        """Ask every usable peer's ``have`` and load, each in its own task; a peer whose
+        last refresh is still under way is not asked twice."""
+        for peer in list(self.schedule.peers.values()):
+            if peer.dropped is None and peer.address not in self.refreshing:
+                task = asyncio.create_task(self._refresh_one(peer.address))
+                self.refreshing[peer.address] = task
 
     async def _refresh_one(self, address: str) -> None:
         client, bundle_id = self.ports.client, self.signed.manifest.bundle_id
@@ -250,18 +261,20 @@ class FetchRun:
 
     def drop(self, address: str, err: NodeAgentError) -> None:
         if self.schedule.drop(address, err.reason):
+            demoted_s = self.schedule.standings.failed(address, self.ports.clock())
             log.warning(
                 "bundle_fetch_peer_dropped",
                 bundle=self.signed.manifest.bundle_id,
                 peer=address,
                 reason=err.reason,
                 error=clip(err.message, MESSAGE_CHARS),
+                demoted_s=round(demoted_s),
             )
 
     def start_blobs(self) -> None:
         for digest, address in self.schedule.assign(self.ports.clock()):
             task = asyncio.create_task(self.fetch_blob(digest, address))
-            self.tasks[task] = (digest, address)
+            self.tasks[task] = (digest, address, self.ports.clock())
 
     async def fetch_blob(self, digest: str, address: str) -> None:
         size = self.signed.manifest.blobs[digest].size_bytes
@@ -280,20 +293,29 @@ class FetchRun:
         self.loop.call_soon_threadsafe(self.show, count)
 
     async def wait(self, wait_s: float) -> None:
-        if not self.tasks:
+        """Until a blob or a refresh ends, or ``wait_s``; then settle what ended."""
+        waiting = {*self.tasks, *self.refreshing.values()}
+        if not waiting:
             await asyncio.sleep(wait_s)
         else:
-            await asyncio.wait(set(self.tasks), timeout=wait_s, return_when="FIRST_COMPLETED")
+            await asyncio.wait(waiting, timeout=wait_s, return_when="FIRST_COMPLETED")
+        for address, task in list(self.refreshing.items()):
+            if task.done():
+                del self.refreshing[address]
+                task.result()  # _refresh_one handles every peer error; a bug is raised
         for task in [t for t in self.tasks if t.done()]:
-            digest, address = self.tasks.pop(task)
-            self.settle(task, digest, address)
+            digest, address, started_s = self.tasks.pop(task)
+            self.settle(task, digest, address, started_s)
 
-    def settle(self, task: asyncio.Task[None], digest: str, address: str) -> None:
+    def settle(self, task: asyncio.Task[None], digest: str, address: str, started_s: float) -> None:
         err = task.exception()
         if err is None:
             self.schedule.stored(digest)
             self.sources.add(address)
-            self.last_progress_s = self.ports.clock()
+            now_s = self.ports.clock()
+            self.last_progress_s = now_s
+            size = self.signed.manifest.blobs[digest].size_bytes
+            self.schedule.standings.served(address, size, now_s - started_s)
             return
         self.schedule.returned(digest)
         if isinstance(err, PeerBusy):

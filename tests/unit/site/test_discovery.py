@@ -21,6 +21,7 @@ from nodeagent.site.discovery import (
     merge_peers,
     node_address,
     poll_interval_s,
+    shared_addresses,
 )
 from nodeagent.site.roles import is_following, is_publishing
 from nodeagent.status import BundleReport, NodeStatus
@@ -163,3 +164,26 @@ def test_poll_interval_grows_with_the_peers_that_must_be_asked() -> None:
     assert poll_interval_s([published, *asked]) == pytest.approx(2.8)  # 7 asked, 8 nodes
     many = [PeerView(f"10.0.{i // 250}.{i % 250}:9447") for i in range(256)]
     assert poll_interval_s(many) == 10.0  # the ceiling
+
+
+def test_two_objects_claiming_one_address_are_neither_believed() -> None:
+    """A node posing as another publishes its address with nothing (or other bundles) in
+    its holdings: the honest node's bundles must not vanish under the liar's, nor the
+    liar's be taken for the honest node's. The address is asked itself (its server's
+    certificate names it), once."""
+    published = [
+        holdings("honest", "10.0.0.2:9447"),
+        holdings_of("zz-liar", [], is_serving=True, address="10.0.0.2:9447"),
+        holdings("w3", "10.0.0.3:9447"),
+    ]
+    view = merge_peers("me", published, ["10.0.0.2:9447"])
+    assert [(p.node, p.address, p.bundles) for p in view] == [
+        ("w3", "10.0.0.3:9447", view[0].bundles),
+        ("", "10.0.0.2:9447", None),
+    ]
+    assert shared_addresses(published, "me") == {"10.0.0.2:9447": ["honest", "zz-liar"]}
+
+
+def test_another_node_claiming_this_nodes_address_is_not_a_peer() -> None:
+    published = [holdings("me", "10.0.0.1:9447"), holdings("poser", "10.0.0.1:9447")]
+    assert merge_peers("me", published, []) == ()

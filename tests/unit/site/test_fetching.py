@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from nodeagent.site.fetching import NO_PEER_LEFT, FetchSchedule, fetching_digests, held_digests
 from nodeagent.site.holdings import have_of
 from nodeagent.site.limits import PER_PEER
+from nodeagent.site.standing import PeerStandings
 
 A, B, C = "10.0.0.1:9447", "10.0.0.2:9447", "10.0.0.3:9447"
 D1, D2, D3, D4 = (f"sha256:{c * 64}" for c in "1234")
@@ -266,3 +267,47 @@ def test_the_schedule_never_breaks_its_bounds(
         assert set(plan.in_flight) <= set(plan.needed)
         if plan.blocked() is not None:
             assert not plan.in_flight and all(p.dropped for p in plan.peers.values())
+
+
+def test_a_peer_saying_it_is_idle_is_not_preferred_once_it_failed_or_sent_slowly() -> None:
+    """``uploads.active`` is a hint: a peer reporting 0 (a lie, or the truth of a peer that
+    cannot send) loses to a busy one this node measured fast, or to any once it failed."""
+    plan = schedule({D1: 10}, {A: (EVERY, 0), B: (EVERY, 2)})
+    plan.standings.served(A, 64 << 10, 1.0)  # A: 64 KiB/s
+    plan.standings.served(B, 10 << 20, 1.0)  # B: 10 MiB/s
+    assert plan.assign(0.0) == [(D1, B)]
+    plan = schedule({D1: 10}, {A: (EVERY, 0), B: (EVERY, 2)})
+    plan.standings.failed(A, 0.0)
+    assert plan.assign(0.0) == [(D1, B)]
+
+
+def test_a_reported_load_is_believed_up_to_the_uploads_the_peer_says_it_serves() -> None:
+    plan = schedule({D1: 10}, {})
+    for address, active in ((A, 200), (B, 3)):
+        plan.add_peer(address)
+        plan.learn(address, have=EVERY, reported_active=active, uploads_max=3)
+    assert plan.peers[A].load == 3 == plan.peers[B].load
+
+
+def test_a_demoted_peer_waits_while_a_busy_peer_has_the_blob_and_helps_when_none_has() -> None:
+    plan = schedule({D1: 10, D2: 10, D3: 10}, {A: (frozenset({D1, D2}), 0), B: (EVERY, 0)})
+    plan.standings.failed(B, 0.0)
+    started = dict(plan.assign(0.0))
+    assert started[D3] == B  # only B has it
+    assert {started.get(D1), started.get(D2)} <= {A, None}  # A's, even when A is full
+
+
+def test_a_demoted_peer_waits_for_the_first_have_of_the_others() -> None:
+    plan = FetchSchedule.start({D1: 10}, [A, B], concurrency=2, rng=random.Random(0))  # noqa: S311
+    plan.standings.failed(B, 0.0)
+    plan.learn(B, have=EVERY, reported_active=0)
+    assert plan.assign(0.0) == []  # A has not said what it has yet
+    plan.learn(A, have=frozenset(), reported_active=0)
+    assert plan.assign(0.0) == [(D1, B)]  # A has none: the demoted peer helps
+
+
+def test_the_standings_handed_in_are_the_ones_used_even_when_empty() -> None:
+    """An empty ``PeerStandings`` is falsy (it has a length): it must still be shared."""
+    standings = PeerStandings()
+    plan = FetchSchedule.start({D1: 10}, [A], concurrency=1, standings=standings)
+    assert plan.standings is standings

@@ -41,9 +41,9 @@ class NoApi:
         raise AssertionError("not used")
 
 
-def obj(name: str, *bundle_ids: str) -> dict[str, Any]:
+def obj(name: str, *bundle_ids: str, address: str = "") -> dict[str, Any]:
     held = [HeldBundle(b, DIGEST, True, 1, 10) for b in bundle_ids]
-    address = f"10.0.0.{len(name)}:9447"
+    address = address or f"10.0.0.{sum(map(ord, name)) % 250}:9447"  # one address a node
     return holdings_object(
         NodeIdentity(name, ""), holdings_of(name, held, is_serving=True, address=address)
     )
@@ -85,3 +85,16 @@ async def test_an_invalid_object_is_left_out_and_logged_once() -> None:
         w.update({"w2": obj("w2", "a")})
         w.update({"w2": obj("w2", "a"), "w3": bad})  # refused again after it was gone
     assert [e["event"] for e in logs].count("peer_holdings_invalid") == 1
+
+
+async def test_an_address_two_objects_claim_is_said_once_and_asked_itself() -> None:
+    w = watcher()
+    twin = obj("w9", address=str(obj("w2")["spec"]["address"]))  # poses as w2, empty
+    with capture_logs() as logs:
+        for _ in range(3):
+            w.update({"w2": obj("w2", "a"), "w9": twin})
+    claimed = [e for e in logs if e["event"] == "peer_address_claimed_twice"]
+    assert len(claimed) == 1, claimed
+    (asked, static) = w.peers()
+    assert asked.bundles is None and asked.node == ""  # its holdings asked over HTTPS
+    assert static.address == "10.9.9.9:9447"
