@@ -39,6 +39,7 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "peer_server_started": "aa7ca7d0be24403f938082f6e96e765c",
     "peer_refused": "25e651d4b6f743e3acd2da7f8c7f72d9",
     "connections_refused": "9ddd3919b79a4b09a77d45c2aa92e8c0",
+    "http_request_failed": "c4202e98bfa74bbfa96ce50ccc601457",
     "connections_capped": "323f7f9257ef40e08487dc526c0794df",
     "peer_uploads_saturated": "78939ee4f0dc477abe3244ec1711580f",
     "peer_blob_corrupt": "c01154e9ca4f47aa89026501d7494e7b",

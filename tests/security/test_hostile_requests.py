@@ -7,7 +7,8 @@ request, from any local process (the mirror listens on 127.0.0.1) or any certifi
 here goes to the real ``BundleServer`` over its own socket; each must end in a clean 200
 (the range ignored, RFC 9110 section 14.2) or 416, with nothing logged at error level, no
 traceback, and the server still serving. Every value stays under the listener's 8 KiB
-header line (``listener.MAX_LINE_BYTES``); a longer line is aiohttp's 400 before any handler.
+header line (``listener.MAX_LINE_BYTES``); a longer line is aiohttp's 400 before any handler,
+which the last test sends: one journal line for it, never a traceback.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import http.client
 import logging
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.adapters.http.peer import PeerServer
@@ -103,3 +106,49 @@ async def test_the_peer_server_answers_the_same_ranges_to_a_certificate_holder(
             assert len(body) == size or status == 416
     logged = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert logged == []
+
+
+def send_raw(port: int, head: bytes) -> bytes:
+    """One request head as given, on its own connection; the answer's status line."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(head)
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+HOSTILE_HEADS = [
+    b"GET /v2/ HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * (16 << 10) + b"\r\n\r\n",
+    b"GET /v2/" + b"b" * (16 << 10) + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /v2/ HTTP/1.1\r\nHost: x\r\n" + b"X-Many: 1\r\n" * 200 + b"\r\n",
+    b"GET /v2/ HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n",
+]
+"""Heads aiohttp refuses before any handler: a header line and a request line over the 8 KiB
+line bound, 200 header fields (the bound is 64), a Content-Length of 5,000 digits."""
+
+
+async def test_a_malformed_head_is_a_400_and_one_line_never_a_traceback(
+    mirror: tuple[BundleServer, OciLayout], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """aiohttp reports a head it cannot parse to its logger: with none configured, Python's
+    last-resort handler wrote "Error handling request" and a whole traceback to stderr (the
+    journal) for every such request. Now one ``http_request_failed`` line per client a minute."""
+    server, _ = mirror
+    with structlog.testing.capture_logs() as events:
+        for _ in range(3):
+            for head in HOSTILE_HEADS:
+                status = await asyncio.to_thread(send_raw, server.port, head)
+                assert status.split(b" ")[1:2] == [b"400"], status
+        code, _ = await asyncio.to_thread(get, server.port, "/v2/", {})
+        assert code == 200  # and the server still serves
+    failed = [e for e in events if e["event"] == "http_request_failed"]
+    assert len(failed) == 1, failed  # 12 refused heads from one address: one line
+    assert failed[0]["address"] == "127.0.0.1"
+    assert failed[0]["error"]  # the error's type, e.g. LineTooLong
+    stderr = capfd.readouterr().err
+    assert "Traceback" not in stderr
+    assert "Error handling request" not in stderr

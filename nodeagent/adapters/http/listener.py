@@ -40,6 +40,7 @@ from aiohttp.web_response import StreamResponse
 from nodeagent.adapters.http.admission import Caps, Door
 from nodeagent.adapters.http.gate import Handshaking, PlainGate, TlsGate
 from nodeagent.adapters.http.handshake import HandshakeWatch
+from nodeagent.adapters.http.request_errors import RequestErrors
 
 MAX_LINE_BYTES: Final = 8 << 10
 """Request line and each header line."""
@@ -111,6 +112,8 @@ class Listener:
         self._handler, self._io_timeout_s = handler, io_timeout_s
         self._handshake_s = handshake_s
         self.door = Door(caps, server=name)
+        self.request_errors = RequestErrors(name)
+        """aiohttp's reports of requests it could not parse or answer: one line, no traceback."""
         """Open connections and refusals (read by tests and the daemon's counters)."""
         self._web: _Server | None = None
         self._server: asyncio.Server | None = None
@@ -137,6 +140,7 @@ class Listener:
             max_headers=MAX_HEADERS,
             lingering_time=0,
             access_log=None,
+            logger=self.request_errors,
         )
         loop = asyncio.get_running_loop()
         door, web = self.door, self._web
