@@ -588,7 +588,9 @@ async def test_a_peer_whose_certificate_is_not_the_sites_or_not_its_address_is_r
 # ------------------------------------------------------------------ anti-rollback
 async def test_a_bundle_older_than_one_the_node_holds_is_not_fetched(site: Site) -> None:
     """The peer offers the site bundle (format 1: its sequence is its created time); the
-    fetching node's store holds a newer signed manifest of the same key and channel."""
+    fetching node's store holds a newer signed manifest of the same key and channel, of
+    format 3: the older format is refused first (``BundleFormatDowngrade``, a rollback;
+    decision 0040's amendment), the sequence would be too."""
     newer_images = [image("example/newer", [(MIB // 4, 9)], site.tmp / "layers")]
     newer = signed_bundle(
         site.tmp / "newer", site.keys, newer_images, bundle_id="site-2027", set_name="site",
@@ -601,7 +603,7 @@ async def test_a_bundle_older_than_one_the_node_holds_is_not_fetched(site: Site)
         await node.look(a)
     [skipped] = events(logs, "bundle_not_followed")
     assert (skipped["bundle"], skipped["reason"]) == (BUNDLE_ID, "Rollback")
-    assert "lower than bundle site-2027" in skipped["message"]
+    assert "format 1, older than bundle site-2027 (format 3)" in skipped["message"]
     assert node.imported == [] and served(site) == [0]
     assert not (node.store / layout.bundle_dir(BUNDLE_ID)).exists()
     await node.client.close()
