@@ -30,7 +30,9 @@ Semantics relied on (containers/image ``pkg/sysregistriesv2``):
 * ``pull-from-mirror = "digest-only"`` (per mirror) skips the mirror for pulls
   by tag; it must not be combined with the registry-wide
   ``mirror-by-digest-only`` (the file is then refused) and is set on the
-  mirror table only (on ``[[registry]]`` it is an error);
+  mirror table only (on ``[[registry]]`` it is an error); so the drop-in writes the
+  per-mirror form only, an ICSP entry's ``mirror-by-digest-only`` turned into
+  ``digest-only`` on each of its mirrors (the same pulls);
 * unknown keys are ignored with a debug message only, so a misspelt key fails
   silently: the integration test proves both that the mirror is used for a
   digest and that it is skipped for a tag;
@@ -67,7 +69,7 @@ from nodeagent.strict import MalformedInput, loads_json
 DROPIN_NAME: Final = "99-nodeagent-bundle-mirror.conf"
 """Default file name in registries.conf.d: ``.conf`` (else ignored), sorting late."""
 
-_MIRROR_HOST: Final = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
+_MIRROR_HOST: Final = re.compile(r"^([A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\]):[0-9]{1,5}$")
 
 
 PROBE_REPOSITORY: Final = "127.0.0.1:1/nodeagent-mirror-probe"
@@ -141,61 +143,109 @@ def _mirror_table(location: str, *, is_insecure: bool, pull_from_mirror: str) ->
 
 
 def _registry_table(
-    repository: str, mirror_host: str, existing: tuple[RegistryEntry, str] | None
+    repository: str,
+    mirror_host: str,
+    existing: tuple[RegistryEntry, str] | None,
+    *,
+    is_tagged: bool = False,
 ) -> list[str]:
     """``repository``'s entry: the loopback mirror first, then what applied to it before,
-    restated for this prefix (location, insecure, blocked, mirrors, their pull policies)."""
+    restated for this prefix (location, insecure, blocked, mirrors, their pull policies).
+
+    Only the per-mirror form is written: an ICSP entry's ``mirror-by-digest-only`` becomes
+    ``pull-from-mirror = "digest-only"`` on each of its mirrors, which containers/image
+    treats the same (``PullSourcesFromReference``), so our own mirror can carry its own
+    policy; an entry mixing the two forms is refused by every consumer (docs/runtime-facts.md).
+    """
     entry, rest = existing if existing is not None else (RegistryEntry(repository, ""), "")
     location = f"{entry.location}{rest}" if entry.location else repository
     lines = ["[[registry]]", f"prefix = {json.dumps(repository)}"]
     lines.append(f"location = {json.dumps(location)}")
     lines += ["insecure = true"] if entry.is_insecure else []
     lines += ["blocked = true"] if entry.is_blocked else []
-    lines += ["mirror-by-digest-only = true"] if entry.is_mirror_by_digest_only else []
-    # With mirror-by-digest-only the runtime refuses a per-mirror pull-from-mirror; the
-    # registry-wide setting makes the loopback mirror digest-only as well.
-    ours = "" if entry.is_mirror_by_digest_only else "digest-only"
     lines.append("")
     mirror = f"{mirror_host}/{_repository_path(repository)}"
-    lines += _mirror_table(mirror, is_insecure=True, pull_from_mirror=ours)
+    lines += _mirror_table(mirror, is_insecure=True, pull_from_mirror="digest-only")
+    if is_tagged:  # the tags a verified signed manifest lists (issue 25, item 3)
+        lines += _mirror_table(mirror, is_insecure=True, pull_from_mirror="tag-only")
     for kept in entry.mirrors:
+        policy = "digest-only" if entry.is_mirror_by_digest_only else kept.pull_from_mirror
         lines += _mirror_table(
-            f"{kept.location}{rest}",
-            is_insecure=kept.is_insecure,
-            pull_from_mirror=kept.pull_from_mirror,
+            f"{kept.location}{rest}", is_insecure=kept.is_insecure, pull_from_mirror=policy
         )
     return lines
 
 
+IMPORT_HEADER: Final = (
+    "# Written by nodeagent while it imports an offline bundle; removed afterwards.",
+    "# Pulls by digest of these repositories are served by the bundle server on",
+    "# loopback; names and digests stay those of the original registry. Each entry",
+    "# restates the configuration that applied to its repository before.",
+)
+NODE_MIRROR_HEADER: Final = (
+    "# Written by nodeagent: the repositories its node store holds, served by the node",
+    "# mirror on loopback (docs/mirror.md). Rewritten when the store's holdings or another",
+    "# registries.conf file change; removed with [mirror] enabled = false or nodeagent.",
+    "# Each entry restates the configuration that applied to its repository before:",
+    "# edit that file, not this one.",
+)
+_HOST: Final = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
+
+
+def is_mirrorable(repository: str) -> bool:
+    """Whether ``repository`` is a normalized ``host[:port]/path`` a drop-in may name (the
+    distribution grammar: nothing a TOML string or a prefix match could misread)."""
+    host, slash, path = repository.partition("/")
+    return bool(slash) and _HOST.match(host) is not None and is_repository_name(path)
+
+
+def blocked_sources(repositories: Iterable[str], existing: RegistriesConf) -> tuple[str, ...]:
+    """The ``repositories`` whose source registry is ``blocked`` (OpenShift's
+    ``NeverContactSource``): the mirrors are their only way, no fallback to the source."""
+    blocked = []
+    for repository in sorted(set(repositories)):
+        applying = applying_entry(existing, repository)
+        if applying is not None and applying[0].is_blocked:
+            blocked.append(repository)
+    return tuple(blocked)
+
+
 def render_mirror_dropin(
-    repositories: Iterable[str], mirror_host: str, existing: RegistriesConf | None = None
+    repositories: Iterable[str],
+    mirror_host: str,
+    existing: RegistriesConf | None = None,
+    *,
+    tagged: Iterable[str] = (),
+    header: Iterable[str] = IMPORT_HEADER,
 ) -> str:
     """The registries.conf.d drop-in mirroring each ``host/repo`` at ``mirror_host/repo``.
 
-    ``mirror_host`` is the bundle server's ``127.0.0.1:<port>``; the mirror is
-    plain HTTP (``insecure``), which is why it must only ever listen on loopback.
+    ``mirror_host`` is the bundle server's or the node mirror's ``127.0.0.1:<port>``; the
+    mirror is plain HTTP (``insecure``), which is why it must only ever listen on loopback.
     ``existing``: registries.conf and its other drop-ins as the runtime reads them without
     this one. The drop-in's entry for a repository replaces (or, by its longer prefix,
     overrides) the one that applied to it, so it restates that entry: its location, its
-    ``insecure``, ``blocked`` and ``mirror-by-digest-only``, and its mirrors after the
-    loopback one, each with its own ``insecure`` and ``pull-from-mirror`` (docs/decisions/0055).
+    ``insecure`` and ``blocked``, and its mirrors after the loopback one, each with its own
+    ``insecure`` and ``pull-from-mirror`` (docs/decisions/0055, 0058). Our mirror is
+    ``digest-only``; the repositories in ``tagged`` (a subset of ``repositories``) get it a
+    second time as ``tag-only``, for the tags a signed manifest lists.
     A blocked source stays blocked: the runtime still pulls from its mirrors, the loopback
-    one included, never from the source itself.
+    one included, never from the source itself (``blocked_sources``).
     """
     if not _MIRROR_HOST.match(mirror_host):
         raise ValueError(f"mirror host {mirror_host!r} must be HOST:PORT, without a scheme")
-    lines = [
-        "# Written by nodeagent while it imports an offline bundle; removed afterwards.",
-        "# Pulls by digest of these repositories are served by the bundle server on",
-        "# loopback; names and digests stay those of the original registry. Each entry",
-        "# restates the configuration that applied to its repository before.",
-        "",
-    ]
+    lines = [*header, ""]
     conf = existing or RegistriesConf()
+    tagged_set = frozenset(tagged)
     for repository in sorted(set(repositories)):
-        if "/" not in repository:
+        if not is_mirrorable(repository):
             raise ValueError(f"repository {repository!r} must be HOST/REPOSITORY")
-        lines += _registry_table(repository, mirror_host, applying_entry(conf, repository))
+        lines += _registry_table(
+            repository,
+            mirror_host,
+            applying_entry(conf, repository),
+            is_tagged=repository in tagged_set,
+        )
     return "\n".join(lines)
 
 

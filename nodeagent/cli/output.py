@@ -23,6 +23,7 @@ from nodeagent.strict import clip
 SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "check-config": 1,
     "render-pins": 1,
+    "render-mirror-dropin": 1,
     "status": 1,
     "runtime": 1,
     "check-offline": 1,

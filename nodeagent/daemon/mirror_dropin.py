@@ -1,0 +1,117 @@
+"""The node mirror's registries.conf drop-in, kept in step with the store (decision 0058).
+
+Wiring only: ``node_mirror_dropin`` builds the adapter from ``[mirror]`` and ``[runtime]``;
+``sync_dropin`` renders, writes (only changed bytes) and reloads the runtime once per change
+(``[mirror] enabled = false``: removes the file, reloads once); ``dropin_loop`` (the daemon's
+optional task) does it at start and whenever the store's records or a registries.conf file
+change (inotify; while the daemon is stopped, nodeagent-mirror-dropin.path runs
+``nodeagent render-mirror-dropin --write --reload`` instead). A reload that failed is owed
+and tried again until it is delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final, Protocol
+
+import structlog
+
+from nodeagent.adapters.bundles.node_mirror_dropin import (
+    DropinOutcome,
+    NodeMirrorDropin,
+    held_repositories,
+)
+from nodeagent.adapters.inotify import DirectoryWatcher
+from nodeagent.config import NODE_MIRROR_DROPIN_NAME, Config
+from nodeagent.errors import NodeAgentError
+from nodeagent.store import layout
+
+log = structlog.get_logger(__name__)
+
+RETRY_RELOAD_S: Final = 30.0
+"""A runtime reload that failed is tried again after this long (or at the next change)."""
+
+
+class Reloader(Protocol):
+    async def reload(self) -> object: ...
+
+
+def node_mirror_dropin(config: Config) -> NodeMirrorDropin:
+    runtime = config.runtime
+    return NodeMirrorDropin(
+        runtime.registries_dir / NODE_MIRROR_DROPIN_NAME,
+        runtime.registries_conf,
+        config.mirror.listen,
+        own_names=(config.bundles.mirror_dropin_name,),
+    )
+
+
+def sync_once(config: Config) -> DropinOutcome:
+    """Render and write (or remove) the drop-in; blocking (files only)."""
+    dropin = node_mirror_dropin(config)
+    if not config.mirror.enabled:
+        return DropinOutcome("removed" if dropin.remove() else "absent", dropin.path)
+    return dropin.sync(held_repositories(config.store_dir))
+
+
+def log_outcome(outcome: DropinOutcome) -> None:
+    if outcome.action == "refused":
+        log.warning(
+            "mirror_dropin_not_written",
+            file=str(outcome.path),
+            reason=outcome.reason,
+            error=outcome.message,
+        )
+        return
+    if outcome.action in ("wrote", "removed"):
+        log.info(
+            "mirror_dropin_written" if outcome.action == "wrote" else "mirror_dropin_removed",
+            file=str(outcome.path),
+            repositories=outcome.repositories,
+        )
+    for repository in outcome.blocked:
+        log.info(
+            "mirror_source_blocked",
+            image=repository,
+            error="the source registry is blocked (NeverContactSource): the mirrors are the "
+            "only way to it, there is no fallback to the source",
+        )
+
+
+async def sync_dropin(config: Config, reloader: Reloader, *, is_owed: bool = False) -> bool:
+    """One round; returns whether a reload is still owed (it failed)."""
+    try:
+        outcome = await asyncio.to_thread(sync_once, config)
+    except NodeAgentError as exc:
+        log.warning("mirror_dropin_not_written", reason=exc.reason, error=exc.message)
+        return is_owed
+    log_outcome(outcome)
+    if not (is_owed or outcome.action in ("wrote", "removed")):
+        return False
+    try:
+        await reloader.reload()
+    except NodeAgentError as exc:
+        log.warning("mirror_dropin_reload_failed", reason=exc.reason, error=exc.message)
+        return True
+    return False
+
+
+async def dropin_loop(config: Config, reloader: Reloader) -> None:
+    """At start, then at every change of the store's records or of registries.conf files."""
+    watched = [
+        config.store_dir / layout.BUNDLES_DIR,
+        config.store_dir / layout.SETS_DIR,
+        config.runtime.registries_conf.parent,
+        config.runtime.registries_dir,
+    ]
+    owed = await sync_dropin(config, reloader)
+    async with DirectoryWatcher(watched, recursive=True, debounce_s=0.5) as watcher:
+        while True:
+            try:
+                if owed:
+                    await asyncio.wait_for(anext(watcher), RETRY_RELOAD_S)
+                else:
+                    await anext(watcher)
+            except TimeoutError:
+                pass
+            owed = await sync_dropin(config, reloader, is_owed=owed)
