@@ -3,10 +3,10 @@
 Wiring only: ``node_mirror_dropin`` builds the adapter from ``[mirror]`` and ``[runtime]``;
 ``sync_dropin`` renders, writes (only changed bytes) and reloads the runtime once per change
 (``[mirror] enabled = false``: removes the file, reloads once); ``dropin_loop`` (the daemon's
-optional task) does it at start and whenever the store's records or a registries.conf file
-change (inotify; while the daemon is stopped, nodeagent-mirror-dropin.path runs
-``nodeagent render-mirror-dropin --write --reload`` instead). A reload that failed is owed
-and tried again until it is delivered.
+optional task) does it at start and whenever the store's holdings or a registries.conf file
+change (inotify on the store's ``index.json`` and the registries.conf directories; while the
+daemon is stopped, nodeagent-mirror-dropin.path runs ``nodeagent render-mirror-dropin
+--write --reload`` instead). A reload that failed is owed and tried again until delivered.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from nodeagent.adapters.bundles.node_mirror_dropin import (
 from nodeagent.adapters.inotify import DirectoryWatcher
 from nodeagent.config import NODE_MIRROR_DROPIN_NAME, Config
 from nodeagent.errors import NodeAgentError
-from nodeagent.store import layout
 
 log = structlog.get_logger(__name__)
 
@@ -98,19 +97,14 @@ async def sync_dropin(config: Config, reloader: Reloader, *, is_owed: bool = Fal
 
 async def dropin_loop(config: Config, reloader: Reloader) -> None:
     """At start, then at every change of the store's records or of registries.conf files."""
-    watched = [
-        config.store_dir / layout.BUNDLES_DIR,
-        config.store_dir / layout.SETS_DIR,
-        config.runtime.registries_conf.parent,
-        config.runtime.registries_dir,
-    ]
+    # The store's index.json is replaced whenever its holdings change.
+    runtime = config.runtime
+    watched = [config.store_dir, runtime.registries_conf.parent, runtime.registries_dir]
     owed = await sync_dropin(config, reloader)
-    async with DirectoryWatcher(watched, recursive=True, debounce_s=0.5) as watcher:
+    async with DirectoryWatcher(watched, debounce_s=0.5) as watcher:
         while True:
             try:
-                if owed:
-                    await asyncio.wait_for(anext(watcher), RETRY_RELOAD_S)
-                else:
+                async with asyncio.timeout(RETRY_RELOAD_S if owed else None):
                     await anext(watcher)
             except TimeoutError:
                 pass

@@ -25,8 +25,8 @@ from nodeagent.adapters.nodeos import NodeOsReader
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.adapters.systemd import Notifier
 from nodeagent.config import Config
-from nodeagent.daemon.stopping import report_when_stopping
 from nodeagent.daemon.mirror_dropin import dropin_loop
+from nodeagent.daemon.stopping import report_when_stopping
 from nodeagent.daemon.supervisor import Task
 from nodeagent.daemon.wiring import Wiring, build, has_bundles
 from nodeagent.errors import NodeAgentError

@@ -2,7 +2,9 @@
 
 One file, ``[mirror]``'s ``98-nodeagent-node-mirror.conf`` in the runtime's
 registries.conf.d, names exactly the repositories the store holds (``held_repositories``:
-every record's images, bundles and registry sets alike) with the node mirror first. Its text
+the images of the store's ``index.json``, which the store rewrites whenever a bundle or a
+registry set is stored or removed: every record whose top manifest is stored) with the
+node mirror first. Its text
 is ``bundles.mirror.render_mirror_dropin``'s, each entry restating the one that applied to
 its repository in registries.conf and the other drop-ins; nodeagent's own two files are left
 out of that reading (this one, and the import's ``99-nodeagent-bundle-mirror.conf``, which
@@ -23,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from nodeagent.adapters.files import remove_file, write_atomic
+from nodeagent.adapters.files import read_bytes_bounded, remove_file, write_atomic
 from nodeagent.adapters.host import registries_texts
-from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.bundles.mirror import (
     NODE_MIRROR_HEADER,
     blocked_sources,
@@ -36,6 +37,7 @@ from nodeagent.bundles.mirror import (
 from nodeagent.errors import ConfigInvalid, ImageReferenceInvalid, RegistriesConfInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.registries import RegistriesConf, read_registries_conf
+from nodeagent.store import layout
 
 DROPIN_MODE: Final = 0o644
 """podman and skopeo read registries.conf.d as whatever user runs them."""
@@ -66,16 +68,16 @@ class DropinOutcome:
 
 
 def held_repositories(store_root: Path) -> Held:
-    """Every stored record's repositories (read without the store lock, repairing nothing)."""
-    records = StoreRecords(store_root).load(is_repairing=False).records
+    """The repositories of the images ``index.json`` lists (read without the store lock:
+    it is replaced atomically); none when there is no store yet."""
+    data = read_bytes_bounded(store_root / layout.INDEX_NAME, layout.MAX_INDEX_BYTES)
     refs: list[PinnedImageRef] = []
     skipped = 0
-    for record in records:
-        for image in record.images:
-            try:
-                refs.append(parse_pinned_image_ref(image.name))
-            except ImageReferenceInvalid:
-                skipped += 1
+    for name in layout.index_names(data) if data is not None else ():
+        try:
+            refs.append(parse_pinned_image_ref(name))
+        except ImageReferenceInvalid:
+            skipped += 1
     repositories = mirror_repositories(refs)
     kept = tuple(r for r in repositories if is_mirrorable(r))
     return Held(kept, frozenset(), skipped + len(repositories) - len(kept))

@@ -82,7 +82,8 @@ def test_v1_blocked_and_insecure_locations_become_entries() -> None:
 @pytest.mark.parametrize("table", ["search", "insecure", "block"])
 def test_a_drop_in_in_the_v1_format_is_refused(table: str) -> None:
     text = f'[registries.{table}]\nregistries = ["a.local"]\n'
-    with pytest.raises(ConfigInvalid, match=r"^RegistriesConfInvalid: 10-old\.conf: a drop-in must use"):
+    refused = r"^RegistriesConfInvalid: 10-old\.conf: a drop-in must use"
+    with pytest.raises(ConfigInvalid, match=refused):
         insecure_registries("", {"10-old.conf": text})
 
 
@@ -182,7 +183,8 @@ def test_a_bad_drop_in_is_refused_naming_the_file_and_the_key(name: str) -> None
 
 def test_within_a_file_the_first_entry_with_a_prefix_counts_and_a_later_file_replaces_it() -> None:
     main = '[[registry]]\nlocation = "a"\n[[registry]]\nlocation = "a"\nblocked = false\n'
-    main += '[[registry]]\nprefix = "b"\nlocation = "b1"\n[[registry]]\nprefix = "b"\nlocation = "b2"\n'
+    main += '[[registry]]\nprefix = "b"\nlocation = "b1"\n'
+    main += '[[registry]]\nprefix = "b"\nlocation = "b2"\n'
     conf = read_registries_conf([("registries.conf", main)])
     assert [e.location for e in conf.entries] == ["a", "b1"]
     conf = read_registries_conf(
