@@ -88,10 +88,11 @@ async def sync_dropin(config: Config, reloader: Reloader, *, is_owed: bool = Fal
     if not (is_owed or outcome.action in ("wrote", "removed")):
         return False
     try:
-        await reloader.reload()
+        how = await reloader.reload()
     except NodeAgentError as exc:
         log.warning("mirror_dropin_reload_failed", reason=exc.reason, error=exc.message)
         return True
+    log.info("mirror_dropin_applied", reload=str(how))
     return False
 
 
@@ -100,8 +101,9 @@ async def dropin_loop(config: Config, reloader: Reloader) -> None:
     # The store's index.json is replaced whenever its holdings change.
     runtime = config.runtime
     watched = [config.store_dir, runtime.registries_conf.parent, runtime.registries_dir]
-    owed = await sync_dropin(config, reloader)
     async with DirectoryWatcher(watched, debounce_s=0.5) as watcher:
+        # Watching before the first render: a change made meanwhile is not missed.
+        owed = await sync_dropin(config, reloader)
         while True:
             try:
                 async with asyncio.timeout(RETRY_RELOAD_S if owed else None):
