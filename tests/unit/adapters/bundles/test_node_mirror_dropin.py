@@ -7,11 +7,14 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+from nodeagent.adapters.bundles.mirror import MirrorDropin
 from nodeagent.adapters.bundles.node_mirror_dropin import (
     Held,
     NodeMirrorDropin,
     held_repositories,
 )
+from nodeagent.adapters.host import registries_texts
+from nodeagent.registries import read_registries_conf
 from nodeagent.store import layout
 from nodeagent.store.layout import StoredImage
 
@@ -106,3 +109,32 @@ def test_blocked_sources_are_reported(tmp_path: Path) -> None:
     d.registries_conf.write_text('[[registry]]\nlocation = "quay.io/org"\nblocked = true\n')
     outcome = d.sync(Held(("quay.io/org/app", "quay.io/other/app")))
     assert outcome.blocked == ("quay.io/org/app",)
+
+
+def test_the_import_drop_in_restates_the_node_mirror_entry_after_its_own_mirror(
+    tmp_path: Path,
+) -> None:
+    """The two files share prefixes; 99 (the import's) sorts last and replaces 98's entry,
+    so it restates it: the import's mirror, then the node mirror, then the rest."""
+    d = dropin(tmp_path)
+    d.registries_conf.write_text(
+        '[[registry]]\nlocation = "quay.io/org"\nblocked = true\n'
+        '[[registry.mirror]]\nlocation = "mirror.site/org"\npull-from-mirror = "digest-only"\n'
+    )
+    d.sync(Held(("quay.io/org/app",)))
+    importing = MirrorDropin(d.path.parent / "99-nodeagent-bundle-mirror.conf", d.registries_conf)
+    importing.write(["quay.io/org/app"], "127.0.0.1:40000")
+    read = read_registries_conf(registries_texts(d.registries_conf, d.path.parent))
+    entry = next(e for e in read.entries if e.key == "quay.io/org/app")
+    assert entry.is_blocked
+    assert [m.location for m in entry.mirrors] == [
+        "127.0.0.1:40000/org/app",
+        "127.0.0.1:22626/org/app",
+        "mirror.site/org/app",
+    ]
+    assert {m.pull_from_mirror for m in entry.mirrors} == {"digest-only"}
+    importing.remove()  # the import ended: the node mirror's entry applies again
+    d.sync(Held(("quay.io/org/app",)))
+    read = read_registries_conf(registries_texts(d.registries_conf, d.path.parent))
+    entry = next(e for e in read.entries if e.key == "quay.io/org/app")
+    assert entry.mirrors[0].location == "127.0.0.1:22626/org/app"
