@@ -21,6 +21,7 @@ blobs on ``[mirror] listen``; the site mirror by another. nodeagent renders the 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -42,6 +43,8 @@ from tests.testenv.registry import Registry, free_port
 from tests.testenv.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
+REPO = Path(__file__).resolve().parents[3]
+RELOADED = "Configuration reload completed"
 
 
 def idms_registries_conf(dead: str, site: str) -> str:
@@ -230,6 +233,43 @@ async def test_a_malformed_drop_in_is_refused_by_skopeo_and_nodeagent_and_left_u
     assert "RegistriesConfInvalid: 50-broken.conf" in done.stderr
     assert n.dropin.read_bytes() == written  # ours not rewritten
     assert broken.read_text() == broken_text  # theirs untouched
+
+
+def unit_command() -> list[str]:
+    """The path unit's service's command, without the launcher's path."""
+    unit = (REPO / "systemd" / "nodeagent-mirror-dropin.service").read_text()
+    found = re.search(r"^ExecStart=/usr/bin/nodeagent (.+)$", unit, re.MULTILINE)
+    assert found is not None
+    return found.group(1).split()
+
+
+def test_the_path_units_command_follows_registries_conf_while_the_daemon_is_stopped(
+    rendered: Node,
+) -> None:
+    """An MCO update to registries.conf while nodeagent is stopped: the oneshot the path unit
+    starts restates the new entry and reloads CRI-O once; run again, it changes nothing."""
+    n = rendered
+    conf = n.crio.registries_conf
+    conf.write_text(
+        conf.read_text().replace(
+            'pull-from-mirror = "digest-only"\n',
+            'pull-from-mirror = "digest-only"\n\n[[registry.mirror]]\n'
+            'location = "second.site/nodeagent-test/app-a"\npull-from-mirror = "digest-only"\n',
+            1,
+        )
+    )
+    reloads = n.crio.log_path.read_text(errors="replace").count(RELOADED)
+    done = n.agent.cli(*unit_command())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("wrote:") and "reloaded crio.service" in done.stdout
+    assert "second.site/nodeagent-test/app-a" in n.dropin.read_text()
+    wait_for(
+        lambda: n.crio.log_path.read_text(errors="replace").count(RELOADED) > reloads,
+        timeout_s=30,
+        what="CRI-O reloaded by the oneshot",
+    )
+    again = n.agent.cli(*unit_command())
+    assert again.stdout.startswith("unchanged:") and "reloaded" not in again.stdout
 
 
 async def test_the_daemon_follows_other_drop_ins_and_removes_its_own_when_disabled(
