@@ -12,6 +12,7 @@ daemon is stopped, nodeagent-mirror-dropin.path runs ``nodeagent render-mirror-d
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Final, Protocol
 
 import structlog
@@ -22,8 +23,10 @@ from nodeagent.adapters.bundles.node_mirror_dropin import (
     held_repositories,
 )
 from nodeagent.adapters.inotify import DirectoryWatcher
+from nodeagent.bundles.node_mirror import dropin_condition
 from nodeagent.config import NODE_MIRROR_DROPIN_NAME, Config
 from nodeagent.errors import NodeAgentError
+from nodeagent.status import Condition
 
 log = structlog.get_logger(__name__)
 
@@ -33,6 +36,9 @@ RETRY_RELOAD_S: Final = 30.0
 
 class Reloader(Protocol):
     async def reload(self) -> object: ...
+
+
+ConditionSink = Callable[[Condition], None]
 
 
 def node_mirror_dropin(config: Config) -> NodeMirrorDropin:
@@ -77,14 +83,26 @@ def log_outcome(outcome: DropinOutcome) -> None:
         )
 
 
-async def sync_dropin(config: Config, reloader: Reloader, *, is_owed: bool = False) -> bool:
+async def sync_dropin(
+    config: Config, reloader: Reloader, report: ConditionSink, *, is_owed: bool = False
+) -> bool:
     """One round; returns whether a reload is still owed (it failed)."""
     try:
         outcome = await asyncio.to_thread(sync_once, config)
     except NodeAgentError as exc:
         log.warning("mirror_dropin_not_written", reason=exc.reason, error=exc.message)
+        report(dropin_condition("failed", 0, reason=exc.reason, message=exc.message))
         return is_owed
     log_outcome(outcome)
+    report(
+        dropin_condition(
+            outcome.action,
+            outcome.repositories,
+            outcome.blocked,
+            reason=outcome.reason,
+            message=outcome.message,
+        )
+    )
     if not (is_owed or outcome.action in ("wrote", "removed")):
         return False
     try:
@@ -96,18 +114,18 @@ async def sync_dropin(config: Config, reloader: Reloader, *, is_owed: bool = Fal
     return False
 
 
-async def dropin_loop(config: Config, reloader: Reloader) -> None:
+async def dropin_loop(config: Config, reloader: Reloader, report: ConditionSink) -> None:
     """At start, then at every change of the store's records or of registries.conf files."""
     # The store's index.json is replaced whenever its holdings change.
     runtime = config.runtime
     watched = [config.store_dir, runtime.registries_conf.parent, runtime.registries_dir]
     async with DirectoryWatcher(watched, debounce_s=0.5) as watcher:
         # Watching before the first render: a change made meanwhile is not missed.
-        owed = await sync_dropin(config, reloader)
+        owed = await sync_dropin(config, reloader, report)
         while True:
             try:
                 async with asyncio.timeout(RETRY_RELOAD_S if owed else None):
                     await anext(watcher)
             except TimeoutError:
                 pass
-            owed = await sync_dropin(config, reloader, is_owed=owed)
+            owed = await sync_dropin(config, reloader, report, is_owed=owed)

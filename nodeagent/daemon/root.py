@@ -110,7 +110,11 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     )
     found.append(Task("store-gc", lambda: store_gc_loop(wiring), is_critical=False))
     found.append(
-        Task("mirror-dropin", lambda: dropin_loop(config, wiring.reloader), is_critical=False)
+        Task(
+            "mirror-dropin",
+            lambda: dropin_loop(config, wiring.reloader, wiring.reporter.dropin_checked),
+            is_critical=False,
+        )
     )
     if config.bundles.watch_media:
         found.append(Task("media", lambda: media_loop(wiring), is_critical=False))

@@ -285,6 +285,13 @@ async def test_the_daemon_follows_other_drop_ins_and_removes_its_own_when_disabl
         dropin = crio.registries_dir / NODE_MIRROR_DROPIN_NAME
         with agent:
             wait_for(dropin.exists, timeout_s=30, what="the drop-in written at start")
+            agent.wait_status(
+                lambda st: any(
+                    c["type"] == "MirrorDropin" and c["reason"] == "Current"
+                    for c in st["conditions"]
+                ),
+                what="the status file's MirrorDropin condition",
+            )
             namespace = f"{dead}/nodeagent-test"
             (crio.registries_dir / "60-site.conf").write_text(
                 f'[[registry]]\nprefix = "{namespace}"\nlocation = "{namespace}"\n'

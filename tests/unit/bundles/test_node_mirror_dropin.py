@@ -12,6 +12,7 @@ from nodeagent.bundles.mirror import (
     is_mirrorable,
     render_mirror_dropin,
 )
+from nodeagent.bundles.node_mirror import dropin_condition
 from nodeagent.errors import RegistriesConfInvalid
 from nodeagent.registries import Mirror, RegistryEntry, read_registries_conf
 
@@ -157,3 +158,16 @@ def test_an_existing_file_mixing_both_forms_is_refused_as_containers_image_refus
     mixed = ICSP.replace("insecure = true", 'pull-from-mirror = "digest-only"')
     with pytest.raises(RegistriesConfInvalid, match="refuses the two forms together"):
         read_registries_conf([("registries.conf", mixed)])
+
+
+def test_the_condition_names_blocked_sources_and_a_refusal() -> None:
+    blocked = [f"quay.io/org/app-{i}" for i in range(7)]
+    shown = dropin_condition("wrote", 9, blocked)
+    assert (shown.type, shown.is_true, shown.reason) == ("MirrorDropin", True, "SourceBlocked")
+    assert "quay.io/org/app-4" in shown.message and "and 2 more" in shown.message
+    assert "no fallback to the source" in shown.message
+    assert dropin_condition("unchanged", 3).reason == "Current"
+    assert dropin_condition("absent", 0).reason == "NoDropin"
+    refused = dropin_condition("refused", 3, reason="RegistriesConfInvalid", message="x" * 900)
+    assert (refused.is_true, refused.reason) == (False, "RegistriesConfInvalid")
+    assert len(refused.message) < 600  # clipped
