@@ -5,7 +5,7 @@ registries.conf.d, names exactly the repositories the store holds (``held_reposi
 the images of the store's ``index.json``, which the store rewrites whenever a bundle or a
 registry set is stored or removed: every record whose top manifest is stored) with the
 node mirror first. Its text
-is ``bundles.mirror.render_mirror_dropin``'s, each entry restating the one that applied to
+is ``registries.dropin.render_mirror_dropin``'s, each entry restating the one that applied to
 its repository in registries.conf and the other drop-ins; nodeagent's own two files are left
 out of that reading (this one, and the import's ``99-nodeagent-bundle-mirror.conf``, which
 in turn restates this one while an import runs).
@@ -27,16 +27,16 @@ from typing import Final, Literal
 
 from nodeagent.adapters.files import read_bytes_bounded, remove_file, write_atomic
 from nodeagent.adapters.host import registries_texts
-from nodeagent.bundles.mirror import (
+from nodeagent.errors import ConfigInvalid, ImageReferenceInvalid, RegistriesConfInvalid
+from nodeagent.references import parse_pinned_image_ref
+from nodeagent.registries import RegistriesConf, read_registries_conf
+from nodeagent.registries.dropin import (
     NODE_MIRROR_HEADER,
     blocked_sources,
     is_mirrorable,
-    mirror_repositories,
     render_mirror_dropin,
+    repository_name,
 )
-from nodeagent.errors import ConfigInvalid, ImageReferenceInvalid, RegistriesConfInvalid
-from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
-from nodeagent.registries import RegistriesConf, read_registries_conf
 from nodeagent.store import layout
 
 DROPIN_MODE: Final = 0o644
@@ -71,14 +71,16 @@ def held_repositories(store_root: Path) -> Held:
     """The repositories of the images ``index.json`` lists (read without the store lock:
     it is replaced atomically); none when there is no store yet."""
     data = read_bytes_bounded(store_root / layout.INDEX_NAME, layout.MAX_INDEX_BYTES)
-    refs: list[PinnedImageRef] = []
+    names: set[str] = set()
     skipped = 0
     for name in layout.index_names(data) if data is not None else ():
         try:
-            refs.append(parse_pinned_image_ref(name))
+            ref = parse_pinned_image_ref(name)
         except ImageReferenceInvalid:
             skipped += 1
-    repositories = mirror_repositories(refs)
+            continue
+        names.add(repository_name(ref.host, ref.repository))
+    repositories = tuple(sorted(names))
     kept = tuple(r for r in repositories if is_mirrorable(r))
     return Held(kept, frozenset(), skipped + len(repositories) - len(kept))
 

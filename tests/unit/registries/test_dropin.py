@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.bundles.mirror import (
+from nodeagent.registries.dropin import (
     NODE_MIRROR_HEADER,
     blocked_sources,
     is_mirrorable,
