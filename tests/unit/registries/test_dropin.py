@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from nodeagent.bundles.node_mirror import dropin_condition
+from nodeagent.errors import RegistriesConfInvalid
+from nodeagent.registries import Mirror, RegistryEntry, read_registries_conf
 from nodeagent.registries.dropin import (
     NODE_MIRROR_HEADER,
     blocked_sources,
     is_mirrorable,
     render_mirror_dropin,
 )
-from nodeagent.bundles.node_mirror import dropin_condition
-from nodeagent.errors import RegistriesConfInvalid
-from nodeagent.registries import Mirror, RegistryEntry, read_registries_conf
 
 NODE = "127.0.0.1:22626"
 
