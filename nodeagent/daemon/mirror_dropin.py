@@ -73,6 +73,7 @@ def log_outcome(outcome: DropinOutcome) -> None:
             "mirror_dropin_written" if outcome.action == "wrote" else "mirror_dropin_removed",
             file=str(outcome.path),
             repositories=outcome.repositories,
+            skipped=outcome.skipped,
         )
     for repository in outcome.blocked:
         log.info(

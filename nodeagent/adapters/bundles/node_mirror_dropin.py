@@ -65,6 +65,8 @@ class DropinOutcome:
     """Repositories whose source is blocked: the mirrors are their only way, no fallback."""
     reason: str = ""
     message: str = ""
+    skipped: int = 0
+    """Names of the store's index that are no mirrorable digest reference (never written)."""
 
 
 def held_repositories(store_root: Path) -> Held:
@@ -138,7 +140,9 @@ class NodeMirrorDropin:
         blocked = blocked_sources(held.repositories, existing)
         changed = write_atomic(self.path, text.encode(), mode=DROPIN_MODE)
         action: Action = "wrote" if changed else "unchanged"
-        return DropinOutcome(action, self.path, len(held.repositories), blocked)
+        return DropinOutcome(
+            action, self.path, len(held.repositories), blocked, skipped=held.skipped
+        )
 
     def _check_merged(self, text: str) -> None:
         """Every file the runtime will read, ours in its place, read as containers/image does;
