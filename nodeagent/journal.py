@@ -60,6 +60,8 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "set_failed": "4044b99a30ad4fc3a870cdf8fc8dae53",
     "metrics_not_served": "d44d5d8135194708bbfbb9b00db173be",
     "registry_credentials_withheld": "10301ce0966d400aa695231136aeb079",
+    "mirror_dropin_not_written": "5600e278963440f0b2aeb9a6f5329614",
+    "mirror_dropin_reload_failed": "bedb54c9ac56478db243e2dd85e40c00",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

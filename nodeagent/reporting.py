@@ -213,6 +213,8 @@ class Reporter:
         self.on_synced = on_synced
         self.offline: Condition | None = None
         """The offline drill's last ``OfflineReady`` condition, added to every status."""
+        self.dropin: Condition | None = None
+        """The node mirror drop-in's last ``MirrorDropin`` condition, added to every status."""
         self.os_image: OsImage | None = None
         """The node's OS image as last read (``nodeos``), added to every status."""
         self.store = store
@@ -247,6 +249,18 @@ class Reporter:
         if condition == self.offline:
             return
         self.offline = condition
+        if self.last is None:
+            return
+        self.save()
+        if self.cluster is not None:
+            self.cluster.update(self._with_bundles(self.last), is_final=False)
+
+    def dropin_checked(self, condition: Condition) -> None:
+        """The node mirror drop-in was rendered: its condition joins the status (decision
+        0058; republished if it changed)."""
+        if condition == self.dropin:
+            return
+        self.dropin = condition
         if self.last is None:
             return
         self.save()
@@ -379,10 +393,11 @@ class Reporter:
             log.warning("status_not_saved", reason=exc.reason, error=exc.message)
 
     def _with_bundles(self, status: NodeStatus) -> NodeStatus:
-        """``status`` with the bundles seen and the offline drill's condition."""
-        if self.offline is not None:
-            kept = tuple(c for c in status.conditions if c.type != self.offline.type)
-            status = replace(status, conditions=(*kept, self.offline))
+        """``status`` with the bundles seen, the offline drill's and the drop-in's conditions."""
+        for extra in (self.offline, self.dropin):
+            if extra is not None:
+                kept = tuple(c for c in status.conditions if c.type != extra.type)
+                status = replace(status, conditions=(*kept, extra))
         if self.os_image is not None:
             status = replace(status, os_image=self.os_image)
         if not self.board.reports:

@@ -234,6 +234,22 @@ def _prune_damaged(path: Path) -> None:
             old.unlink(missing_ok=True)
 
 
+def read_bytes_bounded(path: Path, max_bytes: int) -> bytes | None:
+    """The bytes of ``path``, no link followed (None when absent); a file larger than
+    ``max_bytes`` is a ``HostFileError``, never read whole."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise _fail("read", path, err, "check the file's type and permissions") from err
+    with os.fdopen(fd, "rb") as stream:
+        data = stream.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise HostFileError(f"cannot read {path}: more than {max_bytes} bytes")
+    return data
+
+
 def read_text_or_none(path: Path) -> str | None:
     """The UTF-8 text of ``path``, or None if it (or a symlink's target) does not exist."""
     try:

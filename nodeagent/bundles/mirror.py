@@ -10,10 +10,10 @@ under the name it will run by. Pure functions only (no I/O):
   server serves from: digest → ``ExpectedFile``. Nothing else is ever served.
 * ``mirror_repositories`` lists the source repositories (``host[:port]/repo``)
   of the bundle's images, spelled as containers-image matches them.
-* ``render_mirror_dropin`` renders the registries.conf.d drop-in
-  (containers-registries.conf(5), v2 format; drop-ins must be v2), each entry restating
-  the one that applied to its repository before (``applying_entry``) with the loopback
-  mirror added first.
+* ``render_mirror_dropin`` (``registries.dropin``, re-exported here) renders the
+  registries.conf.d drop-in (containers-registries.conf(5), v2 format; drop-ins must be
+  v2), each entry restating the one that applied to its repository before
+  (``applying_entry``) with the loopback mirror added first.
 * the server's wire rules: ``route`` (which request is a manifest or blob fetch
   by digest, and the distribution error for every other), ``parse_range``,
   ``content_range``, ``manifest_media_type``. HTTP itself is aiohttp's
@@ -30,7 +30,9 @@ Semantics relied on (containers/image ``pkg/sysregistriesv2``):
 * ``pull-from-mirror = "digest-only"`` (per mirror) skips the mirror for pulls
   by tag; it must not be combined with the registry-wide
   ``mirror-by-digest-only`` (the file is then refused) and is set on the
-  mirror table only (on ``[[registry]]`` it is an error);
+  mirror table only (on ``[[registry]]`` it is an error); so the drop-in writes the
+  per-mirror form only, an ICSP entry's ``mirror-by-digest-only`` turned into
+  ``digest-only`` on each of its mirrors (the same pulls);
 * unknown keys are ignored with a debug message only, so a misspelt key fails
   silently: the integration test proves both that the mirror is used for a
   digest and that it is skipped for a tag;
@@ -54,20 +56,19 @@ from nodeagent.bundles.content import MAX_DOCUMENT_VALUES
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile, count_values
 from nodeagent.bundles.signatures import tag_digest
 from nodeagent.references import PinnedImageRef
-from nodeagent.registries import (
-    DOCKER_HUB,
-    MEDIA_TYPE_OCI_INDEX,
-    MEDIA_TYPE_OCI_MANIFEST,
-    RegistriesConf,
-    RegistryEntry,
-    normalize_registry,
-)
+from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, MEDIA_TYPE_OCI_MANIFEST
+from nodeagent.registries.dropin import IMPORT_HEADER as IMPORT_HEADER
+from nodeagent.registries.dropin import NODE_MIRROR_HEADER as NODE_MIRROR_HEADER
+from nodeagent.registries.dropin import applying_entry as applying_entry
+from nodeagent.registries.dropin import blocked_sources as blocked_sources
+from nodeagent.registries.dropin import is_mirrorable as is_mirrorable
+from nodeagent.registries.dropin import is_repository_name as is_repository_name
+from nodeagent.registries.dropin import render_mirror_dropin as render_mirror_dropin
+from nodeagent.registries.dropin import repository_name
 from nodeagent.strict import MalformedInput, loads_json
 
 DROPIN_NAME: Final = "99-nodeagent-bundle-mirror.conf"
 """Default file name in registries.conf.d: ``.conf`` (else ignored), sorting late."""
-
-_MIRROR_HOST: Final = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
 
 
 PROBE_REPOSITORY: Final = "127.0.0.1:1/nodeagent-mirror-probe"
@@ -88,115 +89,7 @@ def mirror_repositories(images: Iterable[PinnedImageRef]) -> tuple[str, ...]:
     Docker Hub's aliases become ``docker.io`` and its one-segment names gain
     ``library/``, as the runtime's reference parser does before matching prefixes.
     """
-    repositories = set()
-    for ref in images:
-        host = normalize_registry(ref.host)
-        repository = ref.repository
-        if host == DOCKER_HUB and "/" not in repository:
-            repository = f"library/{repository}"
-        repositories.add(f"{host}/{repository}")
-    return tuple(sorted(repositories))
-
-
-def _repository_path(repository: str) -> str:
-    return repository.partition("/")[2]
-
-
-def _matched_length(name: str, prefix: str) -> int:
-    """How much of ``name`` (``host/repository``) the ``prefix`` of a ``[[registry]]`` covers,
-    or -1 (containers/image ``refMatchingPrefix``; ``*.host`` matches subdomains)."""
-    if prefix.startswith("*."):
-        index = name.find(prefix[1:])
-        if index == -1 or "/" in name[:index]:
-            return -1
-        end = index + len(prefix) - 1
-        return end if end == len(name) or name[end] in ":/@" else -1
-    if name == prefix:
-        return len(prefix)
-    return len(prefix) if name.startswith(prefix) and name[len(prefix)] in ":/@" else -1
-
-
-def _normalized_prefix(prefix: str) -> str:
-    host, slash, rest = prefix.partition("/")
-    return prefix if host.startswith("*.") else normalize_registry(host) + slash + rest
-
-
-def applying_entry(conf: RegistriesConf, repository: str) -> tuple[RegistryEntry, str] | None:
-    """The entry that applies to ``repository`` (the longest matching prefix, as the runtime
-    picks it) and the part of the name its prefix leaves over (``/rest`` or empty)."""
-    best: tuple[RegistryEntry, str] | None = None
-    for entry in conf.entries:
-        prefix = _normalized_prefix(entry.key)
-        length = _matched_length(repository, prefix)
-        if length >= 0 and (best is None or len(prefix) > len(_normalized_prefix(best[0].key))):
-            best = entry, repository[length:]
-    return best
-
-
-def _mirror_table(location: str, *, is_insecure: bool, pull_from_mirror: str) -> list[str]:
-    lines = ["[[registry.mirror]]", f"location = {json.dumps(location)}"]
-    lines += ["insecure = true"] if is_insecure else []
-    lines += [f"pull-from-mirror = {json.dumps(pull_from_mirror)}"] if pull_from_mirror else []
-    return [*lines, ""]
-
-
-def _registry_table(
-    repository: str, mirror_host: str, existing: tuple[RegistryEntry, str] | None
-) -> list[str]:
-    """``repository``'s entry: the loopback mirror first, then what applied to it before,
-    restated for this prefix (location, insecure, blocked, mirrors, their pull policies)."""
-    entry, rest = existing if existing is not None else (RegistryEntry(repository, ""), "")
-    location = f"{entry.location}{rest}" if entry.location else repository
-    lines = ["[[registry]]", f"prefix = {json.dumps(repository)}"]
-    lines.append(f"location = {json.dumps(location)}")
-    lines += ["insecure = true"] if entry.is_insecure else []
-    lines += ["blocked = true"] if entry.is_blocked else []
-    lines += ["mirror-by-digest-only = true"] if entry.is_mirror_by_digest_only else []
-    # With mirror-by-digest-only the runtime refuses a per-mirror pull-from-mirror; the
-    # registry-wide setting makes the loopback mirror digest-only as well.
-    ours = "" if entry.is_mirror_by_digest_only else "digest-only"
-    lines.append("")
-    mirror = f"{mirror_host}/{_repository_path(repository)}"
-    lines += _mirror_table(mirror, is_insecure=True, pull_from_mirror=ours)
-    for kept in entry.mirrors:
-        lines += _mirror_table(
-            f"{kept.location}{rest}",
-            is_insecure=kept.is_insecure,
-            pull_from_mirror=kept.pull_from_mirror,
-        )
-    return lines
-
-
-def render_mirror_dropin(
-    repositories: Iterable[str], mirror_host: str, existing: RegistriesConf | None = None
-) -> str:
-    """The registries.conf.d drop-in mirroring each ``host/repo`` at ``mirror_host/repo``.
-
-    ``mirror_host`` is the bundle server's ``127.0.0.1:<port>``; the mirror is
-    plain HTTP (``insecure``), which is why it must only ever listen on loopback.
-    ``existing``: registries.conf and its other drop-ins as the runtime reads them without
-    this one. The drop-in's entry for a repository replaces (or, by its longer prefix,
-    overrides) the one that applied to it, so it restates that entry: its location, its
-    ``insecure``, ``blocked`` and ``mirror-by-digest-only``, and its mirrors after the
-    loopback one, each with its own ``insecure`` and ``pull-from-mirror`` (docs/decisions/0055).
-    A blocked source stays blocked: the runtime still pulls from its mirrors, the loopback
-    one included, never from the source itself.
-    """
-    if not _MIRROR_HOST.match(mirror_host):
-        raise ValueError(f"mirror host {mirror_host!r} must be HOST:PORT, without a scheme")
-    lines = [
-        "# Written by nodeagent while it imports an offline bundle; removed afterwards.",
-        "# Pulls by digest of these repositories are served by the bundle server on",
-        "# loopback; names and digests stay those of the original registry. Each entry",
-        "# restates the configuration that applied to its repository before.",
-        "",
-    ]
-    conf = existing or RegistriesConf()
-    for repository in sorted(set(repositories)):
-        if "/" not in repository:
-            raise ValueError(f"repository {repository!r} must be HOST/REPOSITORY")
-        lines += _registry_table(repository, mirror_host, applying_entry(conf, repository))
-    return "\n".join(lines)
+    return tuple(sorted({repository_name(ref.host, ref.repository) for ref in images}))
 
 
 def total_size_bytes(blobs: Mapping[str, ExpectedFile]) -> int:
@@ -205,9 +98,6 @@ def total_size_bytes(blobs: Mapping[str, ExpectedFile]) -> int:
 
 
 # ------------------------------------------------------------------ the mirror's wire rules
-_NAME: Final = re.compile(
-    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
-)
 _ROUTE: Final = re.compile(r"^/v2/(?P<name>.+)/(?P<kind>manifests|blobs)/(?P<ref>[^/]+)$")
 _DIGEST: Final = re.compile(r"^sha256:[a-f0-9]{64}$")
 MAX_RANGE_DIGITS: Final = 19
@@ -269,11 +159,6 @@ class ErrorAnswer:
     def body(self) -> bytes:
         error = {"code": self.code, "message": self.message, "detail": None}
         return json.dumps({"errors": [error]}).encode()
-
-
-def is_repository_name(name: str) -> bool:
-    """A repository name of the distribution spec (lower case, ``/``-separated components)."""
-    return _NAME.match(name) is not None
 
 
 def route(request: Request) -> Fetch | ErrorAnswer:

@@ -33,11 +33,14 @@ from nodeagent.ports import StoredImage
 from nodeagent.specs import load_spec_dirs
 from nodeagent.strict import clip
 
-MODULE_COMMANDS = ("bundle", "store", "site", "completion")
+MODULE_COMMANDS = ("bundle", "store", "site", "completion", "mirror_dropin")
 """Commands of their own module (``nodeagent.cli.<command>``), loaded only when a command
 line other than ``run`` is parsed: the daemon never loads them (0.7 MiB of its idle
 memory, docs/performance.md)."""
 
+
+MODULE_OF = {"render-mirror-dropin": "mirror_dropin"}
+"""Commands whose module is not named after them."""
 
 DAEMON_COMMANDS = ("run", "serve-peers")
 """The commands systemd runs for the lifetime of a unit: parsed without the others'."""
@@ -328,8 +331,9 @@ COMMANDS = {
 def _command(name: str) -> Callable[[Config, argparse.Namespace], int]:
     if name in COMMANDS:
         return COMMANDS[name]
-    module = importlib.import_module(f"nodeagent.cli.{name}")
-    function: Callable[[Config, argparse.Namespace], int] = getattr(module, f"cmd_{name}")
+    module = importlib.import_module(f"nodeagent.cli.{MODULE_OF.get(name, name)}")
+    attribute = f"cmd_{name.replace('-', '_')}"
+    function: Callable[[Config, argparse.Namespace], int] = getattr(module, attribute)
     return function
 
 

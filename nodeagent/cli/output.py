@@ -23,6 +23,7 @@ from nodeagent.strict import clip
 SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "check-config": 1,
     "render-pins": 1,
+    "render-mirror-dropin": 1,
     "status": 1,
     "runtime": 1,
     "check-offline": 1,
@@ -62,6 +63,8 @@ HINTS: Final[Mapping[str, str]] = {
     "RuntimeUnreachable": "start CRI-O (systemctl start crio) or fix [runtime] endpoint",
     "RuntimeTimeout": "check CRI-O (journalctl -u crio), then run the command again",
     "RuntimeCallFailed": "read CRI-O's reason above and its journal (journalctl -u crio)",
+    "RegistriesConfInvalid": "fix the named registries.conf file: every pull on the node fails "
+    "until then; nodeagent writes its mirror drop-in again when it changes",
     "RuntimeConfigInvalid": "fix the named CRI-O file: CRI-O refuses to start until then",
     "RegistryUnavailable": "check the registry's address and the network, then try again",
     "RegistryError": "try again later; the registry failed on its side",

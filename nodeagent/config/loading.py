@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nodeagent.config.addresses import is_address
+from nodeagent.config.addresses import is_address, parse_address
 from nodeagent.config.rerooting import UNIX_PREFIX, reroot, reroot_sections
 from nodeagent.config.settings import (
     DROPIN_DIR_NAME,
@@ -279,6 +279,14 @@ _SCHEMA = {name: _schema_of(cls) for name, cls in _SECTIONS.items()}
 # ---------------------------------------------------------------- ranges
 
 
+def _is_loopback_address(text: str, _: Config) -> bool:
+    """``address:port`` on loopback (127.0.0.0/8 or ::1): the node mirror is plain HTTP."""
+    try:
+        return ipaddress.ip_address(parse_address(text).host).is_loopback
+    except ValueError:
+        return False
+
+
 def _is_file_name(name: str, _: Config) -> bool:
     return name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
@@ -429,6 +437,7 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
     ),
     ("site.allow_from", "a list of networks such as 10.0.0.0/24", _are_networks),
     ("metrics.listen", "address:port, e.g. 127.0.0.1:9448", lambda v, _: is_address(v)),
+    ("mirror.listen", "a loopback address:port, e.g. 127.0.0.1:22626", _is_loopback_address),
     ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
 )
 # A rule that compares two keys blames the other key's file when its own key kept the default.

@@ -25,6 +25,7 @@ from nodeagent.adapters.nodeos import NodeOsReader
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.adapters.systemd import Notifier
 from nodeagent.config import Config
+from nodeagent.daemon.mirror_dropin import dropin_loop
 from nodeagent.daemon.stopping import report_when_stopping
 from nodeagent.daemon.supervisor import Task
 from nodeagent.daemon.wiring import Wiring, build, has_bundles
@@ -108,6 +109,13 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
         )
     )
     found.append(Task("store-gc", lambda: store_gc_loop(wiring), is_critical=False))
+    found.append(
+        Task(
+            "mirror-dropin",
+            lambda: dropin_loop(config, wiring.reloader, wiring.reporter.dropin_checked),
+            is_critical=False,
+        )
+    )
     if config.bundles.watch_media:
         found.append(Task("media", lambda: media_loop(wiring), is_critical=False))
     if config.site.serve:

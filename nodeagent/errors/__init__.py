@@ -36,6 +36,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── RuntimeConfigInvalid        RuntimeConfigInvalid (another component's CRI-O file)
         ├── InsufficientDiskSpace       InsufficientDiskSpace
         ├── ConfigInvalid               ConfigInvalid
+        │   └── RegistriesConfInvalid   RegistriesConfInvalid (another component's registries.conf)
         ├── AuthFileInvalid             AuthFileInvalid
         ├── SpecInvalid                 SpecInvalid
         │   └── ImageReferenceInvalid   ImageReferenceInvalid
@@ -134,6 +135,7 @@ from nodeagent.errors.runtime import InsufficientDiskSpace as InsufficientDiskSp
 from nodeagent.errors.runtime import NoSpaceLeft as NoSpaceLeft
 from nodeagent.errors.runtime import PinsOverridden as PinsOverridden
 from nodeagent.errors.runtime import PullStalled as PullStalled
+from nodeagent.errors.runtime import RegistriesConfInvalid as RegistriesConfInvalid
 from nodeagent.errors.runtime import RegistryAuthFailed as RegistryAuthFailed
 from nodeagent.errors.runtime import RegistryCertsInvalid as RegistryCertsInvalid
 from nodeagent.errors.runtime import RegistryError as RegistryError

@@ -82,6 +82,15 @@ class ConfigInvalid(PermanentError):
     exit_code = 78  # EX_CONFIG
 
 
+class RegistriesConfInvalid(ConfigInvalid):
+    """registries.conf or one of its drop-ins, written by another component, breaks a rule
+    containers/image enforces (not TOML, a wrong type, ``mirror-by-digest-only`` mixed with
+    ``pull-from-mirror``, ...). Every pull on the node fails while it stays; nodeagent names
+    the file, leaves it untouched and writes no mirror drop-in until it is fixed."""
+
+    reason = "RegistriesConfInvalid"
+
+
 class PullStalled(TransientError):
     """A pull made no progress (no bytes written to the image filesystem) for too long."""
 

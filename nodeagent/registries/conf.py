@@ -9,7 +9,16 @@ UTF-8, at most ``MAX_REGISTRIES_CONF_BYTES``) and every field nodeagent or CRI-O
 is type-checked: strings are strings of at most ``MAX_LOCATION_CHARS`` characters,
 booleans are booleans, ``mirror`` is a list of tables each with a ``location``, the
 enumerations hold one of their values. Unknown keys are left alone, as containers-image
-leaves them. A wrong type raises ``ConfigInvalid`` naming the file and the key.
+leaves them. A wrong type raises ``RegistriesConfInvalid`` (a ``ConfigInvalid``) naming the
+file and the key.
+
+Each file is also held to the rules containers/image checks when it loads it
+(``postProcessRegistries``, docs/runtime-facts.md), any of which makes every pull on the
+node fail: ``pull-from-mirror`` only in a mirror table, never beside the entry's
+``mirror-by-digest-only``; a ``prefix`` without a ``location`` only as ``*.example.com``;
+a wildcard prefix without ``/``, ``:`` or ``@``; no URI scheme in a location; two entries of
+one file with the same location agree on ``insecure`` and ``blocked``. Within one file the
+first entry with a prefix counts (containers/image ignores later ones).
 
 The v1 format (``[registries.search]``, ``[registries.insecure]``,
 ``[registries.block]``, each with a ``registries`` list of strings) is read as
@@ -28,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from nodeagent.errors import ConfigInvalid
+from nodeagent.errors import RegistriesConfInvalid
 from nodeagent.registries.names import normalize_registry
 from nodeagent.strict import MalformedInput, clip, loads_toml, quoted
 
@@ -87,20 +96,39 @@ class _Bad(Exception):
 
 
 def read_registries_conf(files: Iterable[tuple[str, str]]) -> RegistriesConf:
-    """Every file's entries (see the module docstring), or ``ConfigInvalid``."""
+    """Every file's entries (see the module docstring), or ``RegistriesConfInvalid``."""
     entries: dict[str, RegistryEntry] = {}
     for number, (path, text) in enumerate(files):
         name = clip(path, 200)  # a file name, shown: escaped like any other text
         try:
             doc = loads_toml(text, what=name, max_bytes=MAX_REGISTRIES_CONF_BYTES)
         except MalformedInput as err:
-            raise ConfigInvalid(f"{err}; fix the file") from None
+            raise RegistriesConfInvalid(f"{err}; fix the file") from None
         try:
             found = _file_entries(doc, is_dropin=number > 0)
+            _check_conflicts(found)
         except _Bad as err:
-            raise ConfigInvalid(f"{name}: {err}; fix the file") from None
-        entries.update((entry.key, entry) for entry in found)
+            raise RegistriesConfInvalid(f"{name}: {err}; fix the file") from None
+        first: dict[str, RegistryEntry] = {}
+        for entry in found:  # within a file the first entry with a prefix counts
+            first.setdefault(entry.key, entry)
+        entries.update(first)
     return RegistriesConf(tuple(entries.values()))
+
+
+def _check_conflicts(found: list[RegistryEntry]) -> None:
+    """containers/image: entries of one file that share a location agree on ``insecure``
+    and ``blocked`` (the location, or the prefix of an entry without one)."""
+    seen: dict[str, RegistryEntry] = {}
+    for entry in found:
+        where = entry.location or entry.prefix
+        other = seen.setdefault(where, entry)
+        for flag, name in (("is_insecure", "insecure"), ("is_blocked", "blocked")):
+            if getattr(other, flag) != getattr(entry, flag):
+                raise _Bad(
+                    f"registry {quoted(where, 120)} is defined more than once with "
+                    f"conflicting {name!r} settings"
+                )
 
 
 def _file_entries(doc: Mapping[str, Any], *, is_dropin: bool) -> list[RegistryEntry]:
@@ -169,19 +197,29 @@ def _check_v2_keys(doc: Mapping[str, Any]) -> None:
 
 
 def _entry(table: Mapping[str, Any], where: str) -> RegistryEntry:
-    location = _string(table, "location", where)
-    prefix = _string(table, "prefix", where)
+    location = _location(table, "location", where)
+    prefix = _location(table, "prefix", where)
     if not (location or prefix):
         raise _Bad(f"{where} needs 'location' or 'prefix'")
+    if prefix and not location and not prefix.startswith("*."):
+        raise _Bad(f"{where} has a 'prefix' but no 'location': only *.example.com may")
+    if prefix.startswith("*.") and any(c in prefix for c in "/@:"):
+        raise _Bad(f"{where}: a wildcard 'prefix' must be of the form *.example.com")
     by_digest_only = _bool(table, "mirror-by-digest-only", where)
-    _choice(table, "pull-from-mirror", _PULL_FROM_MIRROR, where)
+    if _choice(table, "pull-from-mirror", _PULL_FROM_MIRROR, where):
+        raise _Bad(f"{where}: 'pull-from-mirror' belongs in a [[registry.mirror]] table only")
     mirrors = []
     for i, mirror in enumerate(_tables(table, "mirror", where)):
         at = f"{where}.mirror[{i}]"
-        mirror_location = _string(mirror, "location", at)
+        mirror_location = _location(mirror, "location", at)
         if not mirror_location:
             raise _Bad(f"{at} needs a 'location'")
         pull_from = _choice(mirror, "pull-from-mirror", _PULL_FROM_MIRROR, at)
+        if pull_from and by_digest_only:
+            raise _Bad(
+                f"{at}: 'pull-from-mirror' with the entry's 'mirror-by-digest-only': "
+                "containers/image refuses the two forms together; keep one"
+            )
         is_insecure = _bool(mirror, "insecure", at)
         mirrors.append(Mirror(mirror_location.strip("/"), is_insecure, pull_from))
     return RegistryEntry(
@@ -207,6 +245,13 @@ def _string(table: Mapping[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str):
         raise _Bad(f"{where}: {key!r} must be a string, not {_type_name(value)}")
     _bounded(value, f"{where}.{key}")
+    return value
+
+
+def _location(table: Mapping[str, Any], key: str, where: str) -> str:
+    value = _string(table, key, where)
+    if value.startswith(("http://", "https://")):
+        raise _Bad(f"{where}: {key!r} must not have a URI scheme (http:// or https://)")
     return value
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from nodeagent.errors import StoreRecordDamaged
-from nodeagent.strict import quoted
+from nodeagent.strict import MalformedInput, loads_json, quoted
 
 OCI_LAYOUT_NAME: Final = "oci-layout"
 OCI_LAYOUT_BYTES: Final = b'{"imageLayoutVersion":"1.0.0"}'
@@ -347,6 +347,30 @@ def render_index(images: Iterable[StoredImage]) -> bytes:
     ]
     doc = {"schemaVersion": 2, "mediaType": INDEX_MEDIA_TYPE, "manifests": manifests}
     return (json.dumps(doc, indent=1) + "\n").encode()
+
+
+MAX_INDEX_BYTES: Final = 16 << 20
+"""A larger ``index.json`` is refused (each image takes about 300 bytes)."""
+
+
+def index_names(data: bytes) -> tuple[str, ...]:
+    """The image names ``index.json`` lists (``render_index``'s annotations): what the store
+    holds and serves; ``StoreRecordDamaged`` when it is not such a file."""
+    try:
+        doc = loads_json(data, what=INDEX_NAME, max_bytes=MAX_INDEX_BYTES, max_depth=8)
+    except MalformedInput as err:
+        raise StoreRecordDamaged(str(err)) from None
+    manifests = doc.get("manifests") if isinstance(doc, dict) else None
+    if not isinstance(manifests, list):
+        raise StoreRecordDamaged(f"{INDEX_NAME} holds no 'manifests' list")
+    names = []
+    for item in manifests:
+        annotations = item.get("annotations") if isinstance(item, dict) else None
+        name = annotations.get(REF_NAME_ANNOTATION) if isinstance(annotations, dict) else None
+        if not isinstance(name, str):
+            raise StoreRecordDamaged(f"{INDEX_NAME}: an entry has no {REF_NAME_ANNOTATION}")
+        names.append(name)
+    return tuple(names)
 
 
 # ---------------------------------------------------------------- removal marks

@@ -14,7 +14,7 @@ import pytest
 from nodeagent import errors
 from nodeagent.bundles.media import DEFAULT_LABEL_PATTERN, RULE_MARK
 from nodeagent.cli import main as cli
-from nodeagent.config import Config, load_config
+from nodeagent.config import NODE_MIRROR_DROPIN_NAME, Config, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGING = ROOT / "packaging"
@@ -141,6 +141,34 @@ def test_the_path_unit_follows_every_crio_config_and_is_shipped_and_enabled() ->
         assert f"%{{_unitdir}}/{name}\n" in spec
     preset = (ROOT / "packaging" / "90-nodeagent.preset").read_text()
     assert "enable nodeagent-foreign-pins.path\n" in preset
+
+
+def test_the_mirror_dropin_path_unit_follows_registries_conf_and_erase_removes_the_file() -> None:
+    """Decision 0058: the files it watches are the ones the node mirror's drop-in restates;
+    the drop-in it writes is the one RPM erase removes (then CRI-O is reloaded)."""
+    runtime = Config.default().runtime
+    path_unit = (ROOT / "systemd" / "nodeagent-mirror-dropin.path").read_text()
+    watched = {
+        line.split("=", 1)[1] for line in path_unit.splitlines() if line.startswith("PathChanged=")
+    }
+    assert watched == {str(runtime.registries_conf), str(runtime.registries_dir)}
+    assert "Unit=nodeagent-mirror-dropin.service\n" in path_unit
+    service = (ROOT / "systemd" / "nodeagent-mirror-dropin.service").read_text()
+    assert "ExecStart=/usr/bin/nodeagent render-mirror-dropin --write --reload\n" in service
+    assert "StartLimitIntervalSec=0\n" in service
+    assert f"ReadWritePaths=-{runtime.registries_dir}\n" in service
+    spec = SPEC.read_text()
+    for name in ("nodeagent-mirror-dropin.path", "nodeagent-mirror-dropin.service"):
+        assert f"systemd/{name} %{{buildroot}}%{{_unitdir}}/{name}" in spec
+        assert f"%{{_unitdir}}/{name}\n" in spec
+    erase = spec.split("%preun", 1)[1].split("%postun", 1)[0]
+    assert f"rm -f %{{_sysconfdir}}/containers/registries.conf.d/{NODE_MIRROR_DROPIN_NAME}\n" in (
+        erase
+    )
+    assert "systemctl reload crio.service" in erase
+    assert "disable --now nodeagent-mirror-dropin.path" in erase
+    preset = (ROOT / "packaging" / "90-nodeagent.preset").read_text()
+    assert "enable nodeagent-mirror-dropin.path\n" in preset
 
 
 def test_operations_guide_explains_every_reason_code() -> None:

@@ -171,7 +171,7 @@ location = "mirror.site/quay-org"
     )  # quay.io/org is no prefix of quay.io/organ: the quay.io entry applies
 
 
-def test_an_icsp_entry_keeps_mirror_by_digest_only_and_ours_then_says_nothing() -> None:
+def test_an_icsp_entry_becomes_the_per_mirror_form_with_the_same_pulls() -> None:
     existing = """
 [[registry]]
 location = "quay.io/org/app"
@@ -181,8 +181,8 @@ mirror-by-digest-only = true
 location = "mirror.site/org/app"
 """
     entry = merged(existing)
-    assert entry.is_mirror_by_digest_only
-    assert entry.mirrors == (Mirror(OURS.location, True), Mirror("mirror.site/org/app"))
+    assert not entry.is_mirror_by_digest_only  # never both forms in one entry
+    assert entry.mirrors == (OURS, Mirror("mirror.site/org/app", False, "digest-only"))
 
 
 def test_a_wildcard_entry_applies_to_its_subdomains() -> None:

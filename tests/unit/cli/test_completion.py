@@ -57,7 +57,7 @@ def test_the_spec_installs_and_lists_it() -> None:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        (["nodeagent", "ren"], ["render-pins"]),
+        (["nodeagent", "ren"], ["render-mirror-dropin", "render-pins"]),
         (["nodeagent", "st"], ["status", "store"]),
         (["nodeagent", "--config", "/etc/x.toml", "check-"], ["check-config", "check-offline"]),
         (["nodeagent", "render-pins", "--w"], ["--write"]),

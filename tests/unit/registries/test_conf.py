@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.errors import ConfigInvalid
+from nodeagent.errors import ConfigInvalid, RegistriesConfInvalid
 from nodeagent.registries import (
     MAX_REGISTRIES_CONF_BYTES,
     Mirror,
@@ -31,13 +31,11 @@ prefix = "quay.io/team"
 location = "quay.io/team"
 blocked = false
 mirror-by-digest-only = true
-pull-from-mirror = "digest-only"
 unknown-later-key = "kept away, as containers-image does"
 
 [[registry.mirror]]
 location = "mirror.local:5000/team/"
 insecure = true
-pull-from-mirror = "all"
 """
 
 
@@ -47,7 +45,7 @@ def test_a_v2_file_with_every_field() -> None:
         RegistryEntry(
             "quay.io/team",
             "quay.io/team",
-            mirrors=(Mirror("mirror.local:5000/team", True, "all"),),
+            mirrors=(Mirror("mirror.local:5000/team", True, ""),),
             is_mirror_by_digest_only=True,
         ),
     )
@@ -84,7 +82,8 @@ def test_v1_blocked_and_insecure_locations_become_entries() -> None:
 @pytest.mark.parametrize("table", ["search", "insecure", "block"])
 def test_a_drop_in_in_the_v1_format_is_refused(table: str) -> None:
     text = f'[registries.{table}]\nregistries = ["a.local"]\n'
-    with pytest.raises(ConfigInvalid, match=r"^ConfigInvalid: 10-old\.conf: a drop-in must use"):
+    refused = r"^RegistriesConfInvalid: 10-old\.conf: a drop-in must use"
+    with pytest.raises(ConfigInvalid, match=refused):
         insecure_registries("", {"10-old.conf": text})
 
 
@@ -146,15 +145,49 @@ BAD_FILES = {
     "a lone surrogate": ('[[registry]]\nlocation = "\\ud800"\n', "not valid TOML"),
     "too large": ("#" * (MAX_REGISTRIES_CONF_BYTES + 1), "more than"),
     "nested deep": ("a = " + "[" * 200 + "]" * 200 + "\n", "nested"),
+    # containers/image's postProcessRegistries rules (docs/runtime-facts.md)
+    "both mirror forms": (
+        '[[registry]]\nlocation = "a"\nmirror-by-digest-only = true\n'
+        '[[registry.mirror]]\nlocation = "m"\npull-from-mirror = "digest-only"\n',
+        "refuses the two forms together"),
+    "pull-from-mirror on the entry": (
+        '[[registry]]\nlocation = "a"\npull-from-mirror = "digest-only"\n',
+        "mirror\\]\\] table only"),
+    "a prefix without location": ('[[registry]]\nprefix = "a/b"\n', "no 'location'"),
+    "a wildcard with a path": (
+        '[[registry]]\nprefix = "*.a.com/x"\nlocation = "b"\n', "form \\*.example.com"),
+    "a scheme": ('[[registry]]\nlocation = "https://a"\n', "URI scheme"),
+    "a mirror scheme": (
+        '[[registry]]\nlocation = "a"\n[[registry.mirror]]\nlocation = "http://m"\n',
+        "URI scheme"),
+    "conflicting blocked": (
+        '[[registry]]\nprefix = "a/x"\nlocation = "a"\nblocked = true\n'
+        '[[registry]]\nprefix = "a/y"\nlocation = "a"\n', "conflicting 'blocked'"),
+    "conflicting insecure": (
+        '[[registry]]\nprefix = "a/x"\nlocation = "a"\ninsecure = true\n'
+        '[[registry]]\nprefix = "a/y"\nlocation = "a"\n', "conflicting 'insecure'"),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(BAD_FILES))
 def test_a_bad_drop_in_is_refused_naming_the_file_and_the_key(name: str) -> None:
     text, message = BAD_FILES[name]
-    with pytest.raises(ConfigInvalid, match=message) as caught:
+    with pytest.raises(RegistriesConfInvalid, match=message) as caught:
         insecure_registries('[[registry]]\nlocation = "ok"\n', {"50-bad.conf": text})
     shown = str(caught.value)
-    assert shown.startswith("ConfigInvalid: 50-bad.conf")
+    assert isinstance(caught.value, ConfigInvalid)  # callers that catch ConfigInvalid still do
+    assert shown.startswith("RegistriesConfInvalid: 50-bad.conf")
     assert len(shown) < 600
     assert LONG not in shown
+
+
+def test_within_a_file_the_first_entry_with_a_prefix_counts_and_a_later_file_replaces_it() -> None:
+    main = '[[registry]]\nlocation = "a"\n[[registry]]\nlocation = "a"\nblocked = false\n'
+    main += '[[registry]]\nprefix = "b"\nlocation = "b1"\n'
+    main += '[[registry]]\nprefix = "b"\nlocation = "b2"\n'
+    conf = read_registries_conf([("registries.conf", main)])
+    assert [e.location for e in conf.entries] == ["a", "b1"]
+    conf = read_registries_conf(
+        [("registries.conf", main), ("50.conf", '[[registry]]\nprefix = "b"\nlocation = "b3"\n')]
+    )
+    assert [e.location for e in conf.entries] == ["a", "b3"]

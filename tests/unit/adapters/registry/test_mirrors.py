@@ -85,7 +85,7 @@ def test_pull_sources_follow_the_longest_prefix_mirrors_first(ref: str, sources:
     ],
 )
 def test_files_or_entries_of_the_wrong_shape_are_refused_naming_the_file(text: str) -> None:
-    with pytest.raises(ConfigInvalid, match=r"^ConfigInvalid: 50-bad\.conf"):
+    with pytest.raises(ConfigInvalid, match=r"^RegistriesConfInvalid: 50-bad\.conf"):
         routes_of([("main", CONF), ("50-bad.conf", text)])
 
 
