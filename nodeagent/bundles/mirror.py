@@ -14,8 +14,11 @@ under the name it will run by. Pure functions only (no I/O):
   (containers-registries.conf(5), v2 format; drop-ins must be v2), each entry restating
   the one that applied to its repository before (``applying_entry``) with the loopback
   mirror added first.
+* ``tag_only_mirror``: the mirror table that sends pulls by tag of a repository to the
+  mirror (``pull-from-mirror = "tag-only"``), for the tags a verified manifest serves
+  (``bundles.tags``); the node mirror's drop-in calls it as the import's does;
 * the server's wire rules: ``route`` (which request is a manifest or blob fetch
-  by digest, and the distribution error for every other), ``parse_range``,
+  by digest, or a tag's, and the distribution error for every other), ``parse_range``,
   ``content_range``, ``manifest_media_type``. HTTP itself is aiohttp's
   (docs/decisions/0027).
 
@@ -53,6 +56,7 @@ from typing import Final, Literal
 from nodeagent.bundles.content import MAX_DOCUMENT_VALUES
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile, count_values
 from nodeagent.bundles.signatures import tag_digest
+from nodeagent.bundles.tags import is_tag
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import (
     DOCKER_HUB,
@@ -140,35 +144,62 @@ def _mirror_table(location: str, *, is_insecure: bool, pull_from_mirror: str) ->
     return [*lines, ""]
 
 
+def tag_only_mirror(repository: str, mirror_host: str) -> list[str]:
+    """The mirror table that sends pulls by tag of ``repository`` (``host/repo``) to the
+    mirror at ``mirror_host``: ``pull-from-mirror = "tag-only"``. Only for a repository a
+    verified manifest serves tags of (``bundles.tags``): the mirror answers those tags with
+    their signed digest and any other with 404, after which the runtime tries the next
+    source. Not valid in an entry with ``mirror-by-digest-only`` (``_registry_table``
+    restates such an entry per mirror)."""
+    if not _MIRROR_HOST.match(mirror_host) or "/" not in repository:
+        raise ValueError(f"{mirror_host!r}, {repository!r}: want HOST:PORT and HOST/REPOSITORY")
+    location = f"{mirror_host}/{_repository_path(repository)}"
+    return _mirror_table(location, is_insecure=True, pull_from_mirror="tag-only")
+
+
 def _registry_table(
-    repository: str, mirror_host: str, existing: tuple[RegistryEntry, str] | None
+    repository: str,
+    mirror_host: str,
+    existing: tuple[RegistryEntry, str] | None,
+    *,
+    is_tagged: bool = False,
 ) -> list[str]:
     """``repository``'s entry: the loopback mirror first, then what applied to it before,
-    restated for this prefix (location, insecure, blocked, mirrors, their pull policies)."""
+    restated for this prefix (location, insecure, blocked, mirrors, their pull policies).
+    ``is_tagged``: the mirror also serves tags of it (a tag-only mirror table after ours)."""
     entry, rest = existing if existing is not None else (RegistryEntry(repository, ""), "")
     location = f"{entry.location}{rest}" if entry.location else repository
     lines = ["[[registry]]", f"prefix = {json.dumps(repository)}"]
     lines.append(f"location = {json.dumps(location)}")
     lines += ["insecure = true"] if entry.is_insecure else []
     lines += ["blocked = true"] if entry.is_blocked else []
-    lines += ["mirror-by-digest-only = true"] if entry.is_mirror_by_digest_only else []
-    # With mirror-by-digest-only the runtime refuses a per-mirror pull-from-mirror; the
-    # registry-wide setting makes the loopback mirror digest-only as well.
-    ours = "" if entry.is_mirror_by_digest_only else "digest-only"
+    # The registry-wide mirror-by-digest-only forbids a per-mirror pull-from-mirror. Untagged,
+    # it is restated and makes the loopback mirror digest-only as well; tagged, it becomes the
+    # same policy per mirror (every kept mirror digest-only), so a tag-only table is allowed.
+    is_wide = entry.is_mirror_by_digest_only and not is_tagged
+    kept_policy = "digest-only" if entry.is_mirror_by_digest_only and is_tagged else None
+    lines += ["mirror-by-digest-only = true"] if is_wide else []
     lines.append("")
     mirror = f"{mirror_host}/{_repository_path(repository)}"
-    lines += _mirror_table(mirror, is_insecure=True, pull_from_mirror=ours)
+    lines += _mirror_table(
+        mirror, is_insecure=True, pull_from_mirror="" if is_wide else "digest-only"
+    )
+    lines += tag_only_mirror(repository, mirror_host) if is_tagged else []
     for kept in entry.mirrors:
         lines += _mirror_table(
             f"{kept.location}{rest}",
             is_insecure=kept.is_insecure,
-            pull_from_mirror=kept.pull_from_mirror,
+            pull_from_mirror=kept_policy or kept.pull_from_mirror,
         )
     return lines
 
 
 def render_mirror_dropin(
-    repositories: Iterable[str], mirror_host: str, existing: RegistriesConf | None = None
+    repositories: Iterable[str],
+    mirror_host: str,
+    existing: RegistriesConf | None = None,
+    *,
+    tagged: Iterable[str] = (),
 ) -> str:
     """The registries.conf.d drop-in mirroring each ``host/repo`` at ``mirror_host/repo``.
 
@@ -180,7 +211,9 @@ def render_mirror_dropin(
     ``insecure``, ``blocked`` and ``mirror-by-digest-only``, and its mirrors after the
     loopback one, each with its own ``insecure`` and ``pull-from-mirror`` (docs/decisions/0055).
     A blocked source stays blocked: the runtime still pulls from its mirrors, the loopback
-    one included, never from the source itself.
+    one included, never from the source itself. ``tagged``: those of ``repositories`` whose
+    tags the mirror serves (``bundles.tags``): their entry also sends pulls by tag to it
+    (``tag_only_mirror``), before any other mirror, so the signed digest wins.
     """
     if not _MIRROR_HOST.match(mirror_host):
         raise ValueError(f"mirror host {mirror_host!r} must be HOST:PORT, without a scheme")
@@ -192,10 +225,13 @@ def render_mirror_dropin(
         "",
     ]
     conf = existing or RegistriesConf()
-    for repository in sorted(set(repositories)):
+    with_tags = set(tagged)
+    for repository in sorted(set(repositories) | with_tags):
         if "/" not in repository:
             raise ValueError(f"repository {repository!r} must be HOST/REPOSITORY")
-        lines += _registry_table(repository, mirror_host, applying_entry(conf, repository))
+        found = applying_entry(conf, repository)
+        is_tagged = repository in with_tags
+        lines += _registry_table(repository, mirror_host, found, is_tagged=is_tagged)
     return "\n".join(lines)
 
 
@@ -250,11 +286,12 @@ class Request:
 class Fetch:
     """A request the server answers with content: the API base, a manifest or a blob."""
 
-    kind: Literal["base", "manifests", "blobs", "signature"]
+    kind: Literal["base", "manifests", "blobs", "signature", "tag"]
     digest: str = ""
     """Manifests and blobs: the digest asked for; signature: the digest its tag signs."""
     name: str = ""
-    """A signature's ``<repository>/sha256-<hex>.sig`` (``signatures.served_tags``' key)."""
+    """A signature's ``<repository>/sha256-<hex>.sig`` (``signatures.served_tags``' key), or
+    a tag's ``<repository>/<tag>`` (``tags.tag_names``' key): answered only when listed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,9 +324,12 @@ def route(request: Request) -> Fetch | ErrorAnswer:
         return ErrorAnswer(404, "UNSUPPORTED", "no such endpoint")
     if not is_repository_name(match["name"]):
         return ErrorAnswer(400, "NAME_INVALID", "invalid repository name")
-    signed = tag_digest(match["ref"]) if match["kind"] == "manifests" else None
+    is_manifest = match["kind"] == "manifests"
+    signed = tag_digest(match["ref"]) if is_manifest else None
     if signed is not None:
         return Fetch("signature", signed, f"{match['name']}/{match['ref']}")
+    if is_manifest and is_tag(match["ref"]):
+        return Fetch("tag", name=f"{match['name']}/{match['ref']}")
     return _by_digest(match["kind"], match["ref"])
 
 
@@ -297,8 +337,8 @@ def _by_digest(kind: str, ref: str) -> Fetch | ErrorAnswer:
     if _DIGEST.match(ref):
         return Fetch("manifests" if kind == "manifests" else "blobs", ref)
     if kind == "manifests" and ":" not in ref:
-        return ErrorAnswer(404, "MANIFEST_UNKNOWN", "manifests are served by digest only")
-    return ErrorAnswer(400, "DIGEST_INVALID", "only sha256 digests (and signature tags) are served")
+        return ErrorAnswer(404, "MANIFEST_UNKNOWN", "no such tag")
+    return ErrorAnswer(400, "DIGEST_INVALID", "only sha256 digests (and signed tags) are served")
 
 
 def parse_range(header: str | None, size_bytes: int) -> tuple[int, int] | None:

@@ -18,6 +18,7 @@ from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.records import read_bundle_file
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile, parse_manifest
 from nodeagent.bundles.signatures import served_tags
+from nodeagent.bundles.tags import tag_names
 from nodeagent.store import layout
 
 
@@ -41,10 +42,14 @@ def open_blob(store_root: Path, digest: str) -> VerifiedBlob:
 
 
 def stored_signature_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
-    """The signature tags (``signatures.served_tags``) of a stored bundle's signed manifest,
-    verified when it was stored; none when it is gone or unreadable."""
+    """The tags a stored bundle's signed manifest lists, verified when it was stored: its
+    signature tags (``signatures.served_tags``) and its served tags (``servedTags``,
+    ``tags.tag_names``); none when it is gone or unreadable."""
     data = read_bundle_file(store_root, bundle_id, layout.MANIFEST_NAME)
     try:
-        return {} if data is None else served_tags(parse_manifest(data).image_signatures)
+        manifest = None if data is None else parse_manifest(data)
     except BundleError:
         return {}
+    if manifest is None:
+        return {}
+    return served_tags(manifest.image_signatures) | tag_names(manifest.served_tags)
