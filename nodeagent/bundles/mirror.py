@@ -324,16 +324,16 @@ def route(request: Request) -> Fetch | ErrorAnswer:
         return ErrorAnswer(404, "UNSUPPORTED", "no such endpoint")
     if not is_repository_name(match["name"]):
         return ErrorAnswer(400, "NAME_INVALID", "invalid repository name")
-    is_manifest = match["kind"] == "manifests"
-    signed = tag_digest(match["ref"]) if is_manifest else None
+    return _by_reference(match["kind"], match["ref"], match["name"])
+
+
+def _by_reference(kind: str, ref: str, name: str) -> Fetch | ErrorAnswer:
+    """A digest, or for a manifest a signature's tag or any other tag: looked up by name."""
+    signed = tag_digest(ref) if kind == "manifests" else None
     if signed is not None:
-        return Fetch("signature", signed, f"{match['name']}/{match['ref']}")
-    if is_manifest and is_tag(match["ref"]):
-        return Fetch("tag", name=f"{match['name']}/{match['ref']}")
-    return _by_digest(match["kind"], match["ref"])
-
-
-def _by_digest(kind: str, ref: str) -> Fetch | ErrorAnswer:
+        return Fetch("signature", signed, f"{name}/{ref}")
+    if kind == "manifests" and is_tag(ref):
+        return Fetch("tag", name=f"{name}/{ref}")
     if _DIGEST.match(ref):
         return Fetch("manifests" if kind == "manifests" else "blobs", ref)
     if kind == "manifests" and ":" not in ref:

@@ -66,7 +66,9 @@ class Mirror:
     def __init__(self) -> None:
         self.writes = 0
 
-    def write(self, repositories: Iterable[str], mirror_host: str) -> bool:
+    def write(
+        self, repositories: Iterable[str], mirror_host: str, *, tagged: Iterable[str] = ()
+    ) -> bool:
         self.writes += 1
         return True
 

@@ -44,6 +44,7 @@ from nodeagent.bundles import minisign
 from nodeagent.bundles import release as releases
 from nodeagent.bundles.freshness import Freshness
 from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
+from nodeagent.bundles.tags import TAGS_KEY, ServedTag, is_tag, split_tagged, tags_doc
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION, BundleTarget, target_doc
 from nodeagent.bundles.tree_rules import METADATA_DIRS
 from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
@@ -72,22 +73,20 @@ class CreatedBundle:
     """The release's payload images (``image-references``), when there is a release."""
     signatures: tuple[CarriedSignature, ...] = ()
     """The images' sigstore signatures carried (``--with-signatures``)."""
+    served_tags: tuple[ServedTag, ...] = ()
+    """The tags the bundle serves (``--serve-tags``)."""
 
 
 # ---------------------------------------------------------------- pure helpers
 def resolve_refs(
-    image_texts: Iterable[str], sets: Iterable[PinnedImageSet]
+    image_texts: Iterable[str], sets: Iterable[PinnedImageSet], *, is_serving_tags: bool = False
 ) -> list[PinnedImageRef]:
-    """The ``--image`` references, then the sets' images, each once; tags are refused."""
+    """The ``--image`` references, then the sets' images, each once; tags are refused, but
+    with ``--serve-tags`` (``is_serving_tags``) an image may be given as
+    ``host/repo:tag@sha256:…`` (``served_tags_of_images`` reads its tag)."""
     refs: dict[str, PinnedImageRef] = {}
     for text in image_texts:
-        try:
-            ref = parse_pinned_image_ref(text.strip())
-        except ImageReferenceInvalid as err:
-            raise ImageReferenceInvalid(
-                f"--image {err.message}; a bundle names images by digest: resolve a tag with "
-                "`skopeo inspect --format '{{.Digest}}' docker://NAME:TAG`"
-            ) from None
+        ref, _ = _image_option(text, is_serving_tags=is_serving_tags)
         refs.setdefault(str(ref), ref)
     for image_set in sets:
         for ref in image_set.images:
@@ -95,6 +94,44 @@ def resolve_refs(
     if not refs:
         raise SpecInvalid("a bundle needs at least one --image or --pinned-image-set")
     return list(refs.values())
+
+
+def served_tags_of_images(image_texts: Iterable[str]) -> list[ServedTag]:
+    """The tags ``--image host/repo:tag@sha256:…`` names (``--serve-tags``), each once; a
+    tag given twice for one repository must name one digest."""
+    found: dict[str, ServedTag] = {}
+    for text in image_texts:
+        ref, tag = _image_option(text, is_serving_tags=True)
+        if tag is None:
+            continue
+        served = ServedTag(ref, tag)
+        if found.setdefault(served.reference, served) != served:
+            raise ImageReferenceInvalid(
+                f"--image names the tag {served.reference} with two digests; keep one"
+            )
+    return list(found.values())
+
+
+def _image_option(text: str, *, is_serving_tags: bool) -> tuple[PinnedImageRef, str | None]:
+    untagged, tag = split_tagged(text.strip())
+    if tag is not None and not is_serving_tags:
+        raise ImageReferenceInvalid(
+            f"--image {text.strip()[:300]} names a tag; a bundle serves tags only when made "
+            "with --serve-tags, otherwise give NAME@sha256:… alone"
+        )
+    if tag is not None and not is_tag(tag):
+        raise ImageReferenceInvalid(
+            f"--image {text.strip()[:300]}: the tag must be 1-128 of [A-Za-z0-9_.-], not "
+            "starting with . or -, and not a sigstore tag"
+        )
+    try:
+        return parse_pinned_image_ref(untagged), tag
+    except ImageReferenceInvalid as err:
+        raise ImageReferenceInvalid(
+            f"--image {err.message}; a bundle names images by digest: resolve a tag with "
+            "`skopeo inspect --format '{{.Digest}}' docker://NAME:TAG`"
+            + (" and give NAME:TAG@DIGEST" if is_serving_tags else "")
+        ) from None
 
 
 def check_bundle_id(bundle_id: str) -> str:
@@ -154,14 +191,15 @@ def manifest_doc(
     freshness: Freshness | None = None,
     release: releases.BundleRelease | None = None,
     signatures: Sequence[CarriedSignature] = (),
+    served_tags: Sequence[ServedTag] = (),
 ) -> bytes:
     """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 3 with
     a ``freshness`` (channel, sequence, expiry: what ``bundle create`` writes) and optionally
     a ``release`` (``bundles.release``) and ``imageSignatures`` (the blobs of each signature
     listed with the others), else format 1, or 2 with a ``target`` (a reader of an older
     format refuses a newer one)."""
-    if (release is not None or signatures) and freshness is None:
-        raise ValueError("a release or image signatures are format 3, which needs a sequence")
+    if (release is not None or signatures or served_tags) and freshness is None:
+        raise ValueError("a release, signatures or tags are format 3, which needs a sequence")
     blobs = {blob.digest: blob.size_bytes for image in images for blob in image.blobs}
     blobs |= {blob.digest: blob.size_bytes for s in signatures for blob in s.blobs}
     version = bundle.FORMAT_VERSION if target is None else bundle.TARGET_FORMAT_VERSION
@@ -194,6 +232,8 @@ def manifest_doc(
         doc["release"] = releases.release_doc(release)
     if signatures:
         doc[SIGNATURES_KEY] = signatures_doc(s.signature for s in signatures)
+    if served_tags:
+        doc[TAGS_KEY] = tags_doc(served_tags)
     return json.dumps(doc, indent=2).encode() + b"\n"
 
 
@@ -265,6 +305,7 @@ async def create_bundle(
     release: ReleaseRequest | None = None,
     freshness: Freshness | None = None,
     with_signatures: bool = False,
+    served_tags: Sequence[ServedTag] = (),
 ) -> CreatedBundle:
     """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle.
 
@@ -272,6 +313,7 @@ async def create_bundle(
     image checked by its config), so the bundle's ``architecture``, the architecture half
     of its target, is what its images are. With a ``release``, the release image is read
     first and its payload images and set are added to ``refs`` and ``sets``.
+    ``served_tags`` (``--serve-tags``): tags of images in ``refs``, signed in ``servedTags``.
     """
     platform = client.platform
     blobs_dir = await asyncio.to_thread(prepare_output, output_dir)
@@ -295,6 +337,7 @@ async def create_bundle(
         bundle_id=bundle_id, created=created, architecture=platform.architecture,
         images=images, files=_layout_files(images) | extra, sets=sets, target=target,
         freshness=freshness, release=carried, signatures=carried_signatures,
+        served_tags=served_tags,
     )  # fmt: skip
     comment = f"nodeagent bundle {bundle_id} created {created}"
     keep = {b.digest for i in images for b in i.blobs} | {
@@ -316,7 +359,7 @@ async def create_bundle(
     key_id = secret_key.public_key().key_id_hex
     return CreatedBundle(
         bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target,
-        carried, payload_count, carried_signatures,
+        carried, payload_count, carried_signatures, tuple(served_tags),
     )  # fmt: skip
 
 
