@@ -1,0 +1,129 @@
+"""A tag a ``--serve-tags`` bundle carries, through the real CRI-O, the registry stopped: the
+kubelet's CRI sequence for ``imagePullPolicy: Always`` by tag succeeds, and the tag is frozen
+at its signed digest while the mirror serves it, even once the registry is back with the tag
+moved.
+
+Real parts: a distribution registry, ``nodeagent bundle create --serve-tags`` with
+``--image host/repo:tag@sha256:…``, the registry stopped, ``nodeagent bundle import`` into
+CRI-O (which pulls the tag through the import's loopback mirror and its tag-only entry),
+then the store served by the loopback server over the store's offer (``read_offer``: what
+the always-on node mirror serves) with the tag-only drop-in (``render_mirror_dropin``'s
+``tagged``), and real pods (tests/testenv/pods.py: pinns, runc, a static sleeper image).
+The kubelet is not run: its calls are made as it makes them (ImageStatus, PullImage by the
+pod's reference, RunPodSandbox, CreateContainer, StartContainer).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nodeagent.adapters.cri.client import CriClient
+from nodeagent.adapters.http.mirror import BundleServer
+from nodeagent.adapters.store.offer import read_offer
+from nodeagent.bundles import minisign
+from nodeagent.bundles.mirror import render_mirror_dropin
+from nodeagent.errors import NodeAgentError
+from tests.testenv import pods
+from tests.testenv.agent import Agent
+from tests.testenv.bundles import make_bundle
+from tests.testenv.crio import Crio
+from tests.testenv.images import push
+from tests.testenv.registry import Registry
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(pods.missing() is not None, reason=f"no pods here: {pods.missing()}"),
+]
+
+CATALOG = "nodeagent-test/catalog"
+TAG = "v4.16"
+NODE_MIRROR_DROPIN = "98-test-node-mirror.conf"
+"""The stand-in for the node mirror's drop-in (issue 25, item 2), written by the test."""
+
+
+def node(base: Path, crio: Crio, public: str) -> Agent:
+    agent = Agent(base / "agent", crio)
+    agent.write_config()
+    agent.trusted_keys_dir.mkdir(parents=True)
+    (agent.trusted_keys_dir / "factory.pub").write_text(public)
+    return agent
+
+
+@pytest.mark.timeout(300)
+async def test_always_by_tag_is_served_signed_and_frozen(tmp_path: Path) -> None:
+    public, secret = minisign.generate_keypair(comment="served tags test")
+    built = {
+        name: pods.sleeper_image(tmp_path / name, label=name)
+        for name in ("pause", "signed", "moved")
+    }
+    registry = Registry(tmp_path / "registry")
+    with registry:
+        host = registry.host
+        pause = push(registry.url, "nodeagent-test/pause", built["pause"]).reference(host)
+        signed = push(registry.url, CATALOG, built["signed"], tag=TAG)
+        signed_ref = signed.reference(host)
+        bundle = make_bundle(
+            tmp_path, registry, [pause, signed_ref], public, secret,
+            images=[pause, f"{host}/{CATALOG}:{TAG}@{signed.digest}"],
+            extra_args=["--serve-tags"],
+        )  # fmt: skip
+    doc = json.loads((bundle / "bundle.json").read_text())
+    tag_ref = f"{host}/{CATALOG}:{TAG}"
+    assert doc["servedTags"] == {tag_ref: signed.digest}
+
+    runtime = pods.PodRuntime(pause_image=pause)
+    with Crio(tmp_path / "crio", insecure_registries=[host], pods=runtime) as crio:
+        agent = node(tmp_path, crio, public)
+        done = agent.cli("bundle", "import", str(bundle), "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        async with CriClient(crio.endpoint, timeout_s=120) as cri:
+            # the import pulled the tag through its mirror (the registry is stopped)
+            stored = await cri.image_status(tag_ref)
+            assert stored is not None and f"{host}/{CATALOG}@{signed.digest}" in stored.names()
+
+            offer = read_offer(agent.state_dir / "store")
+            assert offer.tags == {f"{CATALOG}/{TAG}": signed.digest}
+            server = BundleServer(agent.state_dir / "store", offer.blobs, tags=offer.tags)
+            async with server:
+                dropin = crio.registries_dir / NODE_MIRROR_DROPIN
+                repositories = [f"{host}/{CATALOG}", f"{host}/nodeagent-test/pause"]
+                # digest-only, as for untagged bundles: a pull by tag never asks the mirror
+                dropin.write_text(render_mirror_dropin(repositories, server.mirror_host))
+                crio.reload()
+                with pytest.raises(NodeAgentError, match="connection refused"):
+                    await cri.pull_image(tag_ref, timeout_s=120)
+                assert server.counters.requests == 0
+
+                dropin.write_text(
+                    render_mirror_dropin(
+                        repositories, server.mirror_host, tagged=[f"{host}/{CATALOG}"]
+                    )
+                )
+                crio.reload()
+
+                # the kubelet, imagePullPolicy: Always, the pod naming the tag
+                assert await cri.image_status(tag_ref) is not None
+                served_before = server.counters.manifests_served
+                pulled = await cri.pull_image(tag_ref, timeout_s=120)
+                assert pulled == f"{host}/{CATALOG}@{signed.digest}"
+                assert server.counters.manifests_served > served_before
+                async with pods.Pods(crio.endpoint) as running:
+                    await running.run(tag_ref, pod="catalog", namespace="olm")
+                    listed = await cri.list_containers()
+                    assert [(c.pod_namespace, c.pod_name) for c in listed] == [("olm", "catalog")]
+
+                # the registry back, the tag moved there: still the signed digest
+                with registry:
+                    moved = push(registry.url, CATALOG, built["moved"], tag=TAG)
+                    assert moved.digest != signed.digest
+                    assert await cri.pull_image(tag_ref, timeout_s=120) == pulled
+
+                    # without the node mirror the runtime follows the registry: the tag
+                    # really moved, and only the mirror held it
+                    dropin.unlink()
+                    crio.reload()
+                    repulled = await cri.pull_image(tag_ref, timeout_s=120)
+                    assert repulled == f"{host}/{CATALOG}@{moved.digest}"
