@@ -40,8 +40,8 @@ from nodeagent.bundles.serving import (
     pull_via_mirror,
     reading_signatures,
 )
-from nodeagent.bundles.signatures import AttachmentScopes, served_tags, sigstore_findings
-from nodeagent.bundles.tags import tag_names
+from nodeagent.bundles.signatures import AttachmentScopes, sigstore_findings
+from nodeagent.bundles.tags import answered_tags
 from nodeagent.bundles.target import check_node_in_target, describe_target
 from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
@@ -350,7 +350,7 @@ class Importer:
         """The loopback server; for a bundle with image signatures or served tags, one that
         answers those tags (and no other)."""
         make_signed = self.ports.make_signed_server
-        tags = served_tags(manifest.image_signatures) | tag_names(manifest.served_tags)
+        tags = answered_tags(manifest.image_signatures, manifest.served_tags)
         if tags and make_signed is not None:
             return make_signed(source, files, tags)
         return self.ports.make_server(source, files)

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from nodeagent.bundles.signatures import repository_path, tag_digest
+from nodeagent.bundles.signatures import ImageSignature, repository_path, served_tags, tag_digest
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION
 from nodeagent.errors import BundleTagsInvalid
 from nodeagent.references import PinnedImageRef
@@ -84,6 +84,14 @@ def tags_doc(tags: Iterable[ServedTag]) -> dict[str, str]:
 def tag_names(tags: Iterable[ServedTag]) -> dict[str, str]:
     """``<repository path>/<tag>`` → manifest digest: the tags a mirror answers."""
     return {t.served_name: t.image.digest for t in tags}
+
+
+def answered_tags(
+    signatures: Iterable[ImageSignature], tags: Iterable[ServedTag]
+) -> dict[str, str]:
+    """Every tag a verified manifest lets a mirror answer, ``<repository path>/<tag>`` →
+    digest: its images' signature tags (``imageSignatures``) and its served tags."""
+    return served_tags(signatures) | tag_names(tags)
 
 
 def tagged_repositories(tags: Iterable[ServedTag]) -> frozenset[PinnedImageRef]:

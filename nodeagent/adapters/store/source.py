@@ -17,8 +17,7 @@ from pathlib import Path
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.records import read_bundle_file
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile, parse_manifest
-from nodeagent.bundles.signatures import served_tags
-from nodeagent.bundles.tags import tag_names
+from nodeagent.bundles.tags import answered_tags
 from nodeagent.store import layout
 
 
@@ -52,4 +51,4 @@ def stored_signature_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
         return {}
     if manifest is None:
         return {}
-    return served_tags(manifest.image_signatures) | tag_names(manifest.served_tags)
+    return answered_tags(manifest.image_signatures, manifest.served_tags)
