@@ -57,6 +57,7 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "set_failed": "4044b99a30ad4fc3a870cdf8fc8dae53",
     "metrics_not_served": "d44d5d8135194708bbfbb9b00db173be",
     "registry_credentials_withheld": "10301ce0966d400aa695231136aeb079",
+    "served_tag_not_pulled": "a93495d53b0345b6863cec5d5747d6b9",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

@@ -43,6 +43,18 @@ TAG = "v4.16"
 NODE_MIRROR_DROPIN = "98-test-node-mirror.conf"
 """The stand-in for the node mirror's drop-in (issue 25, item 2), written by the test."""
 
+ICSP_ENTRY = """
+[[registry]]
+prefix = "{repository}"
+location = "{repository}"
+insecure = true
+mirror-by-digest-only = true
+
+[[registry.mirror]]
+location = "127.0.0.1:1/nodeagent-test/unreachable"
+insecure = true
+"""
+
 
 def node(base: Path, crio: Crio, public: str) -> Agent:
     agent = Agent(base / "agent", crio)
@@ -77,6 +89,10 @@ async def test_always_by_tag_is_served_signed_and_frozen(tmp_path: Path) -> None
     runtime = pods.PodRuntime(pause_image=pause)
     with Crio(tmp_path / "crio", insecure_registries=[host], pods=runtime) as crio:
         agent = node(tmp_path, crio, public)
+        # an ICSP-style entry for the repository: the import's drop-in restates it per
+        # mirror (containers/image refuses a tag-only mirror beside mirror-by-digest-only)
+        with crio.registries_conf.open("a") as conf:
+            conf.write(ICSP_ENTRY.format(repository=f"{host}/{CATALOG}"))
         done = agent.cli("bundle", "import", str(bundle), "--json")
         assert done.returncode == 0, done.stdout + done.stderr
         async with CriClient(crio.endpoint, timeout_s=120) as cri:
