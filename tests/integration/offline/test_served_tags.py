@@ -16,6 +16,7 @@ pod's reference, RunPodSandbox, CreateContainer, StartContainer).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ from tests.testenv import pods
 from tests.testenv.agent import Agent
 from tests.testenv.bundles import make_bundle
 from tests.testenv.crio import Crio
-from tests.testenv.images import push
+from tests.testenv.images import BuiltImage, push
 from tests.testenv.registry import Registry
 
 pytestmark = [
@@ -64,27 +65,42 @@ def node(base: Path, crio: Crio, public: str) -> Agent:
     return agent
 
 
+@dataclass(frozen=True)
+class Made:
+    bundle: Path
+    public: str
+    pause: str
+    signed_digest: str
+
+
+def make_tagged_bundle(tmp_path: Path, registry: Registry, built: dict[str, BuiltImage]) -> Made:
+    """``bundle create --serve-tags`` of the pause image and the catalog, its tag signed."""
+    public, secret = minisign.generate_keypair(comment="served tags test")
+    with registry:
+        host = registry.host
+        pause = push(registry.url, "nodeagent-test/pause", built["pause"]).reference(host)
+        signed = push(registry.url, CATALOG, built["signed"], tag=TAG)
+        bundle = make_bundle(
+            tmp_path, registry, [pause, signed.reference(host)], public, secret,
+            images=[pause, f"{host}/{CATALOG}:{TAG}@{signed.digest}"],
+            extra_args=["--serve-tags"],
+        )  # fmt: skip
+    doc = json.loads((bundle / "bundle.json").read_text())
+    assert doc["servedTags"] == {f"{host}/{CATALOG}:{TAG}": signed.digest}
+    return Made(bundle, public, pause, signed.digest)
+
+
 @pytest.mark.timeout(300)
 async def test_always_by_tag_is_served_signed_and_frozen(tmp_path: Path) -> None:
-    public, secret = minisign.generate_keypair(comment="served tags test")
     built = {
         name: pods.sleeper_image(tmp_path / name, label=name)
         for name in ("pause", "signed", "moved")
     }
     registry = Registry(tmp_path / "registry")
-    with registry:
-        host = registry.host
-        pause = push(registry.url, "nodeagent-test/pause", built["pause"]).reference(host)
-        signed = push(registry.url, CATALOG, built["signed"], tag=TAG)
-        signed_ref = signed.reference(host)
-        bundle = make_bundle(
-            tmp_path, registry, [pause, signed_ref], public, secret,
-            images=[pause, f"{host}/{CATALOG}:{TAG}@{signed.digest}"],
-            extra_args=["--serve-tags"],
-        )  # fmt: skip
-    doc = json.loads((bundle / "bundle.json").read_text())
+    made = make_tagged_bundle(tmp_path, registry, built)
+    bundle, public, pause = made.bundle, made.public, made.pause
+    host, signed_digest = registry.host, made.signed_digest
     tag_ref = f"{host}/{CATALOG}:{TAG}"
-    assert doc["servedTags"] == {tag_ref: signed.digest}
 
     runtime = pods.PodRuntime(pause_image=pause)
     with Crio(tmp_path / "crio", insecure_registries=[host], pods=runtime) as crio:
@@ -98,10 +114,10 @@ async def test_always_by_tag_is_served_signed_and_frozen(tmp_path: Path) -> None
         async with CriClient(crio.endpoint, timeout_s=120) as cri:
             # the import pulled the tag through its mirror (the registry is stopped)
             stored = await cri.image_status(tag_ref)
-            assert stored is not None and f"{host}/{CATALOG}@{signed.digest}" in stored.names()
+            assert stored is not None and f"{host}/{CATALOG}@{signed_digest}" in stored.names()
 
             offer = read_offer(agent.state_dir / "store")
-            assert offer.tags == {f"{CATALOG}/{TAG}": signed.digest}
+            assert offer.tags == {f"{CATALOG}/{TAG}": signed_digest}
             server = BundleServer(agent.state_dir / "store", offer.blobs, tags=offer.tags)
             async with server:
                 dropin = crio.registries_dir / NODE_MIRROR_DROPIN
@@ -124,7 +140,7 @@ async def test_always_by_tag_is_served_signed_and_frozen(tmp_path: Path) -> None
                 assert await cri.image_status(tag_ref) is not None
                 served_before = server.counters.manifests_served
                 pulled = await cri.pull_image(tag_ref, timeout_s=120)
-                assert pulled == f"{host}/{CATALOG}@{signed.digest}"
+                assert pulled == f"{host}/{CATALOG}@{signed_digest}"
                 assert server.counters.manifests_served > served_before
                 async with pods.Pods(crio.endpoint) as running:
                     await running.run(tag_ref, pod="catalog", namespace="olm")
@@ -134,7 +150,7 @@ async def test_always_by_tag_is_served_signed_and_frozen(tmp_path: Path) -> None
                 # the registry back, the tag moved there: still the signed digest
                 with registry:
                     moved = push(registry.url, CATALOG, built["moved"], tag=TAG)
-                    assert moved.digest != signed.digest
+                    assert moved.digest != signed_digest
                     assert await cri.pull_image(tag_ref, timeout_s=120) == pulled
 
                     # without the node mirror the runtime follows the registry: the tag
