@@ -188,6 +188,8 @@ class Importer:
         if manifest.release is not None:
             steps = tuple(next_steps(manifest.release, manifest.bundle_id))
             report = replace(report, next_steps=steps)
+        frozen = tuple((t.reference, t.image.digest) for t in manifest.served_tags)
+        report = replace(report, frozen_tags=frozen)
         refs = [str(image.ref) for image in manifest.images]
         missing = [ref for ref in refs if await self.ports.runtime.image_status(ref) is None]
         report = replace(report, images_present=len(refs) - len(missing))

@@ -111,6 +111,8 @@ async def test_always_by_tag_is_served_signed_and_frozen(tmp_path: Path) -> None
             conf.write(ICSP_ENTRY.format(repository=f"{host}/{CATALOG}"))
         done = agent.cli("bundle", "import", str(bundle), "--json")
         assert done.returncode == 0, done.stdout + done.stderr
+        frozen = json.loads(done.stdout)["frozenTags"]
+        assert frozen == {tag_ref: signed_digest}
         async with CriClient(crio.endpoint, timeout_s=120) as cri:
             # the import pulled the tag through its mirror (the registry is stopped)
             stored = await cri.image_status(tag_ref)

@@ -124,6 +124,10 @@ def reported_status(state_dir: Path) -> None:
         "/dev/sdc1", "rejected", bundle_id="line-4", reason="BundleSignatureInvalid",
         message="the signature does not match",
     ))  # fmt: skip
+    reporter.bundle_report(BundleReport(
+        "/dev/sdd1", "pinned", bundle_id="olm-1", images_total=1, images_present=1,
+        frozen_tags=(("r.test/catalog:v4.16", f"sha256:{'c' * 64}"),),
+    ))  # fmt: skip
     reporter.save()
 
 
@@ -138,6 +142,8 @@ def test_status_mid_sync(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert doc["pulls"]["bytes"] == {"total": 300 * MIB, "done": None}  # not sized
     assert doc["pulls"]["startedAt"] == "2026-09-21T14:13:20+00:00"
     assert doc["bundles"][0]["progress"]["elapsedSeconds"] == 8.0
+    frozen = [b.get("frozenTags") for b in doc["bundles"]]
+    assert {"r.test/catalog:v4.16": f"sha256:{'c' * 64}"} in frozen
 
 
 @pytest.fixture
