@@ -27,8 +27,8 @@ from typing import Any, Final
 
 from nodeagent.bundles.signatures import ImageSignature, repository_path, served_tags, tag_digest
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION
-from nodeagent.errors import BundleTagsInvalid
-from nodeagent.references import PinnedImageRef
+from nodeagent.errors import BundleTagsInvalid, ImageReferenceInvalid
+from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.strict import quoted
 
 TAGS_KEY: Final = "servedTags"
@@ -136,5 +136,47 @@ def _served_tag(
         raise BundleTagsInvalid(f"{where}: {quoted(value, 80)} is not a sha256 digest")
     image = carried.get((name, value))
     if image is None:
-        raise BundleTagsInvalid(f"{where}: {value} is not an image the bundle carries for {name}")
+        raise BundleTagsInvalid(
+            f"{where}: {value} is not an image the bundle carries for {quoted(name, 200)}"
+        )
     return ServedTag(image, tag)
+
+
+# ---------------------------------------------------------------- bundle create --image
+def served_tags_of_images(image_texts: Iterable[str]) -> list[ServedTag]:
+    """The tags ``--image host/repo:tag@sha256:…`` names (``--serve-tags``), each once; a
+    tag given twice for one repository must name one digest."""
+    found: dict[str, ServedTag] = {}
+    for text in image_texts:
+        ref, tag = image_option(text, is_serving_tags=True)
+        if tag is None:
+            continue
+        served = ServedTag(ref, tag)
+        if found.setdefault(served.reference, served) != served:
+            raise ImageReferenceInvalid(
+                f"--image names the tag {served.reference} with two digests; keep one"
+            )
+    return list(found.values())
+
+
+def image_option(text: str, *, is_serving_tags: bool) -> tuple[PinnedImageRef, str | None]:
+    """One ``--image`` text: its digest reference, and the tag it names (``--serve-tags``)."""
+    untagged, tag = split_tagged(text.strip())
+    if tag is not None and not is_serving_tags:
+        raise ImageReferenceInvalid(
+            f"--image {quoted(text.strip(), 300)} names a tag; a bundle serves tags only when made "
+            "with --serve-tags, otherwise give NAME@sha256:… alone"
+        )
+    if tag is not None and not is_tag(tag):
+        raise ImageReferenceInvalid(
+            f"--image {quoted(text.strip(), 300)}: the tag must be 1-128 of [A-Za-z0-9_.-], not "
+            "starting with . or -, and not a sigstore tag"
+        )
+    try:
+        return parse_pinned_image_ref(untagged), tag
+    except ImageReferenceInvalid as err:
+        raise ImageReferenceInvalid(
+            f"--image {err.message}; a bundle names images by digest: resolve a tag with "
+            "`skopeo inspect --format '{{.Digest}}' docker://NAME:TAG`"
+            + (" and give NAME:TAG@DIGEST" if is_serving_tags else "")
+        ) from None

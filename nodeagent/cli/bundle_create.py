@@ -32,6 +32,7 @@ from nodeagent.bundles.freshness import (
     is_key_id,
     supersedes_of,
 )
+from nodeagent.bundles.tags import served_tags_of_images
 from nodeagent.bundles.target import BundleTarget, describe_target, parse_selector_text
 from nodeagent.cli import output
 from nodeagent.cli import release as release_cli
@@ -268,7 +269,7 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
     refs = bundle_writer.resolve_refs(
         [*release_image, *args.image], sets, is_serving_tags=args.serve_tags
     )
-    served_tags = bundle_writer.served_tags_of_images(args.image) if args.serve_tags else []
+    served_tags = served_tags_of_images(args.image) if args.serve_tags else []
     now = datetime.now(UTC)
     freshness = freshness_option(args, now)
     check_supersedes(freshness, secret_key.public_key().key_id_hex)

@@ -44,11 +44,11 @@ from nodeagent.bundles import minisign
 from nodeagent.bundles import release as releases
 from nodeagent.bundles.freshness import Freshness
 from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
-from nodeagent.bundles.tags import TAGS_KEY, ServedTag, is_tag, split_tagged, tags_doc
+from nodeagent.bundles.tags import TAGS_KEY, ServedTag, image_option, tags_doc
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION, BundleTarget, target_doc
 from nodeagent.bundles.tree_rules import METADATA_DIRS
-from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
-from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
+from nodeagent.errors import HostFileError, SpecInvalid
+from nodeagent.references import PinnedImageRef
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
 from nodeagent.specs import PinnedImageSet
 
@@ -83,10 +83,10 @@ def resolve_refs(
 ) -> list[PinnedImageRef]:
     """The ``--image`` references, then the sets' images, each once; tags are refused, but
     with ``--serve-tags`` (``is_serving_tags``) an image may be given as
-    ``host/repo:tag@sha256:…`` (``served_tags_of_images`` reads its tag)."""
+    ``host/repo:tag@sha256:…`` (``tags.served_tags_of_images`` reads its tag)."""
     refs: dict[str, PinnedImageRef] = {}
     for text in image_texts:
-        ref, _ = _image_option(text, is_serving_tags=is_serving_tags)
+        ref, _ = image_option(text, is_serving_tags=is_serving_tags)
         refs.setdefault(str(ref), ref)
     for image_set in sets:
         for ref in image_set.images:
@@ -94,44 +94,6 @@ def resolve_refs(
     if not refs:
         raise SpecInvalid("a bundle needs at least one --image or --pinned-image-set")
     return list(refs.values())
-
-
-def served_tags_of_images(image_texts: Iterable[str]) -> list[ServedTag]:
-    """The tags ``--image host/repo:tag@sha256:…`` names (``--serve-tags``), each once; a
-    tag given twice for one repository must name one digest."""
-    found: dict[str, ServedTag] = {}
-    for text in image_texts:
-        ref, tag = _image_option(text, is_serving_tags=True)
-        if tag is None:
-            continue
-        served = ServedTag(ref, tag)
-        if found.setdefault(served.reference, served) != served:
-            raise ImageReferenceInvalid(
-                f"--image names the tag {served.reference} with two digests; keep one"
-            )
-    return list(found.values())
-
-
-def _image_option(text: str, *, is_serving_tags: bool) -> tuple[PinnedImageRef, str | None]:
-    untagged, tag = split_tagged(text.strip())
-    if tag is not None and not is_serving_tags:
-        raise ImageReferenceInvalid(
-            f"--image {text.strip()[:300]} names a tag; a bundle serves tags only when made "
-            "with --serve-tags, otherwise give NAME@sha256:… alone"
-        )
-    if tag is not None and not is_tag(tag):
-        raise ImageReferenceInvalid(
-            f"--image {text.strip()[:300]}: the tag must be 1-128 of [A-Za-z0-9_.-], not "
-            "starting with . or -, and not a sigstore tag"
-        )
-    try:
-        return parse_pinned_image_ref(untagged), tag
-    except ImageReferenceInvalid as err:
-        raise ImageReferenceInvalid(
-            f"--image {err.message}; a bundle names images by digest: resolve a tag with "
-            "`skopeo inspect --format '{{.Digest}}' docker://NAME:TAG`"
-            + (" and give NAME:TAG@DIGEST" if is_serving_tags else "")
-        ) from None
 
 
 def check_bundle_id(bundle_id: str) -> str:

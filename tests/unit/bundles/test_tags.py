@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.adapters.bundles.writer import resolve_refs, served_tags_of_images
+from nodeagent.adapters.bundles.writer import resolve_refs
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles.mirror import Fetch, Request, render_mirror_dropin, route, tag_only_mirror
 from nodeagent.bundles.tags import (
@@ -16,6 +16,7 @@ from nodeagent.bundles.tags import (
     ServedTag,
     answered_tags,
     is_tag,
+    served_tags_of_images,
     split_tagged,
     tag_names,
     tags_doc,
