@@ -17,7 +17,7 @@ from pathlib import Path
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.records import read_bundle_file
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile, parse_manifest
-from nodeagent.bundles.tags import answered_tags
+from nodeagent.bundles.tags import answered_tags, tags_doc
 from nodeagent.store import layout
 
 
@@ -40,15 +40,28 @@ def open_blob(store_root: Path, digest: str) -> VerifiedBlob:
     return BlobStore(store_root).open_verified(digest)
 
 
+def _stored_manifest(store_root: Path, bundle_id: str) -> BundleManifest | None:
+    """A stored bundle's signed manifest (verified when it was stored); None when it is
+    gone or unreadable."""
+    data = read_bundle_file(store_root, bundle_id, layout.MANIFEST_NAME)
+    try:
+        return None if data is None else parse_manifest(data)
+    except BundleError:
+        return None
+
+
 def stored_signature_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
     """The tags a stored bundle's signed manifest lists, verified when it was stored: its
     signature tags (``signatures.served_tags``) and its served tags (``servedTags``,
     ``tags.tag_names``); none when it is gone or unreadable."""
-    data = read_bundle_file(store_root, bundle_id, layout.MANIFEST_NAME)
-    try:
-        manifest = None if data is None else parse_manifest(data)
-    except BundleError:
-        return {}
+    manifest = _stored_manifest(store_root, bundle_id)
     if manifest is None:
         return {}
     return answered_tags(manifest.image_signatures, manifest.served_tags)
+
+
+def stored_frozen_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
+    """``host/repository:tag`` → digest: the tags a stored bundle serves (``servedTags``),
+    frozen at that digest while a mirror serves them; none when it is gone or unreadable."""
+    manifest = _stored_manifest(store_root, bundle_id)
+    return {} if manifest is None else tags_doc(manifest.served_tags)

@@ -90,6 +90,20 @@ def make_tagged_bundle(tmp_path: Path, registry: Registry, built: dict[str, Buil
     return Made(bundle, public, pause, signed.digest)
 
 
+def import_and_show(agent: Agent, bundle: Path, tag_ref: str, digest: str) -> None:
+    """``bundle import``, then its frozen tag as the import, ``store --json`` and ``store``
+    say it."""
+    done = agent.cli("bundle", "import", str(bundle), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    frozen = json.loads(done.stdout)["frozenTags"]
+    assert frozen == {tag_ref: digest}
+    shown = agent.cli("store", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["bundles"][0]["frozenTags"] == frozen
+    listed = agent.cli("store")
+    assert f"frozen tag {tag_ref} -> {digest}" in listed.stdout
+
+
 @pytest.mark.timeout(300)
 async def test_always_by_tag_is_served_signed_and_frozen(tmp_path: Path) -> None:
     built = {
@@ -109,10 +123,7 @@ async def test_always_by_tag_is_served_signed_and_frozen(tmp_path: Path) -> None
         # mirror (containers/image refuses a tag-only mirror beside mirror-by-digest-only)
         with crio.registries_conf.open("a") as conf:
             conf.write(ICSP_ENTRY.format(repository=f"{host}/{CATALOG}"))
-        done = agent.cli("bundle", "import", str(bundle), "--json")
-        assert done.returncode == 0, done.stdout + done.stderr
-        frozen = json.loads(done.stdout)["frozenTags"]
-        assert frozen == {tag_ref: signed_digest}
+        import_and_show(agent, bundle, tag_ref, signed_digest)
         async with CriClient(crio.endpoint, timeout_s=120) as cri:
             # the import pulled the tag through its mirror (the registry is stopped)
             stored = await cri.image_status(tag_ref)

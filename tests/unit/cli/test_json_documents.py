@@ -25,7 +25,7 @@ from nodeagent.progress import ByteProgress
 from nodeagent.reporting import PullTally, Reporter
 from nodeagent.status import BundleReport, SetStatus, node_status
 from tests.fakes.ports import RecordingLine
-from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
+from tests.testenv.signed_bundles import HOST, Keys, Signed, image, signed_bundle, with_served_tags
 from tests.unit.cli import schemas
 from tests.unit.test_cli_site import BUNDLE, ScriptedApi, node, status
 
@@ -152,6 +152,7 @@ def stored(tmp_path: Path) -> tuple[Path, Signed, Keys]:
     keys = Keys.make(tmp_path / "trusted")
     app = image("example/alpha", [(MIB, 1)], tmp_path / "cache")
     bundle = signed_bundle(tmp_path / "alpha", keys, [app], bundle_id="alpha", set_name="s")
+    bundle = with_served_tags(bundle, keys, {f"{HOST}/example/alpha:v1": app.digest})
     copy_bundle(root / "var/lib/nodeagent/store", bundle.root, bundle.manifest, keys.trusted_dir)
     return root, bundle, keys
 
@@ -161,7 +162,9 @@ def test_store_and_store_verify(
 ) -> None:
     root, _bundle, _keys = stored
     code, text = run_json(capsys, root, "store")
-    assert code == 0 and schemas.check("store", text)["bundles"][0]["bundleId"] == "alpha"
+    doc = schemas.check("store", text)
+    assert code == 0 and doc["bundles"][0]["bundleId"] == "alpha"
+    assert doc["bundles"][0]["frozenTags"] == {f"{HOST}/example/alpha:v1": _bundle.images[0].digest}
     code, text = run_json(capsys, root, "store", "verify")
     assert code == 0 and schemas.check("store-verify", text)["ok"] is True
 
