@@ -17,7 +17,7 @@ from pathlib import Path
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.records import read_bundle_file
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile, parse_manifest
-from nodeagent.bundles.tags import answered_tags, tags_doc
+from nodeagent.bundles.tags import ServedTag, answered_tags, tags_doc
 from nodeagent.store import layout
 
 
@@ -58,6 +58,12 @@ def stored_signature_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
     if manifest is None:
         return {}
     return answered_tags(manifest.image_signatures, manifest.served_tags)
+
+
+def stored_served_tags(store_root: Path, bundle_id: str) -> tuple[ServedTag, ...]:
+    """The tags a stored bundle's signed manifest serves (``servedTags``)."""
+    manifest = _stored_manifest(store_root, bundle_id)
+    return () if manifest is None else manifest.served_tags
 
 
 def stored_frozen_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
