@@ -62,6 +62,7 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "registry_credentials_withheld": "10301ce0966d400aa695231136aeb079",
     "mirror_dropin_not_written": "5600e278963440f0b2aeb9a6f5329614",
     "mirror_dropin_reload_failed": "bedb54c9ac56478db243e2dd85e40c00",
+    "served_tag_not_pulled": "a93495d53b0345b6863cec5d5747d6b9",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

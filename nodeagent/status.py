@@ -239,6 +239,10 @@ class BundleReport:
     """A release bundle's (``bundles.release.next_steps``): shown once its sets are pinned."""
     warnings: tuple[tuple[str, str], ...] = ()
     """(reason, message) of what did not stop the import but needs a technician."""
+    frozen_tags: tuple[tuple[str, str], ...] = ()
+    """(``host/repository:tag``, digest) the bundle serves (``bundle create --serve-tags``):
+    pulls of those tags get that digest while the node's mirror serves it, even once the
+    registry moves the tag (``bundles.tags``)."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -262,6 +266,8 @@ class BundleReport:
             doc |= {"reason": self.reason, "message": self.message or ""}
         if self.warnings:
             doc["warnings"] = [{"reason": r, "message": m} for r, m in self.warnings]
+        if self.frozen_tags:
+            doc["frozenTags"] = dict(self.frozen_tags)
         return doc
 
 

@@ -40,7 +40,8 @@ from nodeagent.bundles.serving import (
     pull_via_mirror,
     reading_signatures,
 )
-from nodeagent.bundles.signatures import AttachmentScopes, served_tags, sigstore_findings
+from nodeagent.bundles.signatures import AttachmentScopes, sigstore_findings
+from nodeagent.bundles.tags import answered_tags
 from nodeagent.bundles.target import check_node_in_target, describe_target
 from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
@@ -187,6 +188,8 @@ class Importer:
         if manifest.release is not None:
             steps = tuple(next_steps(manifest.release, manifest.bundle_id))
             report = replace(report, next_steps=steps)
+        frozen = tuple((t.reference, t.image.digest) for t in manifest.served_tags)
+        report = replace(report, frozen_tags=frozen)
         refs = [str(image.ref) for image in manifest.images]
         missing = [ref for ref in refs if await self.ports.runtime.image_status(ref) is None]
         report = replace(report, images_present=len(refs) - len(missing))
@@ -324,8 +327,9 @@ class Importer:
             try:
                 async with reading_signatures(sigstore, server.mirror_host):
                     results = await pull_via_mirror(
-                        session, server, (i.ref for i in manifest.images), missing, source="bundle"
-                    )
+                        session, server, (i.ref for i in manifest.images), missing,
+                        source="bundle", tags=manifest.served_tags,
+                    )  # fmt: skip
             except ConfigInvalid as exc:
                 # registries.conf cannot be read, so the mirror drop-in (which restates its
                 # entries) was not written and nothing was pulled: the file must be fixed.
@@ -345,10 +349,12 @@ class Importer:
     def _server(
         self, source: Path, files: Mapping[str, ExpectedFile], manifest: BundleManifest
     ) -> BundleServerPort:
-        """The loopback server; for a bundle with image signatures, one serving their tags."""
+        """The loopback server; for a bundle with image signatures or served tags, one that
+        answers those tags (and no other)."""
         make_signed = self.ports.make_signed_server
-        if manifest.image_signatures and make_signed is not None:
-            return make_signed(source, files, served_tags(manifest.image_signatures))
+        tags = answered_tags(manifest.image_signatures, manifest.served_tags)
+        if tags and make_signed is not None:
+            return make_signed(source, files, tags)
         return self.ports.make_server(source, files)
 
     async def _serving_progress(

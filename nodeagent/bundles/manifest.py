@@ -19,6 +19,7 @@ from nodeagent.bundles.freshness import DEFAULT_CHANNEL as DEFAULT_CHANNEL
 from nodeagent.bundles.freshness import TIME_FORM, Stamp, freshness_of
 from nodeagent.bundles.release import BundleRelease, release_of
 from nodeagent.bundles.signatures import ImageSignature, image_signatures_of
+from nodeagent.bundles.tags import ServedTag, served_tags_of
 from nodeagent.bundles.target import FORMAT_VERSION as FORMAT_VERSION
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION as FRESHNESS_FORMAT_VERSION
 from nodeagent.bundles.target import TARGET_FORMAT_VERSION as TARGET_FORMAT_VERSION
@@ -138,6 +139,9 @@ class BundleManifest:
     its ``architecture`` (``bundles.target``)."""
     release: BundleRelease | None = None  # format version 3: an OpenShift release (bundles.release)
     image_signatures: tuple[ImageSignature, ...] = ()  # format 3: bundles.signatures
+    served_tags: tuple[ServedTag, ...] = ()
+    """Format 3, ``bundle create --serve-tags``: tags the node's mirrors answer with exactly
+    their signed digest, frozen while served (``bundles.tags``)."""
 
     @property
     def total_size_bytes(self) -> int:
@@ -417,5 +421,6 @@ def parse_manifest(data: bytes) -> BundleManifest:
         supersedes=fresh.supersedes,
         target=target,
         image_signatures=image_signatures_of(doc, [i.ref for i in images], listed),
+        served_tags=served_tags_of(doc, [i.ref for i in images]),
     )
     return replace(manifest, release=release_of(doc, manifest))

@@ -14,8 +14,11 @@ under the name it will run by. Pure functions only (no I/O):
   registries.conf.d drop-in (containers-registries.conf(5), v2 format; drop-ins must be
   v2), each entry restating the one that applied to its repository before
   (``applying_entry``) with the loopback mirror added first.
+* ``tag_only_mirror`` (``registries.dropin``, re-exported here): the mirror table that
+  sends pulls by tag of a repository to the mirror (``pull-from-mirror = "tag-only"``), for
+  the tags a verified manifest serves (``bundles.tags``);
 * the server's wire rules: ``route`` (which request is a manifest or blob fetch
-  by digest, and the distribution error for every other), ``parse_range``,
+  by digest, or a tag's, and the distribution error for every other), ``parse_range``,
   ``content_range``, ``manifest_media_type``. HTTP itself is aiohttp's
   (docs/decisions/0027).
 
@@ -55,6 +58,7 @@ from typing import Final, Literal
 from nodeagent.bundles.content import MAX_DOCUMENT_VALUES
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile, count_values
 from nodeagent.bundles.signatures import tag_digest
+from nodeagent.bundles.tags import is_tag
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, MEDIA_TYPE_OCI_MANIFEST
 from nodeagent.registries.dropin import IMPORT_HEADER as IMPORT_HEADER
@@ -65,6 +69,7 @@ from nodeagent.registries.dropin import is_mirrorable as is_mirrorable
 from nodeagent.registries.dropin import is_repository_name as is_repository_name
 from nodeagent.registries.dropin import render_mirror_dropin as render_mirror_dropin
 from nodeagent.registries.dropin import repository_name
+from nodeagent.registries.dropin import tag_only_mirror as tag_only_mirror
 from nodeagent.strict import MalformedInput, loads_json
 
 DROPIN_NAME: Final = "99-nodeagent-bundle-mirror.conf"
@@ -140,11 +145,12 @@ class Request:
 class Fetch:
     """A request the server answers with content: the API base, a manifest or a blob."""
 
-    kind: Literal["base", "manifests", "blobs", "signature"]
+    kind: Literal["base", "manifests", "blobs", "signature", "tag"]
     digest: str = ""
     """Manifests and blobs: the digest asked for; signature: the digest its tag signs."""
     name: str = ""
-    """A signature's ``<repository>/sha256-<hex>.sig`` (``signatures.served_tags``' key)."""
+    """A signature's ``<repository>/sha256-<hex>.sig`` (``signatures.served_tags``' key), or
+    a tag's ``<repository>/<tag>`` (``tags.tag_names``' key): answered only when listed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,18 +178,21 @@ def route(request: Request) -> Fetch | ErrorAnswer:
         return ErrorAnswer(404, "UNSUPPORTED", "no such endpoint")
     if not is_repository_name(match["name"]):
         return ErrorAnswer(400, "NAME_INVALID", "invalid repository name")
-    signed = tag_digest(match["ref"]) if match["kind"] == "manifests" else None
+    return _by_reference(match["kind"], match["ref"], match["name"])
+
+
+def _by_reference(kind: str, ref: str, name: str) -> Fetch | ErrorAnswer:
+    """A digest, or for a manifest a signature's tag or any other tag: looked up by name."""
+    signed = tag_digest(ref) if kind == "manifests" else None
     if signed is not None:
-        return Fetch("signature", signed, f"{match['name']}/{match['ref']}")
-    return _by_digest(match["kind"], match["ref"])
-
-
-def _by_digest(kind: str, ref: str) -> Fetch | ErrorAnswer:
+        return Fetch("signature", signed, f"{name}/{ref}")
+    if kind == "manifests" and is_tag(ref):
+        return Fetch("tag", name=f"{name}/{ref}")
     if _DIGEST.match(ref):
         return Fetch("manifests" if kind == "manifests" else "blobs", ref)
     if kind == "manifests" and ":" not in ref:
-        return ErrorAnswer(404, "MANIFEST_UNKNOWN", "manifests are served by digest only")
-    return ErrorAnswer(400, "DIGEST_INVALID", "only sha256 digests (and signature tags) are served")
+        return ErrorAnswer(404, "MANIFEST_UNKNOWN", "no such tag")
+    return ErrorAnswer(400, "DIGEST_INVALID", "only sha256 digests (and signed tags) are served")
 
 
 def parse_range(header: str | None, size_bytes: int) -> tuple[int, int] | None:

@@ -29,6 +29,7 @@ from nodeagent.bundles.serving import (
     pull_via_mirror,
     reading_signatures,
 )
+from nodeagent.bundles.tags import ServedTag
 from nodeagent.prepull import PullResult
 from nodeagent.references import parse_pinned_image_ref
 
@@ -44,6 +45,9 @@ class Restorable(Protocol):
 
     @property
     def tags(self) -> dict[str, str]: ...
+
+    @property
+    def served(self) -> tuple[ServedTag, ...]: ...
 
 
 class StoreSource(Protocol):
@@ -94,8 +98,9 @@ class StoreRestorer:
             await server.start()
             images = [parse_pinned_image_ref(ref) for ref in wanted]
             async with reading_signatures(sigstore, server.mirror_host):
+                served = [t for t in found.served if str(t.image) in wanted]
                 results = await pull_via_mirror(
-                    self.session, server, images, wanted, source="store"
+                    self.session, server, images, wanted, source="store", tags=served
                 )
             for rejected in server.rejections:
                 log.warning("store_blob_refused", reason=rejected.reason, error=rejected.message)

@@ -20,6 +20,7 @@ import structlog
 from nodeagent.bundles.manifest import BundleError
 from nodeagent.bundles.mirror import PROBE_REF, PROBE_REPOSITORY, mirror_repositories
 from nodeagent.bundles.signatures import AttachmentScopes
+from nodeagent.bundles.tags import ServedTag
 from nodeagent.errors import NodeAgentError, RegistryUnavailable
 from nodeagent.ports import ImageRuntime, Reloader
 from nodeagent.prepull import PrePuller, PullResult
@@ -89,7 +90,9 @@ async def reading_signatures(
 
 
 class MirrorPort(Protocol):
-    def write(self, repositories: Iterable[str], mirror_host: str) -> bool: ...
+    def write(
+        self, repositories: Iterable[str], mirror_host: str, *, tagged: Iterable[str] = ()
+    ) -> bool: ...
 
     def remove(self) -> bool: ...
 
@@ -113,9 +116,13 @@ async def pull_via_mirror(
     missing: Sequence[str],
     *,
     source: str,
+    tags: Sequence[ServedTag] = (),
 ) -> Mapping[str, PullResult]:
     """Pull ``missing`` through a mirror of ``images``' repositories at the started
     ``server``; the mirror is removed (and the runtime reloaded) whatever happens.
+    ``tags``: the tags the server answers (``bundles.tags``): their repositories' entries
+    also send pulls by tag to the server, and each tag is pulled once the images are in
+    (``pull_served_tags``), so the runtime knows the image by its tag too.
 
     ``missing`` is looked at again first: the session that held the lock before (a bundle
     import, a restore) may have brought some of them back meanwhile.
@@ -125,9 +132,11 @@ async def pull_via_mirror(
         if not missing:
             return {}
         repositories = mirror_repositories(images)
+        tagged = mirror_repositories(t.image for t in tags)
         ports.mirror.write(
             [*repositories, PROBE_REPOSITORY] if ports.is_probing else repositories,
             server.mirror_host,
+            **({"tagged": tagged} if tagged else {}),
         )
         await ports.reloader.reload()
         if ports.is_probing:
@@ -136,13 +145,34 @@ async def pull_via_mirror(
         rest = [ref for ref in missing if ref not in first]
         if server.rejections:  # a blob failed its digest: stop
             rest = []
-        return first | dict(await ports.make_puller().pull_all(rest))
+        results = first | dict(await ports.make_puller().pull_all(rest))
+        if not server.rejections:
+            await pull_served_tags(ports.runtime, tags, source)
+        return results
     finally:
         try:
             if ports.mirror.remove():
                 await ports.reloader.reload()
         finally:
             await server.close()
+
+
+async def pull_served_tags(runtime: ImageRuntime, tags: Sequence[ServedTag], source: str) -> int:
+    """Pull each served tag (``host/repo:tag``) through the mirror, now that its image is
+    in: the runtime fetches only the manifest and records the tag, so a pod naming the tag
+    finds it offline. A failure is logged and left for the next pull (the image itself is
+    in by digest); returns the tags pulled."""
+    pulled = 0
+    for tag in tags:
+        try:
+            await runtime.pull_image(tag.reference, None, timeout_s=MIRROR_SETTLE_S)
+        except NodeAgentError as err:
+            log.warning("served_tag_not_pulled", tag=tag.reference, source=source,
+                        reason=err.reason, error=str(err))  # fmt: skip
+            continue
+        pulled += 1
+        log.info("served_tag_pulled", tag=tag.reference, digest=tag.image.digest, source=source)
+    return pulled
 
 
 async def _await_mirror(runtime: ImageRuntime, server: BundleServerPort) -> bool:

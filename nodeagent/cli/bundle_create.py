@@ -32,6 +32,7 @@ from nodeagent.bundles.freshness import (
     is_key_id,
     supersedes_of,
 )
+from nodeagent.bundles.tags import served_tags_of_images
 from nodeagent.bundles.target import BundleTarget, describe_target, parse_selector_text
 from nodeagent.cli import output
 from nodeagent.cli import release as release_cli
@@ -67,7 +68,8 @@ def add_parser(commands: Subparsers) -> None:
     create = commands.add_parser("create", help="fetch images by digest into a signed bundle")
     create.add_argument(
         "--image", action="extend", nargs="+", default=[], metavar="REF",
-        help="image by digest (host/repo@sha256:...); the sets' images are added too",
+        help="image by digest (host/repo@sha256:...); the sets' images are added too; with "
+        "--serve-tags, host/repo:tag@sha256:... also serves that tag",
     )  # fmt: skip
     create.add_argument(
         "--pinned-image-set", action="extend", nargs="+", default=[], type=Path, metavar="FILE",
@@ -122,6 +124,12 @@ def add_parser(commands: Subparsers) -> None:
         "--with-signatures", action="store_true",
         help="carry each image's sigstore signature (tag sha256-<hex>.sig) when its registry "
         "has one, for nodes whose signature policy requires them",
+    )  # fmt: skip
+    create.add_argument(
+        "--serve-tags", action="store_true",
+        help="sign the tag of each --image given as host/repo:tag@sha256:...: nodes answer "
+        "pulls of that tag with exactly that digest, frozen even once the registry moves it "
+        "(imagePullPolicy: Always by tag, e.g. OLM catalogs; docs/mirror.md)",
     )  # fmt: skip
 
 
@@ -258,7 +266,10 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
     sets = load_set_files(args.pinned_image_set, is_persistent=not args.transient)
     release = release_cli.release_request(args)
     release_image = [str(release.ref)] if release is not None else []
-    refs = bundle_writer.resolve_refs([*release_image, *args.image], sets)
+    refs = bundle_writer.resolve_refs(
+        [*release_image, *args.image], sets, is_serving_tags=args.serve_tags
+    )
+    served_tags = served_tags_of_images(args.image) if args.serve_tags else []
     now = datetime.now(UTC)
     freshness = freshness_option(args, now)
     check_supersedes(freshness, secret_key.public_key().key_id_hex)
@@ -276,6 +287,7 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
                 bundle_id=args.bundle_id, target=args.target_selector,
                 progress=progress.blobs if progress else None, release=release,
                 now=now, freshness=freshness, with_signatures=args.with_signatures,
+                served_tags=served_tags,
             )
         )  # fmt: skip
     finally:
@@ -305,6 +317,8 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
         out(f"  {image.ref} ({format_bytes(image.size_bytes)}{mark})")
     if args.with_signatures:
         out(f"  {len(signed)} of {len(created.images)} images signed (sigstore)")
+    for tag in created.served_tags:
+        out(f"  serves tag {tag.reference} -> {tag.image.digest} (frozen on the nodes)")
     return 0
 
 
@@ -328,6 +342,7 @@ def print_json_created(
             {"image": str(i.ref), "sizeBytes": i.size_bytes, "signed": str(i.ref) in signed}
             for i in created.images
         ],
+        "servedTags": {t.reference: t.image.digest for t in created.served_tags},
         "release": None if release is None else {
             "version": release.version, "setName": release.set_name,
             "payloadImages": created.payload_count, "signatures": len(release.signatures),

@@ -229,6 +229,10 @@ def _print_notes(doc: dict[str, Any]) -> None:
             _say(f"  next: {step}")
         for warning in bundle.get("warnings", []):
             _say(f"  warning {warning.get('reason')}: {warning.get('message', '')}")
+        for tag, digest in (bundle.get("frozenTags") or {}).items():
+            _say(
+                f"  frozen tag {tag} -> {digest} (served as signed, even if the registry moves it)"
+            )
     loss = doc.get("imageLoss")
     if loss:
         _say(f"images lost at {loss['at']}: {loss['reason']}: {loss['message']}")

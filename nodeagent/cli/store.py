@@ -63,7 +63,7 @@ def cmd_store(config: Config, args: argparse.Namespace) -> int:
     if args.store_command == "verify":
         return cmd_verify(config, args)
     view = keeper.inspect_store(
-        config.store_dir, pinned_sets(config), rules_of(config), time.time()
+        config.store_dir, pinned_sets(config), rules_of(config), time.time(), with_tags=True
     )
     if args.json:
         output.print_json("store", view.to_json())
@@ -113,6 +113,10 @@ def _print_bundle(view: keeper.StoreView, verdict: BundleVerdict) -> None:
         f"  {format_bytes(own)} its own, {format_bytes(shared)} shared with other bundles; "
         f"{len(record.images)} images; sets {sets}"
     )
+    for tag, digest in view.frozen_tags.get(record.bundle_id, {}).items():
+        print(
+            f"  frozen tag {clip(tag, 400)} -> {digest} (served as signed while a mirror serves it)"
+        )
 
 
 def cmd_verify(config: Config, args: argparse.Namespace) -> int:

@@ -67,6 +67,7 @@ happened and what to do about it. Retry decisions follow the two branches::
             ├── BundleFormatUnsupported BundleFormatUnsupported
             ├── BundleManifestInvalid   BundleManifestInvalid
             ├── BundleSetInvalid        BundleSetInvalid
+            ├── BundleTagsInvalid       BundleTagsInvalid (bundle.json's servedTags)
             ├── BundleArchitectureMismatch BundleArchitectureMismatch
             ├── BundleNotInTarget       BundleNotInTarget (the target leaves the node out)
             ├── BundleReleaseInvalid    BundleReleaseInvalid (bundle.json's release object)
@@ -112,6 +113,7 @@ from nodeagent.errors.bundles import BundleReleaseInvalid as BundleReleaseInvali
 from nodeagent.errors.bundles import BundleRollback as BundleRollback
 from nodeagent.errors.bundles import BundleSetInvalid as BundleSetInvalid
 from nodeagent.errors.bundles import BundleSizeMismatch as BundleSizeMismatch
+from nodeagent.errors.bundles import BundleTagsInvalid as BundleTagsInvalid
 from nodeagent.errors.bundles import BundleUnlistedFile as BundleUnlistedFile
 from nodeagent.errors.bundles import BundleUnsafeEntry as BundleUnsafeEntry
 from nodeagent.errors.bundles import BundleUnsafePath as BundleUnsafePath

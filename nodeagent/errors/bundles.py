@@ -85,6 +85,13 @@ class BundleSetInvalid(BundleError):
     reason = "BundleSetInvalid"
 
 
+class BundleTagsInvalid(BundleError):
+    """``servedTags`` (``bundle create --serve-tags``) breaks rule R42: a malformed tag, too
+    many, or a digest that is not one of the bundle's images of that repository."""
+
+    reason = "BundleTagsInvalid"
+
+
 class BundleArchitectureMismatch(BundleError):
     """The bundle, or an image in it, is for another platform than this node's."""
 

@@ -87,6 +87,18 @@ def _mirror_table(location: str, *, is_insecure: bool, pull_from_mirror: str) ->
     return [*lines, ""]
 
 
+def tag_only_mirror(repository: str, mirror_host: str) -> list[str]:
+    """The mirror table that sends pulls by tag of ``repository`` (``host/repo``) to the
+    mirror at ``mirror_host``: ``pull-from-mirror = "tag-only"``. Only for a repository a
+    verified manifest serves tags of (``bundles.tags``): the mirror answers those tags with
+    their signed digest and any other with 404, after which the runtime tries the next
+    source (docs/decisions/0059)."""
+    if not _MIRROR_HOST.match(mirror_host) or "/" not in repository:
+        raise ValueError(f"{mirror_host!r}, {repository!r}: want HOST:PORT and HOST/REPOSITORY")
+    location = f"{mirror_host}/{_repository_path(repository)}"
+    return _mirror_table(location, is_insecure=True, pull_from_mirror="tag-only")
+
+
 def _registry_table(
     repository: str,
     mirror_host: str,
@@ -112,7 +124,7 @@ def _registry_table(
     mirror = f"{mirror_host}/{_repository_path(repository)}"
     lines += _mirror_table(mirror, is_insecure=True, pull_from_mirror="digest-only")
     if is_tagged:  # the tags a verified signed manifest lists (issue 25, item 3)
-        lines += _mirror_table(mirror, is_insecure=True, pull_from_mirror="tag-only")
+        lines += tag_only_mirror(repository, mirror_host)
     for kept in entry.mirrors:
         policy = "digest-only" if entry.is_mirror_by_digest_only else kept.pull_from_mirror
         lines += _mirror_table(
@@ -172,8 +184,9 @@ def render_mirror_dropin(
     overrides) the one that applied to it, so it restates that entry: its location, its
     ``insecure`` and ``blocked``, and its mirrors after the loopback one, each with its own
     ``insecure`` and ``pull-from-mirror`` (docs/decisions/0055, 0058). Our mirror is
-    ``digest-only``; the repositories in ``tagged`` (a subset of ``repositories``) get it a
-    second time as ``tag-only``, for the tags a signed manifest lists.
+    ``digest-only``; the repositories in ``tagged`` (mirrored even when ``repositories``
+    does not list them) get it a second time as ``tag-only``, for the tags a signed
+    manifest lists.
     A blocked source stays blocked: the runtime still pulls from its mirrors, the loopback
     one included, never from the source itself (``blocked_sources``).
     """
@@ -182,7 +195,7 @@ def render_mirror_dropin(
     lines = [*header, ""]
     conf = existing or RegistriesConf()
     tagged_set = frozenset(tagged)
-    for repository in sorted(set(repositories)):
+    for repository in sorted(set(repositories) | tagged_set):
         if not is_mirrorable(repository):
             raise ValueError(f"repository {repository!r} must be HOST/REPOSITORY")
         lines += _registry_table(

@@ -1,7 +1,8 @@
 """What a peer asks the peer server for (docs/site.md, "The peer protocol"): pure routing.
 
 The OCI distribution part is the loopback mirror's (``nodeagent.bundles.mirror.route``)
-plus signature tags (``sha256-<hex>.sig``, the only tags served); nodeagent's own
+plus the tags a stored bundle's verified manifest lists (its signature tags,
+``sha256-<hex>.sig``, and its served tags, ``bundles.tags``: the only tags served); nodeagent's own
 resources live under ``/nodeagent/v1/``. The path is the raw one, never percent-decoded:
 a bundle id must match the format's pattern whole (``nodeagent.store.layout``), so
 ``..``, ``%2e%2e`` or a ``/`` never name a file. A release signature's name must match
@@ -31,7 +32,7 @@ _SIGNATURE_TAG: Final = re.compile(
 BUNDLE_FILES: Final = (MANIFEST_NAME, SIGNATURE_NAME)
 
 Kind = Literal[
-    "base", "manifests", "blobs", "signature", "holdings", "bundle-file", "have",
+    "base", "manifests", "blobs", "signature", "tag", "holdings", "bundle-file", "have",
     "release-signature",
 ]  # fmt: skip
 
@@ -46,7 +47,8 @@ class PeerTarget:
     """``bundle.json`` or ``bundle.json.minisig``, for ``bundle-file``; for
     ``release-signature``, ``release-signatures/sha256-<hex>-<n>``."""
     name: str = ""
-    """A signature's ``<repository>/sha256-<hex>.sig`` (``signatures.served_tags``' key)."""
+    """A signature's ``<repository>/sha256-<hex>.sig`` (``signatures.served_tags``' key), or
+    a served tag's ``<repository>/<tag>`` (``tags.tag_names``' key)."""
 
 
 def route_peer(method: str, path: str) -> PeerTarget | ErrorAnswer:
@@ -64,7 +66,7 @@ def route_peer(method: str, path: str) -> PeerTarget | ErrorAnswer:
     target = route(Request(method, path))
     if isinstance(target, ErrorAnswer):
         return target
-    return PeerTarget(target.kind, digest=target.digest)
+    return PeerTarget(target.kind, digest=target.digest, name=target.name)
 
 
 def _release_signature(bundle_id: str, name: str) -> PeerTarget | ErrorAnswer:

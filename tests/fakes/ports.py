@@ -271,11 +271,13 @@ class FakeMirror:
 
     def __init__(self) -> None:
         self.writes: list[tuple[tuple[str, ...], str]] = []
+        self.tagged: list[tuple[str, ...]] = []
         self.removals = 0
         self.is_written = False
 
-    def write(self, repositories: Any, mirror_host: str) -> bool:
+    def write(self, repositories: Any, mirror_host: str, *, tagged: Any = ()) -> bool:
         self.writes.append((tuple(repositories), mirror_host))
+        self.tagged.append(tuple(tagged))
         self.is_written = True
         return True
 

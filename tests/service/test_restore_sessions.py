@@ -16,8 +16,11 @@ from nodeagent.bundles.mirror import PROBE_REF
 from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MIRROR_LOCK, BundleServerPort, MirrorPullPorts
 from nodeagent.bundles.signatures import AttachmentScopes
+from nodeagent.bundles.tags import ServedTag
 from nodeagent.errors import ImageNotFound, RegistryUnavailable
 from nodeagent.prepull import PrePuller, PullPolicy
+from nodeagent.references import parse_pinned_image_ref
+from nodeagent.registries import normalize_registry
 from tests.fakes.crio import FakeCrio
 
 A = "quay.io/ns/app-a@sha256:" + "a" * 64
@@ -29,6 +32,7 @@ class Found:
     refs: tuple[str, ...]
     files: dict[str, ExpectedFile] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    served: tuple[ServedTag, ...] = ()
 
 
 class HeldStore:
@@ -66,7 +70,9 @@ class Mirror:
     def __init__(self) -> None:
         self.writes = 0
 
-    def write(self, repositories: Iterable[str], mirror_host: str) -> bool:
+    def write(
+        self, repositories: Iterable[str], mirror_host: str, *, tagged: Iterable[str] = ()
+    ) -> bool:
         self.writes += 1
         return True
 
@@ -204,3 +210,37 @@ async def test_stored_signatures_are_served_and_read_through_the_mirror() -> Non
     assert results[A].is_pulled
     assert served_tags == [{"ns/app-a/t": "d"}]
     assert attachments.events == ["write 127.0.0.1:5000", "remove"]
+
+
+class TaggedStore(HeldStore):
+    """Holds A, whose stored bundle serves the tag ``v1`` of its repository."""
+
+    def restorable(self, refs: Sequence[str]) -> Found:
+        served = (ServedTag(parse_pinned_image_ref(A), "v1"),)
+        return Found(tuple(ref for ref in refs if ref in self.held), served=served)
+
+
+class TaggingMirror(Mirror):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tagged: list[tuple[str, ...]] = []
+
+    def write(
+        self, repositories: Iterable[str], mirror_host: str, *, tagged: Iterable[str] = ()
+    ) -> bool:
+        self.tagged.append(tuple(tagged))
+        return super().write(repositories, mirror_host)
+
+
+async def test_a_restored_image_gets_its_served_tag_back() -> None:
+    """After a storage wipe the image comes back by digest; the tag its bundle serves is
+    pulled again through the mirror's tag-only entry, as at import."""
+    crio, mirror, servers = FakeCrio(), TaggingMirror(), list[Server]()
+    base = restorer(crio, mirror, servers)
+    restoring = StoreRestorer(TaggedStore(A), base.make_server, base.session)
+    results = await restoring.restore([A])
+    assert all(server.is_closed for server in servers)
+    ref = parse_pinned_image_ref(A)
+    assert list(results) == [A] and results[A].is_pulled
+    assert crio.pull_calls == [A, f"{ref.name}:v1"]
+    assert mirror.tagged == [(f"{normalize_registry(ref.host)}/{ref.repository}",)]

@@ -43,7 +43,10 @@ def make_bundle(
     extra_args: Sequence[str] = (),
     set_name: str = "line-3",
     bundle_id: str = "line-3-test",
+    images: Sequence[str] | None = None,
 ) -> Path:
+    """``bundle create`` of ``refs`` (its set); ``images``: the ``--image`` values when they
+    differ from ``refs`` (``host/repo:tag@sha256:…`` with ``--serve-tags``)."""
     key = workdir / "factory.key"
     key.write_text(secret)
     (workdir / "factory.pub").write_text(public)
@@ -59,7 +62,7 @@ def make_bundle(
         "bundle",
         "create",
         "--image",
-        *refs,
+        *(refs if images is None else images),
         "--pinned-image-set",
         str(spec),
         "--key",

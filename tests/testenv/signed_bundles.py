@@ -115,6 +115,18 @@ def with_sigstore(signed: Signed, keys: Keys, key: SigningKey, host: str = HOST)
     return Signed(root, parse_manifest(data), signed.images)
 
 
+def with_served_tags(signed: Signed, keys: Keys, tags: dict[str, str]) -> Signed:
+    """``signed`` serving ``tags`` (``host/repository:tag`` → digest; format 3,
+    ``servedTags``), as ``bundle create --serve-tags`` makes it; signed again."""
+    root = signed.root
+    doc: dict[str, Any] = json.loads((root / "bundle.json").read_text())
+    doc |= {"formatVersion": 3, "sequence": doc.get("sequence", 1), "servedTags": tags}
+    data = json.dumps(doc, indent=1).encode()
+    (root / "bundle.json").write_bytes(data)
+    (root / "bundle.json.minisig").write_text(minisign.sign(data, keys.secret, trusted_comment="t"))
+    return Signed(root, parse_manifest(data), signed.images)
+
+
 def with_release(
     signed: Signed, keys: Keys, signatures: Sequence[bytes], *, version: str = "4.99.1"
 ) -> Signed:

@@ -73,6 +73,31 @@ def test_a_bundles_warnings_are_printed_under_it(capsys: pytest.CaptureFixture[s
     )
 
 
+def test_a_bundles_frozen_tags_are_printed_under_it(capsys: pytest.CaptureFixture[str]) -> None:
+    digest = f"sha256:{'c' * 64}"
+    doc = {
+        "updatedAt": "2026-11-25T10:00:00+00:00",
+        "conditions": [],
+        "pinnedImageSets": [],
+        "images": {"pinned": 1, "total": 1, "failed": 0},
+        "bundles": [
+            {
+                "source": "/dev/sdb1",
+                "bundleId": "olm-1",
+                "state": "pinned",
+                "images": {"total": 1, "present": 1},
+                "frozenTags": {"quay.io/olm/catalog:v4.16\x1b[2J": digest},
+            }
+        ],
+    }
+    print_status(doc)
+    out = capsys.readouterr().out.splitlines()
+    assert out[out.index("bundle olm-1: pinned, images 1/1") + 1] == (
+        f"  frozen tag quay.io/olm/catalog:v4.16\\x1b[2J -> {digest} (served as signed, even if "
+        "the registry moves it)"
+    )
+
+
 def test_the_os_image_is_printed_escaped(capsys: pytest.CaptureFixture[str]) -> None:
     digest = "sha256:" + "1" * 64
     doc = {

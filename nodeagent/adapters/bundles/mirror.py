@@ -47,9 +47,12 @@ class MirrorDropin:
         texts = registries_texts(self.registries_conf, self.path.parent)
         return read_registries_conf([t for t in texts if t[0] != self.path.name])
 
-    def write(self, repositories: Iterable[str], mirror_host: str) -> bool:
-        """Mirror ``repositories`` at ``mirror_host``; return whether the file changed."""
-        text = render_mirror_dropin(repositories, mirror_host, self.existing())
+    def write(
+        self, repositories: Iterable[str], mirror_host: str, *, tagged: Iterable[str] = ()
+    ) -> bool:
+        """Mirror ``repositories`` at ``mirror_host`` (``tagged``: those whose tags it serves
+        too); return whether the file changed."""
+        text = render_mirror_dropin(repositories, mirror_host, self.existing(), tagged=tagged)
         return write_atomic(self.path, text.encode())
 
     def remove(self) -> bool:

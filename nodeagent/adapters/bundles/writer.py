@@ -44,10 +44,11 @@ from nodeagent.bundles import minisign
 from nodeagent.bundles import release as releases
 from nodeagent.bundles.freshness import Freshness
 from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
+from nodeagent.bundles.tags import TAGS_KEY, ServedTag, image_option, tags_doc
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION, BundleTarget, target_doc
 from nodeagent.bundles.tree_rules import METADATA_DIRS
-from nodeagent.errors import HostFileError, ImageReferenceInvalid, SpecInvalid
-from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
+from nodeagent.errors import HostFileError, SpecInvalid
+from nodeagent.references import PinnedImageRef
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
 from nodeagent.specs import PinnedImageSet
 
@@ -72,22 +73,20 @@ class CreatedBundle:
     """The release's payload images (``image-references``), when there is a release."""
     signatures: tuple[CarriedSignature, ...] = ()
     """The images' sigstore signatures carried (``--with-signatures``)."""
+    served_tags: tuple[ServedTag, ...] = ()
+    """The tags the bundle serves (``--serve-tags``)."""
 
 
 # ---------------------------------------------------------------- pure helpers
 def resolve_refs(
-    image_texts: Iterable[str], sets: Iterable[PinnedImageSet]
+    image_texts: Iterable[str], sets: Iterable[PinnedImageSet], *, is_serving_tags: bool = False
 ) -> list[PinnedImageRef]:
-    """The ``--image`` references, then the sets' images, each once; tags are refused."""
+    """The ``--image`` references, then the sets' images, each once; tags are refused, but
+    with ``--serve-tags`` (``is_serving_tags``) an image may be given as
+    ``host/repo:tag@sha256:…`` (``tags.served_tags_of_images`` reads its tag)."""
     refs: dict[str, PinnedImageRef] = {}
     for text in image_texts:
-        try:
-            ref = parse_pinned_image_ref(text.strip())
-        except ImageReferenceInvalid as err:
-            raise ImageReferenceInvalid(
-                f"--image {err.message}; a bundle names images by digest: resolve a tag with "
-                "`skopeo inspect --format '{{.Digest}}' docker://NAME:TAG`"
-            ) from None
+        ref, _ = image_option(text, is_serving_tags=is_serving_tags)
         refs.setdefault(str(ref), ref)
     for image_set in sets:
         for ref in image_set.images:
@@ -154,14 +153,15 @@ def manifest_doc(
     freshness: Freshness | None = None,
     release: releases.BundleRelease | None = None,
     signatures: Sequence[CarriedSignature] = (),
+    served_tags: Sequence[ServedTag] = (),
 ) -> bytes:
     """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 3 with
     a ``freshness`` (channel, sequence, expiry: what ``bundle create`` writes) and optionally
     a ``release`` (``bundles.release``) and ``imageSignatures`` (the blobs of each signature
     listed with the others), else format 1, or 2 with a ``target`` (a reader of an older
     format refuses a newer one)."""
-    if (release is not None or signatures) and freshness is None:
-        raise ValueError("a release or image signatures are format 3, which needs a sequence")
+    if (release is not None or signatures or served_tags) and freshness is None:
+        raise ValueError("a release, signatures or tags are format 3, which needs a sequence")
     blobs = {blob.digest: blob.size_bytes for image in images for blob in image.blobs}
     blobs |= {blob.digest: blob.size_bytes for s in signatures for blob in s.blobs}
     version = bundle.FORMAT_VERSION if target is None else bundle.TARGET_FORMAT_VERSION
@@ -194,6 +194,8 @@ def manifest_doc(
         doc["release"] = releases.release_doc(release)
     if signatures:
         doc[SIGNATURES_KEY] = signatures_doc(s.signature for s in signatures)
+    if served_tags:
+        doc[TAGS_KEY] = tags_doc(served_tags)
     return json.dumps(doc, indent=2).encode() + b"\n"
 
 
@@ -265,6 +267,7 @@ async def create_bundle(
     release: ReleaseRequest | None = None,
     freshness: Freshness | None = None,
     with_signatures: bool = False,
+    served_tags: Sequence[ServedTag] = (),
 ) -> CreatedBundle:
     """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle.
 
@@ -272,6 +275,7 @@ async def create_bundle(
     image checked by its config), so the bundle's ``architecture``, the architecture half
     of its target, is what its images are. With a ``release``, the release image is read
     first and its payload images and set are added to ``refs`` and ``sets``.
+    ``served_tags`` (``--serve-tags``): tags of images in ``refs``, signed in ``servedTags``.
     """
     platform = client.platform
     blobs_dir = await asyncio.to_thread(prepare_output, output_dir)
@@ -295,6 +299,7 @@ async def create_bundle(
         bundle_id=bundle_id, created=created, architecture=platform.architecture,
         images=images, files=_layout_files(images) | extra, sets=sets, target=target,
         freshness=freshness, release=carried, signatures=carried_signatures,
+        served_tags=served_tags,
     )  # fmt: skip
     comment = f"nodeagent bundle {bundle_id} created {created}"
     keep = {b.digest for i in images for b in i.blobs} | {
@@ -316,7 +321,7 @@ async def create_bundle(
     key_id = secret_key.public_key().key_id_hex
     return CreatedBundle(
         bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target,
-        carried, payload_count, carried_signatures,
+        carried, payload_count, carried_signatures, tuple(served_tags),
     )  # fmt: skip
 
 

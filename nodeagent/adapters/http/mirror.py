@@ -49,8 +49,10 @@ def as_request(request: BaseRequest) -> Request:
 
 class BundleServer:
     """Serve ``blobs`` (digest → file under ``root``) on ``127.0.0.1:port`` until closed;
-    ``tags``: the signature tags of a verified manifest (``signatures.served_tags``), each
-    answered with its listed manifest, the only tags ever served."""
+    ``tags``: the tags of a verified manifest, ``<repository>/<tag>`` → digest (its signature
+    tags, ``signatures.served_tags``, and its served tags, ``tags.tag_names``), each answered
+    with exactly its listed manifest (``Docker-Content-Digest`` that digest), the only tags
+    ever served."""
 
     def __init__(
         self,
@@ -138,10 +140,10 @@ class BundleServer:
         if target.kind == "base":
             headers = {"Content-Type": "application/json"}
             return await answer(request, 200, headers, b"{}", timeout_s=IO_TIMEOUT_S)
-        if target.kind == "signature":
+        if target.kind in ("signature", "tag"):
             listed = self._tags.get(target.name)
             if listed is None:
-                unknown = ErrorAnswer(404, "MANIFEST_UNKNOWN", "no signature for that image")
+                unknown = ErrorAnswer(404, "MANIFEST_UNKNOWN", "no signed tag of that name")
                 return await error(request, unknown, timeout_s=IO_TIMEOUT_S)
             return await self._content.serve(request, "manifests", listed)
         return await self._content.serve(request, target.kind, target.digest)

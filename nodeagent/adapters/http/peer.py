@@ -258,7 +258,7 @@ class PeerServer:
             return await self._upload(request, target)
         if target.kind in ("manifests", "blobs"):
             return await self._content.serve(request, target.kind, target.digest)
-        if target.kind == "signature":
+        if target.kind in ("signature", "tag"):
             return await self._signature(request, target, offer)
         if target.kind == "base":
             return await answer(request, 200, _JSON, b"{}", timeout_s=self._timeout_s)
@@ -267,11 +267,12 @@ class PeerServer:
     async def _signature(
         self, request: BaseRequest, target: PeerTarget, offer: StoreOffer
     ) -> StreamResponse:
-        """A signature tag a stored bundle's signed manifest lists: its manifest."""
+        """A tag a stored bundle's signed manifest lists (a signature's, or one it serves):
+        exactly its listed manifest."""
         listed = offer.tags.get(target.name)
         if listed is not None:
             return await self._content.serve(request, "manifests", listed)
-        err = ErrorAnswer(404, "MANIFEST_UNKNOWN", f"no signature stored for {target.digest}")
+        err = ErrorAnswer(404, "MANIFEST_UNKNOWN", "no signed tag of that name")
         return await error(request, err, timeout_s=self._timeout_s)
 
     async def _upload(self, request: BaseRequest, target: PeerTarget) -> StreamResponse:

@@ -18,8 +18,8 @@ afterwards so it names only images whose top manifest is still stored.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import structlog
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
 from nodeagent.adapters.store.fetched import fetching_digests
 from nodeagent.adapters.store.records import StoreRecords
+from nodeagent.adapters.store.source import stored_frozen_tags
 from nodeagent.errors import StoreBlobCorrupt, StoreBlobMissing
 from nodeagent.store.keeping import (
     BundleVerdict,
@@ -56,6 +57,9 @@ class StoreView:
     fetching: frozenset[str] = frozenset()
     """Blobs of the bundles being fetched (signed manifest, no record yet): kept, with
     their partials, until the fetch ends."""
+    frozen_tags: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Bundle id → the tags it serves (``host/repository:tag`` → digest), frozen while a
+    mirror serves them (``bundles.tags``): read only for ``nodeagent store``."""
 
     @property
     def stored_bytes(self) -> int:
@@ -78,6 +82,10 @@ class StoreView:
             else:
                 own += size
         return own, shared
+
+    def _frozen(self, bundle_id: str) -> dict[str, Any]:
+        tags = self.frozen_tags.get(bundle_id)
+        return {"frozenTags": dict(tags)} if tags else {}
 
     def to_json(self) -> dict[str, Any]:
         bundles = []
@@ -103,6 +111,7 @@ class StoreView:
                     "ownBytes": own,
                     "sharedBytes": shared,
                 }
+                | self._frozen(record.bundle_id)
             )
         return {
             "path": str(self.root),
@@ -126,9 +135,11 @@ def inspect_store(
     now_s: float,
     *,
     is_repairing: bool = False,
+    with_tags: bool = False,
 ) -> StoreView:
     """What is kept and why: read only (nothing marked, removed or repaired) unless
-    ``is_repairing`` (the caller holds the store lock)."""
+    ``is_repairing`` (the caller holds the store lock). ``with_tags``: each bundle's signed
+    manifest is read for the tags it serves (``frozen_tags``)."""
     blobs, records = BlobStore(root), StoreRecords(root)
     loaded = records.load(is_repairing=is_repairing)
     verdicts = decide(loaded.records, pinned_sets, rules, now_s)
@@ -137,7 +148,13 @@ def inspect_store(
     keep = referenced(verdicts) | fetching
     plan = plan_removals(stored, keep, records.load_marks(), rules.gc_grace_s, now_s)
     partial_bytes = sum(size for size, _ in blobs.partials().values())
-    return StoreView(root, verdicts, stored, plan, partial_bytes, loaded.repairs, fetching)
+    frozen = {
+        v.record.bundle_id: stored_frozen_tags(root, v.record.bundle_id)
+        for v in verdicts
+        if with_tags and not v.record.is_registry
+    }
+    view = StoreView(root, verdicts, stored, plan, partial_bytes, loaded.repairs, fetching)
+    return replace(view, frozen_tags={k: v for k, v in frozen.items() if v})
 
 
 @dataclass(frozen=True)

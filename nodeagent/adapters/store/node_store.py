@@ -15,13 +15,19 @@ from pathlib import Path
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.copier import CopyResult, StoreLimits, copy_bundle, plan_copy
 from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
-from nodeagent.adapters.store.source import served_from_store, store_files, stored_signature_tags
+from nodeagent.adapters.store.source import (
+    served_from_store,
+    store_files,
+    stored_served_tags,
+    stored_signature_tags,
+)
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile, parse_manifest
 from nodeagent.bundles.signatures import (
     MAX_SIGNATURE_MANIFEST_BYTES,
     ImageSignature,
     signature_manifest_blobs,
 )
+from nodeagent.bundles.tags import ServedTag
 from nodeagent.errors import NodeAgentError
 from nodeagent.progress import ByteProgress
 from nodeagent.store import layout
@@ -34,7 +40,10 @@ class Restorable:
     refs: tuple[str, ...]
     files: dict[str, ExpectedFile]
     tags: dict[str, str] = field(default_factory=dict)
-    """Signature tags of those images' stored bundles (``signatures.served_tags``)."""
+    """Tags of those images' stored bundles (``tags.answered_tags``: signature tags and
+    served tags), ``<repository>/<tag>`` → digest."""
+    served: tuple[ServedTag, ...] = ()
+    """The served tags (``servedTags``) of those images: pulled again once they are back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,7 @@ class NodeImageStore:
         found: list[str] = []
         sizes: dict[str, int] = {}
         tags: dict[str, str] = {}
+        served: list[ServedTag] = []
         for record in StoreRecords(self.root).load(is_repairing=False).records:
             names = {image.name for image in record.images} & wanted
             if not names:
@@ -100,7 +110,9 @@ class NodeImageStore:
             found.extend(sorted(names - set(found)))
             sizes.update({blob.digest: blob.size_bytes for blob in record.blobs})
             tags.update(stored_signature_tags(self.root, record.bundle_id))
-        return Restorable(tuple(found), store_files(sizes), tags)
+            served += [t for t in stored_served_tags(self.root, record.bundle_id)
+                       if str(t.image) in names]  # fmt: skip
+        return Restorable(tuple(found), store_files(sizes), tags, tuple(served))
 
     def carried_signatures(self, refs: Sequence[str]) -> CarriedSignatures:
         """The signatures stored bundles list for those of ``refs`` they carried, and which

@@ -7,8 +7,9 @@ bundle being fetched (its signed ``bundle.json`` written, no record yet), by tha
 manifest, so a node re-serves each blob as soon as it is stored (verified). A bundle's
 manifest digest is the sha256 of its ``bundle.json`` as stored (as signed). Registry sets
 are not offered: they have no signed manifest a peer could check. The signature tags a
-recorded bundle's manifest lists (``imageSignatures``, ``signatures.served_tags``) are
-offered with it, answered with their listed (and stored) manifest.
+recorded bundle's manifest lists (``imageSignatures``, ``signatures.served_tags``) and the
+tags it serves (``servedTags``, ``bundles.tags``) are offered with it, answered with their
+listed (and stored) manifest, and no other tag.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class OfferedBundle:
     """The record's acceptance time: a bundle accepted again may have a new manifest
     (``FETCHING`` for a bundle without a record yet)."""
     tags: Mapping[str, str] = field(default_factory=dict)
-    """``<repository>/sha256-<hex>.sig`` → manifest digest of its signed images."""
+    """``<repository>/<tag>`` → manifest digest: the signature tags of its signed images
+    (``sha256-<hex>.sig``) and the tags its manifest serves (``servedTags``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +56,8 @@ class StoreOffer:
     bundles: Mapping[str, OfferedBundle]
     stored: frozenset[str]
     tags: Mapping[str, str] = field(default_factory=dict)
-    """Every offered bundle's signature tags whose manifest is offered."""
+    """Every offered bundle's tags whose manifest is offered (a tag two bundles list: the
+    one accepted last)."""
     fetching: frozenset[str] = frozenset()
     """Blobs of bundles being fetched whose partial was written to lately (``have``)."""
 
@@ -106,5 +109,7 @@ def read_offer(
         since = (time.time() if now_s is None else now_s) - FRESH_PARTIAL_S
         partials = blob_store.partials()
         fetching = frozenset(d for d in fetched if d in partials and partials[d][1] >= since)
-    offered = {n: d for b in bundles.values() for n, d in b.tags.items() if d in listed}
+    # A tag two bundles list with different digests: the one accepted last answers it.
+    newest_last = sorted(bundles.values(), key=lambda b: b.accepted_at_s)
+    offered = {n: d for b in newest_last for n, d in b.tags.items() if d in listed}
     return StoreOffer(store_files(listed), bundles, frozenset(listed), offered, fetching)

@@ -17,7 +17,7 @@ from pathlib import Path
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.records import read_bundle_file
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile, parse_manifest
-from nodeagent.bundles.signatures import served_tags
+from nodeagent.bundles.tags import ServedTag, answered_tags, tags_doc
 from nodeagent.store import layout
 
 
@@ -40,11 +40,34 @@ def open_blob(store_root: Path, digest: str) -> VerifiedBlob:
     return BlobStore(store_root).open_verified(digest)
 
 
-def stored_signature_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
-    """The signature tags (``signatures.served_tags``) of a stored bundle's signed manifest,
-    verified when it was stored; none when it is gone or unreadable."""
+def _stored_manifest(store_root: Path, bundle_id: str) -> BundleManifest | None:
+    """A stored bundle's signed manifest (verified when it was stored); None when it is
+    gone or unreadable."""
     data = read_bundle_file(store_root, bundle_id, layout.MANIFEST_NAME)
     try:
-        return {} if data is None else served_tags(parse_manifest(data).image_signatures)
+        return None if data is None else parse_manifest(data)
     except BundleError:
+        return None
+
+
+def stored_signature_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
+    """The tags a stored bundle's signed manifest lists, verified when it was stored: its
+    signature tags (``signatures.served_tags``) and its served tags (``servedTags``,
+    ``tags.tag_names``); none when it is gone or unreadable."""
+    manifest = _stored_manifest(store_root, bundle_id)
+    if manifest is None:
         return {}
+    return answered_tags(manifest.image_signatures, manifest.served_tags)
+
+
+def stored_served_tags(store_root: Path, bundle_id: str) -> tuple[ServedTag, ...]:
+    """The tags a stored bundle's signed manifest serves (``servedTags``)."""
+    manifest = _stored_manifest(store_root, bundle_id)
+    return () if manifest is None else manifest.served_tags
+
+
+def stored_frozen_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
+    """``host/repository:tag`` → digest: the tags a stored bundle serves (``servedTags``),
+    frozen at that digest while a mirror serves them; none when it is gone or unreadable."""
+    manifest = _stored_manifest(store_root, bundle_id)
+    return {} if manifest is None else tags_doc(manifest.served_tags)

@@ -25,7 +25,7 @@ from nodeagent.progress import ByteProgress
 from nodeagent.reporting import PullTally, Reporter
 from nodeagent.status import BundleReport, SetStatus, node_status
 from tests.fakes.ports import RecordingLine
-from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
+from tests.testenv.signed_bundles import HOST, Keys, Signed, image, signed_bundle, with_served_tags
 from tests.unit.cli import schemas
 from tests.unit.test_cli_site import BUNDLE, ScriptedApi, node, status
 
@@ -124,6 +124,10 @@ def reported_status(state_dir: Path) -> None:
         "/dev/sdc1", "rejected", bundle_id="line-4", reason="BundleSignatureInvalid",
         message="the signature does not match",
     ))  # fmt: skip
+    reporter.bundle_report(BundleReport(
+        "/dev/sdd1", "pinned", bundle_id="olm-1", images_total=1, images_present=1,
+        frozen_tags=(("r.test/catalog:v4.16", f"sha256:{'c' * 64}"),),
+    ))  # fmt: skip
     reporter.save()
 
 
@@ -138,6 +142,8 @@ def test_status_mid_sync(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert doc["pulls"]["bytes"] == {"total": 300 * MIB, "done": None}  # not sized
     assert doc["pulls"]["startedAt"] == "2026-09-21T14:13:20+00:00"
     assert doc["bundles"][0]["progress"]["elapsedSeconds"] == 8.0
+    frozen = [b.get("frozenTags") for b in doc["bundles"]]
+    assert {"r.test/catalog:v4.16": f"sha256:{'c' * 64}"} in frozen
 
 
 @pytest.fixture
@@ -146,6 +152,7 @@ def stored(tmp_path: Path) -> tuple[Path, Signed, Keys]:
     keys = Keys.make(tmp_path / "trusted")
     app = image("example/alpha", [(MIB, 1)], tmp_path / "cache")
     bundle = signed_bundle(tmp_path / "alpha", keys, [app], bundle_id="alpha", set_name="s")
+    bundle = with_served_tags(bundle, keys, {f"{HOST}/example/alpha:v1": app.digest})
     copy_bundle(root / "var/lib/nodeagent/store", bundle.root, bundle.manifest, keys.trusted_dir)
     return root, bundle, keys
 
@@ -155,7 +162,9 @@ def test_store_and_store_verify(
 ) -> None:
     root, _bundle, _keys = stored
     code, text = run_json(capsys, root, "store")
-    assert code == 0 and schemas.check("store", text)["bundles"][0]["bundleId"] == "alpha"
+    doc = schemas.check("store", text)
+    assert code == 0 and doc["bundles"][0]["bundleId"] == "alpha"
+    assert doc["bundles"][0]["frozenTags"] == {f"{HOST}/example/alpha:v1": _bundle.images[0].digest}
     code, text = run_json(capsys, root, "store", "verify")
     assert code == 0 and schemas.check("store-verify", text)["ok"] is True
 
