@@ -8,7 +8,7 @@ has it: ``/etc/crio/crio.conf`` and ``crio.conf.d``, ``/etc/containers/*``, the 
 The CRI-O binary built by the test environment is bound in read-only at boot
 (``node_options``). nodeagent runs with the packaged configuration; only
 ``/etc/nodeagent/config.d/50-e2e.toml`` lowers the disk reserve, which depends on this
-machine's disk rather than on the node.
+machine's disk rather than on the node, and lets the node take sticks from loop devices.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tests.testenv.crio import PINNS_PLACEHOLDER
 from tests.testenv.crio_build import ensure_crio
 from tests.testenv.nspawn import Container
 from tests.testenv.rootfs import unpack
+from tests.testenv.udev import TEST_MEDIA_CONFIG
 from tests.testenv.waiting import wait_for
 
 CRIO_UNIT = """# CRI-O as a node runs it (written by nodeagent's test environment).
@@ -96,10 +97,15 @@ MASKED_UNITS = (
     "systemd-tmpfiles-clean.timer",
 )
 
-E2E_CONFIG = """# nodeagent e2e: the reserve depends on the test machine's disk, not the node's.
+E2E_CONFIG = f"""# nodeagent e2e: the reserve depends on the test machine's disk, not the node's.
 [disk]
 reserve_bytes = "64MiB"
 reserve_percent = 0.0
+
+# The node's sticks are loop devices: the loop bus is allowed besides the default usb
+# (docs/decisions/0054).
+[bundles]
+{TEST_MEDIA_CONFIG}
 """
 
 DB_PATH = "/var/lib/rpm"

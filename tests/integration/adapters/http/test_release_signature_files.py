@@ -119,16 +119,21 @@ class Applied:
 
 async def test_a_liar_is_dropped_and_the_fetched_bundle_gives_its_configmap(site: Site) -> None:
     upstream = await site.serve("node-0", site.node_store("node-0"))
-    # two proxies in front of one store; the one the fetcher asks first (holders sorted by
-    # address) lies about release signatures, the other relays every byte as it is
+    # two proxies in front of one store; one lies about release signatures, the other
+    # relays every byte as it is. The fetcher picks among holders at random (decision 0053),
+    # so the liar is first the only holder it knows: asked, caught and dropped; then both.
     proxies = [FlippingProxy(site, upstream, marker=b"\0none") for _ in range(2)]
     addresses = [await p.start() for p in proxies]
-    proxy = proxies[addresses.index(min(addresses))]
+    proxy = proxies[0]
     proxy.marker = b"/release-signatures/"
-    liar, honest = min(addresses), max(addresses)
-    node = fetching_node(site)
+    liar, honest = addresses
+    now_s = [1000.0]
+    node = fetching_node(site, clock=lambda: now_s[0])
     try:
         with capture_logs() as logs:
+            await node.look(liar)
+            assert node.imported == []  # nothing from the liar alone
+            now_s[0] += 3600  # past the bundle's retry and the liar's demotion
             await node.look(liar, honest)
     finally:
         await node.client.close()
@@ -136,7 +141,7 @@ async def test_a_liar_is_dropped_and_the_fetched_bundle_gives_its_configmap(site
             await each.close()
     assert proxy.flipped >= 1
     dropped = events(logs, "bundle_fetch_peer_dropped")
-    assert [(d["peer"], d["reason"]) for d in dropped] == [(liar, "PeerAnswerInvalid")]
+    assert {(d["peer"], d["reason"]) for d in dropped} == {(liar, "PeerAnswerInvalid")}
     assert node.imported == [BUNDLE_ID]
     directory = node.store / layout.bundle_dir(BUNDLE_ID)
     stored = {p: (directory / p).read_bytes() for p in listed_paths(site)}
