@@ -10,12 +10,14 @@ data, and the proxy closes its write end only when the client sends `FinishPipe(
 whose reply says whether all of it was written (and, for a blob, verified).
 
 `ImageProxy(command_for)` runs `command_for(fd)` (the proxy with `--sockfd fd`, perhaps
-wrapped in a private mount namespace), the socket's other end inherited as `fd`, and offers `initialize`, `open_image`,
-`get_manifest` (digest and OCI manifest bytes), `close_image`, `shutdown`.
+wrapped in a private mount namespace), the socket's other end inherited as `fd`, and offers
+`initialize`, `open_image`, `get_manifest` (digest and OCI manifest bytes), `get_blob`,
+`close_image`, `close`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -54,7 +56,7 @@ class ImageProxy:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         ours.settimeout(60)
-        self._process = subprocess.Popen(  # noqa: S603 - the test's own command
+        self._process = subprocess.Popen(
             list(command_for(theirs.fileno())), env=env, pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
@@ -88,16 +90,28 @@ class ImageProxy:
     def get_manifest(self, handle: int) -> tuple[str, bytes]:
         """The image's digest (of the manifest as stored) and its manifest, as OCI."""
         reply = self.call("GetManifest", handle)
-        if reply.fd is None or not isinstance(reply.value, str):
-            raise ProxyError("GetManifest: no pipe or no digest in the reply")
+        if not isinstance(reply.value, str):
+            raise ProxyError("GetManifest: no digest in the reply")
+        return reply.value, self._drain(reply, "GetManifest")
+
+    def get_blob(self, handle: int, digest: str, size: int) -> bytes:
+        """The blob `digest` of `size` bytes; the proxy checks both (FinishPipe fails if not)."""
+        return self._drain(self.call("GetBlob", handle, digest, size), "GetBlob")
+
+    def _drain(self, reply: Reply, method: str) -> bytes:
+        """Read the reply's pipe to its end while FinishPipe lets the proxy close it."""
+        if reply.fd is None:
+            raise ProxyError(f"{method}: no pipe in the reply")
         chunks: list[bytes] = []
         reader = threading.Thread(target=_read_all, args=(reply.fd, chunks))
         reader.start()
-        self.call("FinishPipe", reply.pipeid)  # the proxy closes its end only now
-        reader.join(timeout=60)
+        try:
+            self.call("FinishPipe", reply.pipeid)  # the proxy closes its end only now
+        finally:
+            reader.join(timeout=60)
         if reader.is_alive() or not chunks:
-            raise ProxyError("GetManifest: the pipe was not closed")
-        return reply.value, chunks[0]
+            raise ProxyError(f"{method}: the pipe was not closed")
+        return chunks[0]
 
     def close_image(self, handle: int) -> None:
         self.call("CloseImage", handle)
@@ -109,10 +123,8 @@ class ImageProxy:
 
     def close(self) -> int:
         """Send Shutdown (no reply), close the socket, wait; the proxy's exit status."""
-        try:
+        with contextlib.suppress(OSError):
             self._sock.send(json.dumps({"method": "Shutdown", "args": []}).encode())
-        except OSError:
-            pass
         self._sock.close()
         try:
             return self._process.wait(timeout=30)
@@ -126,4 +138,3 @@ class ImageProxy:
     def __exit__(self, *exc_info: object) -> None:
         if self._process.poll() is None:
             self.close()
-

@@ -22,7 +22,7 @@ REGISTRIES = "unqualified-search-registries = []\n"
 CONTAINERS_CONF = '[engine]\nevents_logger = "none"\n'
 _SCRIPT = (
     'mount --bind "$NA_ETC" /etc/containers && mount --bind "$NA_RUN" /run && '
-    "if [ -d /var/lib/containers ]; then mount --bind \"$NA_VAR\" /var/lib/containers; "
+    'if [ -d /var/lib/containers ]; then mount --bind "$NA_VAR" /var/lib/containers; '
     'else mount -t tmpfs nodeagent-test /var/lib; fi && exec "$@"'
 )
 
@@ -31,7 +31,9 @@ class PrivateContainers:
     def __init__(self, base: Path, storage_conf: Path) -> None:
         self.base = base
         self.storage_conf = storage_conf
-        self.etc, self.run_dir, self.var, self.home = (base / n for n in ("etc", "run", "var", "home"))
+        self.etc, self.run_dir, self.var, self.home = (
+            base / n for n in ("etc", "run", "var", "home")
+        )
         for directory in (self.etc, self.run_dir, self.var, self.home):
             directory.mkdir(parents=True, exist_ok=True)
         (self.etc / "policy.json").write_text(POLICY)

@@ -19,6 +19,8 @@ reloads the pins, the OS image pinned by the release set.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import shutil
 from collections.abc import Iterator
@@ -32,7 +34,7 @@ from nodeagent.adapters.cri.client import CriClient
 from tests.integration.bundles.test_create_verify import make_keys, run_cli
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio
-from tests.testenv.image_proxy import ImageProxy
+from tests.testenv.image_proxy import ImageProxy, ProxyError
 from tests.testenv.private_containers import PrivateContainers
 from tests.testenv.registry import Registry
 from tests.testenv.release import (
@@ -46,6 +48,8 @@ from tests.testenv.release import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 VERSION = "4.99.3"
+OLD_PROXY = {"0.2.1", "0.2.2", "0.2.3", "0.2.4"}
+"""Image proxy protocols without GetLayerInfo (Debian 12's skopeo 1.9.3 speaks 0.2.3)."""
 
 
 @dataclass(frozen=True)
@@ -114,8 +118,8 @@ def test_podman_lists_the_os_image_by_digest_as_the_mcd_asks(node: Node) -> None
 
 def test_skopeo_copies_the_os_image_out_of_containers_storage(node: Node) -> None:
     out = node.tools.base / "oci"
-    done = node.tools.run("skopeo", "copy", "--quiet",
-                          f"containers-storage:{node.release.os_image}", f"oci:{out}:os")  # fmt: skip
+    source = f"containers-storage:{node.release.os_image}"
+    done = node.tools.run("skopeo", "copy", "--quiet", source, f"oci:{out}:os")
     assert done.returncode == 0, done.stderr
     index = json.loads((out / "index.json").read_text())
     (descriptor,) = index["manifests"]
@@ -130,10 +134,11 @@ def test_skopeo_copies_the_os_image_out_of_containers_storage(node: Node) -> Non
     assert config["architecture"] == "amd64"
     assert config["config"]["Labels"] == OS_IMAGE_LABELS
     assert descriptor["digest"] != manifests["amd64"]
-    copied = node.tools.run("skopeo", "copy", "--quiet", "--preserve-digests",
-                            f"containers-storage:{node.release.os_image}",
-                            f"oci:{node.tools.base / 'oci-preserved'}:os")  # fmt: skip
-    assert copied.returncode != 0  # the original compressed layers are not in the storage
+    preserved = f"oci:{node.tools.base / 'oci-preserved'}:os"
+    copied = node.tools.run("skopeo", "copy", "--quiet", "--preserve-digests", source, preserved)
+    # The original compressed layers are not in containers-storage: no byte-identical copy.
+    assert copied.returncode != 0
+    assert "changing layer representation" in copied.stderr
 
 
 def blob(layout: Path, digest: str) -> bytes:
@@ -146,16 +151,27 @@ def test_the_image_proxy_rpm_ostree_uses_reads_the_os_image(node: Node) -> None:
     wrapped = node.tools.command
     with ImageProxy(lambda fd: wrapped(["skopeo", "experimental-image-proxy", "--sockfd",
                                         str(fd)]), env=node.tools.env()) as proxy:  # fmt: skip
-        assert proxy.initialize().startswith("0.2.")
+        version = proxy.initialize()
         handle = proxy.open_image(reference)
-        digest, manifest = proxy.get_manifest(handle)
+        digest, raw = proxy.get_manifest(handle)
+        manifest = json.loads(raw)
+        (layer,) = manifest["layers"]
+        compressed = blob(node.work / "bundle", layer["digest"])
+        uncompressed = gzip.decompress(compressed)
+        diff_id = "sha256:" + hashlib.sha256(uncompressed).hexdigest()
+        # The layer as stored (uncompressed), by its diff_id: what rpm-ostree reads.
+        assert proxy.get_blob(handle, diff_id, len(uncompressed)) == uncompressed
+        if version in OLD_PROXY:
+            # The manifest's compressed digest is not in containers-storage, and this proxy
+            # has no GetLayerInfo to say so (protocol 0.2.5 added it: docs/runtime-facts.md).
+            with pytest.raises(ProxyError, match="locating item named"):
+                proxy.get_blob(handle, layer["digest"], layer["size"])
         proxy.close_image(handle)
         assert proxy.close() == 0
-    amd64 = node.release.os_image_index
-    assert amd64 is not None
-    assert digest == amd64["amd64"]
-    layers = json.loads(manifest)["layers"]
-    assert len(layers) == 1
+    manifests = node.release.os_image_index
+    assert manifests is not None
+    assert digest == manifests["amd64"]  # the original manifest's digest, for the node's arch
+    assert manifest["config"]["digest"] == (node.release.os_image_configs or {}).get("amd64")
 
 
 async def test_the_os_image_stays_pinned_in_containers_storage(node: Node) -> None:
