@@ -13,8 +13,10 @@ CRI-O's own storage.conf in a private mount namespace (tests/testenv/private_con
 must (a) list the OS image by digest exactly as the MCD asks, with that RepoDigests entry,
 (b) copy `containers-storage:<ref>` to an OCI layout, the manifest and config those of the
 release, (c) open it through the image proxy with the protocol rpm-ostree speaks
-(tests/testenv/image_proxy.py) and read its manifest, and (d) still find it after CRI-O
-reloads the pins, the OS image pinned by the release set.
+(tests/testenv/image_proxy.py) and read its manifest and its layer, (d) still find it after
+CRI-O reloads the pins, the OS image pinned by the release set, and (e) be refused it under a
+restrictive policy.json unless the MCD's temporary rule for that image is added
+(OCPBUGS-62714).
 """
 
 from __future__ import annotations
@@ -185,3 +187,32 @@ async def test_the_os_image_stays_pinned_in_containers_storage(node: Node) -> No
         image = await cri.image_status(node.release.os_image)
     assert image is not None and image.is_pinned
     assert node.release.os_image in node.podman_images(node.release.os_image)[0]["RepoDigests"]
+
+
+def test_a_restrictive_policy_refuses_it_unless_the_mcd_s_temporary_rule_allows_it(
+    node: Node,
+) -> None:
+    """OCPBUGS-62714: with `default: reject`, containers-storage is refused; the MCD's
+    temporary rule (pkg/daemon/rpm-ostree.go, `[<driver>@<graphRoot>]<RepoDigest>@<Id>` from
+    `podman system info` and `podman images`) lets exactly this image through."""
+    info = node.tools.run("podman", "system", "info", "--format=json")
+    assert info.returncode == 0, info.stderr
+    store = json.loads(info.stdout)["store"]
+    (image,) = node.podman_images(node.release.os_image)
+    key = f"[{store['graphDriverName']}@{store['graphRoot']}]{node.release.os_image}@{image['Id']}"
+    allow = [{"type": "insecureAcceptAnything"}]
+    other = node.release.payload[OS_EXTENSIONS_TAG]
+    for name, transports, reference, allowed in (
+        ("reject", {}, node.release.os_image, False),
+        ("mcd", {"containers-storage": {key: allow}}, node.release.os_image, True),
+        ("mcd", {"containers-storage": {key: allow}}, other, False),  # only that image
+    ):
+        policy = node.tools.base / f"policy-{name}.json"
+        policy.write_text(json.dumps({"default": [{"type": "reject"}], "transports": transports}))
+        copied = node.tools.run(
+            "skopeo", "--policy", str(policy), "copy", "--quiet",
+            f"containers-storage:{reference}", f"oci:{node.tools.base / 'policy-out'}:{name}",
+        )  # fmt: skip
+        assert (copied.returncode == 0) is allowed, (name, reference, copied.stderr)
+        if not allowed:
+            assert "rejected by policy" in copied.stderr
