@@ -37,6 +37,7 @@ from tests.integration.bundles.test_create_verify import make_keys, run_cli
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio
 from tests.testenv.image_proxy import ImageProxy, ProxyError
+from tests.testenv.packages import PACKAGES, ensure_packages
 from tests.testenv.private_containers import PrivateContainers
 from tests.testenv.registry import Registry
 from tests.testenv.release import (
@@ -74,6 +75,7 @@ class Node:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     """The release bundled from its registry, the registry stopped, the bundle imported."""
+    ensure_packages({name: PACKAGES[name] for name in ("podman", "skopeo")})
     work = tmp_path_factory.mktemp("os-image")
     keys = make_keys(work / "keys")
     with Registry(work / "registry") as registry:
