@@ -277,12 +277,17 @@ class TestImage:
 
 
 def assemble_image(
-    repository: str, tag: str | None, platform: dict[str, str], layers: tuple[GeneratedLayer, ...]
+    repository: str,
+    tag: str | None,
+    platform: dict[str, str],
+    layers: tuple[GeneratedLayer, ...],
+    labels: dict[str, str] | None = None,
 ) -> BuiltImage:
-    """The config and manifest of an image made of ``layers`` for ``platform``."""
+    """The config and manifest of an image made of ``layers`` for ``platform``, its config
+    carrying ``labels`` (``config.Labels``) when given."""
     config_doc = {
         **platform,
-        "config": {},
+        "config": {"Labels": dict(labels)} if labels else {},
         "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
     }
     config = Blob.from_bytes(MEDIA_TYPE_CONFIG, canonical_json(config_doc))

@@ -8,7 +8,14 @@
   `release-manifests/image-references` (an ImageStream naming every payload by digest,
   the shape `oc adm release new` writes) and `release-manifests/release-metadata`
   (`{"kind": "cincinnati-metadata-v0", "version": ...}`), over a base layer of other
-  files; then an OCI index over them (a multi-arch release), tagged with the version.
+  files; then an OCI index over them (a multi-arch release), tagged with the version;
+* with `os_image=True`, the OS image payloads as OpenShift names them in image-references
+  (the machine-config-operator's `install/image-references`: `rhel-coreos`, the OS image the
+  machine-config daemon rebases to, and `rhel-coreos-extensions`), `ocp/rhel-coreos` and
+  `ocp/rhel-coreos-extensions`, multi-arch indexes like the other payloads, whose configs carry
+  the labels of a bootable image (`ostree.bootable`, `containers.bootc`). They hold no ostree
+  commit: what is tested is how the image is found and read (podman, skopeo, the image proxy),
+  not rpm-ostree deploying it (docs/runtime-facts.md, "The OS image").
 
 `TestGpg(home)` makes an ed25519 key in a temporary GNUPGHOME with Debian's gpg and signs
 the release digest as the cluster-version operator expects: an OpenPGP signed message
@@ -46,6 +53,10 @@ from tests.testenv.images import (
 
 ARCHITECTURES = ("amd64", "arm64")
 RELEASE_REPOSITORY = "ocp/release"
+OS_IMAGE_TAG = "rhel-coreos"
+"""The image-references tag of the OS image (machine-config-operator install/image-references)."""
+OS_EXTENSIONS_TAG = "rhel-coreos-extensions"
+OS_IMAGE_LABELS = {"ostree.bootable": "true", "containers.bootc": "1"}
 
 
 @dataclass(frozen=True)
@@ -58,10 +69,19 @@ class SyntheticRelease:
     """Architecture → that architecture's release image digest."""
     payload: dict[str, str]
     """Component name → pull spec by digest."""
+    os_image_index: dict[str, str] | None = None
+    """With `os_image=True`: architecture → the OS image's manifest digest in its index."""
+    os_image_configs: dict[str, str] | None = None
+    """With `os_image=True`: architecture → the OS image's config digest (its image ID)."""
 
     @property
     def ref(self) -> str:
         return f"{self.host}/{RELEASE_REPOSITORY}@{self.digest}"
+
+    @property
+    def os_image(self) -> str:
+        """The `rhel-coreos` pull spec by digest: the osImageURL the MCO renders from it."""
+        return self.payload[OS_IMAGE_TAG]
 
 
 def _tar_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -88,10 +108,33 @@ def files_layer(files: dict[str, bytes], directory: Path) -> GeneratedLayer:
 
 
 def image_of_layers(
-    repository: str, architecture: str, layers: Sequence[GeneratedLayer]
+    repository: str,
+    architecture: str,
+    layers: Sequence[GeneratedLayer],
+    labels: dict[str, str] | None = None,
 ) -> BuiltImage:
     platform = {"architecture": architecture, "os": "linux"}
-    return assemble_image(repository, None, platform, tuple(layers))
+    return assemble_image(repository, None, platform, tuple(layers), labels)
+
+
+def push_os_images(
+    registry_url: str, host: str, cache_dir: Path | None, layer_bytes: int
+) -> tuple[dict[str, str], list[BuiltImage]]:
+    """Push `rhel-coreos` and `rhel-coreos-extensions`: name → pull spec by digest, and the
+    OS image's images (one per architecture)."""
+    payload: dict[str, str] = {}
+    children: list[BuiltImage] = []
+    for number, tag in enumerate((OS_IMAGE_TAG, OS_EXTENSIONS_TAG)):
+        repository = f"ocp/{tag}"
+        images = [
+            image_of_layers(repository, arch, [generate_layer(
+                LayerSpec(layer_bytes, 8_000 + number * 4 + n), cache_dir)], OS_IMAGE_LABELS)
+            for n, arch in enumerate(ARCHITECTURES)
+        ]  # fmt: skip
+        payload[tag] = push(registry_url, repository, build_index(images)).reference(host)
+        if tag == OS_IMAGE_TAG:
+            children = images
+    return payload, children
 
 
 def image_references(version: str, payload: dict[str, str]) -> bytes:
@@ -118,8 +161,10 @@ def push_release(
     payload_count: int,
     cache_dir: Path | None = None,
     layer_bytes: int = 2048,
+    os_image: bool = False,
 ) -> SyntheticRelease:
-    """Push `payload_count` payload images and a multi-arch release naming them."""
+    """Push `payload_count` payload images (and the OS images with `os_image`) and a
+    multi-arch release naming them."""
     payload: dict[str, str] = {}
     for index in range(payload_count):
         name = f"component-{index:03d}"
@@ -130,6 +175,13 @@ def push_release(
         ]  # fmt: skip
         one = push(registry_url, f"ocp/payload-{index:03d}", build_index(platforms))
         payload[name] = one.reference(host)
+    os_index: dict[str, str] | None = None
+    os_configs: dict[str, str] | None = None
+    if os_image:
+        os_payload, os_children = push_os_images(registry_url, host, cache_dir, layer_bytes)
+        payload.update(os_payload)
+        os_index = {i.platform["architecture"]: i.digest for i in os_children}
+        os_configs = {i.platform["architecture"]: i.config.digest for i in os_children}
     metadata = json.dumps({"kind": "cincinnati-metadata-v0", "version": version}).encode()
     files = {
         "release-manifests/0000_00_cvo_namespace.yaml": b"kind: Namespace\n",
@@ -141,7 +193,7 @@ def push_release(
     images = [image_of_layers(RELEASE_REPOSITORY, arch, [base, top]) for arch in ARCHITECTURES]
     pushed = push(registry_url, RELEASE_REPOSITORY, build_index(images), tag=f"{version}-multi")
     by_arch = {arch: image.digest for arch, image in zip(ARCHITECTURES, images, strict=True)}
-    return SyntheticRelease(host, version, pushed.digest, by_arch, payload)
+    return SyntheticRelease(host, version, pushed.digest, by_arch, payload, os_index, os_configs)
 
 
 # ---------------------------------------------------------------- signatures

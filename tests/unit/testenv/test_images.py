@@ -21,6 +21,7 @@ from tests.testenv.images import (
     LayerSpec,
     PushedImage,
     TestImage,
+    assemble_image,
     build_index,
     canonical_json,
     generate_layer,
@@ -177,6 +178,17 @@ def test_manifest_and_config_are_canonical_oci_documents(cache_dir: Path) -> Non
     }
     assert "created" not in config
     assert b" " not in image.manifest.data
+
+
+def test_labels_go_into_the_config_and_no_labels_keep_it_as_before(cache_dir: Path) -> None:
+    layer = generate_layer(LayerSpec(KIB, 5), cache_dir)
+    platform = {"architecture": "amd64", "os": "linux"}
+    labelled = assemble_image("ocp/os", None, platform, (layer,), {"ostree.bootable": "true"})
+    plain = assemble_image("ocp/os", None, platform, (layer,))
+    assert labelled.config.data is not None and plain.config.data is not None
+    assert json.loads(labelled.config.data)["config"] == {"Labels": {"ostree.bootable": "true"}}
+    assert json.loads(plain.config.data)["config"] == {}
+    assert plain.digest == TestImage("ocp/os", [LayerSpec(KIB, 5)]).build(cache_dir).digest
 
 
 def test_index_lists_each_platform_manifest(cache_dir: Path) -> None:
