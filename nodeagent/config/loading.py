@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nodeagent.config.addresses import is_address
+from nodeagent.config.addresses import is_address, is_loopback_address
 from nodeagent.config.rerooting import UNIX_PREFIX, reroot, reroot_sections
 from nodeagent.config.settings import (
     DROPIN_DIR_NAME,
@@ -343,6 +343,8 @@ BOUNDS: dict[str, Bounds] = {
     "site.handshake_timeout_s": Bounds(0, 60, is_low_open=True, unit="seconds"),
     "site.max_connections": Bounds(1, 1024),
     "site.max_connections_per_source": Bounds(1, 1024),
+    "mirror.max_connections": Bounds(1, 1024),
+    "mirror.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
 }
 """Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""
 
@@ -357,6 +359,10 @@ def _is_selector(text: str, _: Config) -> bool:
     except ConfigInvalid:
         return False
     return True
+
+
+def _is_loopback_address(text: str, _: Config) -> bool:
+    return is_loopback_address(text)
 
 
 def _are_networks(texts: tuple[str, ...], _: Config) -> bool:
@@ -427,6 +433,7 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
         lambda v, c: v <= c.site.max_connections,
     ),
     ("site.allow_from", "a list of networks such as 10.0.0.0/24", _are_networks),
+    ("mirror.listen", "a loopback address:port, e.g. 127.0.0.1:22626", _is_loopback_address),
     ("metrics.listen", "address:port, e.g. 127.0.0.1:9448", lambda v, _: is_address(v)),
     ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
 )

@@ -1,4 +1,5 @@
-"""``nodeagent serve-peers``: the peer server in a process of its own (decision 0056).
+"""``nodeagent serve-peers``: the peer server and the node mirror in a process of their own
+(decisions 0056, 0057).
 
 systemd starts it as ``nodeagent-peer.service``: an unprivileged user (``nodeagent-peer``)
 with no capabilities, whose group can read the store (and nothing else of nodeagent's
@@ -7,7 +8,10 @@ the CA as credentials (``LoadCredential=``: ``$CREDENTIALS_DIRECTORY/peer-cert``
 ``peer-key``, ``peer-ca``; without them, the ``[site]`` paths). When the kubelet rotates
 its certificate, ``nodeagent-peer-tls.path`` restarts the unit, which copies the new files.
 
-It serves ``[site] listen`` until SIGTERM (``READY=1`` once it listens), and reports to the
+It serves ``[site] listen`` (with ``[site] serve``) and the node mirror on ``[mirror] listen``
+(with ``[mirror] enabled``; ``nodeagent.adapters.http.node_mirror``) until SIGTERM
+(``READY=1`` once they listen; the peer server only once its TLS files exist: without them
+the mirror serves alone and says so, ``peer_server_waiting_for_tls``), and reports to the
 daemon, never acting itself: a blob that fails its digest while it is sent (the daemon
 checks and removes it), and the bytes it served (the daemon's metrics). A report the
 daemon could not take is kept (at most ``MAX_PENDING``) and sent again.
@@ -26,6 +30,7 @@ from typing import Final
 
 import structlog
 
+from nodeagent.adapters.http.node_mirror import NodeMirror, mirror_caps
 from nodeagent.adapters.http.peer import PeerServer, peer_caps
 from nodeagent.adapters.http.tls import ReloadingTls
 from nodeagent.adapters.peer_reports import ReportSender
@@ -34,6 +39,7 @@ from nodeagent.config import Config
 from nodeagent.config.addresses import parse_address
 from nodeagent.config.site import SiteSettings
 from nodeagent.daemon.peer_reports import report_socket_path
+from nodeagent.mirror.credentials import VERIFIER_NAME
 from nodeagent.site.reports import render_corrupt, render_served
 
 log = structlog.get_logger(__name__)
@@ -119,10 +125,44 @@ def build_server(config: Config, environ: Mapping[str, str], reporter: Reporter)
     )
 
 
+def build_mirror(config: Config) -> NodeMirror:
+    address = parse_address(config.mirror.listen)  # a loopback address, checked at load
+    return NodeMirror(
+        config.store_dir,
+        host=address.host,
+        port=address.port,
+        verifiers_file=report_socket_path(config).parent / VERIFIER_NAME,
+        caps=mirror_caps(config.mirror),
+        request_timeout_s=config.mirror.request_timeout_s,
+    )
+
+
+def is_wanted(config: Config) -> bool:
+    """Whether the process has anything to serve (``serve-peers --check``)."""
+    return config.site.serve or config.mirror.enabled
+
+
+def _tls_ready(config: Config, environ: Mapping[str, str]) -> bool:
+    return all(path.is_file() for path in tls_files(config.site, environ))
+
+
+async def _start_mirror(
+    running: contextlib.AsyncExitStack, mirror: NodeMirror, config: Config
+) -> bool:
+    """Start the node mirror; a port taken by another process is said and leaves the peer
+    server serving (a stopped mirror never breaks a pull: the source stays the last resort)."""
+    try:
+        await running.enter_async_context(mirror)
+    except OSError as err:
+        log.error("node_mirror_not_started", listen=config.mirror.listen, error=str(err))
+        return False
+    return True
+
+
 async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
-    """Serve the store to the site's peers until SIGTERM/SIGINT; the exit code."""
+    """Serve the store to the site's peers and to local clients until SIGTERM/SIGINT."""
     env = os.environ if environ is None else environ
-    if not config.site.serve:
+    if not is_wanted(config):
         log.info("peer_server_off", config=str(config.source))
         return 0
     stop = asyncio.Event()
@@ -131,17 +171,28 @@ async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int
         loop.add_signal_handler(sig, stop.set)
     sender = ReportSender(report_socket_path(config))
     reporter = Reporter(sender)
-    server = await asyncio.to_thread(build_server, config, env, reporter)
+    server: PeerServer | None = None
+    if config.site.serve and await asyncio.to_thread(_tls_ready, config, env):
+        server = await asyncio.to_thread(build_server, config, env, reporter)
+    elif config.site.serve:
+        log.warning("peer_server_waiting_for_tls", cert=str(config.site.cert_file))
+    mirror = build_mirror(config) if config.mirror.enabled else None
     notifier = Notifier(env)
     try:
-        async with server:
-            notifier.ready("serving the store to peers")
+        async with contextlib.AsyncExitStack() as running:
+            if server is not None:
+                await running.enter_async_context(server)
+            if mirror is not None and not await _start_mirror(running, mirror, config):
+                mirror = None
+            if server is None and mirror is None:
+                return 1
+            notifier.ready("serving the store")
             counted = 0
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(REPORT_INTERVAL_S):
                         await stop.wait()
-                served = server.counters.bytes_served
+                served = 0 if server is None else server.counters.bytes_served
                 reporter.flush(served - counted)
                 counted = served
             notifier.stopping("stopping")
