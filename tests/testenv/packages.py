@@ -14,6 +14,7 @@ PACKAGES: dict[str, str] = {
     "crun": "/usr/bin/crun",
     "runc": "/usr/bin/runc",  # the runtime of the tests that run pods (tests/testenv/pods.py)
     "skopeo": "/usr/bin/skopeo",
+    "podman": "/usr/bin/podman",  # pulls through the node mirror (tests/integration/adapters/http)
     "umoci": "/usr/bin/umoci",
     "minisign": "/usr/bin/minisign",
     "e2fsprogs": "/usr/sbin/mkfs.ext4",
