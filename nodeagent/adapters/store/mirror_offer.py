@@ -28,7 +28,8 @@ class MirrorOffer:
     private: Mapping[str, ExpectedFile] = field(default_factory=dict)
     """Registry-set blobs no bundle offers: served only with the mirror's credential."""
     repositories: frozenset[str] = frozenset()
-    """Repository names served under: each stored image's ``repo`` and ``host/repo``."""
+    """Repository names served under: each stored image's repository path (the drop-in's
+    mirror location replaces ``host`` by the mirror's address)."""
 
     @property
     def is_empty(self) -> bool:
@@ -46,10 +47,7 @@ def _names(records: list[BundleRecord]) -> frozenset[str]:
                 refs.append(parse_pinned_image_ref(image.name))
             except ImageReferenceInvalid:
                 continue
-    names = set()
-    for repository in mirror_repositories(refs):
-        names |= {repository, repository.partition("/")[2]}
-    return frozenset(names)
+    return frozenset(repository.partition("/")[2] for repository in mirror_repositories(refs))
 
 
 def read_mirror_offer(root: Path, previous: MirrorOffer | None = None) -> MirrorOffer:
