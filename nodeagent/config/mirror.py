@@ -8,6 +8,7 @@ The registries.conf drop-in that points the runtime at the mirror reads ``enable
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 NODE_MIRROR_DROPIN_NAME: Final = "98-nodeagent-node-mirror.conf"
@@ -41,3 +42,9 @@ class MirrorSettings:
     request_timeout_s: float = 60.0
     """A first request, an idle keep-alive connection and each send step end after this.
     Default 60. Range: greater than 0 and at most 3600 seconds."""
+    auth_file: Path = Path("/run/containers/0/auth.json")
+    """The root-only auth file the daemon adds the mirror's credential to when it holds none
+    (podman's and skopeo's as root, and CRI-O's without ``global_auth_file``; a tmpfs, so a
+    new credential each boot). Its other entries are kept; a file that is not JSON is left
+    untouched. Entries for the mirror in CRI-O's ``global_auth_file`` and ``[pull]
+    auth_file`` are accepted too, never written (decision 0057)."""

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,20 +68,21 @@ WRONG = [
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[tuple[HeldStore, NodeMirror]]:
-    tmp_path.chmod(0o755)  # the unprivileged client's python must start; the auth file stays 0600
-    held = held_store(tmp_path)
+    held = await asyncio.to_thread(held_store, tmp_path)
     async with node_mirror(held) as server:
         held.write_auth(f"127.0.0.1:{server.port}")
         yield held, server
 
 
-def as_other_user(port: int, auth_file: Path, asks: list[tuple[str, str, dict[str, str]]]) -> list:
+def as_other_user(
+    port: int, auth_file: Path, asks: list[tuple[str, str, dict[str, str]]]
+) -> list[Any]:
     argv = [*as_peer(OTHER_UID, OTHER_GID), sys.executable, "-c", CLIENT, str(port), str(auth_file)]
     result = subprocess.run(
         argv, input=json.dumps(asks), capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    answers: list = json.loads(result.stdout)
+    answers: list[Any] = json.loads(result.stdout)
     return answers
 
 

@@ -84,7 +84,7 @@ async def test_unlisted_tags_unknown_names_and_files_outside_the_offer_are_404(
     for method, path in asks:
         status, body = await asyncio.to_thread(ask, server.port, method, path)
         assert status == 404, path
-        assert b"{" == body[:1]  # a distribution error, never a file
+        assert body[:1] == b"{"  # a distribution error, never a file
     assert server.counters.served.bytes_served == 0
 
 
