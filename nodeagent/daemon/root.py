@@ -276,7 +276,15 @@ async def peer_reports_loop(wiring: Wiring) -> None:
     config = wiring.config
     await asyncio.to_thread(BlobStore(config.store_dir).ensure)  # the peer process reads it
     socket = ReportSocket(report_socket_path(config))
-    await PeerReports(socket, config.store_dir, set_aside_corrupt, wiring.metrics).run()
+    reports = PeerReports(
+        socket,
+        config.store_dir,
+        set_aside_corrupt,
+        wiring.metrics,
+        mirror_listen=config.mirror.listen,
+        on_mirror=wiring.reporter.mirror_reported,
+    )
+    await reports.run()
 
 
 async def fetcher_loop(wiring: Wiring) -> None:

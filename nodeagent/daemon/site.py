@@ -40,7 +40,13 @@ from nodeagent.config.addresses import parse_address
 from nodeagent.config.site import SiteSettings
 from nodeagent.daemon.peer_reports import report_socket_path
 from nodeagent.mirror.credentials import VERIFIER_NAME
-from nodeagent.site.reports import render_corrupt, render_served
+from nodeagent.site.reports import (
+    MirrorReport,
+    render_corrupt,
+    render_mirror,
+    render_missing,
+    render_served,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -50,6 +56,8 @@ REPORT_INTERVAL_S: Final = 15.0
 """How often the bytes served are reported, and reports not taken are sent again."""
 MAX_PENDING: Final = 256
 """Corrupt blobs kept to be reported again while the daemon does not take them."""
+MAX_MISSING_PER_INTERVAL: Final = 32
+"""Missing digests reported per report interval at most (each is logged here anyway)."""
 
 
 def node_name(config: Config) -> str:
@@ -77,6 +85,7 @@ class Reporter:
         self._pending: dict[str, None] = {}
         self._served_unsent = 0
         self._is_failing = False
+        self._missing_sent = 0
 
     def corrupt(self, digest: str) -> bool:
         """``PeerServer``'s ``on_corrupt`` (called in a thread)."""
@@ -94,6 +103,18 @@ class Reporter:
             if not self._send(render_corrupt(digest)):
                 return
             del self._pending[digest]
+
+    def missing(self, digest: str) -> None:
+        """The node mirror's ``on_missing``: a digest the store lacks, at most once a minute
+        each, at most ``MAX_MISSING_PER_INTERVAL`` an interval (status only: not kept)."""
+        if self._missing_sent < MAX_MISSING_PER_INTERVAL:
+            self._missing_sent += 1
+            self._send(render_missing(digest))
+
+    def mirror(self, report: MirrorReport) -> None:
+        """The node mirror's state, each interval (status only: the next one replaces it)."""
+        self._missing_sent = 0
+        self._send(render_mirror(report))
 
     def _send(self, data: bytes) -> bool:
         is_sent = self._sender.send(data)
@@ -125,7 +146,7 @@ def build_server(config: Config, environ: Mapping[str, str], reporter: Reporter)
     )
 
 
-def build_mirror(config: Config) -> NodeMirror:
+def build_mirror(config: Config, reporter: Reporter) -> NodeMirror:
     address = parse_address(config.mirror.listen)  # a loopback address, checked at load
     return NodeMirror(
         config.store_dir,
@@ -134,6 +155,7 @@ def build_mirror(config: Config) -> NodeMirror:
         verifiers_file=report_socket_path(config).parent / VERIFIER_NAME,
         caps=mirror_caps(config.mirror),
         request_timeout_s=config.mirror.request_timeout_s,
+        on_missing=reporter.missing,
     )
 
 
@@ -159,6 +181,22 @@ async def _start_mirror(
     return True
 
 
+async def _report_until(
+    stop: asyncio.Event, reporter: Reporter, server: PeerServer | None, mirror: NodeMirror | None
+) -> None:
+    """Report to the daemon each ``REPORT_INTERVAL_S`` until ``stop``."""
+    counted = 0
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REPORT_INTERVAL_S):
+                await stop.wait()
+        served = 0 if server is None else server.counters.bytes_served
+        reporter.flush(served - counted)
+        counted = served
+        if mirror is not None:
+            reporter.mirror(mirror.report(serving=True))
+
+
 async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     """Serve the store to the site's peers and to local clients until SIGTERM/SIGINT."""
     env = os.environ if environ is None else environ
@@ -176,7 +214,7 @@ async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int
         server = await asyncio.to_thread(build_server, config, env, reporter)
     elif config.site.serve:
         log.warning("peer_server_waiting_for_tls", cert=str(config.site.cert_file))
-    mirror = build_mirror(config) if config.mirror.enabled else None
+    mirror = build_mirror(config, reporter) if config.mirror.enabled else None
     notifier = Notifier(env)
     try:
         async with contextlib.AsyncExitStack() as running:
@@ -187,15 +225,10 @@ async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int
             if server is None and mirror is None:
                 return 1
             notifier.ready("serving the store")
-            counted = 0
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(REPORT_INTERVAL_S):
-                        await stop.wait()
-                served = 0 if server is None else server.counters.bytes_served
-                reporter.flush(served - counted)
-                counted = served
+            await _report_until(stop, reporter, server, mirror)
             notifier.stopping("stopping")
+            if mirror is not None:
+                reporter.mirror(mirror.report(serving=False))
     finally:
         sender.close()
     return 0

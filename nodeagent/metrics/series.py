@@ -39,6 +39,8 @@ class Transfer(StrEnum):
     """From the node's store to a peer."""
     FETCHED = "fetched"
     """From a peer into the node's store."""
+    MIRRORED = "mirrored"
+    """From the node's store to a local client (CRI-O, podman, skopeo) by the node mirror."""
 
 
 class Work(StrEnum):

@@ -27,6 +27,7 @@ counted and logged at most once a minute per digest (``node_mirror_digest_missin
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -47,6 +48,7 @@ from nodeagent.config.mirror import MirrorSettings
 from nodeagent.mirror.credentials import MAX_VERIFIER_FILE_BYTES, is_allowed, parse_verifiers
 from nodeagent.mirror.misses import Misses
 from nodeagent.mirror.routes import route_node
+from nodeagent.mirror.state import MirrorReport
 
 log = structlog.get_logger(__name__)
 
@@ -100,10 +102,11 @@ class NodeMirror:
         request_timeout_s: float,
         chunk_bytes: int = CHUNK_BYTES,
         offer_ttl_s: float = OFFER_TTL_S,
+        on_missing: Callable[[str], None] | None = None,
     ) -> None:
         self.store_root, self._host, self._port = store_root, host, port
         self._verifiers_file, self._timeout_s = verifiers_file, request_timeout_s
-        self._ttl_s = offer_ttl_s
+        self._ttl_s, self._on_missing = offer_ttl_s, on_missing
         self._content = ServedContent(
             store_root,
             self._lookup,
@@ -134,6 +137,19 @@ class NodeMirror:
     def counters(self) -> MirrorCounters:
         return MirrorCounters(
             self._content.counters, self._misses.total, self._denied, self._misses.recent()
+        )
+
+    def report(self, *, serving: bool) -> MirrorReport:
+        """The state reported to the daemon (``nodeagent.site.reports``)."""
+        served = self._content.counters
+        return MirrorReport(
+            serving,
+            len(self._offer.peers.blobs),
+            len(self._offer.private),
+            served.requests,
+            served.bytes_served,
+            self._misses.total,
+            self._denied,
         )
 
     @property
@@ -227,6 +243,8 @@ class NodeMirror:
             log.debug("node_mirror_credential_missing", digest=digest)
         else:
             missed = self._misses.note(digest, asyncio.get_running_loop().time())
+            if missed is not None and self._on_missing is not None:
+                self._on_missing(digest)
             if missed is not None:
                 log.info(
                     "node_mirror_digest_missing", digest=digest, kind=target.kind, asked=missed
