@@ -186,6 +186,8 @@ async def _report_until(
 ) -> None:
     """Report to the daemon each ``REPORT_INTERVAL_S`` until ``stop``."""
     counted = 0
+    if mirror is not None:
+        reporter.mirror(mirror.report(serving=True))  # the status says so at once
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(REPORT_INTERVAL_S):

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Container
+from dataclasses import dataclass
 from typing import Final
 
 from nodeagent.bundles.mirror import ErrorAnswer, Fetch, Request, route
@@ -21,6 +22,15 @@ MAX_PATH_CHARS: Final = 1024
 """Longest request path answered (a repository name of 255 characters and a digest fit
 four times over); the request line itself is bounded by the listener (8 KiB)."""
 _NAME_START: Final = "/v2/"
+NAME_UNKNOWN: Final = ErrorAnswer(404, "NAME_UNKNOWN", "repository not held by this node")
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownName:
+    """A well-formed request under a repository the store does not hold: answered
+    ``NAME_UNKNOWN``; its digest still counts as asked for and not held."""
+
+    target: Fetch
 
 
 def _name_of(path: str) -> str:
@@ -33,7 +43,9 @@ def _name_of(path: str) -> str:
     return ""
 
 
-def route_node(method: str, path: str, repositories: Container[str]) -> Fetch | ErrorAnswer:
+def route_node(
+    method: str, path: str, repositories: Container[str]
+) -> Fetch | ErrorAnswer | UnknownName:
     """What ``method path`` asks of the node mirror, or the error to answer."""
     if len(path) > MAX_PATH_CHARS:
         return ErrorAnswer(414, "UNSUPPORTED", "request path too long")
@@ -41,6 +53,4 @@ def route_node(method: str, path: str, repositories: Container[str]) -> Fetch | 
     if isinstance(target, ErrorAnswer) or target.kind == "base":
         return target
     name = _name_of(path)
-    if name not in repositories:
-        return ErrorAnswer(404, "NAME_UNKNOWN", "repository not held by this node")
-    return target
+    return target if name in repositories else UnknownName(target)

@@ -47,7 +47,7 @@ from nodeagent.bundles.mirror import ErrorAnswer, Fetch, ServedCounters
 from nodeagent.config.mirror import MirrorSettings
 from nodeagent.mirror.credentials import MAX_VERIFIER_FILE_BYTES, is_allowed, parse_verifiers
 from nodeagent.mirror.misses import Misses
-from nodeagent.mirror.routes import route_node
+from nodeagent.mirror.routes import NAME_UNKNOWN, UnknownName, route_node
 from nodeagent.mirror.state import MirrorReport
 
 log = structlog.get_logger(__name__)
@@ -59,6 +59,7 @@ CHUNK_BYTES: Final = 2 << 20
 CHALLENGE: Final = {"WWW-Authenticate": 'Basic realm="nodeagent node mirror"'}
 _CHALLENGED: Final = ErrorAnswer(401, "UNAUTHORIZED", "registry sets need a credential", CHALLENGE)
 _JSON: Final = {"Content-Type": "application/json"}
+_UNSIGNED: Final = ErrorAnswer(404, "MANIFEST_UNKNOWN", "no signed manifest lists that tag")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +218,10 @@ class NodeMirror:
         offer = await self._current()
         path = request.raw_path.partition("?")[0]
         target = route_node(request.method, path, offer.repositories)
+        if isinstance(target, UnknownName):
+            if target.target.kind in ("manifests", "blobs"):
+                self._missed(target.target)
+            return await error(request, NAME_UNKNOWN, timeout_s=self._timeout_s)
         if isinstance(target, ErrorAnswer):
             return await error(request, target, timeout_s=self._timeout_s)
         is_trusted = is_allowed(request.headers.get("Authorization"), self._verifiers)
@@ -224,13 +229,22 @@ class NodeMirror:
             if is_trusted:
                 return await answer(request, 200, _JSON, b"{}", timeout_s=self._timeout_s)
             return await error(request, _CHALLENGED, timeout_s=self._timeout_s)
-        if target.kind == "signature":
-            listed = offer.peers.tags.get(target.name)
-            if listed is None:
-                unknown = ErrorAnswer(404, "MANIFEST_UNKNOWN", "no signed manifest lists that tag")
-                return await error(request, unknown, timeout_s=self._timeout_s)
+        listed = offer.peers.tags.get(target.name) if target.kind == "signature" else None
+        if listed is not None:  # a signature tag a verified signed manifest lists
             return await self._content.serve(request, "manifests", listed)
+        if target.kind == "signature":
+            return await error(request, _UNSIGNED, timeout_s=self._timeout_s)
         return await self._by_digest(request, target, offer, is_trusted=is_trusted)
+
+    def _missed(self, target: Fetch) -> None:
+        """A digest asked for that the store lacks: counted; logged and reported to the
+        daemon at most once a minute per digest."""
+        missed = self._misses.note(target.digest, asyncio.get_running_loop().time())
+        if missed is None:
+            return
+        log.info("node_mirror_digest_missing", digest=target.digest, kind=target.kind, asked=missed)
+        if self._on_missing is not None:
+            self._on_missing(target.digest)
 
     async def _by_digest(
         self, request: BaseRequest, target: Fetch, offer: MirrorOffer, *, is_trusted: bool
@@ -242,13 +256,7 @@ class NodeMirror:
             self._denied += 1
             log.debug("node_mirror_credential_missing", digest=digest)
         else:
-            missed = self._misses.note(digest, asyncio.get_running_loop().time())
-            if missed is not None and self._on_missing is not None:
-                self._on_missing(digest)
-            if missed is not None:
-                log.info(
-                    "node_mirror_digest_missing", digest=digest, kind=target.kind, asked=missed
-                )
+            self._missed(target)
         code = "MANIFEST_UNKNOWN" if target.kind == "manifests" else "BLOB_UNKNOWN"
         unknown = ErrorAnswer(404, code, f"{digest} is not held by this node")
         return await error(request, unknown, timeout_s=self._timeout_s)

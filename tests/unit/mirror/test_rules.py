@@ -17,7 +17,7 @@ from nodeagent.mirror.credentials import (
     verifier_of,
 )
 from nodeagent.mirror.misses import Misses
-from nodeagent.mirror.routes import MAX_PATH_CHARS, route_node
+from nodeagent.mirror.routes import MAX_PATH_CHARS, UnknownName, route_node
 from nodeagent.mirror.state import MirrorReport
 from nodeagent.site.reports import (
     MissingReport,
@@ -37,7 +37,6 @@ def basic(text: str) -> str:
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [
-        ("GET", f"/v2/not/held/manifests/{DIGEST}", 404),
         ("GET", "/v2/example/app/manifests/latest", 404),
         ("GET", "/v2/" + "a/" * (MAX_PATH_CHARS // 2) + f"blobs/{DIGEST}", 414),
         ("PUT", f"/v2/example/app/blobs/{DIGEST}", 405),
@@ -49,6 +48,11 @@ def basic(text: str) -> str:
 def test_refused_requests(method: str, path: str, status: int) -> None:
     answer = route_node(method, path, HELD)
     assert isinstance(answer, ErrorAnswer) and answer.status == status
+
+
+def test_a_name_not_held_is_unknown_its_digest_still_seen() -> None:
+    answer = route_node("GET", f"/v2/not/held/manifests/{DIGEST}", HELD)
+    assert answer == UnknownName(Fetch("manifests", DIGEST))
 
 
 def test_held_names_by_digest_and_signature_tags() -> None:
