@@ -226,15 +226,20 @@ class NodeMirror:
             return await error(request, target, timeout_s=self._timeout_s)
         is_trusted = is_allowed(request.headers.get("Authorization"), self._verifiers)
         if target.kind == "base":
-            if is_trusted:
-                return await answer(request, 200, _JSON, b"{}", timeout_s=self._timeout_s)
-            return await error(request, _CHALLENGED, timeout_s=self._timeout_s)
+            return await self._base(request, is_trusted=is_trusted)
         listed = offer.peers.tags.get(target.name) if target.kind == "signature" else None
         if listed is not None:  # a signature tag a verified signed manifest lists
             return await self._content.serve(request, "manifests", listed)
         if target.kind == "signature":
             return await error(request, _UNSIGNED, timeout_s=self._timeout_s)
         return await self._by_digest(request, target, offer, is_trusted=is_trusted)
+
+    async def _base(self, request: BaseRequest, *, is_trusted: bool) -> StreamResponse:
+        """``/v2/``: 200 with the credential, else a ``Basic`` challenge (so that clients
+        send their ``auth.json`` entry with the next requests; bundle content needs none)."""
+        if is_trusted:
+            return await answer(request, 200, _JSON, b"{}", timeout_s=self._timeout_s)
+        return await error(request, _CHALLENGED, timeout_s=self._timeout_s)
 
     def _missed(self, target: Fetch) -> None:
         """A digest asked for that the store lacks: counted; logged and reported to the
