@@ -265,12 +265,19 @@ async def media_loop(wiring: Wiring) -> None:
         await wiring.media.follow(watcher)
 
 
+def set_aside_reported(store_root: Path, digest: str) -> bool:
+    """``keeper.set_aside_corrupt``, loaded with the first blob reported damaged (1.6 MiB
+    the idle daemon does not hold while the node mirror only reports its state)."""
+    from nodeagent.adapters.store.keeper import set_aside_corrupt  # noqa: PLC0415
+
+    return set_aside_corrupt(store_root, digest)
+
+
 async def peer_reports_loop(wiring: Wiring) -> None:
     """Check what the peer server's process reports (``[site] serve``: the peer server runs
     in its own process, nodeagent-peer.service; decision 0056)."""
     from nodeagent.adapters.peer_reports import ReportSocket  # noqa: PLC0415  (serving on)
     from nodeagent.adapters.store.blobs import BlobStore  # noqa: PLC0415
-    from nodeagent.adapters.store.keeper import set_aside_corrupt  # noqa: PLC0415
     from nodeagent.daemon.peer_reports import PeerReports, report_socket_path  # noqa: PLC0415
 
     config = wiring.config
@@ -279,7 +286,7 @@ async def peer_reports_loop(wiring: Wiring) -> None:
     reports = PeerReports(
         socket,
         config.store_dir,
-        set_aside_corrupt,
+        set_aside_reported,
         wiring.metrics,
         mirror_listen=config.mirror.listen,
         on_mirror=wiring.reporter.mirror_reported,
