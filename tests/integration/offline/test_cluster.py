@@ -22,8 +22,8 @@ from nodeagent.cluster.reporter import StatusReporter
 from nodeagent.cluster.tasks import Connection
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.offline import findings as f
-from nodeagent.offline.mirror_checks import POD_IMAGE_NOT_HELD
 from nodeagent.offline.drill import EVENT_REASON, OfflineDrill
+from nodeagent.offline.mirror_checks import POD_IMAGE_NOT_HELD
 from nodeagent.reporting import Reporter
 from nodeagent.status import NodeStatus, PullProgress, conditions_for
 from tests.fakes.ports import RecordingLine
