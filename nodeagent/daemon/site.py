@@ -24,7 +24,7 @@ import contextlib
 import os
 import signal
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -86,6 +86,8 @@ class Reporter:
         self._served_unsent = 0
         self._is_failing = False
         self._missing_sent = 0
+        self.mirror_state: Callable[[], MirrorReport] | None = None
+        """The node mirror's state now, sent with each missing digest (the counts agree)."""
 
     def corrupt(self, digest: str) -> bool:
         """``PeerServer``'s ``on_corrupt`` (called in a thread)."""
@@ -110,6 +112,8 @@ class Reporter:
         if self._missing_sent < MAX_MISSING_PER_INTERVAL:
             self._missing_sent += 1
             self._send(render_missing(digest))
+            if self.mirror_state is not None:
+                self._send(render_mirror(self.mirror_state()))
 
     def mirror(self, report: MirrorReport) -> None:
         """The node mirror's state, each interval (status only: the next one replaces it)."""
@@ -217,6 +221,8 @@ async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int
     elif config.site.serve:
         log.warning("peer_server_waiting_for_tls", cert=str(config.site.cert_file))
     mirror = build_mirror(config, reporter) if config.mirror.enabled else None
+    if mirror is not None:
+        reporter.mirror_state = lambda: mirror.report(serving=True)
     notifier = Notifier(env)
     try:
         async with contextlib.AsyncExitStack() as running:

@@ -45,6 +45,7 @@ from nodeagent.adapters.store.offer import StoreOffer
 from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.bundles.mirror import ErrorAnswer, Fetch, ServedCounters
 from nodeagent.config.mirror import MirrorSettings
+from nodeagent.errors import HostFileError
 from nodeagent.mirror.credentials import MAX_VERIFIER_FILE_BYTES, is_allowed, parse_verifiers
 from nodeagent.mirror.misses import Misses
 from nodeagent.mirror.routes import NAME_UNKNOWN, UnknownName, route_node
@@ -125,6 +126,7 @@ class NodeMirror:
         self._misses = Misses()
         self._denied = 0
         self._started = False
+        self._is_open = self._said_missing = False
 
     @property
     def port(self) -> int:
@@ -159,7 +161,7 @@ class NodeMirror:
         return self._offer
 
     async def start(self) -> None:
-        self._content.open()
+        self._open_store()
         await self._listener.start(self._host, self._port)
         self._started = True
         offer = await self._current()
@@ -177,6 +179,7 @@ class NodeMirror:
             self._started = False
             log.info("node_mirror_stopped", bytes=self._content.counters.bytes_served)
         self._content.close()
+        self._is_open = False
 
     async def __aenter__(self) -> NodeMirror:
         await self.start()
@@ -189,11 +192,29 @@ class NodeMirror:
         await self._listener.settled()
 
     # -------------------------------------------------------------- the store
+    def _open_store(self) -> bool:
+        """Open the store's directory; a store not made yet (the daemon makes it) is empty,
+        not an error: every answer is 404 until it exists."""
+        if self._is_open:
+            return True
+        try:
+            self._content.open()
+        except HostFileError as err:
+            if not self._said_missing:
+                self._said_missing = True
+                log.info("node_mirror_store_absent", store=str(self.store_root), error=err.message)
+            return False
+        self._is_open = True
+        return True
+
     def _lookup(self, digest: str) -> ExpectedFile | None:
         return self._offer.lookup(digest)
 
     def _read(self) -> tuple[MirrorOffer, frozenset[str]]:
-        offer = read_mirror_offer(self.store_root, self._offer)
+        if not self._open_store():
+            offer = MirrorOffer(StoreOffer({}, {}, frozenset()))
+        else:
+            offer = read_mirror_offer(self.store_root, self._offer)
         path = self._verifiers_file
         verifiers = frozenset() if path is None else parse_verifiers(_read_bounded(path))
         return offer, verifiers
