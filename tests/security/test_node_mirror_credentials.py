@@ -7,7 +7,10 @@ real ``NodeMirror`` for every blob only the registry set holds, by digest, under
 repository and under a bundle's, with no credential, with wrong ones, with the verifier it
 might have guessed, with malformed ones: each answer is a 404 with no content. It cannot
 read the root-only auth file that holds the credential. Bundle content it does get (any
-local client may). With the credential, the same request is served (the control).
+local client may). With the credential, the same request is served (the control). Last,
+the same against the peer unit's own process (unprivileged, in a site node): a local user
+cannot read the verifiers it checks against, and is challenged, until it shows the
+credential.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ import pytest
 from nodeagent.adapters.http.node_mirror import NodeMirror
 from nodeagent.mirror.credentials import MIRROR_USER, verifier_of
 from nodeagent.references import parse_pinned_image_ref
+from tests.security import test_peer_privileges as peer_privileges
+from tests.security.test_peer_privileges import Site
 from tests.testenv.node_mirror import PASSWORD, HeldStore, held_store, node_mirror
-from tests.testenv.peer_process import OTHER_GID, OTHER_UID, as_peer
+from tests.testenv.peer_process import OTHER_GID, OTHER_UID, PEER_GID, as_peer
 
 CLIENT = r"""
 import http.client, json, sys
@@ -124,3 +129,60 @@ async def test_the_credential_is_what_opens_them(served: tuple[HeldStore, NodeMi
     for digest, (status, body) in zip(held.set_blobs, answers, strict=True):
         assert status == 200
         assert "sha256:" + hashlib.sha256(bytes.fromhex(body)).hexdigest() == digest
+
+
+# ------------------------------------------------------------ the unit's own process
+# The peer server's process as systemd/nodeagent-peer.service runs it (unprivileged, the
+# store read-only, in a site node's network namespace), over a store with a signed bundle.
+site = peer_privileges.site
+
+PROBE = r"""
+import http.client, json, sys
+out = {}
+try:
+    open(sys.argv[1], "rb").read()
+    out["verifiers"] = "read"
+except PermissionError:
+    out["verifiers"] = "refused"
+for name, path, header in json.loads(sys.argv[2]):
+    conn = http.client.HTTPConnection("127.0.0.1", 22626, timeout=20)
+    conn.request("GET", path, headers={"Authorization": header} if header else {})
+    response = conn.getresponse()
+    out[name] = [response.status, len(response.read())]
+print(json.dumps(out))
+"""
+
+
+def in_node_as(site: Site, uid: int, gid: int, asks: list[tuple[str, str, str]]) -> dict[str, Any]:
+    node = site.node
+    verifiers = node.path("/run/nodeagent/peer/mirror-credentials")
+    argv = [*node.exec_prefix, *as_peer(uid, gid), node.python, "-c", PROBE, str(verifiers)]
+    done = subprocess.run(
+        [*argv, json.dumps(asks)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def test_the_unprivileged_peer_process_serves_the_mirror_and_checks_the_credential(
+    site: Site,
+) -> None:
+    node = site.node
+    node.wait_log("node_mirror_started")
+    auth = json.loads(node.path("/run/containers/0/auth.json").read_text())["auths"]
+    token = auth["127.0.0.1:22626"]["auth"]
+    verifiers = node.path("/run/nodeagent/peer/mirror-credentials")
+    info = verifiers.stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (0, PEER_GID, 0o640)
+    layer = sorted(site.bundle.manifest.blobs)[0]
+    asks = [
+        ("base", "/v2/", ""),
+        ("base_with_credential", "/v2/", f"Basic {token}"),
+        ("bundle_blob", f"/v2/site/app/blobs/{layer}", ""),
+    ]
+    other = in_node_as(site, OTHER_UID, OTHER_GID, asks)
+    assert other["verifiers"] == "refused"  # a local user cannot even read the verifiers
+    assert other["base"][0] == 401  # no credential: challenged
+    assert other["base_with_credential"][0] == 200  # the peer process read the verifiers
+    assert other["bundle_blob"][0] == 200  # bundle content: any local client
