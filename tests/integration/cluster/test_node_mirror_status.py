@@ -39,6 +39,7 @@ def test_the_node_mirror_is_in_the_node_s_status(
         tmp_path / "agent", fresh_crio, extra_config=cluster_config(cluster, node) + mirror
     )
     with agent:
+        agent.wait_log("peer_reports_listening")  # the unit starts After=nodeagent.service
         command = [sys.executable, "-m", "nodeagent", "--config", str(agent.config_file)]
         log_path = tmp_path / "peer.log"
         with log_path.open("wb") as log:

@@ -49,6 +49,7 @@ def test_the_mirror_serves_reports_and_is_said_in_the_status(tmp_path: Path, cri
         assert agent.mirror_auth_file.stat().st_mode & 0o077 == 0
         verifiers = (agent.run_dir / "peer" / "mirror-credentials").read_text()
         assert base64.b64decode(auth["auth"]).decode().partition(":")[2] not in verifiers
+        agent.wait_log("peer_reports_listening")  # the unit starts After=nodeagent.service
         command = [sys.executable, "-m", "nodeagent", "--config", str(agent.config_file)]
         log_path = tmp_path / "peer.log"
         with log_path.open("wb") as log:
