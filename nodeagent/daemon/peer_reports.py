@@ -132,8 +132,10 @@ class PeerReports:
                 self._metrics.transferred(Transfer.MIRRORED, added)
             self.board.reported(report, utc_now())
         status = self.board.status()
-        if status is not None and self._on_mirror is not None:
-            self._on_mirror(status)
+        if status is not None:
+            self._metrics.mirror_reported(status)
+            if self._on_mirror is not None:
+                self._on_mirror(status)
 
     def _refused(self, reason: Refusal, *, counted: bool = True, **fields: object) -> None:
         """Said at warning the first time for each reason, then at debug (counted in the
