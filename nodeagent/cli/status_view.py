@@ -321,6 +321,8 @@ def print_table(doc: dict[str, Any]) -> None:
         f"{images.get('failed', 0)} failed"
         + (f"; {_disk_text(doc['disk'])}" if doc.get("disk") else "")
     )
+    if doc.get("nodeMirror"):
+        _say(_mirror_text(doc["nodeMirror"]))
     sets = doc.get("pinnedImageSets", [])
     if sets:
         _lines(table(
