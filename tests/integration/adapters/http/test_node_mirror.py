@@ -19,7 +19,9 @@ import pytest
 
 from nodeagent.adapters.bundles.mirror import MirrorDropin
 from nodeagent.adapters.cri.client import CriClient
+from nodeagent.adapters.http.admission import Caps
 from nodeagent.adapters.http.node_mirror import NodeMirror
+from nodeagent.adapters.store.copier import copy_bundle
 from nodeagent.bundles.mirror import mirror_repositories
 from nodeagent.config.mirror import NODE_MIRROR_DROPIN_NAME
 from nodeagent.errors import NodeAgentError
@@ -28,6 +30,8 @@ from tests.conftest import Pushed
 from tests.testenv.crio import Crio
 from tests.testenv.node_mirror import HeldStore, held_store, node_mirror
 from tests.testenv.registry import Registry
+from tests.testenv.signed_bundles import Keys, image, signed_bundle, with_sigstore
+from tests.testenv.sigstore import SigningKey
 
 PULL_TIMEOUT_S = 120.0
 
@@ -181,3 +185,37 @@ async def test_the_mirror_killed_pulls_go_to_the_source(
     async with CriClient(fresh_crio.endpoint) as cri:
         await cri.pull_image(ref, timeout_s=PULL_TIMEOUT_S)
         assert await cri.image_status(ref) is not None
+
+
+async def test_a_signature_tag_the_signed_manifest_lists_is_served(tmp_path: Path) -> None:
+    """Only the tags a verified signed bundle manifest lists (``imageSignatures``), each with
+    exactly its listed manifest; skopeo reads it by that tag."""
+    keys = Keys.make(tmp_path / "keys")
+    app = image("example/app", [(1 << 18, 7)], tmp_path / "layers")
+    plain = signed_bundle(tmp_path / "stick", keys, [app], bundle_id="signed-1", set_name="s")
+    signed = with_sigstore(plain, keys, SigningKey())
+    store = tmp_path / "store"
+    copy_bundle(store, signed.root, signed.manifest, keys.trusted_dir)
+    (entry,) = signed.manifest.image_signatures
+    server = NodeMirror(
+        store,
+        host="127.0.0.1",
+        port=0,
+        verifiers_file=None,
+        caps=Caps(16, 16),
+        request_timeout_s=20.0,
+    )
+    async with server:
+        target = tmp_path / "signature"
+        ref = f"docker://127.0.0.1:{server.port}/example/app:{entry.tag}"
+        result = await asyncio.to_thread(
+            run, "skopeo", "copy", "--src-tls-verify=false", ref, f"oci:{target}"
+        )
+        assert result.returncode == 0, result.stderr
+        index = json.loads((target / "index.json").read_text())
+        assert index["manifests"][0]["digest"] == entry.manifest_digest
+        unsigned = f"docker://127.0.0.1:{server.port}/example/app:sha256-{'0' * 64}.sig"
+        result = await asyncio.to_thread(
+            run, "skopeo", "inspect", "--raw", "--tls-verify=false", unsigned
+        )
+        assert result.returncode != 0
