@@ -248,11 +248,11 @@ class NodeMirror:
         is_trusted = is_allowed(request.headers.get("Authorization"), self._verifiers)
         if target.kind == "base":
             return await self._base(request, is_trusted=is_trusted)
-        listed = offer.peers.tags.get(target.name) if target.kind == "signature" else None
-        if listed is not None:  # a signature tag a verified signed manifest lists
+        if target.name:  # a tag (a signature's, or one a bundle serves): only when listed
+            listed = offer.peers.tags.get(target.name)
+            if listed is None:
+                return await error(request, _UNSIGNED, timeout_s=self._timeout_s)
             return await self._content.serve(request, "manifests", listed)
-        if target.kind == "signature":
-            return await error(request, _UNSIGNED, timeout_s=self._timeout_s)
         return await self._by_digest(request, target, offer, is_trusted=is_trusted)
 
     async def _base(self, request: BaseRequest, *, is_trusted: bool) -> StreamResponse:

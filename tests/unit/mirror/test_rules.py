@@ -37,7 +37,6 @@ def basic(text: str) -> str:
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [
-        ("GET", "/v2/example/app/manifests/latest", 404),
         ("GET", "/v2/" + "a/" * (MAX_PATH_CHARS // 2) + f"blobs/{DIGEST}", 414),
         ("PUT", f"/v2/example/app/blobs/{DIGEST}", 405),
         ("GET", "/v2/_catalog", 404),
