@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from nodeagent.config.loading import LOG_LEVELS as LOG_LEVELS
 from nodeagent.config.loading import load_config as load_config
+from nodeagent.config.mirror import NODE_MIRROR_DROPIN_NAME as NODE_MIRROR_DROPIN_NAME
+from nodeagent.config.mirror import MirrorSettings as MirrorSettings
 from nodeagent.config.monitoring import MetricsSettings as MetricsSettings
 from nodeagent.config.rerooting import reroot as reroot
 from nodeagent.config.settings import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH

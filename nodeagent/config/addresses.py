@@ -73,13 +73,3 @@ def is_address(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def is_loopback_address(text: str) -> bool:
-    """A ``host:port`` whose host is a loopback address (``127.0.0.0/8``, ``::1``), never a
-    name: a plain-HTTP server binds only there."""
-    try:
-        host = parse_address(text).host
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

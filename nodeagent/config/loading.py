@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nodeagent.config.addresses import is_address, is_loopback_address
+from nodeagent.config.addresses import is_address, parse_address
 from nodeagent.config.rerooting import UNIX_PREFIX, reroot, reroot_sections
 from nodeagent.config.settings import (
     DROPIN_DIR_NAME,
@@ -279,6 +279,14 @@ _SCHEMA = {name: _schema_of(cls) for name, cls in _SECTIONS.items()}
 # ---------------------------------------------------------------- ranges
 
 
+def _is_loopback_address(text: str, _: Config) -> bool:
+    """``address:port`` on loopback (127.0.0.0/8 or ::1): the node mirror is plain HTTP."""
+    try:
+        return ipaddress.ip_address(parse_address(text).host).is_loopback
+    except ValueError:
+        return False
+
+
 def _is_file_name(name: str, _: Config) -> bool:
     return name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
@@ -336,6 +344,8 @@ BOUNDS: dict[str, Bounds] = {
     "offline.interval_s": Bounds(10, _DAY_S, unit="seconds"),
     "node_os.timeout_s": Bounds(0, 600, is_low_open=True, unit="seconds"),
     "node_os.interval_s": Bounds(60, _DAY_S, unit="seconds"),
+    "mirror.max_connections": Bounds(1, 1024),
+    "mirror.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
     "site.max_uploads": Bounds(1, 256),
     "site.upload_max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
     "site.fetch_concurrency": Bounds(1, 16),
@@ -343,8 +353,6 @@ BOUNDS: dict[str, Bounds] = {
     "site.handshake_timeout_s": Bounds(0, 60, is_low_open=True, unit="seconds"),
     "site.max_connections": Bounds(1, 1024),
     "site.max_connections_per_source": Bounds(1, 1024),
-    "mirror.max_connections": Bounds(1, 1024),
-    "mirror.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
 }
 """Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""
 
@@ -359,10 +367,6 @@ def _is_selector(text: str, _: Config) -> bool:
     except ConfigInvalid:
         return False
     return True
-
-
-def _is_loopback_address(text: str, _: Config) -> bool:
-    return is_loopback_address(text)
 
 
 def _are_networks(texts: tuple[str, ...], _: Config) -> bool:
@@ -433,8 +437,8 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
         lambda v, c: v <= c.site.max_connections,
     ),
     ("site.allow_from", "a list of networks such as 10.0.0.0/24", _are_networks),
-    ("mirror.listen", "a loopback address:port, e.g. 127.0.0.1:22626", _is_loopback_address),
     ("metrics.listen", "address:port, e.g. 127.0.0.1:9448", lambda v, _: is_address(v)),
+    ("mirror.listen", "a loopback address:port, e.g. 127.0.0.1:22626", _is_loopback_address),
     ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
 )
 # A rule that compares two keys blames the other key's file when its own key kept the default.

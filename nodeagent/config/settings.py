@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from nodeagent.config.mirror import MirrorSettings as MirrorSettings
+from nodeagent.config.mirror import MirrorSettings
 from nodeagent.config.monitoring import MetricsSettings
 from nodeagent.config.rerooting import reroot, reroot_sections
 from nodeagent.config.site import SiteSettings as SiteSettings
@@ -388,7 +388,7 @@ class Config:
     site: SiteSettings = field(default_factory=SiteSettings)
     """``[site]``: serving the store to peers and fetching bundles from them."""
     mirror: MirrorSettings = field(default_factory=MirrorSettings)
-    """``[mirror]``: the node mirror on loopback (``config.mirror``)."""
+    """``[mirror]``: the node mirror and its registries.conf drop-in (``config.mirror``)."""
     offline: OfflineSettings = field(default_factory=OfflineSettings)
     """``[offline]``."""
     node_os: NodeOsSettings = field(default_factory=NodeOsSettings)
