@@ -34,6 +34,7 @@ from nodeagent.progress import new_blob_bytes
 from nodeagent.status import (
     BundleReport,
     Condition,
+    MirrorStatus,
     NodeStatus,
     PullProgress,
     bundle_line,
@@ -217,6 +218,8 @@ class Reporter:
         """The node mirror drop-in's last ``MirrorDropin`` condition, added to every status."""
         self.os_image: OsImage | None = None
         """The node's OS image as last read (``nodeos``), added to every status."""
+        self.mirror: MirrorStatus | None = None
+        """The node mirror as the peer process last reported it, added to every status."""
         self.store = store
         self.cluster = cluster
         self.tally = tally or PullTally()
@@ -294,6 +297,19 @@ class Reporter:
             source=booted.tool if booted else None,
         )
         self.os_image = image
+        if self.last is None:
+            return
+        self.save()
+        if self.cluster is not None:
+            self.cluster.update(self._with_bundles(self.last), is_final=False)
+
+    def mirror_reported(self, mirror: MirrorStatus) -> None:
+        """The node mirror's state changed: it joins the status (republished)."""
+        if mirror == self.mirror:
+            return
+        if self.mirror is None or self.mirror.serving != mirror.serving:
+            log.info("node_mirror_reported", serving=mirror.serving, listen=mirror.listen)
+        self.mirror = mirror
         if self.last is None:
             return
         self.save()
@@ -400,6 +416,8 @@ class Reporter:
                 status = replace(status, conditions=(*kept, extra))
         if self.os_image is not None:
             status = replace(status, os_image=self.os_image)
+        if self.mirror is not None:
+            status = replace(status, mirror=self.mirror)
         if not self.board.reports:
             return status
         return replace(status, bundles=tuple(self.board.reports.values()))

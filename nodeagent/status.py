@@ -115,6 +115,40 @@ class DiskStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class MirrorStatus:
+    """The node mirror (``[mirror]``, docs/mirror.md) as the peer process last reported it."""
+
+    serving: bool
+    listen: str
+    blobs: int
+    """Bundle blobs served to any local client."""
+    registry_blobs: int
+    """Registry-set blobs served to clients with the mirror's credential."""
+    requests: int
+    bytes_served: int
+    missing: int
+    """Manifests and blobs asked for that the store does not hold."""
+    denied: int
+    """Registry-set content asked for without the credential."""
+    recent_missing: tuple[str, ...] = ()
+    reported_at: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "serving": self.serving,
+            "listen": self.listen,
+            "blobs": self.blobs,
+            "registryBlobs": self.registry_blobs,
+            "requests": self.requests,
+            "bytesServed": self.bytes_served,
+            "missing": self.missing,
+            "denied": self.denied,
+            "recentMissing": list(self.recent_missing),
+            "reportedAt": self.reported_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class NodeStatus:
     sets: tuple[SetStatus, ...]
     conditions: tuple[Condition, ...]
@@ -138,6 +172,8 @@ class NodeStatus:
     """Bundles seen (``reporting.BundleBoard``), added by the reporter."""
     os_image: OsImage | None = None
     """The node's OS release and booted image (``nodeos``), added by the reporter."""
+    mirror: MirrorStatus | None = None
+    """The node mirror as the peer process last reported it, added by the reporter."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -171,6 +207,8 @@ class NodeStatus:
             doc["bundles"] = [report.to_json() for report in self.bundles]
         if self.os_image is not None:
             doc["osImage"] = self.os_image.to_json()
+        if self.mirror is not None:
+            doc["nodeMirror"] = self.mirror.to_json()
         return doc
 
     def image_totals(self) -> dict[str, int]:

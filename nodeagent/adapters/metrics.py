@@ -50,6 +50,7 @@ class SnapshotCollector(Collector):
         yield from transfer_families(now)
         yield from decision_families(now)
         yield from node_families(now)
+        yield from mirror_families(now)
 
 
 def set_families(now: Snapshot) -> Iterator[Metric]:
@@ -159,6 +160,34 @@ def node_families(now: Snapshot) -> Iterator[Metric]:
             "1 if the node would keep running with its registries gone (the offline drill)",
             value=int(now.offline_ready),
         )
+
+
+def mirror_families(now: Snapshot) -> Iterator[Metric]:
+    """The node mirror (docs/mirror.md), once the peer process has reported it; its counts
+    are the peer process's since it started (a restart resets them, as counters may)."""
+    mirror = now.mirror
+    if mirror is None:
+        return
+    yield GaugeMetricFamily(
+        f"{PREFIX}node_mirror_serving",
+        "1 while the node mirror serves on loopback (as the peer process last reported)",
+        value=int(mirror.serving),
+    )
+    blobs = GaugeMetricFamily(
+        f"{PREFIX}node_mirror_blobs",
+        "Blobs the node mirror serves: bundle content (any local client), registry-set "
+        "content (only with the mirror's credential)",
+        labels=["content"],
+    )
+    blobs.add_metric(["bundle"], mirror.blobs)
+    blobs.add_metric(["registry"], mirror.registry_blobs)
+    yield blobs
+    for name, value, text in (
+        ("requests", mirror.requests, "Requests the node mirror answered"),
+        ("missing", mirror.missing, "Manifests and blobs asked of the node mirror not held"),
+        ("denied", mirror.denied, "Registry-set content asked for without the credential"),
+    ):
+        yield CounterMetricFamily(f"{PREFIX}node_mirror_{name}", text, value=value)
 
 
 class MetricsEndpoint:

@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol
 from nodeagent.adapters.bundles.registries_d import RegistriesD
 from nodeagent.adapters.crio_config import CrioDropins
 from nodeagent.adapters.files import list_files
+from nodeagent.adapters.offline_mirror import mirror_facts
 from nodeagent.bundles.signatures import ImageSignature, sigstore_findings
 from nodeagent.cluster import kinds
 from nodeagent.cluster.api import Obj
@@ -117,6 +118,9 @@ class HostFacts:
         refs = [ref for s in sets for ref in s.images]
         restorable = await asyncio.to_thread(self._restorable, refs, problems)
         held, sigstore = await asyncio.to_thread(self._signatures, refs, problems)
+        stored, dropin = await asyncio.to_thread(
+            mirror_facts, self.config, problems, store_is_empty=self._store_is_empty()
+        )
         return Facts(
             sets=tuple(sets),
             images=images,
@@ -130,6 +134,8 @@ class HostFacts:
             held_signatures=held,
             sigstore=sigstore,
             store_restorable=restorable,
+            stored_digests=stored,
+            mirror_dropin=dropin,
             problems=tuple(problems),
         )
 

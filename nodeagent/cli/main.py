@@ -297,8 +297,12 @@ def cmd_pull(config: Config, args: argparse.Namespace) -> int:
 def cmd_serve_peers(config: Config, args: argparse.Namespace) -> int:
     """The peer server in its own unprivileged process (decision 0056)."""
     if args.check:
-        print(f"[site] serve = {'true' if config.site.serve else 'false'} ({config.source})")
-        return 0 if config.site.serve else 1
+        serve, mirror = config.site.serve, config.mirror.enabled
+        print(
+            f"[site] serve = {'true' if serve else 'false'}, "
+            f"[mirror] enabled = {'true' if mirror else 'false'} ({config.source})"
+        )
+        return 0 if serve or mirror else 1
     from nodeagent.daemon import site  # noqa: PLC0415  (aiohttp: the peer process only)
 
     sink = JournalSink() if JournalSink.is_wanted() else None

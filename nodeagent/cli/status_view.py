@@ -175,6 +175,18 @@ def _say(text: str) -> None:
     sys.stdout.write(clip(text, _LINE_CHARS) + "\n")
 
 
+def _mirror_text(mirror: dict[str, Any]) -> str:
+    state = f"serving on {mirror.get('listen', '?')}" if mirror.get("serving") else "not serving"
+    text = (
+        f"node mirror: {state}, {mirror.get('blobs', 0)} bundle blobs, "
+        f"{mirror.get('registryBlobs', 0)} registry-set blobs; {mirror.get('requests', 0)} "
+        f"requests, {mirror.get('bytesServed', 0)} bytes served, {mirror.get('missing', 0)} "
+        f"asked for and not held, {mirror.get('denied', 0)} refused without the credential"
+    )
+    missing = mirror.get("recentMissing") or []
+    return text + (f" (last missing: {missing[0]})" if missing else "")
+
+
 def print_status(doc: dict[str, Any]) -> None:
     """Plain lines, one fact each (a pipe, a script's grep)."""
     images = doc.get("images", {})
@@ -190,6 +202,8 @@ def print_status(doc: dict[str, Any]) -> None:
     disk = doc.get("disk")
     if disk:
         _say(_disk_text(disk))
+    if doc.get("nodeMirror"):
+        _say(_mirror_text(doc["nodeMirror"]))
     for s in doc.get("pinnedImageSets", []):
         _print_set(s)
     for work in work_items(doc):
@@ -311,6 +325,8 @@ def print_table(doc: dict[str, Any]) -> None:
         f"{images.get('failed', 0)} failed"
         + (f"; {_disk_text(doc['disk'])}" if doc.get("disk") else "")
     )
+    if doc.get("nodeMirror"):
+        _say(_mirror_text(doc["nodeMirror"]))
     sets = doc.get("pinnedImageSets", [])
     if sets:
         _lines(table(

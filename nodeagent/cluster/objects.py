@@ -139,6 +139,8 @@ def _sets_json(sets: Sequence[SetStatus], progress: PullProgress) -> list[dict[s
 
 
 MAX_BUNDLES = 10
+MAX_MISSING = 16
+"""Digests the node mirror was asked for and lacks, kept in ``nodeMirror.recentMissing``."""
 
 
 def _bundle_json(report: BundleReport) -> dict[str, Any]:
@@ -238,6 +240,9 @@ def _observed(status: NodeStatus) -> dict[str, Any]:
         body["imageLoss"] = loss | {"message": _clip(str(loss.get("message", "")), 1024)}
     if status.os_image is not None:
         body["osImage"] = status.os_image.to_json()
+    if status.mirror is not None:
+        mirror = status.mirror.to_json()
+        body["nodeMirror"] = mirror | {"recentMissing": mirror["recentMissing"][:MAX_MISSING]}
     return body
 
 

@@ -7,6 +7,7 @@ Its own module beside ``settings`` (which holds most other tables) to keep that 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 NODE_MIRROR_DROPIN_NAME: Final = "98-nodeagent-node-mirror.conf"
@@ -29,3 +30,17 @@ class MirrorSettings:
     """``address:port`` the node mirror binds, and the location the drop-in gives its
     consumers. Default loopback, port 22626 (one above OpenShift's registry-less
     control-plane registry, 22625). Plain HTTP: it must be a loopback address."""
+    max_connections: int = 256
+    """Connections the node mirror keeps open at once (all its clients are local, so one
+    cap for all of them); one more is closed as soon as it is accepted
+    (``connections_capped``). CRI-O pulling 64 images at once keeps far fewer. Default 256.
+    Range: from 1 to 1024."""
+    request_timeout_s: float = 60.0
+    """A first request, an idle keep-alive connection and each send step of the node mirror
+    end after this. Default 60. Range: greater than 0 and at most 3600 seconds."""
+    auth_file: Path = Path("/run/containers/0/auth.json")
+    """The root-only auth file the daemon adds the node mirror's credential to when it holds
+    none (podman's and skopeo's as root, and CRI-O's without ``global_auth_file``; a tmpfs,
+    so a new credential each boot). Its other entries are kept; a file that is not JSON is
+    left untouched. Entries for the mirror in CRI-O's ``global_auth_file`` and ``[pull]
+    auth_file`` are accepted too, never written (docs/decisions/0057)."""

@@ -8,6 +8,9 @@ reported blob is hashed again by the daemon (``keeper.set_aside_corrupt``, under
 lock) and removed only when it really is damaged (counted as ``StoreBlobCorrupt``, as
 before); how many are hashed, and how often, is bounded by ``nodeagent.site.reports``.
 
+The node mirror, served by the same process (decision 0057), reports its state there too:
+the daemon keeps it for the status (``MirrorBoard``) and counts its bytes (``mirrored``).
+
 An optional task: without it the peer process's reports wait in its own queue (it sends them
 again), and a damaged blob is still never sent whole.
 """
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -28,9 +32,24 @@ from nodeagent.config import Config
 from nodeagent.errors import StoreBlobCorrupt
 from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.metrics.series import Transfer
-from nodeagent.site.reports import CorruptReport, Refusal, ReportGate, parse_report
+from nodeagent.mirror.board import MirrorBoard
+from nodeagent.site.reports import (
+    CorruptReport,
+    MirrorReport,
+    MissingReport,
+    Refusal,
+    ReportGate,
+    ServedReport,
+    parse_report,
+)
+from nodeagent.status import MirrorStatus
 
 log = structlog.get_logger(__name__)
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
 
 REPORT_SOCKET: Final = Path("peer") / "reports.sock"
 """The socket, under ``[state] run_dir`` (``/run/nodeagent/peer/reports.sock``)."""
@@ -54,9 +73,16 @@ class PeerReports:
         set_aside: SetAside,
         metrics: Metrics = NO_METRICS,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        mirror_listen: str = "",
+        on_mirror: Callable[[MirrorStatus], None] | None = None,
     ) -> None:
         self._socket, self._store_root, self._set_aside = socket, store_root, set_aside
         self._metrics, self._clock = metrics, clock
+        self.board = MirrorBoard(mirror_listen)
+        """The node mirror's last state and the digests it lacked (decision 0057)."""
+        self._on_mirror = on_mirror
+        self._mirror_bytes = 0
         self.gate = ReportGate(clock())
         self._waiting = asyncio.Event()
         self.removed: list[str] = []
@@ -86,8 +112,30 @@ class PeerReports:
                     self._waiting.set()
                 elif refusal == "queue_full":
                     self._refused(refusal, digest=report.digest, counted=False)
-            else:
+            elif isinstance(report, ServedReport):
                 self._metrics.transferred(Transfer.SERVED, report.size_bytes)
+            else:
+                self._mirror(report)
+
+    def _mirror(self, report: MirrorReport | MissingReport) -> None:
+        """The node mirror's state: status only (the bytes to the metrics)."""
+        if isinstance(report, MissingReport):
+            self.board.missing(report.digest)
+        else:
+            last = self._mirror_bytes
+            self._mirror_bytes = report.bytes_served
+            # counts restart with the peer process: a smaller count is all new
+            added = (
+                report.bytes_served - last if report.bytes_served >= last else report.bytes_served
+            )
+            if added:
+                self._metrics.transferred(Transfer.MIRRORED, added)
+            self.board.reported(report, utc_now())
+        status = self.board.status()
+        if status is not None:
+            self._metrics.mirror_reported(status)
+            if self._on_mirror is not None:
+                self._on_mirror(status)
 
     def _refused(self, reason: Refusal, *, counted: bool = True, **fields: object) -> None:
         """Said at warning the first time for each reason, then at debug (counted in the

@@ -67,6 +67,7 @@ async def _run(config: Config) -> int:
     except NodeAgentError as exc:
         log.warning("pins_not_restored", reason=exc.reason, error=exc.message)
     remove_stale_mirror(config)
+    await asyncio.to_thread(keep_mirror_credential, config)
     exit_code = 0
     reporter = asyncio.create_task(report_when_stopping(stop), name="stop-reporter")
     try:
@@ -118,7 +119,7 @@ def tasks(wiring: Wiring, watcher: DirectoryWatcher) -> list[Task]:
     )
     if config.bundles.watch_media:
         found.append(Task("media", lambda: media_loop(wiring), is_critical=False))
-    if config.site.serve:
+    if config.site.serve or config.mirror.enabled:
         found.append(Task("peer-reports", lambda: peer_reports_loop(wiring), is_critical=False))
     if is_following(config):
         found.append(Task("site-fetcher", lambda: fetcher_loop(wiring), is_critical=False))
@@ -193,6 +194,37 @@ def remove_stale_mirror(config: Config) -> None:
         log.warning("stale_mirror_not_removed", reason=exc.reason, error=exc.message)
 
 
+def keep_mirror_credential(config: Config) -> None:
+    """The node mirror's credential and its verifiers for the peer process (decision 0057);
+    a failure is said and leaves registry sets unserved, never stops the daemon."""
+    from nodeagent.adapters.crio_config import CrioDropins  # noqa: PLC0415
+    from nodeagent.adapters.mirror_credential import (  # noqa: PLC0415
+        publish_mirror_credential,
+        withdraw_mirror_credential,
+    )
+    from nodeagent.daemon.peer_reports import report_socket_path  # noqa: PLC0415
+
+    directory = report_socket_path(config).parent
+    runtime = config.runtime
+    try:
+        if not config.mirror.enabled:
+            withdraw_mirror_credential(directory)
+            return
+        dropins = CrioDropins(
+            runtime.config_file,
+            runtime.config_dir,
+            runtime.transient_dropin_dir,
+            runtime.dropin_name,
+        )
+        found: list[Path | None] = [dropins.global_auth_file(), config.pull.auth_file]
+        read_only = [p for p in found if p is not None and p != config.mirror.auth_file]
+        publish_mirror_credential(
+            config.mirror.listen, directory, read_only, root_auth_file=config.mirror.auth_file
+        )
+    except NodeAgentError as exc:
+        log.warning("mirror_credential_not_published", reason=exc.reason, error=exc.message)
+
+
 def runtime_socket(config: Config) -> Path:
     return Path(config.runtime.endpoint.removeprefix("unix://"))
 
@@ -241,18 +273,33 @@ async def media_loop(wiring: Wiring) -> None:
         await wiring.media.follow(watcher)
 
 
+def set_aside_reported(store_root: Path, digest: str) -> bool:
+    """``keeper.set_aside_corrupt``, loaded with the first blob reported damaged (1.6 MiB
+    the idle daemon does not hold while the node mirror only reports its state)."""
+    from nodeagent.adapters.store.keeper import set_aside_corrupt  # noqa: PLC0415
+
+    return set_aside_corrupt(store_root, digest)
+
+
 async def peer_reports_loop(wiring: Wiring) -> None:
     """Check what the peer server's process reports (``[site] serve``: the peer server runs
     in its own process, nodeagent-peer.service; decision 0056)."""
     from nodeagent.adapters.peer_reports import ReportSocket  # noqa: PLC0415  (serving on)
     from nodeagent.adapters.store.blobs import BlobStore  # noqa: PLC0415
-    from nodeagent.adapters.store.keeper import set_aside_corrupt  # noqa: PLC0415
     from nodeagent.daemon.peer_reports import PeerReports, report_socket_path  # noqa: PLC0415
 
     config = wiring.config
     await asyncio.to_thread(BlobStore(config.store_dir).ensure)  # the peer process reads it
     socket = ReportSocket(report_socket_path(config))
-    await PeerReports(socket, config.store_dir, set_aside_corrupt, wiring.metrics).run()
+    reports = PeerReports(
+        socket,
+        config.store_dir,
+        set_aside_reported,
+        wiring.metrics,
+        mirror_listen=config.mirror.listen,
+        on_mirror=wiring.reporter.mirror_reported,
+    )
+    await reports.run()
 
 
 async def fetcher_loop(wiring: Wiring) -> None:

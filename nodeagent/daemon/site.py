@@ -1,4 +1,5 @@
-"""``nodeagent serve-peers``: the peer server in a process of its own (decision 0056).
+"""``nodeagent serve-peers``: the peer server and the node mirror in a process of their own
+(decisions 0056, 0057).
 
 systemd starts it as ``nodeagent-peer.service``: an unprivileged user (``nodeagent-peer``)
 with no capabilities, whose group can read the store (and nothing else of nodeagent's
@@ -7,7 +8,10 @@ the CA as credentials (``LoadCredential=``: ``$CREDENTIALS_DIRECTORY/peer-cert``
 ``peer-key``, ``peer-ca``; without them, the ``[site]`` paths). When the kubelet rotates
 its certificate, ``nodeagent-peer-tls.path`` restarts the unit, which copies the new files.
 
-It serves ``[site] listen`` until SIGTERM (``READY=1`` once it listens), and reports to the
+It serves ``[site] listen`` (with ``[site] serve``) and the node mirror on ``[mirror] listen``
+(with ``[mirror] enabled``; ``nodeagent.adapters.http.node_mirror``) until SIGTERM
+(``READY=1`` once they listen; the peer server only once its TLS files exist: without them
+the mirror serves alone and says so, ``peer_server_waiting_for_tls``), and reports to the
 daemon, never acting itself: a blob that fails its digest while it is sent (the daemon
 checks and removes it), and the bytes it served (the daemon's metrics). A report the
 daemon could not take is kept (at most ``MAX_PENDING``) and sent again.
@@ -20,12 +24,13 @@ import contextlib
 import os
 import signal
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
 import structlog
 
+from nodeagent.adapters.http.node_mirror import NodeMirror, mirror_caps
 from nodeagent.adapters.http.peer import PeerServer, peer_caps
 from nodeagent.adapters.http.tls import ReloadingTls
 from nodeagent.adapters.peer_reports import ReportSender
@@ -34,7 +39,14 @@ from nodeagent.config import Config
 from nodeagent.config.addresses import parse_address
 from nodeagent.config.site import SiteSettings
 from nodeagent.daemon.peer_reports import report_socket_path
-from nodeagent.site.reports import render_corrupt, render_served
+from nodeagent.mirror.credentials import VERIFIER_NAME
+from nodeagent.site.reports import (
+    MirrorReport,
+    render_corrupt,
+    render_mirror,
+    render_missing,
+    render_served,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +56,8 @@ REPORT_INTERVAL_S: Final = 15.0
 """How often the bytes served are reported, and reports not taken are sent again."""
 MAX_PENDING: Final = 256
 """Corrupt blobs kept to be reported again while the daemon does not take them."""
+MAX_MISSING_PER_INTERVAL: Final = 32
+"""Missing digests reported per report interval at most (each is logged here anyway)."""
 
 
 def node_name(config: Config) -> str:
@@ -71,6 +85,9 @@ class Reporter:
         self._pending: dict[str, None] = {}
         self._served_unsent = 0
         self._is_failing = False
+        self._missing_sent = 0
+        self.mirror_state: Callable[[], MirrorReport] | None = None
+        """The node mirror's state now, sent with each missing digest (the counts agree)."""
 
     def corrupt(self, digest: str) -> bool:
         """``PeerServer``'s ``on_corrupt`` (called in a thread)."""
@@ -88,6 +105,20 @@ class Reporter:
             if not self._send(render_corrupt(digest)):
                 return
             del self._pending[digest]
+
+    def missing(self, digest: str) -> None:
+        """The node mirror's ``on_missing``: a digest the store lacks, at most once a minute
+        each, at most ``MAX_MISSING_PER_INTERVAL`` an interval (status only: not kept)."""
+        if self._missing_sent < MAX_MISSING_PER_INTERVAL:
+            self._missing_sent += 1
+            self._send(render_missing(digest))
+            if self.mirror_state is not None:
+                self._send(render_mirror(self.mirror_state()))
+
+    def mirror(self, report: MirrorReport) -> None:
+        """The node mirror's state, each interval (status only: the next one replaces it)."""
+        self._missing_sent = 0
+        self._send(render_mirror(report))
 
     def _send(self, data: bytes) -> bool:
         is_sent = self._sender.send(data)
@@ -119,10 +150,63 @@ def build_server(config: Config, environ: Mapping[str, str], reporter: Reporter)
     )
 
 
+def build_mirror(config: Config, reporter: Reporter) -> NodeMirror:
+    address = parse_address(config.mirror.listen)  # a loopback address, checked at load
+    return NodeMirror(
+        config.store_dir,
+        host=address.host,
+        port=address.port,
+        verifiers_file=report_socket_path(config).parent / VERIFIER_NAME,
+        caps=mirror_caps(config.mirror),
+        request_timeout_s=config.mirror.request_timeout_s,
+        on_missing=reporter.missing,
+    )
+
+
+def is_wanted(config: Config) -> bool:
+    """Whether the process has anything to serve (``serve-peers --check``)."""
+    return config.site.serve or config.mirror.enabled
+
+
+def _tls_ready(config: Config, environ: Mapping[str, str]) -> bool:
+    return all(path.is_file() for path in tls_files(config.site, environ))
+
+
+async def _start_mirror(
+    running: contextlib.AsyncExitStack, mirror: NodeMirror, config: Config
+) -> bool:
+    """Start the node mirror; a port taken by another process is said and leaves the peer
+    server serving (a stopped mirror never breaks a pull: the source stays the last resort)."""
+    try:
+        await running.enter_async_context(mirror)
+    except OSError as err:
+        log.error("node_mirror_not_started", listen=config.mirror.listen, error=str(err))
+        return False
+    return True
+
+
+async def _report_until(
+    stop: asyncio.Event, reporter: Reporter, server: PeerServer | None, mirror: NodeMirror | None
+) -> None:
+    """Report to the daemon each ``REPORT_INTERVAL_S`` until ``stop``."""
+    counted = 0
+    if mirror is not None:
+        reporter.mirror(mirror.report(serving=True))  # the status says so at once
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REPORT_INTERVAL_S):
+                await stop.wait()
+        served = 0 if server is None else server.counters.bytes_served
+        reporter.flush(served - counted)
+        counted = served
+        if mirror is not None:
+            reporter.mirror(mirror.report(serving=True))
+
+
 async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
-    """Serve the store to the site's peers until SIGTERM/SIGINT; the exit code."""
+    """Serve the store to the site's peers and to local clients until SIGTERM/SIGINT."""
     env = os.environ if environ is None else environ
-    if not config.site.serve:
+    if not is_wanted(config):
         log.info("peer_server_off", config=str(config.source))
         return 0
     stop = asyncio.Event()
@@ -131,20 +215,28 @@ async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int
         loop.add_signal_handler(sig, stop.set)
     sender = ReportSender(report_socket_path(config))
     reporter = Reporter(sender)
-    server = await asyncio.to_thread(build_server, config, env, reporter)
+    server: PeerServer | None = None
+    if config.site.serve and await asyncio.to_thread(_tls_ready, config, env):
+        server = await asyncio.to_thread(build_server, config, env, reporter)
+    elif config.site.serve:
+        log.warning("peer_server_waiting_for_tls", cert=str(config.site.cert_file))
+    mirror = build_mirror(config, reporter) if config.mirror.enabled else None
+    if mirror is not None:
+        reporter.mirror_state = lambda: mirror.report(serving=True)
     notifier = Notifier(env)
     try:
-        async with server:
-            notifier.ready("serving the store to peers")
-            counted = 0
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(REPORT_INTERVAL_S):
-                        await stop.wait()
-                served = server.counters.bytes_served
-                reporter.flush(served - counted)
-                counted = served
+        async with contextlib.AsyncExitStack() as running:
+            if server is not None:
+                await running.enter_async_context(server)
+            if mirror is not None and not await _start_mirror(running, mirror, config):
+                mirror = None
+            if server is None and mirror is None:
+                return 1
+            notifier.ready("serving the store")
+            await _report_until(stop, reporter, server, mirror)
             notifier.stopping("stopping")
+            if mirror is not None:
+                reporter.mirror(mirror.report(serving=False))
     finally:
         sender.close()
     return 0

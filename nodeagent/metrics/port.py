@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
     from nodeagent.metrics.series import Transfer
-    from nodeagent.status import BundleReport, Condition, SetStatus
+    from nodeagent.status import BundleReport, Condition, MirrorStatus, SetStatus
 
 
 class Metrics(Protocol):
@@ -41,6 +41,8 @@ class Metrics(Protocol):
     def store_damaged(self, reason: str) -> None: ...
 
     def offline_checked(self, condition: Condition) -> None: ...
+
+    def mirror_reported(self, mirror: MirrorStatus) -> None: ...
 
 
 class NoMetrics:
@@ -76,6 +78,9 @@ class NoMetrics:
         pass
 
     def offline_checked(self, condition: Condition) -> None:
+        pass
+
+    def mirror_reported(self, mirror: MirrorStatus) -> None:
         pass
 
 

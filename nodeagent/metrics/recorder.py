@@ -18,7 +18,7 @@ from nodeagent.metrics.series import (
     new_blob_bytes,
     set_rows,
 )
-from nodeagent.status import BundleReport, Condition, SetStatus
+from nodeagent.status import BundleReport, Condition, MirrorStatus, SetStatus
 
 BUNDLE_OUTCOMES: Final = frozenset({"imported", "rejected", "interrupted"})
 """Bundle states that end an import (counted once per bundle and outcome)."""
@@ -169,6 +169,9 @@ class Recorder:
 
     def offline_checked(self, condition: Condition) -> None:
         self._update(offline_ready=condition.is_true)
+
+    def mirror_reported(self, mirror: MirrorStatus) -> None:
+        self._update(mirror=mirror)
 
     # ---------------------------------------------------------------- helpers
     @staticmethod

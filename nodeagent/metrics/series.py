@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Final
 
 from nodeagent.progress import new_blob_bytes as new_blob_bytes
-from nodeagent.status import SetStatus
+from nodeagent.status import MirrorStatus, SetStatus
 
 MAX_SET_LABELS: Final = 64
 """Sets with a label of their own (the first by name); the others are summed under
@@ -39,6 +39,8 @@ class Transfer(StrEnum):
     """From the node's store to a peer."""
     FETCHED = "fetched"
     """From a peer into the node's store."""
+    MIRRORED = "mirrored"
+    """From the node's store to a local client (CRI-O, podman, skopeo) by the node mirror."""
 
 
 class Work(StrEnum):
@@ -111,6 +113,8 @@ class Snapshot:
     """Reason code -> damaged blobs or records found in the node's store."""
     labels_dropped: int = 0
     """Reason pairs folded into ``OTHER_REASON`` because a counter reached its cap."""
+    mirror: MirrorStatus | None = None
+    """The node mirror as the peer process last reported it (None: no report yet)."""
 
 
 def set_rows(sets: Sequence[SetStatus], cap: int = MAX_SET_LABELS) -> tuple[SetRow, ...]:

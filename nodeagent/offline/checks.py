@@ -8,15 +8,18 @@ already says the drill could not look. docs/offline.md explains each reason code
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final
 
 from nodeagent.errors import ImageReferenceInvalid
 from nodeagent.offline import findings as f
 from nodeagent.offline.facts import Facts, KubeletImagePolicy
 from nodeagent.offline.findings import Finding, OfflineReport, finding, report_of
+from nodeagent.offline.lookup import find_image as find_image
+from nodeagent.offline.lookup import image_index as image_index
+from nodeagent.offline.lookup import pinned_refs as pinned_refs
+from nodeagent.offline.mirror_checks import check_mirror_dropin, check_pods_held
 from nodeagent.offline.parsing import requires_signature
-from nodeagent.ports import StoredImage
 from nodeagent.registries import parse_docker_reference
 
 Check = Callable[[Facts], Iterable[Finding]]
@@ -24,47 +27,6 @@ Check = Callable[[Facts], Iterable[Finding]]
 SAFE_POLICIES: Final = frozenset({"NeverVerify", "NeverVerifyPreloadedImages"})
 """KEP-2535 policies under which an image the kubelet did not pull itself (nodeagent's,
 pulled through CRI-O) is used without asking a registry (docs/runtime-facts.md)."""
-
-
-def image_index(images: Iterable[StoredImage]) -> dict[str, StoredImage]:
-    """Every name and id the runtime knows an image by, lower-case, to the image."""
-    index: dict[str, StoredImage] = {}
-    for image in images:
-        index[image.id.lower()] = image
-        index[image.id.lower().removeprefix("sha256:")] = image
-        for name in image.names():
-            index[name.lower()] = image
-    return index
-
-
-def _normalized(ref: str) -> str | None:
-    """``ref`` with docker's default host and namespace (``pause:3`` -> ``docker.io/library/…``)."""
-    try:
-        parsed = parse_docker_reference(ref)
-    except ImageReferenceInvalid:
-        return None
-    text = f"{parsed.registry}/{parsed.repository}"
-    if parsed.tag:
-        text += f":{parsed.tag}"
-    if parsed.digest:
-        text += f"@{parsed.digest}"
-    return text
-
-
-def find_image(index: Mapping[str, StoredImage], ref: str) -> StoredImage | None:
-    """The stored image ``ref`` names (as given, normalized, or its digest alone), or None."""
-    for key in (ref, _normalized(ref) or ref):
-        if key.lower() in index:
-            return index[key.lower()]
-    return None
-
-
-def pinned_refs(facts: Facts) -> list[str]:
-    """Every image of every set, once, in set order."""
-    seen: dict[str, None] = {}
-    for pinned_set in facts.sets or ():
-        seen.update(dict.fromkeys(pinned_set.images))
-    return list(seen)
 
 
 # ---------------------------------------------------------------- 1. sets
@@ -315,6 +277,8 @@ CHECKS: Final[tuple[tuple[str, Check], ...]] = (
     ("signature-policy", check_signatures),
     ("sigstore-attachments", check_sigstore_attachments),
     ("node-store", check_store),
+    ("pod-images-held", check_pods_held),
+    ("node-mirror-dropin", check_mirror_dropin),
 )
 
 

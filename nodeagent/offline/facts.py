@@ -84,6 +84,19 @@ class SigstoreIssue:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeMirrorDropin:
+    """The node mirror's registries.conf drop-in as found, and what it should mirror."""
+
+    path: str
+    listen: str
+    """``[mirror] listen``: the mirrors' host."""
+    repositories: frozenset[str]
+    """``host/repo`` (as containers-image normalizes it) of every image the store holds."""
+    text: str | None
+    """The drop-in's text; None when it does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     sets: tuple[PinnedSet, ...] | None = None
     images: tuple[StoredImage, ...] | None = None
@@ -102,6 +115,11 @@ class Facts:
     """Why CRI-O would not read carried signatures of pinned images (None: not learned)."""
     store_restorable: frozenset[str] | None = None
     """Pinned images every blob of which the node's store holds."""
+    stored_digests: frozenset[str] | None = None
+    """Manifest digests of the images whose top manifest the store holds (the node mirror
+    serves them). None: not learned (the store could not be read: a finding says so)."""
+    mirror_dropin: NodeMirrorDropin | None = None
+    """None: the node mirror is off (nothing to check)."""
     problems: tuple[Finding, ...] = ()
 
 

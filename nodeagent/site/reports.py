@@ -6,7 +6,11 @@ one datagram per fact on a unix socket only its group can write to
 (``nodeagent.adapters.peer_reports``):
 
 - ``corrupt sha256:<64 hex>``: a blob failed its digest while it was being served;
-- ``served <bytes>``: bytes sent to peers since the last report (the metrics).
+- ``served <bytes>``: bytes sent to peers since the last report (the metrics);
+- ``mirror on|off <blobs> <registry blobs> <requests> <bytes> <missing> <denied>``: the node
+  mirror's state, every report interval (counts since the peer process started; decision
+  0057); ``missing sha256:<64 hex>``: a digest a local client asked of it that the store
+  does not hold (at most once a minute per digest). Status only: the daemon acts on neither.
 
 A report is a claim, never proof: the daemon hashes the blob again itself (``keeper.
 set_aside_corrupt``, under the store's lock) and removes it only when it really is damaged.
@@ -24,6 +28,8 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Final, Literal
+
+from nodeagent.mirror.state import MirrorReport as MirrorReport
 
 MAX_REPORT_BYTES: Final = 128
 """Longest datagram read; a longer one is refused (the longest valid one is 79 bytes)."""
@@ -44,6 +50,9 @@ MAX_REMEMBERED: Final = 4096
 
 _CORRUPT = re.compile(rb"corrupt (sha256:[0-9a-f]{64})")
 _SERVED = re.compile(rb"served ([1-9][0-9]{0,14})")
+_COUNT = rb"(0|[1-9][0-9]{0,14})"
+_MIRROR = re.compile(rb"mirror (on|off)" + rb" " + rb" ".join([_COUNT] * 6))
+_MISSING = re.compile(rb"missing (sha256:[0-9a-f]{64})")
 
 Refusal = Literal["malformed", "queue_full", "recently_checked", "queued_already"]
 
@@ -58,7 +67,29 @@ class ServedReport:
     size_bytes: int
 
 
-Report = CorruptReport | ServedReport
+@dataclass(frozen=True, slots=True)
+class MissingReport:
+    digest: str
+
+
+Report = CorruptReport | ServedReport | MirrorReport | MissingReport
+
+
+def render_mirror(report: MirrorReport) -> bytes:
+    counts = (
+        report.blobs,
+        report.registry_blobs,
+        report.requests,
+        min(report.bytes_served, MAX_SERVED_BYTES),
+        report.missing,
+        report.denied,
+    )
+    state = "on" if report.serving else "off"
+    return " ".join(["mirror", state, *(str(min(c, 10**15 - 1)) for c in counts)]).encode()
+
+
+def render_missing(digest: str) -> bytes:
+    return f"missing {digest}".encode("ascii")
 
 
 def render_corrupt(digest: str) -> bytes:
@@ -81,6 +112,13 @@ def parse_report(data: bytes) -> Report | None:
     if served is not None:
         size = int(served.group(1))
         return ServedReport(size) if size <= MAX_SERVED_BYTES else None
+    missing = _MISSING.fullmatch(data)
+    if missing is not None:
+        return MissingReport(missing.group(1).decode("ascii"))
+    mirror = _MIRROR.fullmatch(data)
+    if mirror is not None:
+        counts = [int(group) for group in mirror.groups()[1:]]
+        return MirrorReport(mirror.group(1) == b"on", *counts)
     return None
 
 

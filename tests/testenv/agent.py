@@ -48,6 +48,8 @@ class Agent:
         self.trusted_keys_dir = base / "etc" / "nodeagent" / "trusted-keys.d"
         self.media_dir = base / "run" / "nodeagent" / "media"
         self.run_dir = base / "run" / "nodeagent"
+        self.mirror_auth_file = base / "run" / "containers" / "0" / "auth.json"
+        """``[mirror] auth_file``: where the daemon adds the node mirror's credential."""
         self.process: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.extra_env: dict[str, str] = {}
@@ -99,6 +101,11 @@ media_dir = "{self.media_dir}"
 {self.extra_config}
 """
         )
+        # The node mirror's root auth file under the test's directory, never the host's
+        # /run/containers/0/auth.json (a drop-in: a test's own [mirror] table stays legal).
+        dropin = self.config_file.parent / "config.d" / "00-test-mirror.toml"
+        dropin.parent.mkdir(parents=True, exist_ok=True)
+        dropin.write_text(f'[mirror]\nauth_file = "{self.mirror_auth_file}"\n')
 
     def env(self) -> dict[str, str]:
         # No systemd on this machine's system bus: the reload takes the SIGHUP path.

@@ -14,7 +14,7 @@ PACKAGES: dict[str, str] = {
     "crun": "/usr/bin/crun",
     "runc": "/usr/bin/runc",  # the runtime of the tests that run pods (tests/testenv/pods.py)
     "skopeo": "/usr/bin/skopeo",
-    "podman": "/usr/bin/podman",  # lists and reads CRI-O's storage as the MCD does (test_os_image)
+    "podman": "/usr/bin/podman",  # CRI-O storage as the MCD reads it; pulls via the node mirror
     "umoci": "/usr/bin/umoci",
     "minisign": "/usr/bin/minisign",
     "e2fsprogs": "/usr/sbin/mkfs.ext4",

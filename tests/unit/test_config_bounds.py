@@ -180,6 +180,7 @@ def _field_docs(source: str) -> dict[str, str]:
         "Cluster": "cluster",
         "Store": "store",
         "Site": "site",
+        "Mirror": "mirror",
         "Offline": "offline",
         "NodeOs": "node_os",
     }

@@ -23,6 +23,7 @@ from nodeagent.cluster.tasks import Connection
 from nodeagent.config import ClusterSettings, Config
 from nodeagent.offline import findings as f
 from nodeagent.offline.drill import EVENT_REASON, OfflineDrill
+from nodeagent.offline.mirror_checks import POD_IMAGE_NOT_HELD
 from nodeagent.reporting import Reporter
 from nodeagent.status import NodeStatus, PullProgress, conditions_for
 from tests.fakes.ports import RecordingLine
@@ -109,7 +110,9 @@ async def test_pods_events_and_the_condition(
     pods = {(x.reason, x.pod.name if x.pod else "") for x in report.findings}
     assert (f.POD_PULLS_ALWAYS, "pulls-always") in pods
     assert (f.POD_IMAGE_BY_TAG, "pulls-always") in pods
-    assert not any(name in ("by-digest", "elsewhere") for _, name in pods)
+    assert not any(name == "elsewhere" for _, name in pods)
+    # by digest, IfNotPresent: only that nothing on the node holds it (not pinned, not stored)
+    assert {reason for reason, name in pods if name == "by-digest"} == {POD_IMAGE_NOT_HELD}
 
     events = events_about(cluster, always["metadata"]["uid"])
     assert [(e["type"], e["reason"]) for e in events] == [("Warning", EVENT_REASON)]

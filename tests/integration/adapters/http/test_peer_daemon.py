@@ -41,6 +41,9 @@ listen = "127.0.0.1:{port}"
 cert_file = "{missing}"
 key_file = "{missing}"
 ca_file = "{missing}"
+
+[mirror]
+listen = "127.0.0.1:{free_port()}"
 """
     with Agent(tmp_path / "agent", crio, extra_config=site) as agent:
         agent.wait_log("peer_reports_listening")
@@ -62,6 +65,7 @@ ca_file = "{missing}"
                 what="the peer process to listen",
                 detail=lambda: log_tail(log_path),
             )
+            assert "node_mirror_started" in log_path.read_text()  # [mirror]: on by default
             context = ssl.create_default_context(cafile=credentials / "peer-ca")
             context.load_cert_chain(tmp_path / "client.crt", tmp_path / "client.key")
             status, _, body = fetch(port, context, "GET", "/nodeagent/v1/holdings")
@@ -71,7 +75,8 @@ ca_file = "{missing}"
         finally:
             peer.send_signal(signal.SIGTERM)
             assert peer.wait(timeout=30) == 0
-    with Agent(tmp_path / "quiet", crio) as agent:  # the default: nothing listens
+    quiet = "[mirror]\nenabled = false\n"  # with [site] serve's default: nothing listens
+    with Agent(tmp_path / "quiet", crio, extra_config=quiet) as agent:
         agent.wait_log("daemon_started")
         assert "peer_" not in agent.current_run_log()
         command = [sys.executable, "-m", "nodeagent", "--config", str(agent.config_file)]
