@@ -103,7 +103,9 @@ def lay_out_site(base: Path, mirror: Registry, client: ClientFiles) -> Site:
     (crio / "crio.conf.d").mkdir(parents=True)
     (containers / "registries.conf").write_text("unqualified-search-registries = []\n")
     (containers / "registries.conf.d" / "99-idms.conf").write_text(
-        f'[[registry]]\nprefix = ""\nlocation = "{dead}"\nmirror-by-digest-only = true\n'
+        # as the MCO renders an ImageDigestMirrorSet: the policy per mirror only (the
+        # registry-wide mirror-by-digest-only beside it is refused by containers/image)
+        f'[[registry]]\nprefix = ""\nlocation = "{dead}"\n'
         f'[[registry.mirror]]\nlocation = "{mirror.host}"\npull-from-mirror = "digest-only"\n'
     )
     crio_auth = base / "kubelet-config.json"
