@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from nodeagent.bundles.mirror import mirror_repositories
 from nodeagent.config import Config
 from nodeagent.config.mirror import NODE_MIRROR_DROPIN_NAME
 from nodeagent.errors import ImageReferenceInvalid, NodeAgentError
@@ -13,6 +12,7 @@ from nodeagent.offline import findings as f
 from nodeagent.offline.facts import NodeMirrorDropin
 from nodeagent.offline.findings import Finding, finding
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
+from nodeagent.registries.dropin import repository_name
 from nodeagent.strict import MalformedInput, clip
 
 MAX_DROPIN_BYTES: Final = 4 << 20
@@ -76,5 +76,8 @@ def mirror_facts(
     found = _read_dropin(config, problems)
     if found is None:
         return digests, None
-    repositories = frozenset(mirror_repositories(_refs([image.name for image in images])))
+    # as bundles.mirror.mirror_repositories names them, without loading the bundles' code
+    # at idle (the offline check runs in the idle daemon: 0.9 MiB, test_idle_memory)
+    refs = _refs([image.name for image in images])
+    repositories = frozenset(repository_name(r.host, r.repository) for r in refs)
     return digests, NodeMirrorDropin(found[0], config.mirror.listen, repositories, found[1])
