@@ -11,7 +11,7 @@ served from the store, every byte checked again as it is sent.
 
 A scripted peer with a valid certificate of the site (``tests/testenv/lying_peer.py``,
 ``bad-blob``) offers the same bundle, idle so it is preferred, and sends every blob with
-one byte changed: the fetcher drops it (``BlobDigestMismatch``) and takes the blobs from
+one byte changed: the fetcher drops it (``StoreSourceMismatch``) and takes the blobs from
 the honest node; the pull succeeds with exactly the signed bytes.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,5 +143,8 @@ def test_an_empty_node_pulls_through_its_mirror_from_a_peer_and_a_liar_is_droppe
     assert {layer.digest for layer in built.layers} <= set(pulled)
     assert built.digest in pulled  # the image's manifest, by the digest pulled
     assert liar.requests("/blobs/"), "the liar was never asked for a blob: no attack happened"
-    assert "bundle_fetch_peer_dropped" in log and liar.address in log, log
+    dropped = (
+        rf"bundle_fetch_peer_dropped: .*peer={re.escape(liar.address)} reason=StoreSourceMismatch"
+    )
+    assert re.search(dropped, log), log
     assert "bundle_fetched: bundle=mirrored" in log
