@@ -52,17 +52,20 @@ async def _next_look(
     """Wait until the peer directory changes, the node mirror lacked a digest (``wanted``,
     decision 0061: what it asked for may be in a bundle a peer holds) or ``wait_s`` passed;
     a look woken by ``wanted`` comes ``MIN_LOOK_GAP_S`` after the last one at the soonest."""
-    started = asyncio.get_running_loop().time()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     changed = asyncio.ensure_future(directory.changed(version))
     woken = asyncio.ensure_future(wanted.wait())
     try:
-        await asyncio.wait((changed, woken), timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            (changed, woken), timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         for task in (changed, woken):
             task.cancel()
-    if woken.done() and not woken.cancelled() and not changed.done():
-        elapsed = asyncio.get_running_loop().time() - started
-        await asyncio.sleep(max(0.0, MIN_LOOK_GAP_S - elapsed))
+        await asyncio.gather(changed, woken, return_exceptions=True)
+    if woken in done and changed not in done:
+        await asyncio.sleep(max(0.0, MIN_LOOK_GAP_S - (loop.time() - started)))
     wanted.clear()
 
 
