@@ -7,7 +7,9 @@ namespace), the registry nowhere. The node mirror never talks to a peer itself: 
 pull finds nothing and is refused (``NAME_UNKNOWN``), the miss is reported to the daemon,
 which wakes the site fetcher; the fetcher copies the bundle from the peers over mutual TLS,
 each blob verified against the signed manifest before it is stored; the next pull is
-served from the store, every byte checked again as it is sent.
+served from the store, every byte checked again as it is sent. Once fetched, the node's
+registries.conf drop-in names the repository, and a pull by the image's own name (its
+registry resolves nowhere), reading that drop-in as CRI-O does, goes to the node mirror.
 
 A scripted peer with a valid certificate of the site (``tests/testenv/lying_peer.py``,
 ``bad-blob``) offers the same bundle, idle so it is preferred, and sends every blob with
@@ -28,9 +30,10 @@ from pathlib import Path
 import pytest
 
 from nodeagent.adapters.store.copier import copy_bundle
+from nodeagent.config import NODE_MIRROR_DROPIN_NAME
 from tests.integration.testenv.site_helpers import started_network
 from tests.testenv.lying_peer import ScriptedPeer
-from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
+from tests.testenv.signed_bundles import HOST, Keys, Signed, image, signed_bundle
 from tests.testenv.site_net import SiteHost
 from tests.testenv.site_node import SITE_PORT, SiteNode
 from tests.testenv.site_pki import issue_node_cert, make_ca, write_ca, write_pem_bundle
@@ -63,13 +66,16 @@ class Puller:
         self.registries.write_text("")
         self.attempts: list[str] = []
 
-    def pull(self, reference: str, target: Path) -> bool:
-        """One ``skopeo copy docker://<reference> oci:<target>``; whether it succeeded."""
+    def pull(self, reference: str, target: Path, *, registries: Path | None = None) -> bool:
+        """One ``skopeo copy docker://<reference> oci:<target>``; whether it succeeded. With
+        ``registries`` (the node's drop-in): by the image's own name, the mirror's TLS
+        setting the drop-in's; without: plain HTTP to the address in ``reference``."""
+        tls = [] if registries is not None else ["--src-tls-verify=false"]
         done = subprocess.run(
             [
                 *self.host.exec_prefix, "skopeo", "--policy", str(self.policy),
-                "--registries-conf", str(self.registries), "copy", "--retry-times", "0",
-                "--src-tls-verify=false", "--src-no-creds",
+                "--registries-conf", str(registries or self.registries),
+                "copy", "--retry-times", "0", *tls, "--src-no-creds",
                 f"docker://{reference}", f"oci:{target}",
             ],
             capture_output=True, text=True, timeout=60, check=False,
@@ -96,6 +102,7 @@ def test_an_empty_node_pulls_through_its_mirror_from_a_peer_and_a_liar_is_droppe
         tmp_path / "bundle", keys, [built], bundle_id="mirrored", set_name="mirrored"
     )
     reference = f"{MIRROR}/{built.repository}@{built.digest}"
+    own_name = f"{HOST}/{built.repository}@{built.digest}"  # a host that resolves nowhere
     with started_network(3) as net:
         source_host, empty_host, liar_host = net.hosts
         armed = tmp_path / "armed"  # the liar offers the bundle once the source holds it
@@ -135,12 +142,22 @@ def test_an_empty_node_pulls_through_its_mirror_from_a_peer_and_a_liar_is_droppe
                 what="the empty node pulling through its node mirror",
                 detail=lambda: f"{puller.attempts[-1]}\n{log_tail(empty.log_path)}",
             )  # fmt: skip
+            # by the image's own name (its registry resolves nowhere), as CRI-O pulls it:
+            # the drop-in the fetch brought sends it to the node mirror
+            dropin = empty.path(f"/etc/containers/registries.conf.d/{NODE_MIRROR_DROPIN_NAME}")
+            wait_for(
+                lambda: dropin.is_file() and built.repository in dropin.read_text(),
+                timeout_s=30, what="the drop-in naming the fetched repository",
+            )  # fmt: skip
+            by_name = tmp_path / "by-name"
+            assert puller.pull(own_name, by_name, registries=dropin), puller.attempts[-1]
             log = empty.current_run_log()
     pulled = oci_blobs(target)
     for digest in [*bundle.manifest.blobs]:
         if digest in pulled:
             assert f"sha256:{hashlib.sha256(pulled[digest]).hexdigest()}" == digest
     assert {layer.digest for layer in built.layers} <= set(pulled)
+    assert oci_blobs(by_name) == pulled
     assert built.digest in pulled  # the image's manifest, by the digest pulled
     assert liar.requests("/blobs/"), "the liar was never asked for a blob: no attack happened"
     dropped = (
