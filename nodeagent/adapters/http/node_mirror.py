@@ -30,6 +30,7 @@ as missing.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,11 +51,13 @@ from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.bundles.mirror import ErrorAnswer, Fetch, ServedCounters
 from nodeagent.config.mirror import MirrorSettings
 from nodeagent.errors import HostFileError
-from nodeagent.mirror.complete import absent_parts, image_parts
+from nodeagent.mirror.complete import Parts, manifest_parts
 from nodeagent.mirror.credentials import MAX_VERIFIER_FILE_BYTES, is_allowed, parse_verifiers
 from nodeagent.mirror.misses import Misses
 from nodeagent.mirror.routes import NAME_UNKNOWN, UnknownName, route_node
 from nodeagent.mirror.state import MirrorReport
+from nodeagent.registries import node_platform
+from nodeagent.registries.manifests import Platform
 
 log = structlog.get_logger(__name__)
 
@@ -112,6 +115,7 @@ class NodeMirror:
         chunk_bytes: int = CHUNK_BYTES,
         offer_ttl_s: float = OFFER_TTL_S,
         on_missing: Callable[[str], None] | None = None,
+        platform: Platform | None = None,
     ) -> None:
         self.store_root, self._host, self._port = store_root, host, port
         self._verifiers_file, self._timeout_s = verifiers_file, request_timeout_s
@@ -132,8 +136,9 @@ class NodeMirror:
         self._lock = asyncio.Lock()
         self._misses = Misses()
         self._denied = 0
-        self._parts: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        """Manifest digest → the blobs it names (content-addressed: never stale; bounded)."""
+        self._parts: OrderedDict[str, Parts] = OrderedDict()
+        """Manifest digest → what it needs (content-addressed: never stale; bounded)."""
+        self._platform = platform or node_platform(os.uname().machine)
         self._started = False
         self._is_open = self._said_missing = False
 
@@ -281,24 +286,31 @@ class NodeMirror:
         if self._on_missing is not None:
             self._on_missing(target.digest)
 
-    async def _absent(
-        self, digest: str, offer: MirrorOffer, *, is_trusted: bool
-    ) -> tuple[str, ...]:
-        """The blobs an image manifest names that this client cannot be served (decision
-        0061: containers-image takes them all from the source that gave the manifest)."""
+    async def _parts_of(self, digest: str) -> Parts:
         parts = self._parts.get(digest)
         if parts is None:
             loaded = await self._content.load_manifest(digest)
-            if loaded is None:
-                return ()  # not a manifest: ``serve`` answers it
-            parts = image_parts(*loaded)
+            parts = Parts() if loaded is None else manifest_parts(*loaded, self._platform)
             self._parts[digest] = parts
             while len(self._parts) > MAX_PARTS:
                 self._parts.popitem(last=False)
-        held = offer.peers.blobs
-        return tuple(
-            d for d in absent_parts(parts, held) if not (is_trusted and d in offer.private)
-        )
+        return parts
+
+    async def _absent(
+        self, digest: str, offer: MirrorOffer, *, is_trusted: bool
+    ) -> tuple[str, ...]:
+        """What of the image ``digest`` names this client cannot be served (decision 0061:
+        containers-image takes every blob from the source that gave the manifest)."""
+
+        def held(found: str) -> bool:
+            return found in offer.peers.blobs or (is_trusted and found in offer.private)
+
+        parts = await self._parts_of(digest)
+        if parts.child:  # an index: its entry for this node's platform, whole
+            if not held(parts.child):
+                return (parts.child,)
+            parts = await self._parts_of(parts.child)
+        return tuple(d for d in parts.blobs if not held(d))
 
     async def _by_digest(
         self, request: BaseRequest, target: Fetch, offer: MirrorOffer, *, is_trusted: bool
