@@ -3,9 +3,10 @@
 Loaded only when the node follows (``site.roles.is_following``): it imports aiohttp.
 The task is optional: a failure is restarted with backoff by the supervisor, pinning goes
 on. It looks at the peers when the peer directory changes (cluster mode: a peer's
-published holdings changed) and every ``discovery.poll_interval_s`` (jittered) otherwise:
-10 s when every peer publishes, 0.4 s per static peer (``[site] peers``, holdings asked
-over HTTPS; 2 to 10 s) when some must be asked. A fetched bundle
+published holdings changed), when the node mirror lacked a digest (decision 0061) and
+every ``discovery.poll_interval_s`` (jittered) otherwise: 10 s when every peer publishes,
+0.4 s per static peer (``[site] peers``, holdings asked over HTTPS; 2 to 10 s) when some
+must be asked. A fetched bundle
 is imported and pinned from the store by the same importer a stick uses, one import at a
 time with the media (``MediaImports.lock``).
 """
@@ -17,6 +18,7 @@ import contextlib
 import os
 import random
 from collections.abc import Sequence
+from typing import Final
 
 import structlog
 
@@ -37,6 +39,34 @@ from nodeagent.site.transfer import FetcherPorts
 from nodeagent.status import BundleReport
 
 log = structlog.get_logger("nodeagent.site.fetcher")
+
+
+MIN_LOOK_GAP_S: Final = 1.0
+"""Looks woken by the node mirror's misses are at least this far apart (a client asking
+for digests nobody holds costs one look a second at most, as the poll of 2 static peers)."""
+
+
+async def _next_look(
+    directory: PeerDirectory, version: int, wanted: asyncio.Event, wait_s: float
+) -> None:
+    """Wait until the peer directory changes, the node mirror lacked a digest (``wanted``,
+    decision 0061: what it asked for may be in a bundle a peer holds) or ``wait_s`` passed;
+    a look woken by ``wanted`` comes ``MIN_LOOK_GAP_S`` after the last one at the soonest."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    changed = asyncio.ensure_future(directory.changed(version))
+    woken = asyncio.ensure_future(wanted.wait())
+    try:
+        done, _ = await asyncio.wait(
+            (changed, woken), timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        for task in (changed, woken):
+            task.cancel()
+        await asyncio.gather(changed, woken, return_exceptions=True)
+    if woken in done and changed not in done:
+        await asyncio.sleep(max(0.0, MIN_LOOK_GAP_S - (loop.time() - started)))
+    wanted.clear()
 
 
 def own_addresses(config: Config) -> set[str]:
@@ -116,10 +146,9 @@ async def follow_peers(wiring: Wiring) -> None:
             peers = other_peers(directory.peers(), own)
             await fetcher.look(peers)
             spread = random.uniform(0.8, 1.2)  # noqa: S311  (spreading, not secrecy)
-            wait_s = poll_interval_s(peers) * spread
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait_s):
-                    await directory.changed(version)
+            await _next_look(
+                directory, version, wiring.fetch_wanted, poll_interval_s(peers) * spread
+            )
     finally:
         await fetcher.close()
         await client.close()

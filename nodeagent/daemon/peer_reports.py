@@ -76,12 +76,15 @@ class PeerReports:
         *,
         mirror_listen: str = "",
         on_mirror: Callable[[MirrorStatus], None] | None = None,
+        on_missing: Callable[[str], None] | None = None,
     ) -> None:
         self._socket, self._store_root, self._set_aside = socket, store_root, set_aside
         self._metrics, self._clock = metrics, clock
         self.board = MirrorBoard(mirror_listen)
         """The node mirror's last state and the digests it lacked (decision 0057)."""
         self._on_mirror = on_mirror
+        self._on_missing = on_missing
+        """Told each digest the node mirror lacked (the fetcher looks at its peers now)."""
         self._mirror_bytes = 0
         self.gate = ReportGate(clock())
         self._waiting = asyncio.Event()
@@ -118,9 +121,12 @@ class PeerReports:
                 self._mirror(report)
 
     def _mirror(self, report: MirrorReport | MissingReport) -> None:
-        """The node mirror's state: status only (the bytes to the metrics)."""
+        """The node mirror's state: status (the bytes to the metrics); a digest it lacked
+        also wakes the fetcher (``on_missing``, decision 0061)."""
         if isinstance(report, MissingReport):
             self.board.missing(report.digest)
+            if self._on_missing is not None:
+                self._on_missing(report.digest)
         else:
             last = self._mirror_bytes
             self._mirror_bytes = report.bytes_served

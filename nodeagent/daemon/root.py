@@ -298,6 +298,7 @@ async def peer_reports_loop(wiring: Wiring) -> None:
         wiring.metrics,
         mirror_listen=config.mirror.listen,
         on_mirror=wiring.reporter.mirror_reported,
+        on_missing=lambda _digest: wiring.fetch_wanted.set(),
     )
     await reports.run()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,6 +70,9 @@ class Wiring:
     offline: OfflineDrill | None = None
     recorder: Recorder | None = None
     """``[metrics] enabled``: what the endpoint exports (else reports go to ``NO_METRICS``)."""
+    fetch_wanted: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the node mirror was asked for a digest the store lacks: the fetcher looks
+    at its peers at once instead of at its next poll (decision 0061)."""
 
     @property
     def metrics(self) -> Metrics:

@@ -2,6 +2,7 @@
 
 ``routes``: which request names what (bounded paths, only the repositories the store holds);
 ``credentials``: the Basic credential a client must present for registry-set content;
-``misses``: digests asked for that the store lacks, counted and logged at most once a minute.
+``misses``: digests asked for that the store lacks, counted and logged at most once a minute;
+``complete``: an image manifest is answered only when every blob it names can be served.
 The server is ``nodeagent.adapters.http.node_mirror``.
 """

@@ -10,7 +10,8 @@ one datagram per fact on a unix socket only its group can write to
 - ``mirror on|off <blobs> <registry blobs> <requests> <bytes> <missing> <denied>``: the node
   mirror's state, every report interval (counts since the peer process started; decision
   0057); ``missing sha256:<64 hex>``: a digest a local client asked of it that the store
-  does not hold (at most once a minute per digest). Status only: the daemon acts on neither.
+  does not hold (at most once a minute per digest). Status, and a missing digest wakes
+  the site fetcher (decision 0061); the digest itself picks nothing.
 
 A report is a claim, never proof: the daemon hashes the blob again itself (``keeper.
 set_aside_corrupt``, under the store's lock) and removes it only when it really is damaged.

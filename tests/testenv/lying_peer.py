@@ -14,6 +14,9 @@ certificate of the site required), for the signed bundles in the ``BUNDLE_DIR``s
   fetcher's old rule preferred it), answers holdings, ``have`` and the signed manifest at
   once, and sends each blob one byte every ``--drip-s`` seconds after a correct head.
 * ``drip-all``: as ``drip``, and its holdings too come one byte every ``--drip-s``.
+* ``bad-blob``: publishes the honest bundle, complete and idle (so it is preferred), and
+  sends each blob with its honest length and one byte changed (a peer that sends one bad
+  blob, which failed a whole pull when peers were listed in registries.conf: decision 0061).
 * ``many-fakes``: publishes ``--count`` bundle ids, each under a digest that changes with
   every holdings request (a peer inventing digests to grow a fetcher's memory).
 
@@ -41,7 +44,7 @@ from nodeagent.bundles.manifest import parse_manifest
 from nodeagent.site.holdings import BundleHolding, Holdings, have_of, render_have, render_holdings
 from tests.testenv.waiting import wait_for
 
-MODES = ("fake-digest", "drip", "drip-all", "many-fakes")
+MODES = ("fake-digest", "drip", "drip-all", "bad-blob", "many-fakes")
 
 
 def digest_of(data: bytes) -> str:
@@ -118,6 +121,10 @@ class Peer:
         found = next((o.blobs[digest] for o in self.bundles.values() if digest in o.blobs), None)
         if self.mode.startswith("drip") and found is not None:
             return 200, found.read_bytes(), True
+        if self.mode == "bad-blob" and found is not None:
+            data = bytearray(found.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            return 200, bytes(data), False
         return 404, b'{"errors":[{"code":"NOT_FOUND"}]}', False
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +87,13 @@ def held_store(tmp_path: Path) -> HeldStore:
     )
 
 
-def node_mirror(held: HeldStore, *, port: int = 0, max_connections: int = 64) -> NodeMirror:
+def node_mirror(
+    held: HeldStore,
+    *,
+    port: int = 0,
+    max_connections: int = 64,
+    on_missing: Callable[[str], None] | None = None,
+) -> NodeMirror:
     return NodeMirror(
         held.root,
         host="127.0.0.1",
@@ -95,4 +102,5 @@ def node_mirror(held: HeldStore, *, port: int = 0, max_connections: int = 64) ->
         caps=Caps(max_connections, max_connections),
         request_timeout_s=20.0,
         chunk_bytes=CHUNK_BYTES,
+        on_missing=on_missing,
     )

@@ -21,12 +21,17 @@ Every byte is checked as it is sent (``nodeagent.adapters.http.content``). ``GET
 without a valid credential is answered 401 with a ``Basic`` challenge: containers-image
 sends its ``auth.json`` entry only to a registry whose ping asked for one, and a client
 without one still gets bundle content after it. A digest asked for that the store lacks is
-counted and logged at most once a minute per digest (``node_mirror_digest_missing``).
+counted and logged at most once a minute per digest (``node_mirror_digest_missing``). An
+image manifest is answered only when every blob it names can be served to the client
+(``nodeagent.mirror.complete``, decision 0061), else 404 and its first absent blob counts
+as missing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,16 +51,21 @@ from nodeagent.bundles.manifest import BundleError, ExpectedFile
 from nodeagent.bundles.mirror import ErrorAnswer, Fetch, ServedCounters
 from nodeagent.config.mirror import MirrorSettings
 from nodeagent.errors import HostFileError
+from nodeagent.mirror.complete import Parts, manifest_parts
 from nodeagent.mirror.credentials import MAX_VERIFIER_FILE_BYTES, is_allowed, parse_verifiers
 from nodeagent.mirror.misses import Misses
 from nodeagent.mirror.routes import NAME_UNKNOWN, UnknownName, route_node
 from nodeagent.mirror.state import MirrorReport
+from nodeagent.registries import node_platform
+from nodeagent.registries.manifests import Platform
 
 log = structlog.get_logger(__name__)
 
 OFFER_TTL_S: Final = 1.0
 """How long the store's offer and the credential verifiers are used before being read again."""
 CHUNK_BYTES: Final = 2 << 20
+MAX_PARTS: Final = 4096
+"""Image manifests whose blob lists are kept (a few hundred bytes each)."""
 """Hash/send step (as the peer server's: a few uploads at once hold a few MiB each)."""
 CHALLENGE: Final = {"WWW-Authenticate": 'Basic realm="nodeagent node mirror"'}
 _CHALLENGED: Final = ErrorAnswer(401, "UNAUTHORIZED", "registry sets need a credential", CHALLENGE)
@@ -105,6 +115,7 @@ class NodeMirror:
         chunk_bytes: int = CHUNK_BYTES,
         offer_ttl_s: float = OFFER_TTL_S,
         on_missing: Callable[[str], None] | None = None,
+        platform: Platform | None = None,
     ) -> None:
         self.store_root, self._host, self._port = store_root, host, port
         self._verifiers_file, self._timeout_s = verifiers_file, request_timeout_s
@@ -125,6 +136,9 @@ class NodeMirror:
         self._lock = asyncio.Lock()
         self._misses = Misses()
         self._denied = 0
+        self._parts: OrderedDict[str, Parts] = OrderedDict()
+        """Manifest digest → what it needs (content-addressed: never stale; bounded)."""
+        self._platform = platform or node_platform(os.uname().machine)
         self._started = False
         self._is_open = self._said_missing = False
 
@@ -272,12 +286,43 @@ class NodeMirror:
         if self._on_missing is not None:
             self._on_missing(target.digest)
 
+    async def _parts_of(self, digest: str) -> Parts:
+        parts = self._parts.get(digest)
+        if parts is None:
+            loaded = await self._content.load_manifest(digest)
+            parts = Parts() if loaded is None else manifest_parts(*loaded, self._platform)
+            self._parts[digest] = parts
+            while len(self._parts) > MAX_PARTS:
+                self._parts.popitem(last=False)
+        return parts
+
+    async def _absent(
+        self, digest: str, offer: MirrorOffer, *, is_trusted: bool
+    ) -> tuple[str, ...]:
+        """What of the image ``digest`` names this client cannot be served (decision 0061:
+        containers-image takes every blob from the source that gave the manifest)."""
+
+        def held(found: str) -> bool:
+            return found in offer.peers.blobs or (is_trusted and found in offer.private)
+
+        parts = await self._parts_of(digest)
+        if parts.child:  # an index: its entry for this node's platform, whole
+            if not held(parts.child):
+                return (parts.child,)
+            parts = await self._parts_of(parts.child)
+        return tuple(d for d in parts.blobs if not held(d))
+
     async def _by_digest(
         self, request: BaseRequest, target: Fetch, offer: MirrorOffer, *, is_trusted: bool
     ) -> StreamResponse:
         digest = target.digest
         if digest in offer.peers.blobs or (is_trusted and digest in offer.private):
-            return await self._content.serve(request, target.kind, digest)
+            absent = await self._absent(digest, offer, is_trusted=is_trusted)
+            if not absent:
+                return await self._content.serve(request, target.kind, digest)
+            self._missed(Fetch("blobs", digest=absent[0]))  # the fetcher looks (0061)
+            incomplete = ErrorAnswer(404, "MANIFEST_UNKNOWN", f"{digest}: not all its blobs held")
+            return await error(request, incomplete, timeout_s=self._timeout_s)
         if digest in offer.private:
             self._denied += 1
             log.debug("node_mirror_credential_missing", digest=digest)

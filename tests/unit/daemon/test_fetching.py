@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from nodeagent.config import load_config
-from nodeagent.daemon.fetching import other_peers, own_addresses
+from nodeagent.daemon.fetching import MIN_LOOK_GAP_S, _next_look, other_peers, own_addresses
 from nodeagent.daemon.root import tasks
 from nodeagent.site.discovery import PeerView, StaticPeers
 
@@ -47,3 +48,53 @@ def test_the_fetcher_task_runs_only_when_the_node_follows(tmp_path: Path) -> Non
         config = load_config(Path("/etc/nodeagent/config.toml"), root=root)
         names = [t.name for t in tasks(build(config), watcher=None)]  # type: ignore[arg-type]
         assert ("site-fetcher" in names) is expected, site
+
+
+class Directory:
+    """A peer directory whose version changes when told (``StaticPeers`` never does)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._changed = asyncio.Event()
+
+    def change(self) -> None:
+        self.version += 1
+        self._changed.set()
+
+    def peers(self) -> list[PeerView]:
+        return []
+
+    async def changed(self, since: int) -> int:
+        while self.version == since:
+            await self._changed.wait()
+        return self.version
+
+
+async def timed(directory: Directory, wanted: asyncio.Event, wait_s: float) -> float:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await _next_look(directory, directory.version, wanted, wait_s)  # type: ignore[arg-type]
+    return loop.time() - started
+
+
+async def test_a_digest_the_node_mirror_lacked_wakes_the_fetcher_before_its_poll() -> None:
+    wanted = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.05, wanted.set)
+    seconds = await timed(Directory(), wanted, wait_s=30.0)
+    assert MIN_LOOK_GAP_S <= seconds < 5.0  # not the poll's 30 s; not sooner than the gap
+    assert not wanted.is_set()  # taken: the next wait waits again
+
+
+async def test_misses_cost_one_look_a_gap_at_most_and_the_poll_still_ends_a_wait() -> None:
+    wanted = asyncio.Event()
+    wanted.set()  # a flood of misses already waiting
+    first = await timed(Directory(), wanted, wait_s=30.0)
+    assert first >= MIN_LOOK_GAP_S
+    second = await timed(Directory(), wanted, wait_s=0.2)  # nothing asked since: the poll
+    assert 0.15 <= second < 1.0
+
+
+async def test_a_changed_directory_still_wakes_the_fetcher_at_once() -> None:
+    directory = Directory()
+    asyncio.get_running_loop().call_later(0.05, directory.change)
+    assert await timed(directory, asyncio.Event(), wait_s=30.0) < MIN_LOOK_GAP_S
