@@ -157,7 +157,7 @@ def test_the_rpm_installs_bash_completion_that_completes(node: Node) -> None:
     """The completion file the RPM installs, loaded into the node's own bash."""
     script = (
         "source /usr/share/bash-completion/completions/nodeagent; "
-        "COMP_WORDS=(nodeagent ren); COMP_CWORD=1; _nodeagent; echo ${COMPREPLY[@]}; "
+        "COMP_WORDS=(nodeagent render-p); COMP_CWORD=1; _nodeagent; echo ${COMPREPLY[@]}; "
         "COMP_WORDS=(nodeagent render-pins --con); COMP_CWORD=2; _nodeagent; echo ${COMPREPLY[@]}"
     )
     lines = node.container.run("bash", "-c", script).stdout.splitlines()
