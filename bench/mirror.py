@@ -46,8 +46,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -56,7 +56,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench.bundle_import import drop_caches, machine_cpu_s, machine_spent
@@ -223,7 +223,7 @@ async def _pull_each(endpoint: str, refs: Sequence[str]) -> None:
 
 
 def pull_set(
-    base: Path, held: HeldSet, source: str, host: str, server_pid: int, round_no: int
+    base: Path, held: HeldSet, source: str, *, host: str, server_pid: int, round_no: int
 ) -> Pull:
     """A fresh CRI-O pulls every image of the set with ``host`` as every repository's mirror."""
     crio = Crio(base / f"crio-{source}-{round_no}")
@@ -273,73 +273,92 @@ def measure_pulls(base: Path, held: HeldSet, rounds: int, fig: Figures) -> Figur
                 order = PULL_SOURCES if round_no % 2 else tuple(reversed(PULL_SOURCES))
                 for source in order:
                     host, pid = servers[source]
-                    pulls.append(pull_set(base, held, source, host, pid, round_no))
+                    pulls.append(
+                        pull_set(base, held, source, host=host, server_pid=pid, round_no=round_no)
+                    )
             busy = status_kib(mirror.pid, "VmHWM") / 1024
-    return Figures(
-        fig.size_bytes, fig.images, fig.blobs, tuple(pulls), fig.transfers, idle, busy, fig.notes
-    )
+    return replace(fig, pulls=tuple(pulls), peer_idle_rss_mib=idle, peer_busy_rss_mib=busy)
 
 
 # ------------------------------------------------------------------ the shaped link
 
 
 def link_blobs(held: HeldSet, limit_bytes: int) -> list[tuple[str, int]]:
-    """Blobs, largest first, until ``limit_bytes`` (at least one)."""
+    """Layers and configs, largest first, that fit in ``limit_bytes`` (the smallest if none)."""
     chosen: list[tuple[str, int]] = []
-    for digest, size in sorted(held.blobs.items(), key=lambda kv: -kv[1]):
-        if chosen and sum(s for _, s in chosen) + size > limit_bytes:
-            continue
-        chosen.append((digest, size))
-    return chosen
+    servable = sorted(
+        ((d, size) for d, size in held.blobs.items() if d in held.repositories),
+        key=lambda kv: (-kv[1], kv[0]),
+    )
+    for digest, size in servable:
+        if sum(s for _, s in chosen) + size <= limit_bytes:
+            chosen.append((digest, size))
+    return chosen or servable[-1:]
+
+
+@dataclass(frozen=True)
+class LinkClient:
+    """``curl`` in node 0's namespace with a node certificate of the site's CA."""
+
+    prefix: tuple[str, ...]
+    pem: Path
+    ca_file: Path
+
+    def fetch(self, urls: Sequence[str]) -> int:
+        """Every URL over one connection, one after another; the bytes received."""
+        cmd = [*self.prefix, "curl", "-sS", "--fail", "--max-time", "1800"]
+        cmd += ["--cert", str(self.pem), "--key", str(self.pem), "--cacert", str(self.ca_file)]
+        for url in urls:
+            cmd += ["-o", "/dev/null", "-w", "%{size_download}\\n", url]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"curl over the link: {done.stderr[-2000:]}")
+        return sum(int(x) for x in done.stdout.split())
+
+
+def link_round(
+    mode: str, client: LinkClient, urls: Sequence[str], server_pid: int, round_no: int
+) -> Transfer:
+    expected_mode = PEER_SERVER  # the only path there is yet: see LINK_MODES
+    if mode != expected_mode:
+        raise ValueError(f"link mode {mode!r} is not measured yet")
+    load, before = load1(), cpu_s(server_pid)
+    started = time.monotonic()
+    got = client.fetch(urls)
+    wall = time.monotonic() - started
+    return Transfer(mode, round_no, wall, got, 0.0, cpu_s(server_pid) - before, load)
 
 
 def fetch_over_link(
     base: Path, held: HeldSet, limit_bytes: int, rate_mbit: float, rounds: int
 ) -> list[Transfer]:
+    """The peer server of node 1 (holding the set) read from node 0 over a shaped link."""
     net = SiteNetwork(2, rate_mbit=rate_mbit)
     ca = make_ca("bench mirror site CA")
     transfers = []
     try:
         net.start()
-        client, server_host = net.hosts
-        node = LinkNode(base / "link-node", server_host, name="node-1", ca=ca)
+        near, far = net.hosts
+        node = LinkNode(base / "link-node", far, name="node-1", ca=ca)
         node.view = interpreter_view(base)
         store = node.state_dir / "store"
-        store.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(
-            held.store, store, copy_function=os.link, dirs_exist_ok=True
-        )  # the same files
-        pem = write_pem_bundle(base / "client.pem", issue_node_cert(ca, "node-0", [client.address]))
-        ca_file = write_ca(base / "ca.crt", ca)
+        shutil.copytree(held.store, store, copy_function=os.link, dirs_exist_ok=True)  # same files
+        pem = write_pem_bundle(base / "client.pem", issue_node_cert(ca, "node-0", [near.address]))
+        client = LinkClient(tuple(near.exec_prefix), pem, write_ca(base / "ca.crt", ca))
         blobs = link_blobs(held, limit_bytes)
-        urls = [f"https://{server_host.address}:{SITE_PORT}/v2/{held.repositories[d]}/blobs/{d}"
+        urls = [f"https://{far.address}:{SITE_PORT}/v2/{held.repositories[d]}/blobs/{d}"
                 for d, _ in blobs]  # fmt: skip
         with node:  # started (until daemon_started), stopped at the end
             node.wait_listening(timeout_s=60)
             assert node.peer is not None
             for round_no in range(1, rounds + 1):
-                cmd = [*client.exec_prefix, "curl", "-sS", "--fail", "--max-time", "1800"]
-                cmd += ["--cert", str(pem), "--key", str(pem), "--cacert", str(ca_file)]
-                for url in urls:
-                    cmd += ["-o", "/dev/null", "-w", "%{size_download}\\n", url]
-                load, before = load1(), cpu_s(node.peer.pid)
-                started = time.monotonic()
-                done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                wall = time.monotonic() - started
-                if done.returncode != 0:
-                    raise RuntimeError(
-                        f"curl over the link: {done.stderr[-2000:]}\n{log_tail(node.log_path)}"
-                    )
-                got = sum(int(x) for x in done.stdout.split())
-                if got != sum(s for _, s in blobs):
-                    raise RuntimeError(f"curl fetched {got} bytes of {sum(s for _, s in blobs)}")
-                t = Transfer(
-                    PEER_SERVER, round_no, wall, got, rate_mbit, cpu_s(node.peer.pid) - before, load
-                )
+                t = link_round(PEER_SERVER, client, urls, node.peer.pid, round_no)
+                if t.bytes_served != sum(size for _, size in blobs):
+                    raise RuntimeError(f"{t.bytes_served} bytes over the link, not {blobs}")
+                t = replace(t, rate_mbit=rate_mbit)
                 transfers.append(t)
-                progress(
-                    f"  link round {round_no}: {t.mbit_s:.1f} Mbit/s ({t.share:.3f} of {rate_mbit:g}), load {load:.2f}"
-                )
+                progress(f"  link round {round_no}: {t.mbit_s:.1f} Mbit/s, {t.share:.3f} of "
+                         f"{rate_mbit:g}, load {t.load:.2f}")  # fmt: skip
     finally:
         net.stop()
     return transfers
@@ -380,7 +399,7 @@ def run_all(base: Path, opts: argparse.Namespace) -> Figures:
         try:
             limit = int(opts.link_mb * MB)
             transfers = fetch_over_link(base, held, limit, opts.rate_mbit, opts.link_rounds)
-            fig = Figures(**{**fig.__dict__, "transfers": tuple(transfers)})
+            fig = replace(fig, transfers=tuple(transfers))
         except SiteNetUnavailable as exc:
             fig.notes.append(f"the link was not measured: {exc}")
     return fig

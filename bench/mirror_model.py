@@ -127,7 +127,8 @@ def _transfer_lines(transfers: Sequence[Transfer]) -> list[str]:
     for t in transfers:
         lines.append(
             f"{t.mode:<17} {t.round_no:>5} {t.wall_s:8.2f} {t.bytes_served / MB:7.1f}"
-            f" {t.mbit_s:8.2f} {t.rate_mbit:12g} {t.share:6.3f} {t.server_cpu_s:13.1f}  {t.load:4.2f}"
+            f" {t.mbit_s:8.2f} {t.rate_mbit:12g} {t.share:6.3f} {t.server_cpu_s:13.1f}"
+            f"  {t.load:4.2f}"
         )
     return lines
 
@@ -142,7 +143,8 @@ def checks(fig: Figures) -> list[tuple[str, float | None, str, str]]:
          verdict(ratio, PULL_GOAL, at_most=True)),
         ("peer server over the shaped link / link rate (median)", share, f">= {LINK_GOAL}",
          verdict(share, LINK_GOAL, at_most=False)),
-        ("peer process serving the node mirror, idle RSS MiB", rss, f"<= {BUDGET_MIB}",
+        ("peer process serving the node mirror, idle RSS MiB (the budget is the daemon's;"
+         " shown against it)", rss, f"<= {BUDGET_MIB}",
          verdict(rss, BUDGET_MIB, at_most=True)),
     ]  # fmt: skip
 
