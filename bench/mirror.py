@@ -50,6 +50,7 @@ import shlex
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -66,8 +67,8 @@ from bench.mirror_model import (
     MB,
     MIB,
     NODE_MIRROR,
+    NODE_MIRROR_AGAIN,
     PEER_SERVER,
-    PULL_SOURCES,
     REGISTRY,
     Figures,
     Pull,
@@ -254,30 +255,52 @@ def pull_set(
     return pull
 
 
+def mirror_round(
+    base: Path, held: HeldSet, python: str, round_no: int
+) -> tuple[list[Pull], float, float]:
+    """A node mirror process started for this round: its idle VmRSS, the pull of the set as
+    its first requests (every blob hashed as sent), the same pull again (blobs verified in
+    this process go out by ``sendfile`` alone), its peak VmRSS."""
+    port = free_port()
+    with node_mirror_process(held.node_root, port, python) as mirror:
+        idle = steady_rss_kib(mirror.pid, timeout_s=60.0) / 1024
+        progress(f"peer process serving the node mirror, idle: {idle:.2f} MiB")
+        host = f"127.0.0.1:{port}"
+        pulls = [
+            pull_set(base, held, source, host=host, server_pid=mirror.pid, round_no=round_no)
+            for source in (NODE_MIRROR, NODE_MIRROR_AGAIN)
+        ]
+        return pulls, idle, status_kib(mirror.pid, "VmHWM") / 1024
+
+
 def measure_pulls(base: Path, held: HeldSet, rounds: int, fig: Figures) -> Figures:
     python = runtime_python(base)
     base.chmod(0o755)  # the peer's uid reads the runtime interpreter's site under it
-    port = free_port()
     pulls: list[Pull] = []
+    idle, busy = [], []
     with Registry(base / "registry") as registry:
         progress(f"pushing the set to docker-registry at {registry.host}")
         for image in held.images:
             push(registry.url, image.repository, image)
-        with node_mirror_process(held.node_root, port, python) as mirror:
-            idle = steady_rss_kib(mirror.pid, timeout_s=60.0) / 1024
-            progress(f"peer process serving the node mirror, idle: {idle:.2f} MiB")
-            servers = {NODE_MIRROR: (f"127.0.0.1:{port}", mirror.pid)}
-            assert registry.pid is not None
-            servers[REGISTRY] = (registry.host, registry.pid)
-            for round_no in range(1, rounds + 1):
-                order = PULL_SOURCES if round_no % 2 else tuple(reversed(PULL_SOURCES))
-                for source in order:
-                    host, pid = servers[source]
-                    pulls.append(
-                        pull_set(base, held, source, host=host, server_pid=pid, round_no=round_no)
-                    )
-            busy = status_kib(mirror.pid, "VmHWM") / 1024
-    return replace(fig, pulls=tuple(pulls), peer_idle_rss_mib=idle, peer_busy_rss_mib=busy)
+        assert registry.pid is not None
+        for round_no in range(1, rounds + 1):
+            registry_first = round_no % 2 == 0
+            if registry_first:
+                pulls.append(pull_set(base, held, REGISTRY, host=registry.host,
+                                      server_pid=registry.pid, round_no=round_no))  # fmt: skip
+            mirrored, rss, peak = mirror_round(base, held, python, round_no)
+            pulls += mirrored
+            idle.append(rss)
+            busy.append(peak)
+            if not registry_first:
+                pulls.append(pull_set(base, held, REGISTRY, host=registry.host,
+                                      server_pid=registry.pid, round_no=round_no))  # fmt: skip
+    return replace(
+        fig,
+        pulls=tuple(pulls),
+        peer_idle_rss_mib=statistics.median(idle),
+        peer_busy_rss_mib=max(busy),
+    )
 
 
 # ------------------------------------------------------------------ the shaped link
