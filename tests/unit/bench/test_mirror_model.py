@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.mirror import HeldSet, link_blobs
+from bench.mirror import HeldSet
+from bench.mirror_link import link_blobs
 from bench.mirror_model import (
     BUDGET_MIB,
     NODE_MIRROR,
