@@ -27,6 +27,7 @@ from typing import Final, Literal
 
 from nodeagent.adapters.files import read_bytes_bounded, remove_file, write_atomic
 from nodeagent.adapters.host import registries_texts
+from nodeagent.adapters.store.source import served_tag_images
 from nodeagent.errors import ConfigInvalid, ImageReferenceInvalid, RegistriesConfInvalid
 from nodeagent.references import parse_pinned_image_ref
 from nodeagent.registries import RegistriesConf, read_registries_conf
@@ -48,7 +49,7 @@ Action = Literal["wrote", "unchanged", "removed", "absent", "refused"]
 @dataclass(frozen=True, slots=True)
 class Held:
     """The repositories the store holds (``host/path``, normalized), and those of them whose
-    signed tags the node mirror answers (``tag-only``; none until bundles carry tags)."""
+    signed tags the node mirror answers (``tag-only``: a stored bundle's ``servedTags``)."""
 
     repositories: tuple[str, ...] = ()
     tagged: frozenset[str] = frozenset()
@@ -71,7 +72,9 @@ class DropinOutcome:
 
 def held_repositories(store_root: Path) -> Held:
     """The repositories of the images ``index.json`` lists (read without the store lock:
-    it is replaced atomically); none when there is no store yet."""
+    it is replaced atomically), and those of them whose tags a stored bundle serves
+    (``servedTags``: their entries also send pulls by tag to the node mirror, ``tag-only``);
+    none when there is no store yet."""
     data = read_bytes_bounded(store_root / layout.INDEX_NAME, layout.MAX_INDEX_BYTES)
     names: set[str] = set()
     skipped = 0
@@ -84,7 +87,12 @@ def held_repositories(store_root: Path) -> Held:
         names.add(repository_name(ref.host, ref.repository))
     repositories = tuple(sorted(names))
     kept = tuple(r for r in repositories if is_mirrorable(r))
-    return Held(kept, frozenset(), skipped + len(repositories) - len(kept))
+    tagged = (
+        frozenset(repository_name(i.host, i.repository) for i in served_tag_images(store_root))
+        if kept
+        else frozenset()
+    )
+    return Held(kept, tagged & frozenset(kept), skipped + len(repositories) - len(kept))
 
 
 class NodeMirrorDropin:
