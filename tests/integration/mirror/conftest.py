@@ -51,7 +51,8 @@ class OfflineNode:
     app: str
     """Pinned by digest."""
     evicted: str
-    """Stored and pinned, removed from CRI-O's storage by the tests that need it gone."""
+    """Carried by the bundle, so stored, but in no set: not pinned (the kubelet's garbage
+    collection may remove it); removed from CRI-O's storage by the tests."""
     tag_ref: str
     signed_digest: str
     release: SyntheticRelease
@@ -119,10 +120,15 @@ def _bundles(work: Path, registry: Registry) -> tuple[dict[str, str], SyntheticR
         catalog = push(registry.url, CATALOG, built["cat"], tag=TAG)
         refs["catalog"] = catalog.reference(host)
         refs["signed"] = catalog.digest
-        images = [refs["pause"], refs["app"], refs["evicted"], f"{host}/{CATALOG}:{TAG}@{catalog.digest}"]
+        images = [
+            refs["pause"],
+            refs["app"],
+            refs["evicted"],
+            f"{host}/{CATALOG}:{TAG}@{catalog.digest}",
+        ]
         make_bundle(
             work / "images", registry,
-            [refs["pause"], refs["app"], refs["evicted"], refs["catalog"]], public, secret,
+            [refs["pause"], refs["app"], refs["catalog"]], public, secret,
             images=images, extra_args=["--serve-tags"],
         )  # fmt: skip
         release = push_release(

@@ -10,7 +10,6 @@ the node mirror killed, pulls that go on to the source once it is up.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -24,15 +23,14 @@ from tests.testenv.image_proxy import ImageProxy
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-def requests_served(node: OfflineNode) -> int:
-    status = node.agent.status() or {}
-    mirror: dict[str, Any] = status.get("nodeMirror") or {}
-    return int(mirror.get("requests", 0))
-
-
 def test_the_daemon_s_drop_in_sends_digests_and_the_signed_tag_to_the_node_mirror(
     offline_node: OfflineNode,
 ) -> None:
+    # The imports have ended: their loopback mirror and its drop-in are gone; this one is
+    # the daemon's, the only one in CRI-O's registries.conf.d.
+    assert [p.name for p in offline_node.crio.registries_dir.iterdir()] == [
+        offline_node.dropin.name
+    ]
     text = offline_node.dropin.read_text()
     host = offline_node.registry.host
     for repository in ("nodeagent-test/app", "nodeagent-test/catalog", "ocp/rhel-coreos"):
@@ -55,10 +53,6 @@ async def test_always_by_digest_and_by_served_tag_runs_pods_offline(
             await run.run(image, pod=pod, namespace="offline")
         listed = await cri.list_containers()
         assert sorted(c.pod_name for c in listed) == ["app", "catalog"]
-    n.agent.wait_status(
-        lambda s: (s.get("nodeMirror") or {}).get("requests", 0) > 0,
-        what="the node mirror's requests in the status", timeout_s=40,
-    )  # fmt: skip
 
 
 async def test_an_evicted_image_pulls_through_cri_podman_and_skopeo(
@@ -66,6 +60,8 @@ async def test_an_evicted_image_pulls_through_cri_podman_and_skopeo(
 ) -> None:
     n = offline_node
     async with CriClient(n.crio.endpoint, timeout_s=120) as cri:
+        stored = await cri.image_status(n.evicted)
+        assert stored is None or not stored.is_pinned
         await cri.remove_image(n.evicted)  # the kubelet's garbage collection
         assert await cri.image_status(n.evicted) is None
         await cri.pull_image(n.evicted, timeout_s=120)
@@ -119,6 +115,12 @@ async def test_the_node_mirror_killed_pulls_go_to_the_source(offline_node: Offli
     """Last in the module: it kills the mirror. Pulls fail while the registry is down too
     (what the earlier tests pulled came from the node mirror) and succeed from the source."""
     n = offline_node
+    # What the tests above pulled, the peer process counted and reported (each 15 s).
+    status = n.agent.wait_status(
+        lambda s: (s.get("nodeMirror") or {}).get("requests", 0) > 0,
+        what="the node mirror's requests in the status", timeout_s=40,
+    )  # fmt: skip
+    assert status["nodeMirror"]["serving"] is True and status["nodeMirror"]["bytesServed"] > 0
     n.kill_mirror()
     async with CriClient(n.crio.endpoint, timeout_s=120) as cri:
         await cri.remove_image(n.app)
