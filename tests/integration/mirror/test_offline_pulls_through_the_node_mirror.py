@@ -112,10 +112,13 @@ async def test_the_os_image_removed_from_containers_storage_comes_through_the_no
 
 
 async def test_the_node_mirror_killed_pulls_go_to_the_source(offline_node: OfflineNode) -> None:
-    """Last in the module: it kills the mirror. Pulls fail while the registry is down too
-    (what the earlier tests pulled came from the node mirror) and succeed from the source."""
+    """Last in the module: it kills the mirror. A pull that succeeded through it fails once
+    it is killed while the registry is down too, and succeeds from the source once it is up."""
     n = offline_node
-    # What the tests above pulled, the peer process counted and reported (each 15 s).
+    async with CriClient(n.crio.endpoint, timeout_s=120) as cri:
+        await cri.remove_image(n.app)
+        await cri.pull_image(n.app, timeout_s=120)  # the node mirror up: it serves
+    # The peer process counted what it served and reported it (each 15 s).
     status = n.agent.wait_status(
         lambda s: (s.get("nodeMirror") or {}).get("requests", 0) > 0,
         what="the node mirror's requests in the status", timeout_s=40,
