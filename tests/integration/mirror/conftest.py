@@ -6,7 +6,8 @@ synthetic release with its OS image (tests/testenv/release.py). Two bundles are 
 them, the registry is stopped, both are imported into the real CRI-O (``bundle import``: the
 import's loopback mirror is gone when it returns). Then the real daemon starts, writes its
 real registries.conf drop-in (``98-nodeagent-node-mirror.conf``) and reloads CRI-O, and the
-real ``nodeagent serve-peers`` process serves the node mirror on a free loopback port. Every
+real ``nodeagent serve-peers`` process serves the node mirror on a free loopback port,
+unprivileged as its unit runs it (another uid, no capability, the store read-only). Every
 pull below goes through CRI-O's or the container tools' reading of that drop-in.
 """
 
@@ -31,6 +32,7 @@ from tests.testenv.bundles import make_bundle
 from tests.testenv.crio import Crio
 from tests.testenv.images import push
 from tests.testenv.packages import PACKAGES, ensure_packages
+from tests.testenv.peer_process import PEER_UID, agent_peer_command, share_with_peer
 from tests.testenv.private_containers import PrivateContainers
 from tests.testenv.registry import Registry, free_port
 from tests.testenv.release import SyntheticRelease, push_release
@@ -68,15 +70,17 @@ class OfflineNode:
         return "" if self.peer_log is None else self.peer_log.read_text(errors="replace")
 
     def start_mirror(self) -> None:
-        """``nodeagent serve-peers``, as its unit starts it once the daemon listens."""
+        """``nodeagent serve-peers`` as its unit starts it once the daemon listens: another
+        uid, no capability, the store read-only, the rest of the state hidden
+        (``peer_process.agent_peer_command``)."""
         self.agent.wait_log("peer_reports_listening")
         self.peer_log = self.work / "peer.log"
-        command = [sys.executable, "-m", "nodeagent", "--config", str(self.agent.config_file)]
+        argv = [sys.executable, "-m", "nodeagent", "--config", str(self.agent.config_file)]
+        command = agent_peer_command(self.agent.base, self.agent.state_dir, [*argv, "serve-peers"])
         with self.peer_log.open("ab") as log:
             self.peer = subprocess.Popen(
-                [*command, "serve-peers"], stdout=log, stderr=log, env=self.agent.env(),
-                cwd=self.work,
-            )  # fmt: skip
+                command, stdout=log, stderr=log, env=self.agent.env(), cwd="/"
+            )
         log_path = self.peer_log
         wait_for(
             lambda: "node_mirror_started" in log_path.read_text(errors="replace"),
@@ -84,6 +88,9 @@ class OfflineNode:
             what="the node mirror to listen",
             detail=lambda: log_tail(log_path),
         )
+        status = Path(f"/proc/{self.peer.pid}/status").read_text()
+        uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
+        assert uids == [str(PEER_UID)] * 4  # the unprivileged peer, as its unit runs it
 
     def kill_mirror(self) -> None:
         if self.peer is not None and self.peer.poll() is None:
@@ -160,6 +167,8 @@ def offline_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OfflineNo
         port = free_port()
         agent = Agent(work / "agent", crio, extra_config=f'[mirror]\nlisten = "127.0.0.1:{port}"\n')
         agent.write_config()
+        for shared in (agent.state_dir / "store", agent.run_dir / "peer"):
+            share_with_peer(shared)  # as the package's tmpfiles entries leave them
         agent.trusted_keys_dir.mkdir(parents=True)
         for key in (work / "trusted").iterdir():
             shutil.copy(key, agent.trusted_keys_dir / key.name)
