@@ -40,6 +40,7 @@ from tests.testenv.waiting import log_tail, wait_for
 
 CATALOG = "nodeagent-test/catalog"
 TAG = "v4.16"
+TAG_ONLY = 'pull-from-mirror = "tag-only"'
 
 
 @dataclass
@@ -116,7 +117,6 @@ def _bundles(work: Path, registry: Registry) -> tuple[dict[str, str], SyntheticR
     built = {n: pods.sleeper_image(work / n, label=n) for n in ("pause", "app", "cat", "spare")}
     public, secret = minisign.generate_keypair(comment="node mirror e2e")
     keys = make_keys(work / "release-keys", "release")
-    (work / "images").mkdir()
     with registry:
         host = registry.host
         refs = {
@@ -133,11 +133,14 @@ def _bundles(work: Path, registry: Registry) -> tuple[dict[str, str], SyntheticR
             refs["evicted"],
             f"{host}/{CATALOG}:{TAG}@{catalog.digest}",
         ]
-        make_bundle(
-            work / "images", registry,
-            [refs["pause"], refs["app"], refs["catalog"]], public, secret,
-            images=images, extra_args=["--serve-tags"],
-        )  # fmt: skip
+        in_sets = [refs["pause"], refs["app"], refs["catalog"]]
+        for name, flags in (("plain", []), ("images", ["--serve-tags"])):
+            (work / name).mkdir()
+            make_bundle(
+                work / name, registry, in_sets, public, secret,
+                images=images if flags else [*in_sets, refs["evicted"]], extra_args=flags,
+                bundle_id=f"{name}-e2e", set_name=f"{name}-e2e",
+            )  # fmt: skip
         release = push_release(
             registry.url, host, work, version="4.99.7", payload_count=1, os_image=True
         )
@@ -172,7 +175,7 @@ def offline_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OfflineNo
         agent.trusted_keys_dir.mkdir(parents=True)
         for key in (work / "trusted").iterdir():
             shutil.copy(key, agent.trusted_keys_dir / key.name)
-        for bundle in (images_bundle, work / "release-bundle"):
+        for bundle in (work / "plain" / "bundle", work / "release-bundle"):
             done = agent.cli("bundle", "import", str(bundle), "--json")
             assert done.returncode == 0, done.stdout + done.stderr
         node = OfflineNode(
@@ -182,6 +185,19 @@ def offline_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OfflineNo
         with agent:
             wait_for(node.dropin.exists, timeout_s=30, what="the daemon's drop-in")
             agent.wait_log("mirror_dropin_applied")  # CRI-O reloaded with it
+            assert TAG_ONLY not in node.dropin.read_text()  # no bundle serves a tag yet
+            # The same images, now with a served tag, while the daemon runs: the store's
+            # index.json does not change, the drop-in must follow all the same.
+            done = agent.cli("bundle", "import", str(images_bundle), "--json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            wait_for(
+                lambda: TAG_ONLY in node.dropin.read_text(), timeout_s=30,
+                what="the daemon's drop-in to send the served tag to the node mirror",
+            )  # fmt: skip
+            wait_for(
+                lambda: agent.log_text().count("mirror_dropin_applied") == 2, timeout_s=30,
+                what="CRI-O reloaded with the tag-only entry",
+            )  # fmt: skip
             node.start_mirror()
             try:
                 yield node
