@@ -134,11 +134,13 @@ def _bundles(work: Path, registry: Registry) -> tuple[dict[str, str], SyntheticR
             f"{host}/{CATALOG}:{TAG}@{catalog.digest}",
         ]
         in_sets = [refs["pause"], refs["app"], refs["catalog"]]
+        # the tagged one newer in the same channel (a rollback is refused)
         for name, flags in (("plain", []), ("images", ["--serve-tags"])):
             (work / name).mkdir()
             make_bundle(
                 work / name, registry, in_sets, public, secret,
-                images=images if flags else [*in_sets, refs["evicted"]], extra_args=flags,
+                images=images if flags else [*in_sets, refs["evicted"]],
+                extra_args=[*flags, "--sequence", "2" if flags else "1"],
                 bundle_id=f"{name}-e2e", set_name=f"{name}-e2e",
             )  # fmt: skip
         release = push_release(
