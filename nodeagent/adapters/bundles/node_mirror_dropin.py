@@ -20,6 +20,7 @@ bytes change: the caller reloads CRI-O once per change. No repository held: no f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,6 @@ from typing import Final, Literal
 
 from nodeagent.adapters.files import read_bytes_bounded, remove_file, write_atomic
 from nodeagent.adapters.host import registries_texts
-from nodeagent.adapters.store.source import served_tag_images
 from nodeagent.errors import ConfigInvalid, ImageReferenceInvalid, RegistriesConfInvalid
 from nodeagent.references import parse_pinned_image_ref
 from nodeagent.registries import RegistriesConf, read_registries_conf
@@ -40,6 +40,10 @@ from nodeagent.registries.dropin import (
 )
 from nodeagent.store import layout
 
+MAX_BUNDLE_MANIFEST_BYTES: Final = 16 << 20
+"""A stored ``bundle.json``'s bound (``bundles.manifest``'s, which is not imported here)."""
+SERVED_TAGS_KEY: Final = b'"servedTags"'
+"""Only a manifest holding this key is parsed: most bundles serve no tag."""
 DROPIN_MODE: Final = 0o644
 """podman and skopeo read registries.conf.d as whatever user runs them."""
 
@@ -87,12 +91,47 @@ def held_repositories(store_root: Path) -> Held:
         names.add(repository_name(ref.host, ref.repository))
     repositories = tuple(sorted(names))
     kept = tuple(r for r in repositories if is_mirrorable(r))
-    tagged = (
-        frozenset(repository_name(i.host, i.repository) for i in served_tag_images(store_root))
-        if kept
-        else frozenset()
-    )
+    tagged = served_tag_repositories(store_root) if kept else frozenset()
     return Held(kept, tagged & frozenset(kept), skipped + len(repositories) - len(kept))
+
+
+def served_tag_repositories(store_root: Path) -> frozenset[str]:
+    """The repositories of the tags the store's bundles serve (``servedTags`` of each
+    recorded bundle's signed manifest, verified when it was stored). Read here, not through
+    ``bundles.manifest``: the daemon renders this file at idle, and the manifest, tags and
+    signature code stay unloaded until a bundle comes (tests/unit/test_idle_imports.py)."""
+    bundles = store_root / layout.BUNDLES_DIR
+    try:
+        names = sorted(entry.name for entry in bundles.iterdir())
+    except OSError:  # no bundle stored yet
+        return frozenset()
+    found: set[str] = set()
+    for name in names:
+        directory = bundles / name
+        if not layout.is_bundle_id(name) or not (directory / layout.RECORD_NAME).is_file():
+            continue  # the record is written last: without it the bundle does not count
+        data = read_bytes_bounded(directory / layout.MANIFEST_NAME, MAX_BUNDLE_MANIFEST_BYTES)
+        if data is not None and SERVED_TAGS_KEY in data:
+            found |= _tag_repositories(data)
+    return frozenset(found)
+
+
+def _tag_repositories(data: bytes) -> set[str]:
+    """``host/repository`` of each ``host/repository:tag`` key of ``servedTags``."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return set()
+    tags = doc.get("servedTags") if isinstance(doc, dict) else None
+    found: set[str] = set()
+    for reference, digest in tags.items() if isinstance(tags, dict) else ():
+        name = reference.rpartition(":")[0]
+        try:
+            ref = parse_pinned_image_ref(f"{name}@{digest}")
+        except ImageReferenceInvalid:
+            continue
+        found.add(repository_name(ref.host, ref.repository))
+    return found
 
 
 class NodeMirrorDropin:

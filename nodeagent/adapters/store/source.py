@@ -15,10 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
-from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
+from nodeagent.adapters.store.records import read_bundle_file
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile, parse_manifest
 from nodeagent.bundles.tags import ServedTag, answered_tags, tags_doc
-from nodeagent.references import PinnedImageRef
 from nodeagent.store import layout
 
 
@@ -65,19 +64,6 @@ def stored_served_tags(store_root: Path, bundle_id: str) -> tuple[ServedTag, ...
     """The tags a stored bundle's signed manifest serves (``servedTags``)."""
     manifest = _stored_manifest(store_root, bundle_id)
     return () if manifest is None else manifest.served_tags
-
-
-def served_tag_images(store_root: Path) -> tuple[PinnedImageRef, ...]:
-    """The images whose tags the stored bundles serve (``servedTags`` of every recorded
-    bundle's signed manifest, verified when it was stored): the repositories the node
-    mirror's drop-in sends pulls by tag for (``tag-only``)."""
-    records = StoreRecords(store_root).load(is_repairing=False).records
-    return tuple(
-        tag.image
-        for record in records
-        if not record.is_registry
-        for tag in stored_served_tags(store_root, record.bundle_id)
-    )
 
 
 def stored_frozen_tags(store_root: Path, bundle_id: str) -> dict[str, str]:
