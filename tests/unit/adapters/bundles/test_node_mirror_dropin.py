@@ -4,6 +4,7 @@ held (decision 0058)."""
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from nodeagent.adapters.bundles.node_mirror_dropin import (
     Held,
     NodeMirrorDropin,
     held_repositories,
+    served_tag_repositories,
 )
 from nodeagent.adapters.host import registries_texts
 from nodeagent.adapters.store.copier import copy_bundle
@@ -67,6 +69,23 @@ def test_the_repositories_of_a_stored_bundle_s_served_tags_are_tagged(tmp_path: 
     text = dropin(tmp_path).render(held, read_registries_conf([]))
     tag_only = text.split('pull-from-mirror = "tag-only"')
     assert len(tag_only) == 2 and f'prefix = "{HOST}/example/catalog"' in tag_only[0]
+
+
+def test_an_unrecorded_or_unreadable_bundle_serves_no_tag(tmp_path: Path) -> None:
+    bundles = tmp_path / "store" / "bundles"
+    tags = {f"{HOST}/example/catalog:v1": DIGEST}
+    for name, text, is_recorded in (
+        ("unrecorded", json.dumps({"servedTags": tags}), False),  # the record comes last
+        ("broken", '{"servedTags": ', True),
+        ("listed", json.dumps({"servedTags": ["not", "a", "mapping"]}), True),
+        ("good", json.dumps({"servedTags": tags | {"no-digest:v2": "latest"}}), True),
+    ):
+        (bundles / name).mkdir(parents=True)
+        (bundles / name / "bundle.json").write_text(text)
+        if is_recorded:
+            (bundles / name / "record.json").write_text("{}")
+    assert served_tag_repositories(tmp_path / "store") == {f"{HOST}/example/catalog"}
+    assert served_tag_repositories(tmp_path / "absent") == frozenset()
 
 
 def test_written_once_0644_and_removed_when_nothing_is_held(tmp_path: Path) -> None:
