@@ -226,30 +226,36 @@ class Importer:
         report: BundleReport,
         to_store: int,
     ) -> BundleReport:
-        """Copy what the store lacks from the medium; then the medium may be removed."""
+        """Copy what the store lacks from the medium; then the medium may be removed.
+
+        The copy runs even when the store holds every blob: it records the bundle (its
+        signed manifest, signature and record), without which the store would not keep
+        its blobs for it nor serve its tags (a newer bundle of the same images).
+        """
         carries_files = manifest.release is not None and bool(manifest.release.signatures)
-        if to_store or carries_files:  # a release's signature files go to the store too
-            storing = replace(report, state="storing")
+        is_shown = bool(to_store or carries_files)  # a release's signature files are copied
+        storing = replace(report, state="storing")
+        if is_shown:
             self._report(storing, "bundle_storing", bytes=format_bytes(to_store))
-            loop = asyncio.get_running_loop()
-            is_cancelled = False
+        loop = asyncio.get_running_loop()
+        is_cancelled = False
 
-            def show(progress: ByteProgress) -> None:  # on the loop, after any cancellation
-                if not is_cancelled:
-                    self._progress(storing, progress)
+        def show(progress: ByteProgress) -> None:  # on the loop, after any cancellation
+            if is_shown and not is_cancelled:
+                self._progress(storing, progress)
 
-            def on_progress(progress: ByteProgress) -> None:
-                loop.call_soon_threadsafe(show, progress)
+        def on_progress(progress: ByteProgress) -> None:
+            loop.call_soon_threadsafe(show, progress)
 
-            try:
-                await asyncio.to_thread(store.copy, root, manifest, on_progress)
-            except NodeAgentError as exc:
-                return self._reject(replace(report, progress=None), exc)
-            except asyncio.CancelledError:
-                # The copy's thread runs on until its medium read fails or it ends: its
-                # progress must not overwrite the report that says the import stopped.
-                is_cancelled = True
-                raise
+        try:
+            await asyncio.to_thread(store.copy, root, manifest, on_progress)
+        except NodeAgentError as exc:
+            return self._reject(replace(report, progress=None), exc)
+        except asyncio.CancelledError:
+            # The copy's thread runs on until its medium read fails or it ends: its
+            # progress must not overwrite the report that says the import stopped.
+            is_cancelled = True
+            raise
         self.ports.release_medium(root)
         stored = replace(report, state="stored", is_medium_removable=True, progress=None)
         return self._report(

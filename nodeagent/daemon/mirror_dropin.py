@@ -4,15 +4,16 @@ Wiring only: ``node_mirror_dropin`` builds the adapter from ``[mirror]`` and ``[
 ``sync_dropin`` renders, writes (only changed bytes) and reloads the runtime once per change
 (``[mirror] enabled = false``: removes the file, reloads once); ``dropin_loop`` (the daemon's
 optional task) does it at start and whenever the store's holdings or a registries.conf file
-change (inotify on the store's ``index.json`` and the registries.conf directories; while the
-daemon is stopped, nodeagent-mirror-dropin.path runs ``nodeagent render-mirror-dropin
---write --reload`` instead). A reload that failed is owed and tried again until delivered.
+change (inotify on the store's ``index.json``, its bundles' files and the registries.conf
+directories; while the daemon is stopped, nodeagent-mirror-dropin.path runs ``nodeagent
+render-mirror-dropin --write --reload`` instead). A reload that failed is owed and tried
+again until delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 import structlog
@@ -27,6 +28,7 @@ from nodeagent.bundles.node_mirror import dropin_condition
 from nodeagent.config import NODE_MIRROR_DROPIN_NAME, Config
 from nodeagent.errors import NodeAgentError
 from nodeagent.status import Condition
+from nodeagent.store import layout
 
 log = structlog.get_logger(__name__)
 
@@ -115,18 +117,37 @@ async def sync_dropin(
     return False
 
 
+async def next_change(watchers: Sequence[DirectoryWatcher]) -> None:
+    """Until one of ``watchers`` reports a change (the others keep theirs for later)."""
+    waits = [asyncio.ensure_future(anext(w)) for w in watchers]
+    try:
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for finished in done:
+            finished.result()  # a watcher's failure is the loop's
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
 async def dropin_loop(config: Config, reloader: Reloader, report: ConditionSink) -> None:
     """At start, then at every change of the store's records or of registries.conf files."""
-    # The store's index.json is replaced whenever its holdings change.
+    # The store's index.json is replaced whenever its holdings change; a bundle's files
+    # (bundles/<id>/, watched to any depth) when a bundle that serves tags comes or goes,
+    # which need not change index.json (the same images, now with a served tag).
     runtime = config.runtime
     watched = [config.store_dir, runtime.registries_conf.parent, runtime.registries_dir]
-    async with DirectoryWatcher(watched, debounce_s=0.5) as watcher:
+    records = [config.store_dir / layout.BUNDLES_DIR]
+    async with (
+        DirectoryWatcher(watched, debounce_s=0.5) as watcher,
+        DirectoryWatcher(records, debounce_s=0.5, recursive=True) as bundles,
+    ):
         # Watching before the first render: a change made meanwhile is not missed.
         owed = await sync_dropin(config, reloader, report)
         while True:
             try:
                 async with asyncio.timeout(RETRY_RELOAD_S if owed else None):
-                    await anext(watcher)
+                    await next_change((watcher, bundles))
             except TimeoutError:
                 pass
             owed = await sync_dropin(config, reloader, report, is_owed=owed)

@@ -122,3 +122,51 @@ def peer_command(
     """``argv`` run as the peer's unit runs (prefix it with the node's namespace)."""
     script = view_script(root, is_store_read_only=is_store_read_only)
     return ["sh", "-c", script, "sh", *as_peer(uid, gid), *argv]
+
+
+def share_with_peer(directory: Path) -> None:
+    """``directory`` as the package's tmpfiles entries make the store and the report
+    socket's directory: ``2750 root:PEER_GID`` (what is written in it inherits the group)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chown(directory, 0, PEER_GID)
+    directory.chmod(0o2750)
+
+
+def _hidden_top(path: Path) -> Path:
+    """The topmost ancestor of ``path`` that another user cannot traverse (pytest's
+    ``/tmp/pytest-of-root`` is 0700): covered in the peer's namespace, ``path`` rebound
+    below it."""
+    tops = [p for p in reversed(path.parents) if p != Path("/") and not p.stat().st_mode & 0o001]
+    if not tops:
+        raise ValueError(f"{path}: every ancestor is traversable, nothing to cover")
+    return tops[0]
+
+
+def agent_peer_command(base: Path, state_dir: Path, argv: list[str]) -> list[str]:
+    """``argv`` run as the peer's unit runs it, for a ``tests.testenv.agent.Agent`` laid
+    out under ``base`` (its absolute paths kept): in a private mount namespace ``base`` is
+    reachable at its own path through directories any user may traverse, ``state_dir`` is
+    an empty read-only tmpfs but for its ``store``, bound read-only, then ``setpriv`` to
+    ``PEER_UID``/``PEER_GID`` with no capability. Nothing outside the namespace changes."""
+    top, store = _hidden_top(base), (state_dir / "store").relative_to(base)
+    quoted = {
+        k: shlex.quote(str(v)) for k, v in (("base", base), ("top", top), ("state", state_dir))
+    }
+    steps = [
+        "set -e",
+        "umask 022",  # the view's directories; the peer's own umask is set before exec
+        f"mount -t tmpfs -o mode=0755,nosuid,nodev nodeagent-peer-view {VIEW}",
+        f"mkdir {VIEW}/base",
+        f"mount --rbind {quoted['base']} {VIEW}/base",
+        f"mount -t tmpfs -o mode=0755,nosuid,nodev nodeagent-peer-top {quoted['top']}",
+        f"mkdir -p {quoted['base']}",
+        f"mount --rbind {VIEW}/base {quoted['base']}",
+        f"mount -t tmpfs -o mode=0755,nosuid,nodev nodeagent-peer-state {quoted['state']}",
+        f"mkdir {quoted['state']}/store",
+        f"mount --bind -o ro {VIEW}/base/{shlex.quote(str(store))} {quoted['state']}/store",
+        "umask 077",  # as systemd/nodeagent-peer.service
+        'exec "$@"',
+    ]
+    script = "; ".join(steps)
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+            *as_peer(), *argv]  # fmt: skip

@@ -20,6 +20,7 @@ bytes change: the caller reloads CRI-O once per change. No repository held: no f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,10 @@ from nodeagent.registries.dropin import (
 )
 from nodeagent.store import layout
 
+MAX_BUNDLE_MANIFEST_BYTES: Final = 16 << 20
+"""A stored ``bundle.json``'s bound (``bundles.manifest``'s, which is not imported here)."""
+SERVED_TAGS_KEY: Final = b'"servedTags"'
+"""Only a manifest holding this key is parsed: most bundles serve no tag."""
 DROPIN_MODE: Final = 0o644
 """podman and skopeo read registries.conf.d as whatever user runs them."""
 
@@ -48,7 +53,7 @@ Action = Literal["wrote", "unchanged", "removed", "absent", "refused"]
 @dataclass(frozen=True, slots=True)
 class Held:
     """The repositories the store holds (``host/path``, normalized), and those of them whose
-    signed tags the node mirror answers (``tag-only``; none until bundles carry tags)."""
+    signed tags the node mirror answers (``tag-only``: a stored bundle's ``servedTags``)."""
 
     repositories: tuple[str, ...] = ()
     tagged: frozenset[str] = frozenset()
@@ -71,7 +76,9 @@ class DropinOutcome:
 
 def held_repositories(store_root: Path) -> Held:
     """The repositories of the images ``index.json`` lists (read without the store lock:
-    it is replaced atomically); none when there is no store yet."""
+    it is replaced atomically), and those of them whose tags a stored bundle serves
+    (``servedTags``: their entries also send pulls by tag to the node mirror, ``tag-only``);
+    none when there is no store yet."""
     data = read_bytes_bounded(store_root / layout.INDEX_NAME, layout.MAX_INDEX_BYTES)
     names: set[str] = set()
     skipped = 0
@@ -84,7 +91,47 @@ def held_repositories(store_root: Path) -> Held:
         names.add(repository_name(ref.host, ref.repository))
     repositories = tuple(sorted(names))
     kept = tuple(r for r in repositories if is_mirrorable(r))
-    return Held(kept, frozenset(), skipped + len(repositories) - len(kept))
+    tagged = served_tag_repositories(store_root) if kept else frozenset()
+    return Held(kept, tagged & frozenset(kept), skipped + len(repositories) - len(kept))
+
+
+def served_tag_repositories(store_root: Path) -> frozenset[str]:
+    """The repositories of the tags the store's bundles serve (``servedTags`` of each
+    recorded bundle's signed manifest, verified when it was stored). Read here, not through
+    ``bundles.manifest``: the daemon renders this file at idle, and the manifest, tags and
+    signature code stay unloaded until a bundle comes (tests/unit/test_idle_imports.py)."""
+    bundles = store_root / layout.BUNDLES_DIR
+    try:
+        names = sorted(entry.name for entry in bundles.iterdir())
+    except OSError:  # no bundle stored yet
+        return frozenset()
+    found: set[str] = set()
+    for name in names:
+        directory = bundles / name
+        if not layout.is_bundle_id(name) or not (directory / layout.RECORD_NAME).is_file():
+            continue  # the record is written last: without it the bundle does not count
+        data = read_bytes_bounded(directory / layout.MANIFEST_NAME, MAX_BUNDLE_MANIFEST_BYTES)
+        if data is not None and SERVED_TAGS_KEY in data:
+            found |= _tag_repositories(data)
+    return frozenset(found)
+
+
+def _tag_repositories(data: bytes) -> set[str]:
+    """``host/repository`` of each ``host/repository:tag`` key of ``servedTags``."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return set()
+    tags = doc.get("servedTags") if isinstance(doc, dict) else None
+    found: set[str] = set()
+    for reference, digest in tags.items() if isinstance(tags, dict) else ():
+        name = reference.rpartition(":")[0]
+        try:
+            ref = parse_pinned_image_ref(f"{name}@{digest}")
+        except ImageReferenceInvalid:
+            continue
+        found.add(repository_name(ref.host, ref.repository))
+    return found
 
 
 class NodeMirrorDropin:

@@ -225,7 +225,8 @@ def copy_bundle(
         store.ensure()
         records.ensure_layout()
         plan = plan_copy(store, manifest)
-        admit_copy(store, f"bundle {manifest.bundle_id}", plan.missing_bytes, limits)
+        if plan.missing:  # nothing to copy: the record alone, whatever the space left
+            admit_copy(store, f"bundle {manifest.bundle_id}", plan.missing_bytes, limits)
         resumed = {d: size for d, (size, _) in store.partials().items() if d in dict(plan.missing)}
         meter = ProgressMeter(plan.missing_bytes, started_s, done_bytes=sum(resumed.values()))
         log.info(

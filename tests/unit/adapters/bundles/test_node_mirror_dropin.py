@@ -4,6 +4,7 @@ held (decision 0058)."""
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -12,11 +13,14 @@ from nodeagent.adapters.bundles.node_mirror_dropin import (
     Held,
     NodeMirrorDropin,
     held_repositories,
+    served_tag_repositories,
 )
 from nodeagent.adapters.host import registries_texts
+from nodeagent.adapters.store.copier import copy_bundle
 from nodeagent.registries import read_registries_conf
 from nodeagent.store import layout
 from nodeagent.store.layout import StoredImage
+from tests.testenv.signed_bundles import HOST, Keys, image, signed_bundle, with_served_tags
 
 DIGEST = "sha256:" + "a" * 64
 
@@ -45,6 +49,43 @@ def test_holdings_are_the_repositories_of_the_store_index(tmp_path: Path) -> Non
     held = held_repositories(store)
     assert held.repositories == ("docker.io/library/busybox", "quay.io/org/app")
     assert held.skipped == 1  # a tag reference is no digest reference: never mirrored
+
+
+def test_the_repositories_of_a_stored_bundle_s_served_tags_are_tagged(tmp_path: Path) -> None:
+    """A ``--serve-tags`` bundle in the store: its tagged repository gets the ``tag-only``
+    mirror in the drop-in (the daemon's own drop-in, not only the import's), the others not."""
+    keys, cache = Keys.make(tmp_path / "trusted"), tmp_path / "cache"
+    catalog = image("example/catalog", [(4096, 1)], cache)
+    app = image("example/app", [(4096, 2)], cache)
+    bundle = signed_bundle(
+        tmp_path / "bundle", keys, [catalog, app], bundle_id="tagged", set_name="set-tagged"
+    )
+    bundle = with_served_tags(bundle, keys, {f"{HOST}/example/catalog:v1": catalog.digest})
+    store = tmp_path / "store"
+    copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    held = held_repositories(store)
+    assert held.repositories == (f"{HOST}/example/app", f"{HOST}/example/catalog")
+    assert held.tagged == frozenset({f"{HOST}/example/catalog"})
+    text = dropin(tmp_path).render(held, read_registries_conf([]))
+    tag_only = text.split('pull-from-mirror = "tag-only"')
+    assert len(tag_only) == 2 and f'prefix = "{HOST}/example/catalog"' in tag_only[0]
+
+
+def test_an_unrecorded_or_unreadable_bundle_serves_no_tag(tmp_path: Path) -> None:
+    bundles = tmp_path / "store" / "bundles"
+    tags = {f"{HOST}/example/catalog:v1": DIGEST}
+    for name, text, is_recorded in (
+        ("unrecorded", json.dumps({"servedTags": tags}), False),  # the record comes last
+        ("broken", '{"servedTags": ', True),
+        ("listed", json.dumps({"servedTags": ["not", "a", "mapping"]}), True),
+        ("good", json.dumps({"servedTags": tags | {"no-digest:v2": "latest"}}), True),
+    ):
+        (bundles / name).mkdir(parents=True)
+        (bundles / name / "bundle.json").write_text(text)
+        if is_recorded:
+            (bundles / name / "record.json").write_text("{}")
+    assert served_tag_repositories(tmp_path / "store") == {f"{HOST}/example/catalog"}
+    assert served_tag_repositories(tmp_path / "absent") == frozenset()
 
 
 def test_written_once_0644_and_removed_when_nothing_is_held(tmp_path: Path) -> None:

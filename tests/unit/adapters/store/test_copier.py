@@ -147,6 +147,27 @@ def test_the_size_cap_refuses_before_the_first_byte(
     assert not (store / "bundles" / "alpha").exists()
 
 
+def test_a_bundle_of_held_blobs_is_recorded_even_on_a_full_disk(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    """Nothing to copy: the newer bundle's signed manifest and record are written (its
+    tags are served, its blobs kept for it), whatever the space or the cap left."""
+    store = tmp_path / "store"
+    older = _bundle(tmp_path, keys, cache, "alpha")
+    copy_bundle(store, older.root, older.manifest, keys.trusted_dir)
+    newer = signed_bundle(
+        tmp_path / "newer", keys, older.images, bundle_id="beta", set_name="set-beta"
+    )
+    full = StoreLimits(max_bytes=1, reserve_bytes=1 << 60)
+    done = copy_bundle(store, newer.root, newer.manifest, keys.trusted_dir, limits=full)
+    assert done.blobs_copied == 0 and done.bytes_copied == 0
+    ids = sorted(r.bundle_id for r in StoreRecords(store).load().records)
+    assert ids == ["alpha", "beta"]
+    assert (store / "bundles" / "beta" / "bundle.json").read_bytes() == (
+        newer.root / "bundle.json"
+    ).read_bytes()
+
+
 def test_a_damaged_blob_on_the_medium_refuses_the_bundle(
     tmp_path: Path, keys: Keys, cache: Path
 ) -> None:
