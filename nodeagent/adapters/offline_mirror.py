@@ -12,7 +12,7 @@ from nodeagent.offline import findings as f
 from nodeagent.offline.facts import NodeMirrorDropin
 from nodeagent.offline.findings import Finding, finding
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
-from nodeagent.registries.dropin import repository_name
+from nodeagent.registries.names import repository_name
 from nodeagent.strict import MalformedInput, clip
 
 MAX_DROPIN_BYTES: Final = 4 << 20

@@ -21,18 +21,10 @@ from collections.abc import Iterable
 from typing import Final
 
 from nodeagent.registries.conf import RegistriesConf, RegistryEntry
-from nodeagent.registries.names import DOCKER_HUB, normalize_registry
+from nodeagent.registries.names import normalize_registry
+from nodeagent.registries.names import repository_name as repository_name
 
 _MIRROR_HOST: Final = re.compile(r"^([A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\]):[0-9]{1,5}$")
-
-
-def repository_name(host: str, repository: str) -> str:
-    """``host/repository`` as containers/image matches it: Docker Hub's aliases become
-    ``docker.io`` and its one-segment names gain ``library/``."""
-    host = normalize_registry(host)
-    if host == DOCKER_HUB and "/" not in repository:
-        repository = f"library/{repository}"
-    return f"{host}/{repository}"
 
 
 _NAME: Final = re.compile(

@@ -48,6 +48,15 @@ def normalize_registry(host: str) -> str:
     return DOCKER_HUB if lowered in DOCKER_HUB_ALIASES else lowered
 
 
+def repository_name(host: str, repository: str) -> str:
+    """``host/repository`` as containers/image matches it: Docker Hub's aliases become
+    ``docker.io`` and its one-segment names gain ``library/``."""
+    host = normalize_registry(host)
+    if host == DOCKER_HUB and "/" not in repository:
+        repository = f"library/{repository}"
+    return f"{host}/{repository}"
+
+
 def parse_docker_reference(ref: str) -> DockerReference:
     """Split ``[host[:port]/]repo[:tag][@digest]`` (docker's rules for the default host)."""
     name, at, digest = ref.partition("@")

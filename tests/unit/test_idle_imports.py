@@ -50,6 +50,8 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.bundles.mirror",  # the import's mirror (the node mirror's drop-in and the offline
     "nodeagent.bundles.tags",  # check name repositories through registries.dropin: 0.9 MiB)
     "nodeagent.bundles.manifest",
+    "nodeagent.adapters.bundles.node_mirror_dropin",  # the node mirror's drop-in: once the
+    "nodeagent.registries.dropin",  # store holds something, or a drop-in is to be removed
     "nodeagent.adapters.http.mirror",
     "aiohttp",  # the loopback mirror, the peer server, the fetcher (docs/decisions/0027)
     "nodeagent.daemon.site",  # the peer server: its own process (decision 0056)
