@@ -63,7 +63,7 @@ class AskedViews:
         try:
             holdings = await self.client.holdings(address)
         except NodeAgentError as err:
-            log.debug("peer_holdings_unavailable", peer=address, reason=err.reason)
+            log.debug("peer_holdings_unavailable", peer=address, reason=err.reason, error=str(err))
             self._said.pop(address)
             return
         finally:

@@ -157,7 +157,8 @@ async def serve(args: argparse.Namespace) -> None:
     dirs = [Path(d) for d in args.bundle_dir.split(",")]
     peer = Peer(dirs, args.mode, args.drip_s, args.count, args.armed_by)
     server = await asyncio.start_server(peer.handle, args.addr, args.port, ssl=context)
-    print("ready", flush=True)
+    bound = server.sockets[0].getsockname()[1]
+    print(f"ready on port {bound}", flush=True)
     async with server:
         await server.serve_forever()
 
@@ -198,8 +199,9 @@ class ScriptedPeer:
         count: int = 4096,
         armed_by: Path | None = None,
     ) -> None:
-        self.address = f"{addr}:{port}"
-        self.log_path = workdir / f"scripted-peer-{mode}-{port}.log"
+        self.addr = addr
+        self.address = f"{addr}:{port}"  # port 0: the kernel's choice, known once ready
+        self.log_path = workdir / f"scripted-peer-{mode}-{port or 'any'}.log"
         workdir.mkdir(parents=True, exist_ok=True)
         repo = Path(__file__).resolve().parents[2]
         command = [
@@ -216,7 +218,11 @@ class ScriptedPeer:
     def _ready(self) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"the scripted peer exited: {self.log_path.read_text()}")
-        return "ready" in self.log_path.read_text()
+        for line in self.log_path.read_text().splitlines():
+            if line.startswith("ready on port "):
+                self.address = f"{self.addr}:{int(line.split()[-1])}"
+                return True
+        return False
 
     def requests(self, needle: str = "") -> list[str]:
         lines = self.log_path.read_text().splitlines()
