@@ -69,6 +69,9 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "mirror_dropin_not_written": "5600e278963440f0b2aeb9a6f5329614",
     "mirror_dropin_reload_failed": "bedb54c9ac56478db243e2dd85e40c00",
     "served_tag_not_pulled": "a93495d53b0345b6863cec5d5747d6b9",
+    "media_not_unmounted": "66b25cd275c94d599fc68e3559bd18a1",
+    "signature_manifest_unreadable": "427a5c0aaffd4b88a7aca2c2bb45b4fa",
+    "fetch_task_failed": "40d97a62c95f43bf9ad9163a52dc80c3",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

@@ -16,7 +16,6 @@ that never sees a stick never loads it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -29,7 +28,7 @@ from nodeagent.strict import clip
 if TYPE_CHECKING:
     from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.media import MediaEvent, MediaKind, mount_dir_name
-from nodeagent.errors import BundleMediaRefused, BundleMediaRemoved
+from nodeagent.errors import BundleMediaRefused, BundleMediaRemoved, NodeAgentError
 
 log = structlog.get_logger(__name__)
 
@@ -189,8 +188,7 @@ class MediaImports:
                 raise
             finally:
                 self.roots.pop(mounted.target, None)
-                with contextlib.suppress(Exception):
-                    await asyncio.to_thread(mounted.unmount, lazy=True)
+                await _unmount(mounted, event)
             if report.state == "imported":
                 self.on_imported()
 
@@ -206,9 +204,11 @@ class MediaImports:
         try:
             return await asyncio.shield(mounting)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
+            try:
                 late = await mounting
-                await asyncio.to_thread(late.unmount, lazy=True)
+            except (NodeAgentError, OSError):  # the mount failed: nothing to undo
+                raise asyncio.CancelledError from None
+            await _unmount(late, event)
             raise
 
     def _interrupted(self, event: MediaEvent) -> None:
@@ -246,3 +246,18 @@ class MediaImports:
     def _failed(self, event: MediaEvent, reason: str, message: str) -> None:
         """The import task failed (the supervisor logged it): the status says why."""
         self.report(BundleReport(event.devnode, "rejected", reason=reason, message=message))
+
+
+async def _unmount(mounted: MountedMedium, event: MediaEvent) -> None:
+    """Detach the medium's mount; one that stays is said (the next plug-in of the medium
+    would find its mount point in use), never passed over."""
+    try:
+        await asyncio.to_thread(mounted.unmount, lazy=True)
+    except NodeAgentError as err:
+        log.error(
+            "media_not_unmounted",
+            device=event.devnode,
+            target=str(mounted.target),
+            reason=err.reason,
+            error=err.message,
+        )

@@ -17,9 +17,8 @@ No peer left, or no progress for ``stall_s`` with nothing in flight: ``BundleFet
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
@@ -192,12 +191,7 @@ class FetchRun:
                     wait_s = min(wait_s, max(0.05, retry_s - now_s))
                 await self.wait(wait_s)
         finally:
-            every = [*self.tasks, *self.refreshing.values()]
-            for task in every:
-                task.cancel()
-            for task in every:
-                with contextlib.suppress(BaseException):
-                    await task
+            await reap([*self.tasks, *self.refreshing.values()], self.signed.manifest.bundle_id)
 
     def check_blocked(self) -> None:
         reason = self.schedule.blocked()
@@ -338,3 +332,15 @@ def _offers(holdings: Holdings, bundle_id: str, manifest_digest: str) -> bool:
     return any(
         b.bundle_id == bundle_id and b.manifest_digest == manifest_digest for b in holdings.bundles
     )
+
+
+async def reap(tasks: Sequence[asyncio.Task[None]], bundle: str) -> None:
+    """Cancel ``tasks`` and wait for them to end. A task's own failure (a ``NodeAgentError``)
+    was reported where it happened; one that ended otherwise (a defect) is said here, never
+    passed over. A cancellation of the caller itself goes on up."""
+    for task in tasks:
+        task.cancel()
+    for ended in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(ended, Exception) and not isinstance(ended, NodeAgentError):
+            log.error("fetch_task_failed", bundle=bundle, reason="InternalError",
+                      error=clip(repr(ended), 300))  # fmt: skip

@@ -305,9 +305,13 @@ class FakeMedium:
 
     target: Path
     unmounts: list[bool] = field(default_factory=list)
+    unmount_error: NodeAgentError | None = None
+    """Raised by every unmount (a mount point still in use)."""
 
     def unmount(self, *, lazy: bool = False) -> None:
         self.unmounts.append(lazy)
+        if self.unmount_error is not None:
+            raise self.unmount_error
 
 
 class FakeMounter:
@@ -321,6 +325,8 @@ class FakeMounter:
         self.gate = threading.Event()
         """Mounts (in their thread) wait for it: clear it to hold them, as a slow stick does."""
         self.gate.set()
+        self.unmount_error: NodeAgentError | None = None
+        """Given to every medium mounted from now on (``FakeMedium.unmount_error``)."""
 
     def __call__(self, devnode: str, fs_type: str, target_dir: Path) -> FakeMedium:
         self.calls.append((devnode, fs_type, target_dir))
@@ -329,7 +335,7 @@ class FakeMounter:
         error = self.errors.pop(devnode, None)
         if error is not None:
             raise error
-        medium = FakeMedium(target_dir)
+        medium = FakeMedium(target_dir, unmount_error=self.unmount_error)
         self.mounted.append(medium)
         return medium
 

@@ -7,7 +7,9 @@ once layer bytes of those pulls are crossing the proxy.
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -47,11 +49,29 @@ def start_slow_pull(node: DrillNode, steady: list[str], growing: list[str]) -> N
 
 
 async def assert_struck_mid_pull(node: DrillNode, steady: list[str], growing: list[str]) -> None:
-    """Right after the strike: ``growing`` is incomplete, and the node holds ``steady``."""
+    """Right after the strike: ``growing`` is incomplete, and the node holds ``steady``.
+    With CRI-O dead, what its storage committed is read from its own image list on disk
+    (containers-storage's ``vfs-images/images.json``): the check ran only while CRI-O lived
+    before, so the CRI-O drills never made it."""
     if node.crio.process is not None:
         names = {name for image in await stored_images(node) for name in image.names()}
         assert not set(growing) <= names, "the fault came after the pulls had finished"
+    else:
+        digests = committed_digests(node.crio.storage_root)
+        wanted = {ref.partition("@")[2] for ref in growing}
+        assert not wanted <= digests, "the fault came after the pulls had finished"
+        assert {ref.partition("@")[2] for ref in steady} <= digests
+        return
     await assert_holding(node, sets={"steady": steady})
+
+
+def committed_digests(storage_root: Path) -> set[str]:
+    """The manifest digests of the images containers-storage committed (vfs driver)."""
+    listing = storage_root / "vfs-images" / "images.json"
+    if not listing.exists():
+        return set()
+    images = json.loads(listing.read_text())
+    return {d for image in images for d in [image.get("digest"), *image.get("digests", [])] if d}
 
 
 @pytest.mark.timeout(150)

@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 from nodeagent.bundles.imports import MediaImports
 from nodeagent.bundles.media import MediaEvent, MediaKind, mount_dir_name
 from nodeagent.daemon.supervisor import Supervisor
-from nodeagent.errors import MediaMountFailed
+from nodeagent.errors import MediaMountFailed, MediaUnmountFailed
 from nodeagent.status import BundleReport, BundleState
 from tests.fakes.ports import FakeMounter, QueueSource, ScriptedImporter, until
 
@@ -424,3 +424,20 @@ async def test_a_refused_medium_is_never_mounted_and_is_reported_once(rig: Rig) 
     [report] = rig.reports
     assert (report.source, report.state, report.reason) == (SDC1, "rejected", "BundleMediaRefused")
     assert report.message is not None and why in report.message
+
+
+async def test_a_mount_that_stays_after_the_import_is_said_in_the_journal(rig: Rig) -> None:
+    """A medium whose mount cannot be detached (its mount point in use) was passed over in
+    silence; the next plug-in then found the mount point busy. Now it is an error line."""
+    rig.mounter.unmount_error = MediaUnmountFailed("cannot unmount /x: Device or resource busy")
+    with capture_logs() as logs:
+        await rig.fed(arrived())
+        await until(lambda: len(rig.importers) == 1 and len(rig.importer.calls) == 1)
+        rig.importer.release.set()
+        await rig.idle()
+    said = [e for e in logs if e["event"] == "media_not_unmounted"]
+    assert [(e["log_level"], e["reason"], e["device"]) for e in said] == [
+        ("error", "MediaUnmountFailed", SDB1)
+    ]
+    assert "busy" in said[0]["error"]
+    assert rig.imported == 1  # the images imported stay imported

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import structlog
+
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.copier import CopyResult, StoreLimits, copy_bundle, plan_copy
 from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
@@ -31,6 +33,8 @@ from nodeagent.bundles.tags import ServedTag
 from nodeagent.errors import NodeAgentError
 from nodeagent.progress import ByteProgress
 from nodeagent.store import layout
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +156,13 @@ def _is_stored(blobs: BlobStore, stored: Mapping[str, int], manifest_digest: str
     try:
         with blobs.open_verified(manifest_digest) as blob:
             data = _read_all(blob, size)
-    except (NodeAgentError, OSError):
+    except NodeAgentError as err:  # damaged or gone: the verifier reports and removes it
+        log.warning("signature_manifest_unreadable", digest=manifest_digest,
+                    reason=err.reason, error=err.message)  # fmt: skip
+        return False
+    except OSError as err:  # the disk failed to read: said, never taken for "not stored"
+        log.error("signature_manifest_unreadable", digest=manifest_digest,
+                  reason="StoreReadFailed", error=err.strerror or type(err).__name__)  # fmt: skip
         return False
     children = signature_manifest_blobs(data)
     if children is None:
