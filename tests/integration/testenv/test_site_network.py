@@ -182,9 +182,31 @@ def test_a_delay_without_netem_is_refused_with_the_missing_part_named() -> None:
     except SiteNetUnavailable as exc:
         assert "netem" in str(exc)
         assert not [name for name in netns_names() if network.token in name]
-    else:
-        network.stop()
-        pytest.skip("this kernel has sch_netem: delays are applied, nothing to refuse")
+    else:  # this kernel has sch_netem: the delay must then be there, each way
+        try:
+            rtt_ms = round_trip_ms(network.hosts[0], network.hosts[1])
+        finally:
+            network.stop()
+        assert rtt_ms >= 0.9 * 2 * 5, rtt_ms
+
+
+RTT_CLIENT = """
+import socket, sys, time
+with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) as c:
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    rounds = []
+    for _ in range(5):
+        started = time.monotonic(); c.sendall(b"x"); c.recv(1)
+        rounds.append(time.monotonic() - started)
+    print(min(rounds) * 1000)
+"""
+
+
+def round_trip_ms(client: SiteHost, server: SiteHost) -> float:
+    """The shortest of five one-byte round trips from ``client`` to ``server``, in ms."""
+    with probe_server(server, "echo", server.address, str(PORT)):
+        done = client.run(sys.executable, "-c", RTT_CLIENT, server.address, str(PORT))
+    return float(done.stdout.strip())
 
 
 # ------------------------------------------------------------------ teardown
