@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.adapters.cri.client import CriClient
+from tests import capabilities
 from tests.testenv.crio import Crio
 from tests.testenv.dbus import HupChild, hup_child_process, private_bus
 from tests.testenv.images import (
@@ -89,6 +90,55 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     say = print if reporter is None else reporter.write_line
     say(f"testenv: preparing {', '.join(todo)} before the first test (once, then cached)")
     prepare(nspawn_root=nspawn_root, say=say)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.needs("probe", ...)``: skip unless each capability is there."""
+    for mark in item.iter_markers("needs"):
+        for name in mark.args:
+            capabilities.skip_unless(name)
+
+
+SKIPPED: list[capabilities.Skipped] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        SKIPPED.append(capabilities.Skipped(report.nodeid, str(report.longrepr[2])))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a skip was an accident (tests/capabilities.py)."""
+    if session.config.option.collectonly:
+        return
+    problems = capabilities.judge(SKIPPED, capabilities.machine_kind())
+    session.config.stash[_PROBLEMS] = problems
+    if problems and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_PROBLEMS = pytest.StashKey[list[str]]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The probes behind this run's skips, each skipped test with its probe, and what is
+    wrong with them. Every probe is printed when something skipped (cheap probes only
+    otherwise: the site network's take a second each)."""
+    config = terminalreporter.config
+    if config.option.collectonly:
+        return
+    kind = capabilities.machine_kind()
+    write = terminalreporter.write_line
+    terminalreporter.section("capability probes")
+    write(f"machine kind: {kind}; skipped: {len(SKIPPED)}")
+    names = capabilities.PROBES if SKIPPED else ("root", "blkio", "own-udevd", "pty", "skopeo")
+    for name in names:
+        verdict = capabilities.absent(name)
+        write(f"  {name:<10} {'yes' if verdict is None else 'NO: ' + verdict}")
+    for skip in SKIPPED:
+        write(f"  skipped {skip.nodeid} [{skip.probe or 'NO PROBE'}]")
+    for problem in config.stash.get(_PROBLEMS, []):
+        terminalreporter.write_line(f"SKIP PROBLEM: {problem}", red=True, bold=True)
 
 
 @pytest.fixture(scope="session")

@@ -66,9 +66,7 @@ def bundle_state(status: dict[str, Any], media: LoopMedia) -> str | None:
     return str(found[-1]["state"]) if found else None
 
 
-@pytest.mark.skipif(
-    not blkio.is_available(), reason="no cgroup v1 blkio controller to slow the medium"
-)
+@pytest.mark.needs("blkio")
 @pytest.mark.timeout(240)
 async def test_medium_pulled_mid_import_leaves_the_node_consistent_and_resumes(
     udevd: Udevd,

@@ -63,7 +63,14 @@ _STALE = re.compile(rf"^{re.escape(PREFIX)}(\d+)x[0-9a-f]{{6}}-(sw|\d+)$")
 
 
 class SiteNetUnavailable(RuntimeError):
-    """A kernel part the site network needs is missing; the message names it."""
+    """A kernel part the site network needs is missing; the message names it, after the
+    capability probe it stands for (``[probe site-net]``, ``netem`` or ``own-udevd``:
+    tests/capabilities.py), so a test that skips on it says why in the terms ``make test``
+    judges its skips by."""
+
+    def __init__(self, message: str, *, probe: str = "site-net") -> None:
+        super().__init__(f"[probe {probe}] {message}")
+        self.probe = probe
 
 
 def _run(*args: str) -> str:
@@ -75,7 +82,8 @@ def _try(component: str, *args: str) -> None:
     if result.returncode != 0:
         raise SiteNetUnavailable(
             f"{component} is not available in this kernel: {' '.join(args)}: "
-            f"{result.stderr.strip()}"
+            f"{result.stderr.strip()}",
+            probe="netem" if "netem" in component else "site-net",
         )
 
 

@@ -82,7 +82,8 @@ def stick_udevd(workdir: Path, host: SiteHost) -> Udevd:
     if udevd_answers():
         raise SiteNetUnavailable(
             "a udev daemon already runs in the host's namespace: its events reach no node "
-            "namespace, so no node can be given the stick alone"
+            "namespace, so no node can be given the stick alone",
+            probe="own-udevd",
         )
     return Udevd(workdir, command_prefix=host.exec_prefix)
 

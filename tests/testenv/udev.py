@@ -72,6 +72,16 @@ class UdevdStartError(RuntimeError):
     """systemd-udevd exited or did not answer its control socket in time."""
 
 
+OWNED: set[int] = set()
+"""The ``Udevd`` objects of this process whose daemon runs (by ``id``): a daemon that answers
+while this is empty was not started by these tests."""
+
+
+def foreign_udevd_answers() -> bool:
+    """Whether a udev daemon these tests did not start answers (a systemd-booted host's)."""
+    return not OWNED and udevd_answers()
+
+
 def udevd_answers(timeout_s: int = 1) -> bool:
     """True if a udev daemon answers a ping on its control socket."""
     result = subprocess.run(
@@ -139,6 +149,7 @@ class Udevd(Service):
             start_new_session=True,
         )
         self.is_owned = True
+        OWNED.add(id(self))
         wait_for(self._is_up, timeout_s=20, what="systemd-udevd to answer", detail=self.log_tail)
         if self._process.poll() is not None:
             self.stop()
@@ -159,6 +170,7 @@ class Udevd(Service):
         if not self.is_owned:
             return
         self.is_owned = False
+        OWNED.discard(id(self))
         if self._process is not None:
             _terminate(self._process)
         if self._log is not None:

@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 
 import nodeagent
+from tests.capabilities import skip_unless
 
-pytest.importorskip("importlinter")
+skip_unless("dev-tools", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = Path(nodeagent.__file__).resolve().parent

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.capabilities import skip_for
+
 IDLE_PATH = """
 import sys
 from pathlib import Path
@@ -128,7 +130,7 @@ def test_module_named_exists(module: str) -> None:
         try:
             importlib.metadata.distribution(DEV_ONLY[module])
         except importlib.metadata.PackageNotFoundError:
-            pytest.skip(f"{DEV_ONLY[module]} is not installed here")
+            skip_for("dev-tools", f"{DEV_ONLY[module]} is not installed here")
     assert importlib.util.find_spec(module) is not None, f"no module named {module}"
 
 

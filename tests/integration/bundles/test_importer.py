@@ -190,9 +190,7 @@ def big_factory(tmp_path_factory: pytest.TempPathFactory) -> Factory:
     return build_factory(workdir, count=8, layer_bytes=16 << 20, seed=1234)
 
 
-@pytest.mark.skipif(
-    not blkio.is_available(), reason="no cgroup v1 blkio controller to slow the medium"
-)
+@pytest.mark.needs("blkio")
 async def test_medium_removed_mid_import_leaves_node_consistent_and_resumes(
     udevd: Udevd,
     big_factory: Factory,

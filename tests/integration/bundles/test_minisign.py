@@ -26,6 +26,7 @@ from nodeagent.errors import (
     SignatureMissing,
     UnknownSigningKey,
 )
+from tests.capabilities import skip_for
 from tests.testenv.packages import ensure_packages
 
 pytestmark = pytest.mark.integration
@@ -74,7 +75,7 @@ def run_with_password(*args: str | Path, password: str) -> bytes:
     try:
         master, slave = os.openpty()
     except OSError as exc:
-        pytest.skip(f"no pseudo-terminal ({exc}): minisign reads passwords from a terminal")
+        skip_for("pty", f"no pseudo-terminal ({exc}): minisign reads passwords from a terminal")
     process = subprocess.Popen(
         [MINISIGN, *map(str, args)], stdin=slave, stdout=slave, stderr=slave, start_new_session=True
     )

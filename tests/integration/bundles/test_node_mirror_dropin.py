@@ -187,7 +187,7 @@ async def test_crio_pulls_through_the_node_mirror_first_then_the_site_mirror_nev
         assert served(n.site, "nodeagent-test/app-a") >= 1
 
 
-@pytest.mark.skipif(shutil.which("skopeo") is None, reason="Debian's skopeo is not installed")
+@pytest.mark.needs("skopeo")
 async def test_skopeo_and_podman_pull_through_the_same_files(
     rendered: Node, tmp_path: Path
 ) -> None:
@@ -206,7 +206,7 @@ async def test_skopeo_and_podman_pull_through_the_same_files(
     assert served(n.site, "nodeagent-test/app-a") == 0
 
 
-@pytest.mark.skipif(shutil.which("skopeo") is None, reason="Debian's skopeo is not installed")
+@pytest.mark.needs("skopeo")
 async def test_a_malformed_drop_in_is_refused_by_skopeo_and_nodeagent_and_left_untouched(
     rendered: Node, pushed: Pushed, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ import pytest
 
 from nodeagent.bundles import minisign
 from nodeagent.config import NODE_MIRROR_DROPIN_NAME
+from tests.capabilities import skip_unless
 from tests.integration.bundles.test_create_verify import make_keys, run_cli
 from tests.testenv import pods
 from tests.testenv.agent import Agent
@@ -160,8 +161,7 @@ def _bundles(work: Path, registry: Registry) -> tuple[dict[str, str], SyntheticR
 
 @pytest.fixture(scope="module")
 def offline_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OfflineNode]:
-    if pods.missing() is not None:
-        pytest.skip(f"no pods here: {pods.missing()}")
+    skip_unless("pods")
     ensure_packages({name: PACKAGES[name] for name in ("podman", "skopeo")})
     work = tmp_path_factory.mktemp("node-mirror-e2e")
     registry = Registry(work / "registry")

@@ -30,7 +30,7 @@ from tests.testenv.registry import Registry
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(pods.missing() is not None, reason=f"no pods here: {pods.missing()}"),
+    pytest.mark.needs("pods"),
 ]
 
 CONTAINER_REASONS = {f.CONTAINER_IMAGE_MISSING, f.CONTAINER_IMAGE_NOT_PINNED}

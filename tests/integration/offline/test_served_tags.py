@@ -36,7 +36,7 @@ from tests.testenv.registry import Registry
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(pods.missing() is not None, reason=f"no pods here: {pods.missing()}"),
+    pytest.mark.needs("pods"),
 ]
 
 CATALOG = "nodeagent-test/catalog"

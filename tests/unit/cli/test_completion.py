@@ -53,7 +53,7 @@ def test_the_spec_installs_and_lists_it() -> None:
     assert found is not None and found.group(1) == "%{_datadir}/bash-completion/completions"
 
 
-@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.needs("bash")
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
@@ -73,7 +73,7 @@ def test_bash_completes_commands_and_options(words: list[str], expected: list[st
     assert sorted(complete(words)) == expected
 
 
-@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.needs("bash")
 def test_every_command_is_offered_with_its_global_options() -> None:
     parser = cli._parser()
     top = sorted(words[0] for words, _ in command_paths(parser) if len(words) == 1)
@@ -83,6 +83,6 @@ def test_every_command_is_offered_with_its_global_options() -> None:
         assert {"--config", "--root", "--json", "--version"} <= set(offered), words
 
 
-@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.needs("bash")
 def test_a_path_option_completes_file_names() -> None:
     assert "pyproject.toml" in complete(["nodeagent", "--config", "pyproj"])

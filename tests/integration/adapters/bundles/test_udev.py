@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import stat
 import subprocess
 from collections.abc import Callable, Iterator
@@ -33,7 +32,7 @@ from tests.testenv.udev import TEST_MEDIA_BUSES, FileSpec, LoopMedia, Udevd, set
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mount(2), systemd-udevd"),
+    pytest.mark.needs("root"),
 ]
 
 DEADLINE_S = 10.0

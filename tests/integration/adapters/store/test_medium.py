@@ -7,7 +7,6 @@ same bundle reads none of its blobs.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup and mount(2)"),
+    pytest.mark.needs("root"),
 ]
 
 MIB = 1 << 20

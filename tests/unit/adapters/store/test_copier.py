@@ -282,7 +282,7 @@ def test_a_copy_killed_mid_blob_resumes_without_reading_the_prefix_again(
     assert set(BlobStore(store).stored()) == set(bundle.manifest.blobs)
 
 
-@pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
+@pytest.mark.needs("skopeo")
 def test_skopeo_reads_a_stored_image_by_its_reference(
     tmp_path: Path, keys: Keys, cache: Path
 ) -> None:
