@@ -264,14 +264,21 @@ reload_timeout_s = 30.0
             cwd=self.root,
         )
 
-    def start(self, *, ready: str | None = "daemon_started", timeout_s: float = 60.0) -> None:
-        """Start CRI-O (if any, and not running) and the daemon; wait for ``ready`` in this
-        run's log (``None``: do not wait)."""
+    def start(
+        self,
+        *,
+        ready: str | None = "daemon_started",
+        timeout_s: float = 60.0,
+        with_crio: bool = True,
+    ) -> None:
+        """Start CRI-O (if any, not running, and ``with_crio``) and the daemon; wait for
+        ``ready`` in this run's log (``None``: do not wait). ``with_crio=False``: the boot
+        order, where CRI-O starts after the daemon is ready (the caller starts it)."""
         if not self.config_file.exists():
             self.write_config()
         if not self.path(CA_BUNDLE).exists():
             self.write_certificates()
-        if self.crio is not None and self.crio.process is None:
+        if with_crio and self.crio is not None and self.crio.process is None:
             self.crio.start()
         self.runs += 1
         prepare_node(self.root)
