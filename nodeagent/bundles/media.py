@@ -25,6 +25,9 @@ Rules, decided here and nowhere else:
   the reason in plain words), reported once per plug-in: repeated ``change`` events
   of the same device with the same filesystem and reason are not reported again; a
   removal, or another filesystem on the device, makes the next sighting new.
+* **A medium that looks meant for nodeagent but whose label does not match is refused
+  too, saying so** (``label_mismatch``): any filesystem on a USB stick, and on any bus a
+  label that matches but for its case. The node's own disks are never mentioned.
 * **The label glob is case-sensitive** (``fnmatch.fnmatchcase``), as a udev rule's
   ``ID_FS_LABEL=="NODEAGENT*"`` is, so ``udevadm info`` on the device shows an
   operator what nodeagent matches against. The default ``NODEAGENT*`` is upper case because
@@ -57,7 +60,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from nodeagent.config.settings import KNOWN_MEDIA_BUSES, KNOWN_MEDIA_FS_TYPES
-from nodeagent.strict import clip
+from nodeagent.strict import clip, quoted
 
 DEFAULT_LABEL_PATTERN = "NODEAGENT*"
 
@@ -218,6 +221,26 @@ def refusal_of(
     return ""
 
 
+def label_mismatch(props: Mapping[str, str], label_pattern: str) -> str:
+    """Why a medium that looks meant for nodeagent is not taken, when its label is the only
+    reason; empty otherwise. Said for a filesystem on a USB stick whatever its label (a
+    technician plugged it in for a reason), and on any bus for a label that matches but for
+    its case (``nodeagent-1`` against ``NODEAGENT*``); never for the node's own disks."""
+    label = filesystem_label(props)
+    if props.get("ID_FS_USAGE") != "filesystem" or not props.get("ID_FS_TYPE"):
+        return ""
+    is_case_only = bool(label) and fnmatch.fnmatch(label.casefold(), label_pattern.casefold())
+    if not is_case_only and media_bus(props) != "usb":
+        return ""
+    shown = quoted(label, 64) if label else "(no label)"
+    case_note = " (the match is case-sensitive)" if is_case_only else ""
+    return (
+        f"its label {shown} does not match [bundles] label_pattern "
+        f"{quoted(label_pattern)}{case_note}; label the stick to match (for example "
+        f"NODEAGENT) and plug it in again"
+    )
+
+
 def carries_bundle_media(
     props: Mapping[str, str],
     *,
@@ -284,6 +307,8 @@ def classify(
         refusal = refusal_of(props, fs_types=fs_types, buses=buses)
         kind = MediaKind.REFUSED if refusal else MediaKind.ARRIVED
         return _event(kind, props, action, refusal)
+    if action in _ARRIVAL_ACTIONS and (unmatched := label_mismatch(props, label_pattern)):
+        return _event(MediaKind.REFUSED, props, action, unmatched)
     is_gone = action == "remove" or action in _ARRIVAL_ACTIONS
     if is_gone and props["DEVNAME"] in tracked:
         return _event(MediaKind.REMOVED, props, action)

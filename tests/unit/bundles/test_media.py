@@ -78,10 +78,11 @@ def test_enumerated_device_without_action_counts_as_add() -> None:
 
 
 IRRELEVANT = [
-    pytest.param(props(**fs("OTHER")), id="label-not-matching"),
-    pytest.param(props(**fs("nodeagent-1")), id="label-case-differs"),
-    pytest.param(props(**fs("XNODEAGENT")), id="glob-is-anchored"),
-    pytest.param(props(**fs("")), id="no-label"),
+    pytest.param(props(ID_BUS="", **fs("OTHER")), id="label-not-matching-on-a-loop"),
+    pytest.param(props(ID_BUS="", **fs("XNODEAGENT")), id="glob-is-anchored"),
+    pytest.param(props(ID_BUS="", **fs("")), id="no-label-on-a-loop"),
+    pytest.param(props(devname="/dev/sda1", ID_BUS="ata", **fs("root")), id="the-node-s-own-disk"),
+    pytest.param(props(devname="/dev/vda", ID_BUS="", **fs("boot")), id="virtio-disk"),
     pytest.param(props(), id="no-filesystem"),
     pytest.param(props(**fs(ID_FS_USAGE="crypto")), id="luks-usage"),
     pytest.param(props(**fs(ID_FS_USAGE="raid")), id="raid-member"),
@@ -99,11 +100,29 @@ def test_irrelevant(event: dict[str, str]) -> None:
     assert classify(event, label_pattern=PATTERN) is None
 
 
+LABEL_REFUSALS = [
+    pytest.param(props(**fs("OTHER")), "'OTHER' does not match", id="usb-stick-other-label"),
+    pytest.param(props(**fs("")), "(no label) does not match", id="usb-stick-no-label"),
+    pytest.param(props(**fs("nodeagent-1")), "case-sensitive", id="usb-case-differs"),
+    pytest.param(props(ID_BUS="", **fs("nodeagent-1")), "case-sensitive", id="loop-case-differs"),
+]
+
+
+@pytest.mark.parametrize(("event", "said"), LABEL_REFUSALS)
+def test_a_stick_whose_label_does_not_match_is_refused_saying_so(
+    event: dict[str, str], said: str
+) -> None:
+    """It was ignored without a word: a technician saw nothing happen (issue 28)."""
+    media = classify(event, label_pattern=PATTERN)
+    assert media is not None and media.kind is MediaKind.REFUSED
+    assert said in media.refusal and "[bundles] label_pattern 'NODEAGENT*'" in media.refusal
+
+
 REMOVALS = [
     pytest.param(props("remove"), id="remove"),
     pytest.param(props("change", SYSTEMD_READY="0"), id="loop-detach"),
     pytest.param(props("change", DISK_MEDIA_CHANGE="1"), id="card-pulled"),
-    pytest.param(props(**fs("OTHER")), id="relabelled"),
+    pytest.param(props(ID_BUS="", **fs("OTHER")), id="relabelled"),
     pytest.param(props("add"), id="re-added-empty"),
 ]
 
@@ -133,7 +152,8 @@ def test_removals_of_tracked_devices(event: dict[str, str]) -> None:
     ],
 )
 def test_label_glob(label: str, pattern: str, expected: bool) -> None:
-    assert (classify(props(**fs(label)), label_pattern=pattern) is not None) is expected
+    media = classify(props(**fs(label)), label_pattern=pattern)
+    assert (media is not None and media.kind is MediaKind.ARRIVED) is expected
 
 
 def test_label_is_decoded_from_the_escaped_form() -> None:
@@ -304,10 +324,22 @@ def test_reformatted_with_other_bundle_media_is_removal_then_arrival() -> None:
 
 
 def test_relabelled_to_non_matching_is_a_removal() -> None:
-    tracker = MediaTracker(label_pattern=PATTERN)
-    events = run(tracker, [ATTACHED, props(**fs("SCRATCH"))])
+    tracker = MediaTracker(label_pattern=PATTERN, buses={"usb", "loop"})
+    loop = props(ID_BUS="", **fs("SCRATCH"))
+    events = run(tracker, [props(ID_BUS="", **fs()), loop])
     assert kinds(events) == [(MediaKind.ARRIVED, "NODEAGENT-1"), (MediaKind.REMOVED, "NODEAGENT-1")]
     assert tracker.present == {}
+
+
+def test_a_usb_stick_relabelled_to_non_matching_is_removed_then_refused_once() -> None:
+    tracker = MediaTracker(label_pattern=PATTERN)
+    scratch = props(**fs("SCRATCH"))
+    events = run(tracker, [ATTACHED, scratch, scratch])
+    assert kinds(events) == [
+        (MediaKind.ARRIVED, "NODEAGENT-1"),
+        (MediaKind.REMOVED, "NODEAGENT-1"),
+        (MediaKind.REFUSED, "SCRATCH"),
+    ]
 
 
 def test_usb_stick_partition_removed() -> None:
@@ -329,7 +361,7 @@ def test_two_devices_are_tracked_separately() -> None:
 
 def test_reconcile_at_start_reports_present_media_once() -> None:
     tracker = MediaTracker(label_pattern=PATTERN)
-    enumerated = [props(**fs()), props(devname="/dev/vda", **fs("root", uuid="r"))]
+    enumerated = [props(**fs()), props(devname="/dev/vda", ID_BUS="", **fs("root", uuid="r"))]
     for device in enumerated:
         del device["ACTION"]
     assert kinds(tracker.reconcile(enumerated)) == [(MediaKind.ARRIVED, "NODEAGENT-1")]
