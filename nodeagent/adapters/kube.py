@@ -83,6 +83,19 @@ def _from_status(what: str, code: int, message: str) -> NodeAgentError:
     return ApiRequestRejected(text)
 
 
+def check_kubeconfig(kubeconfig: Path) -> None:
+    """Load ``kubeconfig`` and resolve its current context as the client will
+    (``check-config``); ``KubeconfigInvalid`` saying why when it cannot be used."""
+    try:
+        KubeConfig.from_file(str(kubeconfig)).get()
+    except (ConfigError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise KubeconfigInvalid(
+            f"[cluster] enabled, but the kubeconfig {kubeconfig} cannot be used: {exc}; set "
+            "[cluster] kubeconfig to the node's kubeconfig (the kubelet's is "
+            "/var/lib/kubelet/kubeconfig)"
+        ) from exc
+
+
 class Gone(Exception):
     """The watch's resourceVersion is too old (410): relist."""
 

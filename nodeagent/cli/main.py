@@ -116,14 +116,25 @@ def cmd_run(config: Config, _args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
-    """The configuration (a bad one never gets here: ConfigInvalid, 78) and every set file;
-    65 when a set file is refused."""
+    """The configuration (a bad one never gets here: ConfigInvalid, 78), the files it names
+    (trusted keys, the kubeconfig in cluster mode, the site's certificates: 78 when one is
+    missing or does not load, ``adapters.config_files``) and every set file (65 when one is
+    refused)."""
+    from nodeagent.adapters.config_files import check_referenced_files  # noqa: PLC0415
+
     load = load_spec_dirs(config.spec_dirs())
     files = [str(f) for f in config.files]
+    referenced = check_referenced_files(config)
     if args.json:
         output.print_json("check-config", {
             "configFiles": files,
             "configDefaults": not files,
+            "trustedKeys": referenced.trusted_keys,
+            "notes": list(referenced.notes),
+            "referencedFiles": [
+                {"reason": f.reason, "message": f.message, "whatToDo": output.hint_for(f.reason)}
+                for f in referenced.problems
+            ],
             "sets": [
                 {"name": s.name, "images": len(s.images), "persistent": s.is_persistent,
                  "source": s.source}
@@ -137,12 +148,22 @@ def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
         })  # fmt: skip
     else:
         shown = ", ".join(files) or f"{config.source} (defaults: file absent)"
-        print(f"config: ok ({shown})")
+        verdict = "ok" if not referenced.problems else "NOT usable as it is"
+        print(f"config: {verdict} ({shown})")
+        keys = referenced.trusted_keys
+        if keys is not None:
+            print(f"trusted keys: {keys} in {config.bundles.trusted_keys_dir}")
+        for note in referenced.notes:
+            print(f"note: {note}")
+        for found in referenced.problems:
+            output.print_error(found.reason, found.message)
         for s in load.sets:
             kind = "persistent" if s.is_persistent else "transient"
             print(clip(f"set {s.name}: ok, {len(s.images)} images, {kind}, from {s.source}"))
         for problem in load.problems:
             output.print_error(problem.reason, problem.text())
+    if referenced.problems:
+        return max(f.exit_code for f in referenced.problems)
     return SpecInvalid.exit_code if load.problems else 0
 
 

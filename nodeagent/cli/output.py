@@ -58,6 +58,9 @@ HINTS: Final[Mapping[str, str]] = {
     "StateFileDamaged": "wait for the daemon's next sync, or restart nodeagent: it sets the "
     "file aside and rebuilds it",
     "KubeconfigInvalid": "pass a readable kubeconfig with --kubeconfig",
+    "SiteCertificatesInvalid": "point [site] cert_file, key_file, client_cert_file, "
+    "client_key_file and ca_file at the node's certificates (the kubelet's), or turn that "
+    "[site] role off",
     "ApiUnreachable": "check the API server's address in the kubeconfig and the network",
     "ApiAccessDenied": "use credentials that may list Nodes and NodeImageStatuses",
     "RuntimeUnreachable": "start CRI-O (systemctl start crio) or fix [runtime] endpoint",

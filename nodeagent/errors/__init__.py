@@ -53,6 +53,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── MediaMountFailed            MediaMountFailed
         ├── BundleMediaRefused          BundleMediaRefused (a filesystem or bus not allowed)
         ├── KubeconfigInvalid           KubeconfigInvalid
+        ├── SiteCertificatesInvalid     SiteCertificatesInvalid (a [site] role's TLS files)
         ├── ApiAccessDenied             ApiAccessDenied
         ├── ApiRequestRejected          ApiRequestRejected
         ├── PoolMembershipInvalid       PoolMembershipInvalid (more than one custom pool)
@@ -165,6 +166,7 @@ from nodeagent.errors.site import PeerHoldingsInvalid as PeerHoldingsInvalid
 from nodeagent.errors.site import PeerTooSlow as PeerTooSlow
 from nodeagent.errors.site import PeerUnreachable as PeerUnreachable
 from nodeagent.errors.site import PoolMembershipInvalid as PoolMembershipInvalid
+from nodeagent.errors.site import SiteCertificatesInvalid as SiteCertificatesInvalid
 from nodeagent.errors.site import StoreBlobCorrupt as StoreBlobCorrupt
 from nodeagent.errors.site import StoreBlobMissing as StoreBlobMissing
 from nodeagent.errors.site import StoreError as StoreError

@@ -69,6 +69,14 @@ class KubeconfigInvalid(PermanentError):
     exit_code = 78  # EX_CONFIG
 
 
+class SiteCertificatesInvalid(PermanentError):
+    """The certificate, key or CA a ``[site]`` role needs is missing, unreadable or does
+    not load (the key not the certificate's, a CA that is no certificate)."""
+
+    reason = "SiteCertificatesInvalid"
+    exit_code = 78  # EX_CONFIG
+
+
 class ApiAccessDenied(PermanentError):
     """The API server refused the node's identity (401/403): RBAC or admission policy missing."""
 
