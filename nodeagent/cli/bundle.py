@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from nodeagent import logs
+from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.bundles.target import describe_target
 from nodeagent.cli import bundle_create, output
 from nodeagent.cli import release as release_cli
 from nodeagent.cli.bundle_create import parse_platform
 from nodeagent.cli.terminal import TerminalProgress, out
 from nodeagent.config import Config
+from nodeagent.errors import DaemonRunning
 from nodeagent.status import BundleReport, bundle_line, status_line
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
@@ -140,10 +142,23 @@ EXIT_INTERRUPTED = 75
 
 
 def cmd_import(config: Config, args: argparse.Namespace) -> int:
+    """Import, holding the daemon's pin lock (decision 0044): a by-hand import beside a
+    running daemon raced it for the pins; it is refused now (``DaemonRunning``, 75)."""
     logs.configure(config.log.level)
     root = args.path.resolve()
     overrides = Overrides(args.ignore_target, args.allow_rollback, args.allow_expired)
-    report = asyncio.run(_import(config, root, overrides, is_json=args.json))
+    lock = PinsLock(config.state.run_dir / PINS_LOCK_NAME)
+    if not lock.try_acquire():
+        busy = DaemonRunning(
+            f"the nodeagent daemon (process {lock.holder()}) is running and owns this node's "
+            "pins, so a by-hand import would race it"
+        )
+        output.print_error(busy.reason, busy.message)
+        return busy.exit_code
+    try:
+        report = asyncio.run(_import(config, root, overrides, is_json=args.json))
+    finally:
+        lock.release()
     if args.json:
         output.print_json("bundle-import", report.to_json())
     if report.state == "imported":

@@ -58,6 +58,8 @@ HINTS: Final[Mapping[str, str]] = {
     "StateFileDamaged": "wait for the daemon's next sync, or restart nodeagent: it sets the "
     "file aside and rebuilds it",
     "KubeconfigInvalid": "pass a readable kubeconfig with --kubeconfig",
+    "DaemonRunning": "plug the stick in: the daemon imports it by itself (`nodeagent status` "
+    "shows it); to import by hand, stop the daemon first (systemctl stop nodeagent)",
     "SiteCertificatesInvalid": "point [site] cert_file, key_file, client_cert_file, "
     "client_key_file and ca_file at the node's certificates (the kubelet's), or turn that "
     "[site] role off",

@@ -24,6 +24,7 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   │   └── PeerTooSlow             PeerTooSlow (under the minimum rate, past the deadline)
     │   ├── PeerBusy                    PeerBusy (a peer answered 429/503: ask it later)
     │   ├── MetricsListenFailed         MetricsListenFailed ([metrics] listen cannot be bound)
+    │   ├── DaemonRunning               DaemonRunning (a by-hand import while the daemon runs)
     │   └── BundleFetchFailed           NoPeerLeft (every peer was dropped; tried again later)
     └── PermanentError                  (retrying the same thing will not help)
         ├── ImageNotFound               ImageNotFound
@@ -131,6 +132,7 @@ from nodeagent.errors.bundles import SignatureMissing as SignatureMissing
 from nodeagent.errors.bundles import UnknownSigningKey as UnknownSigningKey
 from nodeagent.errors.runtime import AuthFileInvalid as AuthFileInvalid
 from nodeagent.errors.runtime import ConfigInvalid as ConfigInvalid
+from nodeagent.errors.runtime import DaemonRunning as DaemonRunning
 from nodeagent.errors.runtime import HostFileError as HostFileError
 from nodeagent.errors.runtime import ImageNotFound as ImageNotFound
 from nodeagent.errors.runtime import ImageReferenceInvalid as ImageReferenceInvalid

@@ -111,6 +111,14 @@ class RuntimeDoesNotPin(PermanentError):
     reason = "RuntimeDoesNotPin"
 
 
+class DaemonRunning(TransientError):
+    """A by-hand command that changes the node's pins while the daemon owns them
+    (``bundle import``: the daemon holds the pin lock for its whole life, decision 0044)."""
+
+    reason = "DaemonRunning"
+    exit_code = 75  # EX_TEMPFAIL
+
+
 class PinsOverridden(PermanentError):
     """Another drop-in sorts after nodeagent's and replaces its ``pinned_images`` list."""
 
