@@ -59,7 +59,14 @@ def print_report(report: OfflineReport) -> None:
     if report.is_ready:
         print(f"offline-ready: {len(report.checks)} checks passed ({', '.join(report.checks)})")
         return
-    print(f"NOT offline-ready: {len(report.findings)} finding(s)")
+    incomplete = [i for i in report.findings if i.reason == f.CHECK_INCOMPLETE]
+    if len(incomplete) == len(report.findings):
+        print(
+            f"COULD NOT CHECK: {len(incomplete)} check(s) could not look, so whether this "
+            "node is offline-ready is unknown; run this again once what they name answers"
+        )
+    else:
+        print(f"NOT offline-ready: {len(report.findings)} finding(s)")
     for item in report.findings:
         print(clip(f"{item.reason}: {item.message}", 2000))
         print(f"  what to do: {item.remedy}")
