@@ -132,6 +132,24 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> bool:
     return True
 
 
+def write_new(path: Path, data: bytes, *, mode: int) -> None:
+    """Create ``path`` holding ``data`` with ``mode``, never over an existing file or link
+    (``O_EXCL``): a secret key is never overwritten by accident. The parent directory is
+    created (0700 when missing: it may hold a secret key)."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_tmp(path, data, mode)
+        _fsync_dir(path.parent)
+    except FileExistsError as err:
+        raise HostFileError(
+            f"{path} already exists; nodeagent never overwrites a key: choose another --name "
+            "or directory, or remove the old file yourself"
+        ) from err
+    except OSError as err:
+        hint = f"check that {path.parent} is writable and its filesystem has space"
+        raise _fail("write", path, err, hint) from err
+
+
 def ensure_symlink(link: Path, target: Path) -> bool:
     """Make ``link`` a symlink to ``target`` (replacing atomically); False if it already was.
 

@@ -32,7 +32,12 @@ if TYPE_CHECKING:
         Ed25519PublicKey,
     )
 
-from nodeagent.bundles.minisign_kdf import password_bytes, scrypt_stream
+from nodeagent.bundles.minisign_kdf import (
+    SCRYPT_MEMLIMIT_MAX,
+    SCRYPT_OPSLIMIT_MAX,
+    password_bytes,
+    scrypt_stream,
+)
 from nodeagent.errors import (
     KeyMalformed,
     PermanentError,
@@ -255,16 +260,31 @@ def sign(
     )
 
 
-def generate_keypair(*, comment: str = "nodeagent bundle signing key") -> tuple[str, str]:
-    """A new key pair as (``.pub`` text, unencrypted ``.key`` text), as ``minisign -G -W``."""
+def generate_keypair(
+    *,
+    comment: str = "nodeagent bundle signing key",
+    password: bytes | None = None,
+    opslimit: int = SCRYPT_OPSLIMIT_MAX,
+    memlimit: int = SCRYPT_MEMLIMIT_MAX,
+) -> tuple[str, str]:
+    """A new key pair as (``.pub`` text, ``.key`` text), as ``minisign -G`` writes them:
+    without ``password`` unencrypted (``-W``), with it encrypted by scrypt with ``opslimit``
+    and ``memlimit`` (default minisign's own, libsodium's "sensitive" limits)."""
     _check_comment(comment, max_bytes=1000)
     seed = secrets.token_bytes(32)  # an Ed25519 private key is 32 random bytes
     key_id = secrets.token_bytes(KEY_ID_BYTES)
     secret = seed + _public_bytes(seed)
-    header = ALG_LEGACY + KDF_NONE + CHECKSUM_BLAKE2B + bytes(32 + 8 + 8)
     body = key_id + secret + _checksum(key_id, secret)
+    if password is None:
+        header = ALG_LEGACY + KDF_NONE + CHECKSUM_BLAKE2B + bytes(32 + 8 + 8)
+        kind = "secret key (not encrypted)"
+    else:
+        limits = opslimit.to_bytes(8, "little") + memlimit.to_bytes(8, "little")
+        header = ALG_LEGACY + KDF_SCRYPT + CHECKSUM_BLAKE2B + secrets.token_bytes(32) + limits
+        body = _xor(body, scrypt_stream(header, password, SECRET_BODY_BYTES))
+        kind = "encrypted secret key"
     public_comment = f"untrusted comment: minisign public key {key_id_hex(key_id)} ({comment})"
-    secret_comment = f"untrusted comment: {comment}, secret key (not encrypted)"
+    secret_comment = f"untrusted comment: {comment}, {kind}"
     return (
         _lines(public_comment, _b64encode(ALG_LEGACY + key_id + secret[32:])),
         _lines(secret_comment, _b64encode(header + body)),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from nodeagent import logs
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.bundles.target import describe_target
-from nodeagent.cli import bundle_create, output
+from nodeagent.cli import bundle_create, bundle_keys, output
 from nodeagent.cli import release as release_cli
 from nodeagent.cli.bundle_create import parse_platform
 from nodeagent.cli.terminal import TerminalProgress, out
@@ -74,6 +74,7 @@ def add_parser(sub: Subparsers) -> Subparsers:
         help="import even when the bundle's signed expiry time is past (logged as a warning)",
     )  # fmt: skip
     release_cli.add_parser(commands)
+    bundle_keys.add_parser(commands)
     return commands
 
 
@@ -223,5 +224,6 @@ BUNDLE_COMMANDS: dict[str, Callable[[Config, argparse.Namespace], int]] = {
     "create": bundle_create.cmd_create,
     "verify": cmd_verify,
     "import": cmd_import,
+    "keygen": bundle_keys.cmd_keygen,
     "release-signatures": release_cli.cmd_release_signatures,
 }

@@ -31,6 +31,7 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "bundle-create": 1,
     "bundle-verify": 1,
     "bundle-import": 1,
+    "bundle-keygen": 1,
     "store": 1,
     "store-verify": 1,
     "site-status": 1,
