@@ -22,8 +22,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nodeagent.cli import output
 from nodeagent.config import Config
-from nodeagent.errors import BundleIncomplete, ImageReferenceInvalid, ReleaseImageInvalid
+from nodeagent.errors import (
+    BundleIncomplete,
+    ImageReferenceInvalid,
+    ReleaseImageInvalid,
+    ReleaseUnsigned,
+)
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
 from nodeagent.strict import clip
 
@@ -50,6 +56,11 @@ def add_create_arguments(create: argparse.ArgumentParser) -> None:
     signatures.add_argument(
         "--signature-dir", type=Path, metavar="DIR",
         help="a release signature store: DIR/sha256=<hex>/signature-1, -2, …",
+    )  # fmt: skip
+    create.add_argument(
+        "--require-signatures", action="store_true",
+        help="refuse a release bundle that would carry no release signature (without it: a "
+        "warning; the cluster-version operator then refuses the upgrade unless forced)",
     )  # fmt: skip
 
 
@@ -88,6 +99,18 @@ def release_request(args: argparse.Namespace) -> ReleaseRequest | None:
         signatures = adapter.read_signature_files(args.release_signature, ref.digest)
     elif args.signature_dir is not None:
         signatures = adapter.read_signature_dir(args.signature_dir, ref.digest)
+    if not signatures:
+        unsigned = ReleaseUnsigned(
+            f"the release {ref.digest} would be carried without any release signature: the "
+            "cluster-version operator checks the release image's signature before it "
+            "upgrades, and a site without the internet cannot fetch one"
+        )
+        if args.require_signatures:
+            raise unsigned
+        output.print_error(
+            "ReleaseUnsigned", unsigned.message + "; pass --release-signature FILE or "
+            "--signature-dir DIR (or --require-signatures to refuse)", prefix="warning",
+        )  # fmt: skip
     return adapter.ReleaseRequest(ref, args.release_set_name, signatures)
 
 

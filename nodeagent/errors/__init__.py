@@ -50,6 +50,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── SignatureInvalid            BundleSignatureInvalid
         ├── KeyMalformed                SigningKeyMalformed
         ├── ReleaseImageInvalid         ReleaseImageInvalid (bundle create --release input)
+        │   └── ReleaseUnsigned         ReleaseUnsigned (no release signature to carry)
         ├── SecretKeyLocked             SigningKeyLocked
         ├── MediaMountFailed            MediaMountFailed
         ├── BundleMediaRefused          BundleMediaRefused (a filesystem or bus not allowed)
@@ -124,6 +125,7 @@ from nodeagent.errors.bundles import MediaMountFailed as MediaMountFailed
 from nodeagent.errors.bundles import MediaUnmountFailed as MediaUnmountFailed
 from nodeagent.errors.bundles import MediaWatchFailed as MediaWatchFailed
 from nodeagent.errors.bundles import ReleaseImageInvalid as ReleaseImageInvalid
+from nodeagent.errors.bundles import ReleaseUnsigned as ReleaseUnsigned
 from nodeagent.errors.bundles import SecretKeyLocked as SecretKeyLocked
 from nodeagent.errors.bundles import SignatureInvalid as SignatureInvalid
 from nodeagent.errors.bundles import SignatureLegacy as SignatureLegacy

@@ -64,6 +64,12 @@ class ReleaseImageInvalid(PermanentError):
     exit_code = 65  # EX_DATAERR
 
 
+class ReleaseUnsigned(ReleaseImageInvalid):
+    """``bundle create --release --require-signatures``: no release signature to carry."""
+
+    reason = "ReleaseUnsigned"
+
+
 class BundleError(PermanentError):
     """A bundle nodeagent refuses; the reason code says which rule it broke."""
 
