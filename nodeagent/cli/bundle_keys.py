@@ -34,7 +34,7 @@ def add_parser(commands: Subparsers) -> None:
         "--output-dir", type=Path, default=Path(), help="where to write them (default: .)"
     )
     keygen.add_argument("--comment", default="", help="the keys' untrusted comment")
-    secret = keygen.add_mutually_exclusive_group(required=True)
+    secret = keygen.add_mutually_exclusive_group()
     secret.add_argument(
         "--password-file", type=Path, help="encrypt the secret key with this file's first line"
     )
@@ -49,6 +49,11 @@ def cmd_keygen(_config: Config, args: argparse.Namespace) -> int:
         raise KeyMalformed(
             f"key name {clip(args.name, 64)!r}: use letters, digits, '.', '_' and '-' "
             "(at most 64), starting with a letter or a digit"
+        )
+    if args.password_file is None and not args.unencrypted:
+        raise KeyMalformed(
+            "say how to keep the secret key: --password-file FILE (encrypted with the file's "
+            "first line) or --unencrypted"
         )
     password = None if args.unencrypted else _first_line(args.password_file)
     comment = args.comment or f"nodeagent bundle signing key {args.name}"
