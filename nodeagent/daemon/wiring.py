@@ -172,6 +172,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
             release=release,
             node_labels=cluster.specs.node_labels if cluster else lambda: None,
             wait_node_labels=cluster.specs.wait_node_labels if cluster else None,
+            cluster_version=_cluster_version(cluster),
         )
 
     media = MediaImports(
@@ -331,3 +332,9 @@ def _cluster(config: Config, tally: PullTally) -> ClusterMode:
     from nodeagent.daemon.cluster import ClusterMode  # noqa: PLC0415  (lightkube: cluster only)
 
     return ClusterMode.build(config, progress=tally.snapshot)
+
+
+def _cluster_version(cluster: ClusterMode | None) -> Callable[[], str | None]:
+    """The cluster's version for the importer's upgrade-path check (None: not known)."""
+    watch = cluster.version_watch if cluster is not None else None
+    return watch.current_version if watch is not None else lambda: None
