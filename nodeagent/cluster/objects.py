@@ -22,7 +22,7 @@ from typing import Any
 
 from nodeagent.cluster.kinds import NODE_IMAGE_STATUS
 from nodeagent.cluster.placement import Placement
-from nodeagent.cluster.releases import release_rows, releases_json
+from nodeagent.releases import release_rows, releases_json
 from nodeagent.status import BundleReport, Condition, NodeStatus, PullProgress, SetStatus
 from nodeagent.strict import clip
 

@@ -76,6 +76,18 @@ class ClusterVersionWatch:
         """Digests the cluster is asked or moving to (empty when not known)."""
         return frozenset() if self.view is None else self.view.target_digests()
 
+    def target_versions(self) -> dict[str, str]:
+        """Digest -> version of each target (``""`` when ClusterVersion names none)."""
+        view = self.view
+        if view is None:
+            return {}
+        versions = {r.digest: r.version for r in (view.desired, view.current) if r is not None}
+        if view.history:
+            versions[view.history[0].release.digest] = view.history[0].release.version
+        if view.desired_update is not None:
+            versions[view.desired_update.digest] = view.desired_update.version
+        return {digest: versions.get(digest, "") for digest in view.target_digests()}
+
     # ------------------------------------------------------------ the watch
     async def run(self) -> None:
         backoff = Backoff()

@@ -20,12 +20,12 @@ from nodeagent.cluster.api import Obj
 from nodeagent.cluster.holdings import HeldBundle
 from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.cluster.readiness import PullGate
-from nodeagent.cluster.releases import pinned_digests
 from nodeagent.cluster.reporter import StatusReporter
 from nodeagent.cluster.tasks import ClusterSpecs, Connection, node_name
 from nodeagent.cluster.version_watch import ClusterVersionWatch
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
+from nodeagent.releases import pinned_digests
 from nodeagent.reporting import ClusterSink
 from nodeagent.site.publishing import BundleStepsTrigger, HoldingsPublisher, PeerWatcher
 from nodeagent.site.roles import is_following, is_publishing

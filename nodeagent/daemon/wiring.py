@@ -102,6 +102,9 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     recorder = _recorder() if config.metrics.enabled else None
     metrics: Metrics = recorder or NO_METRICS
     cluster = _cluster(config, tally) if config.cluster.enabled else None
+    if cluster is not None and cluster.version_watch is not None:
+        watch = cluster.version_watch
+        watch.listeners.append(lambda _obj: metrics.release_targets(watch.target_versions()))
     offline_changed = asyncio.Event()
     reporter = Reporter(
         line=notifier,

@@ -66,3 +66,10 @@ def test_a_target_this_node_has_not_pinned_is_said_once_and_then_its_pinning() -
     assert logs[0]["digest"] == NEW and logs[0]["version"] == "4.16.5"
     assert seen.target_digests() == {NEW}
     assert len(told) == 2
+
+
+def test_the_targets_carry_their_versions_for_the_metrics() -> None:
+    seen = watch(set())
+    assert seen.target_versions() == {}
+    seen.observe(cluster_version(NEW))
+    assert seen.target_versions() == {NEW: "4.16.5"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nodeagent.cluster.objects import NodeIdentity, status_object
-from nodeagent.cluster.releases import MAX_RELEASES, pinned_digests, release_rows, releases_json
+from nodeagent.releases import MAX_RELEASES, pinned_digests, release_rows, releases_json
 from nodeagent.status import BundleReport, NodeStatus, PullProgress, ReleaseReport, SetStatus
 
 OLD = "sha256:" + "a" * 64
