@@ -30,6 +30,7 @@ from nodeagent.adapters.host import (
 from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
 from nodeagent.adapters.registry.access import RegistryAccess, registry_access
 from nodeagent.adapters.registry.cache import ManifestCache
+from nodeagent.adapters.store.release_reports import StoredReleaseReports
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
 from nodeagent.bundles.imports import MediaImports
 from nodeagent.config import Config
@@ -113,6 +114,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         tally=tally,
         on_synced=offline_changed.set,
         metrics=metrics,
+        releases_source=StoredReleaseReports(config.store_dir, _cluster_version(cluster)),
     )
     puller = PrePuller(
         cri,
