@@ -263,6 +263,16 @@ class Reporter:
         if self.cluster is not None:
             self.cluster.update(self._with_bundles(self.last), is_final=False)
 
+    def releases_changed(self) -> None:
+        """The cluster's version changed (``cluster.version_watch``): the releases the store
+        holds are judged again and the status republished."""
+        if self.last is None:
+            return
+        held = self._with_bundles(self.last)
+        self.metrics.releases_reported(release_rows(held))
+        if self.cluster is not None:
+            self.cluster.update(held, is_final=False)
+
     def dropin_checked(self, condition: Condition) -> None:
         """The node mirror drop-in was rendered: its condition joins the status (decision
         0058; republished if it changed)."""

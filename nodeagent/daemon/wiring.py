@@ -116,6 +116,8 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         metrics=metrics,
         releases_source=StoredReleaseReports(config.store_dir, _cluster_version(cluster)),
     )
+    if cluster is not None and cluster.version_watch is not None:
+        cluster.version_watch.listeners.append(lambda _obj: reporter.releases_changed())
     puller = PrePuller(
         cri,
         auth.credentials_for,
