@@ -112,7 +112,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         store=state,
         cluster=cluster.sink if cluster else None,
         tally=tally,
-        on_synced=offline_changed.set,
+        on_synced=_after_sync(offline_changed, cluster),
         metrics=metrics,
         releases_source=StoredReleaseReports(config.store_dir, _cluster_version(cluster)),
     )
@@ -345,3 +345,16 @@ def _cluster_version(cluster: ClusterMode | None) -> Callable[[], str | None]:
     """The cluster's version for the importer's upgrade-path check (None: not known)."""
     watch = cluster.version_watch if cluster is not None else None
     return watch.current_version if watch is not None else lambda: None
+
+
+def _after_sync(offline_changed: asyncio.Event, cluster: ClusterMode | None) -> Callable[[], None]:
+    """After each sync: the offline drill may run again; the cluster's upgrade target is
+    checked against what the node now pins (said once when that changes)."""
+    watch = cluster.version_watch if cluster is not None else None
+
+    def after() -> None:
+        offline_changed.set()
+        if watch is not None:
+            watch.check_target()
+
+    return after

@@ -125,6 +125,12 @@ def test_a_pinned_release_opens_the_gate_and_a_wrong_one_is_said(
                 what="the gate letting the target every node pinned pass",
             )
             assert cvo.get()["spec"]["desiredUpdate"]["image"] == release_image(digest)
+            wait_for(
+                lambda: "upgrade_target_pinned" in agent.current_run_log(),
+                timeout_s=30,
+                what="the node saying it pinned the cluster's target",
+            )
+            assert "upgrade_target_not_pinned" not in agent.current_run_log()
 
             # The cluster is at 4.98.0 instead: the release does not list it.
             cvo.install("4.98.0", release_image("sha256:" + "9" * 64))
