@@ -79,6 +79,8 @@ HINTS: Final[Mapping[str, str]] = {
     "ReleaseImageInvalid": "name the release by digest (oc adm release info PULLSPEC)",
     "ReleaseUnsigned": "carry the release's signatures: --release-signature FILE or "
     "--signature-dir DIR (a release signature store); --require-signatures refuses without",
+    "ReleaseNotAnUpgrade": "bundle the release the update graph gives for the cluster's version "
+    "(oc get clusterversion; docs/upgrade.md)",
     "BundleUnsigned": "sign the bundle: make it again with `nodeagent bundle create --key`",
     "BundleSignatureMalformed": "make the bundle again with `nodeagent bundle create`",
     "BundleSignatureInvalid": "the bundle was changed after signing: make or copy it again",

@@ -48,6 +48,11 @@ def add_create_arguments(create: argparse.ArgumentParser) -> None:
     create.add_argument(
         "--release-set-name", metavar="NAME", help="the release's set (default release-<version>)"
     )
+    create.add_argument(
+        "--from-version", metavar="VERSION", default="",
+        help="the cluster's current version (oc get clusterversion): refuse to make the bundle "
+        "unless the release upgrades from it (its release-metadata lists it in previous)",
+    )  # fmt: skip
     signatures = create.add_mutually_exclusive_group()
     signatures.add_argument(
         "--release-signature", action="append", default=[], type=Path, metavar="FILE",
@@ -93,6 +98,8 @@ def release_request(args: argparse.Namespace) -> ReleaseRequest | None:
     if ref is None:
         if args.release_signature or args.signature_dir or args.release_set_name:
             raise ReleaseImageInvalid("release signatures and set name need --release")
+        if args.from_version:
+            raise ReleaseImageInvalid("--from-version needs --release")
         return None
     signatures: tuple[bytes, ...] = ()
     if args.release_signature:
@@ -108,10 +115,9 @@ def release_request(args: argparse.Namespace) -> ReleaseRequest | None:
         if args.require_signatures:
             raise unsigned
         output.print_error(
-            "ReleaseUnsigned", unsigned.message + "; pass --release-signature FILE or "
-            "--signature-dir DIR (or --require-signatures to refuse)", prefix="warning",
+            unsigned.reason, unsigned.message, prefix="warning",
         )  # fmt: skip
-    return adapter.ReleaseRequest(ref, args.release_set_name, signatures)
+    return adapter.ReleaseRequest(ref, args.release_set_name, signatures, args.from_version)
 
 
 def bundle_root(config: Config, text: str) -> Path:

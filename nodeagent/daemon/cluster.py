@@ -22,8 +22,10 @@ from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.cluster.readiness import PullGate
 from nodeagent.cluster.reporter import StatusReporter
 from nodeagent.cluster.tasks import ClusterSpecs, Connection, node_name
+from nodeagent.cluster.version_watch import ClusterVersionWatch
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
+from nodeagent.releases import pinned_digests
 from nodeagent.reporting import ClusterSink
 from nodeagent.site.publishing import BundleStepsTrigger, HoldingsPublisher, PeerWatcher
 from nodeagent.site.roles import is_following, is_publishing
@@ -68,6 +70,8 @@ class ClusterMode:
     publisher: HoldingsPublisher | None = None
     peers: PeerWatcher | None = None
     """The peer directory the fetcher reads (``site.discovery.PeerDirectory``)."""
+    version_watch: ClusterVersionWatch | None = None
+    """The cluster's ClusterVersion (``cluster.version_watch``): the importer's path check."""
 
     @classmethod
     def build(cls, config: Config, *, progress: Callable[[], PullProgress]) -> ClusterMode:
@@ -99,7 +103,10 @@ class ClusterMode:
         )
         log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
         sink = reporter if publisher is None else BundleStepsTrigger(reporter, publisher)
-        return cls(api, reporter, specs, sink, gate, publisher, peers)
+        version_watch = ClusterVersionWatch(
+            api, connection, pinned_digests=lambda: pinned_digests(reporter.status)
+        )
+        return cls(api, reporter, specs, sink, gate, publisher, peers, version_watch)
 
     def tasks(self, request_sync: Callable[[], None]) -> list[Task]:
         """Optional tasks: an API server that misbehaves never stops pinning. A change of the
@@ -109,6 +116,8 @@ class ClusterMode:
             Task("cluster-status", self.reporter.run, is_critical=False),
             Task("pull-gate", lambda: self.gate.follow(request_sync), is_critical=False),
         ]
+        if self.version_watch is not None:
+            tasks.append(Task("cluster-version", self.version_watch.run, is_critical=False))
         if self.publisher is not None:
             tasks.append(Task("site-holdings", self.publisher.run, is_critical=False))
         if self.peers is not None:

@@ -17,7 +17,7 @@ RELEASE = parse_release_ref("quay.io/openshift-release-dev/ocp-release@sha256:" 
 def args(*, require: bool) -> argparse.Namespace:
     return argparse.Namespace(
         release=RELEASE, release_set_name=None, release_signature=[], signature_dir=None,
-        require_signatures=require,
+        require_signatures=require, from_version=None,
     )  # fmt: skip
 
 
