@@ -34,3 +34,4 @@ NODE_IMAGE_STATUS = ResourceKind("nodeagent.io", "v1alpha1", "NodeImageStatus", 
 NODE_IMAGE_HOLDINGS = ResourceKind(
     "nodeagent.io", "v1alpha1", "NodeImageHoldings", "nodeimageholdings"
 )
+CLUSTER_VERSION = ResourceKind("config.openshift.io", "v1", "ClusterVersion", "clusterversions")
