@@ -19,22 +19,18 @@ the plan carries the reason code of ``rollout``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from nodeagent.cluster.rollout import Release, Rollout, Waiting, is_same
+from nodeagent.cluster.clusterversion import Release, parse_semver
+from nodeagent.cluster.rollout import Rollout, Waiting, describe, is_same
 from nodeagent.strict import quoted
 
 RELEASE_VERSION_INVALID: Final = "ReleaseVersionInvalid"
 RELEASES_RETIRED: Final = "ReleasesRetired"
 NOTHING_TO_RETIRE: Final = "NothingToRetire"
 
-_SEMVER: Final = re.compile(
-    r"(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})"
-    r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?"
-)
 _MAX_VERSION_CHARS: Final = 64
 
 Keep = Literal["current", "previous", "newer", "kept", "invalid", "waiting", "retire"]
@@ -43,23 +39,13 @@ SemverKey = tuple[int, int, int, int, _PreKey]
 
 
 def semver_key(version: str) -> SemverKey | None:
-    """A sort key in semantic-version precedence (semver.org, 11); None: not a semantic
-    version (build metadata is ignored, as precedence does)."""
-    found = _SEMVER.fullmatch(version) if len(version) <= _MAX_VERSION_CHARS else None
-    if found is None:
+    """A sort key in semantic-version precedence (``clusterversion.compare_versions``'s
+    order); None: not a semantic version (build metadata is ignored, as precedence does)."""
+    parsed = parse_semver(version)
+    if parsed is None:
         return None
-    major, minor, patch, pre = found.groups()
-    if pre is None:
-        return (int(major), int(minor), int(patch), 1, ())
-    parts: list[tuple[int, int, str]] = []
-    for part in pre.split("."):
-        if part.isdigit():
-            if len(part) > 1 and part[0] == "0":
-                return None  # semver: numeric identifiers have no leading zero
-            parts.append((0, int(part), ""))
-        else:
-            parts.append((1, 0, part))
-    return (int(major), int(minor), int(patch), 0, tuple(parts))
+    pre = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parsed.prerelease)
+    return (parsed.major, parsed.minor, parsed.patch, 0 if pre else 1, pre)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +62,7 @@ class HeldRelease:
 
     @property
     def release(self) -> Release:
-        return Release(self.version, self.digest)
+        return Release(self.version, "", self.digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +90,10 @@ def plan(state: Rollout | Waiting, held: Iterable[HeldRelease], keep_releases: i
         return Plan(state.reason, state.message, tuple(Verdict(h, "waiting") for h in releases))
     current_key = semver_key(state.current.version)
     if current_key is None:
-        message = f"the cluster's version {state.current.describe()} is not a semantic version"
-        return Plan(RELEASE_VERSION_INVALID, message, tuple(Verdict(h, "invalid") for h in releases))
+        message = f"the cluster's version {describe(state.current)} is not a semantic version"
+        return Plan(
+            RELEASE_VERSION_INVALID, message, tuple(Verdict(h, "invalid") for h in releases)
+        )
     verdicts = {h: _first_look(h, state, current_key) for h in releases}
     older = sorted(
         {h.version for h, keep in verdicts.items() if keep == "retire"},
@@ -146,7 +134,7 @@ def _summary(verdicts: tuple[Verdict, ...], state: Rollout) -> Plan:
         notes = "; kept, not a semantic version: " + ", ".join(
             quoted(h.version, _MAX_VERSION_CHARS) for h in invalid
         )
-    current = state.current.describe()
+    current = describe(state.current)
     if not retired:
         message = f"the cluster runs {current} on every pool; no older release to retire{notes}"
         return Plan(NOTHING_TO_RETIRE, message, verdicts)

@@ -10,28 +10,30 @@ pools on purpose. So a release has finished only when, as well:
   ``status.observedGeneration`` equals ``metadata.generation``;
 * and none is paused (``spec.paused``).
 
-``rollout`` reads both strictly and answers either a ``Rollout`` (finished, with the
+``rollout`` reads both strictly (ClusterVersion through
+``clusterversion.parse_cluster_version``) and answers either a ``Rollout`` (finished, with the
 releases that must never be touched) or a ``Waiting`` with a reason code. Nothing is
 guessed: a missing or odd field is a reason code, never "finished".
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from nodeagent.cluster.clusterversion import (
+    MAX_VERSION_CHARS,
+    REASON_INVALID,
+    ClusterVersionView,
+    Release,
+    parse_cluster_version,
+)
 from nodeagent.strict import clip, quoted
 
 MAX_POOLS: Final = 256
 """MachineConfigPools judged; more is refused as odd input (a cluster has a handful)."""
-MAX_HISTORY: Final = 100
-"""ClusterVersion keeps at most 100 history entries (openshift/api)."""
-_DIGEST: Final = re.compile(r"@(sha256:[a-f0-9]{64})$")
-_VERSION_CHARS: Final = 64
 
-CLUSTER_VERSION_INVALID: Final = "ClusterVersionInvalid"
 UPGRADE_NOT_COMPLETED: Final = "UpgradeNotCompleted"
 UPGRADE_REQUESTED: Final = "UpgradeRequested"
 POOLS_UNKNOWN: Final = "PoolsUnknown"
@@ -39,16 +41,8 @@ POOL_NOT_UPDATED: Final = "PoolNotUpdated"
 POOL_PAUSED: Final = "PoolPaused"
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
-    """A release as ClusterVersion names it: its version and image digest (either may be
-    unknown, ``""``)."""
-
-    version: str
-    digest: str
-
-    def describe(self) -> str:
-        return quoted(self.version or self.digest or "?", _VERSION_CHARS)
+def describe(release: Release) -> str:
+    return quoted(release.version or release.digest or "?", MAX_VERSION_CHARS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,24 +76,6 @@ def rollout(
     return waiting if waiting is not None else state
 
 
-def _invalid(what: str) -> Waiting:
-    return Waiting(CLUSTER_VERSION_INVALID, f"ClusterVersion: {what}")
-
-
-def _release(value: object) -> Release | None:
-    """``{version, image}`` (history entry, ``status.desired``, ``spec.desiredUpdate``)."""
-    if not isinstance(value, Mapping):
-        return None
-    version, image = value.get("version", ""), value.get("image", "")
-    if not isinstance(version, str) or not isinstance(image, str):
-        return None
-    found = _DIGEST.search(image)
-    if image and found is None:
-        return None  # an image not named by digest cannot be compared
-    release = Release(version[:_VERSION_CHARS], found[1] if found else "")
-    return release if release.version or release.digest else None
-
-
 def is_same(a: Release, b: Release) -> bool:
     """By digest when both know it, else by version."""
     if a.digest and b.digest:
@@ -109,37 +85,39 @@ def is_same(a: Release, b: Release) -> bool:
 
 def _completed(cv: Mapping[str, Any] | None) -> Rollout | Waiting:
     if cv is None:
-        return Waiting(CLUSTER_VERSION_INVALID, "no ClusterVersion 'version' is known yet")
-    spec, status = cv.get("spec"), cv.get("status")
-    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
-        return _invalid("spec or status is missing")
-    history = status.get("history")
-    if not isinstance(history, list) or not 1 <= len(history) <= MAX_HISTORY:
-        return _invalid(f"status.history must list 1 to {MAX_HISTORY} entries")
-    newest, desired = _release(history[0]), _release(status.get("desired"))
-    if newest is None or desired is None:
-        return _invalid("status.history[0] or status.desired has no version or image digest")
-    state = history[0].get("state")
-    if state != "Completed":
+        return Waiting(REASON_INVALID, "no ClusterVersion 'version' is known yet")
+    view = parse_cluster_version(cv)
+    if not view.is_usable:
+        first = view.problems[0]
+        more = f" (and {len(view.problems) - 1} more)" if len(view.problems) > 1 else ""
+        return Waiting(first.reason, f"ClusterVersion: {first.message}{more}")
+    newest, desired = (view.history[0].release if view.history else None), view.desired
+    if newest is None or desired is None or not (newest.version or newest.digest):
+        return Waiting(REASON_INVALID, "ClusterVersion: no status.history or status.desired")
+    if view.is_updating or not is_same(newest, desired):
+        moving = newest if view.is_updating else desired
         return Waiting(
-            UPGRADE_NOT_COMPLETED,
-            f"the upgrade to {newest.describe()} is {quoted(state, 40)}, not Completed",
+            UPGRADE_NOT_COMPLETED, f"the upgrade to {describe(moving)} is not Completed yet"
         )
-    if not is_same(newest, desired):
-        return Waiting(UPGRADE_NOT_COMPLETED, f"the cluster is moving to {desired.describe()}")
-    requested = spec.get("desiredUpdate")
-    protected = [newest, desired]
-    if requested is not None:
-        asked = _release(requested)
-        if asked is None:
-            return _invalid("spec.desiredUpdate has no version or image digest")
-        if not is_same(asked, newest):
-            return Waiting(UPGRADE_REQUESTED, f"an upgrade to {asked.describe()} is requested")
-        protected.append(asked)
-    if _generation_ahead(cv, status):
+    requested = _requested(view, cv, newest)
+    if isinstance(requested, Waiting):
+        return requested
+    previous = view.history[1].release if len(view.history) > 1 else None
+    return Rollout(newest, previous, (newest, desired, *requested))
+
+
+def _requested(
+    view: ClusterVersionView, cv: Mapping[str, Any], current: Release
+) -> tuple[Release, ...] | Waiting:
+    """``spec.desiredUpdate`` when it names the current release (protected too); an upgrade
+    asked for, or a spec the operator has not read yet, waits."""
+    asked = view.desired_update
+    requested = () if asked is None else (Release(asked.version, asked.image, asked.digest),)
+    if requested and not is_same(requested[0], current):
+        return Waiting(UPGRADE_REQUESTED, f"an upgrade to {describe(requested[0])} is requested")
+    if _generation_ahead(cv, cv.get("status") or {}):
         return Waiting(UPGRADE_REQUESTED, "the cluster-version operator has not read the spec yet")
-    previous = _release(history[1]) if len(history) > 1 else None
-    return Rollout(newest, previous, tuple(protected))
+    return requested
 
 
 def _generation_ahead(obj: Mapping[str, Any], status: Mapping[str, Any]) -> bool:

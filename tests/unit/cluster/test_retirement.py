@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nodeagent.cluster.clusterversion import Release
 from nodeagent.cluster.retirement import HeldRelease, Plan, plan, semver_key
-from nodeagent.cluster.rollout import Release, Rollout, Waiting
+from nodeagent.cluster.rollout import Rollout, Waiting
 
 
 def digest(n: int) -> str:
@@ -76,7 +77,7 @@ def test_the_current_release_is_matched_by_digest_and_by_version() -> None:
 
 
 def test_protected_releases_are_never_retired() -> None:
-    state = Rollout(V3.release, V2.release, (V3.release, Release("", V1.digest)))
+    state = Rollout(V3.release, V2.release, (V3.release, Release("", "", V1.digest)))
     result = plan(state, [V1, V2, V3], keep_releases=2)
     assert result.retire == ()
 
@@ -119,7 +120,9 @@ def test_semver_precedence(low: str, high: str) -> None:
     assert low_key is not None and high_key is not None and low_key < high_key
 
 
-@pytest.mark.parametrize("text", ["", "4.16", "v4.16.0", "4.16.01", "4.16.0-01", "4.16.0-", "9" * 70])
+@pytest.mark.parametrize(
+    "text", ["", "4.16", "v4.16.0", "4.16.01", "4.16.0-01", "4.16.0-", "9" * 70]
+)
 def test_not_semver(text: str) -> None:
     assert semver_key(text) is None
 
@@ -157,9 +160,7 @@ def test_retirement_never_touches_what_it_must_keep(
         key = semver_key(release.version)
         assert key is not None and key < current_key
     survivors = [r for r in releases if r not in retired]
-    older_kept = {
-        r.version for r in survivors if (k := semver_key(r.version)) and k < current_key
-    }
+    older_kept = {r.version for r in survivors if (k := semver_key(r.version)) and k < current_key}
     older_all = {r.version for r in releases if (k := semver_key(r.version)) and k < current_key}
     extra = {previous.version} if previous is not None else set()
     assert len(older_kept | extra) >= min(keep - 1, len(older_all | extra))

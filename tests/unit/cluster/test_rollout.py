@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.cluster.rollout import Release, Rollout, Waiting, rollout
+from nodeagent.cluster.clusterversion import Release
+from nodeagent.cluster.rollout import Rollout, Waiting, rollout
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
 D3 = "sha256:" + "3" * 64
+T = "2026-11-28T10:00:00Z"
 
 
 def image(digest: str) -> str:
@@ -30,8 +32,8 @@ def cluster_version(
             "observedGeneration": 3,
             "desired": {"version": "4.16.2", "image": image(D2)},
             "history": [
-                {"state": state, "version": "4.16.2", "image": image(D2)},
-                {"state": "Completed", "version": "4.16.1", "image": image(D1)},
+                {"state": state, "version": "4.16.2", "image": image(D2), "startedTime": T},
+                {"state": "Completed", "version": "4.16.1", "image": image(D1), "startedTime": T},
             ],
         },
     }
@@ -63,15 +65,14 @@ POOLS = [pool("master"), pool("worker")]
 
 def test_completed_and_every_pool_updated_is_finished() -> None:
     state = rollout(cluster_version(), POOLS)
-    assert state == Rollout(
-        Release("4.16.2", D2), Release("4.16.1", D1), (Release("4.16.2", D2),) * 2
-    )
+    current = Release("4.16.2", image(D2), D2)
+    assert state == Rollout(current, Release("4.16.1", image(D1), D1), (current, current))
 
 
 def test_partial_is_not_finished() -> None:
     state = rollout(cluster_version(state="Partial"), POOLS)
     assert isinstance(state, Waiting) and state.reason == "UpgradeNotCompleted"
-    assert "'Partial'" in state.message
+    assert "not Completed" in state.message
 
 
 def test_completed_but_a_worker_pool_still_rolling_out_is_not_finished() -> None:
@@ -152,8 +153,8 @@ def test_a_cluster_never_upgraded_has_no_previous_release() -> None:
         lambda cv: cv["status"].__setitem__("history", []),
         lambda cv: cv["status"].__setitem__("history", ["Completed"]),
         lambda cv: cv["status"].pop("desired"),
-        lambda cv: cv["status"]["desired"].__setitem__("image", "quay.io/x:latest"),
         lambda cv: cv["status"]["history"][0].__setitem__("version", 4.16),
+        lambda cv: cv["status"]["history"][0].__setitem__("state", "Done"),
         lambda cv: cv["spec"].__setitem__("desiredUpdate", {"channel": "x"}),
         lambda cv: cv.__setitem__("spec", None),
     ],
@@ -165,6 +166,13 @@ def test_odd_cluster_versions_give_a_reason_code(mutate: Any) -> None:
     assert isinstance(state, Waiting) and state.reason == "ClusterVersionInvalid"
 
 
+def test_a_cluster_version_that_is_not_semver_gives_its_reason_code() -> None:
+    cv = cluster_version()
+    cv["status"]["desired"]["version"] = "4.16"
+    state = rollout(cv, POOLS)
+    assert isinstance(state, Waiting) and state.reason == "ReleaseVersionInvalid"
+
+
 def test_no_cluster_version_is_a_reason_code() -> None:
     state = rollout(None, POOLS)
     assert isinstance(state, Waiting) and state.reason == "ClusterVersionInvalid"
@@ -172,7 +180,9 @@ def test_no_cluster_version_is_a_reason_code() -> None:
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
