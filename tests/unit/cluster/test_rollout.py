@@ -107,7 +107,8 @@ def test_a_pool_spec_not_yet_observed_is_not_updated() -> None:
 
 
 def test_no_pools_known_is_not_zero_pools_done() -> None:
-    for pools in (None, []):
+    nothing: list[dict[str, Any]] = []
+    for pools in (None, nothing):
         state = rollout(cluster_version(), pools)
         assert isinstance(state, Waiting) and state.reason == "PoolsUnknown"
 
