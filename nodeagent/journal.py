@@ -69,6 +69,8 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "mirror_dropin_not_written": "5600e278963440f0b2aeb9a6f5329614",
     "mirror_dropin_reload_failed": "bedb54c9ac56478db243e2dd85e40c00",
     "served_tag_not_pulled": "a93495d53b0345b6863cec5d5747d6b9",
+    "release_retired": "a38b2a585d3a457dbbe8e954c8102f53",
+    "release_retirement_held": "31c74906df804204bf51d21bdc36175a",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

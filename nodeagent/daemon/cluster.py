@@ -21,6 +21,8 @@ from nodeagent.cluster.holdings import HeldBundle
 from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.cluster.readiness import PullGate
 from nodeagent.cluster.reporter import StatusReporter
+from nodeagent.cluster.retirement import HeldRelease
+from nodeagent.cluster.retiring import ReleaseRetirer
 from nodeagent.cluster.tasks import ClusterSpecs, Connection, node_name
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
@@ -31,6 +33,7 @@ from nodeagent.status import PullProgress
 
 if TYPE_CHECKING:
     from nodeagent.adapters.store.holdings import StoreHoldings
+    from nodeagent.adapters.store.releases import StoredReleases
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +59,36 @@ class LazyHoldings:
         return self._built.scan()
 
 
+class LazyReleases:
+    """``cluster.retiring.ReleaseStore`` that loads the store's code only once the store
+    holds a bundle (an idle node in cluster mode does not import it)."""
+
+    def __init__(self, store_dir: Path, spec_dirs: tuple[Path, ...]) -> None:
+        self.store_dir = store_dir
+        self.spec_dirs = spec_dirs
+        self._built: StoredReleases | None = None
+
+    def _store(self) -> StoredReleases | None:
+        if self._built is None:
+            try:
+                if not any((self.store_dir / "bundles").iterdir()):
+                    return None
+            except FileNotFoundError:
+                return None
+            from nodeagent.adapters.store.releases import StoredReleases  # noqa: PLC0415
+
+            self._built = StoredReleases(self.store_dir, self.spec_dirs)
+        return self._built
+
+    def held(self) -> tuple[HeldRelease, ...]:
+        store = self._store()
+        return () if store is None else store.held()
+
+    def unpin(self, held: HeldRelease) -> list[Path]:
+        store = self._store()
+        return [] if store is None else store.unpin(held)
+
+
 @dataclass
 class ClusterMode:
     api: KubeApi
@@ -68,6 +101,8 @@ class ClusterMode:
     publisher: HoldingsPublisher | None = None
     peers: PeerWatcher | None = None
     """The peer directory the fetcher reads (``site.discovery.PeerDirectory``)."""
+    retirer: ReleaseRetirer | None = None
+    """Unpins old release bundles once an upgrade finished (``cluster.retiring``)."""
 
     @classmethod
     def build(cls, config: Config, *, progress: Callable[[], PullProgress]) -> ClusterMode:
@@ -88,6 +123,12 @@ class ClusterMode:
             if publisher is not None:
                 publisher.set_node(node)
 
+        retirer = ReleaseRetirer(
+            api,
+            connection,
+            LazyReleases(config.store_dir, tuple(d for d, _ in config.spec_dirs())),
+            keep_releases=config.upgrade.keep_releases,
+        )
         specs = ClusterSpecs(
             config,
             api,
@@ -96,10 +137,11 @@ class ClusterMode:
             on_node=on_node,
             on_placement=reporter.set_placement,
             on_ownership=reporter.set_ownership,
+            on_pools=retirer.set_pools,
         )
         log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
         sink = reporter if publisher is None else BundleStepsTrigger(reporter, publisher)
-        return cls(api, reporter, specs, sink, gate, publisher, peers)
+        return cls(api, reporter, specs, sink, gate, publisher, peers, retirer)
 
     def tasks(self, request_sync: Callable[[], None]) -> list[Task]:
         """Optional tasks: an API server that misbehaves never stops pinning. A change of the
@@ -109,6 +151,8 @@ class ClusterMode:
             Task("cluster-status", self.reporter.run, is_critical=False),
             Task("pull-gate", lambda: self.gate.follow(request_sync), is_critical=False),
         ]
+        if self.retirer is not None:
+            tasks.append(Task("release-retirement", self.retirer.run, is_critical=False))
         if self.publisher is not None:
             tasks.append(Task("site-holdings", self.publisher.run, is_critical=False))
         if self.peers is not None:
