@@ -59,6 +59,8 @@ class HeldRelease:
     set_name: str
     is_pinned: bool = True
     """Its set file is still in a spec directory (False: retired before, or unpinned)."""
+    image: str = ""
+    """The release image's pull spec by digest (``bundle.json``'s ``release.image``)."""
 
     @property
     def release(self) -> Release:

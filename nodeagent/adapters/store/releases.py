@@ -72,6 +72,7 @@ class StoredReleases:
             release.image.digest,
             release.set_name,
             is_pinned=any((d / file_name).is_file() for d in self.spec_dirs),
+            image=str(release.image),
         )
 
     def unpin(self, held: HeldRelease) -> list[Path]:
