@@ -71,6 +71,8 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "served_tag_not_pulled": "a93495d53b0345b6863cec5d5747d6b9",
     "release_retired": "a38b2a585d3a457dbbe8e954c8102f53",
     "release_retirement_held": "31c74906df804204bf51d21bdc36175a",
+    "upgrade_started": "1d78e4baa6004c4ba5ac014ce0bb26d5",
+    "upgrade_not_started": "4d0048b8d2874fcebe7fc15d6bc0b0ff",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

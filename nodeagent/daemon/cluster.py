@@ -22,7 +22,8 @@ from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.cluster.readiness import PullGate
 from nodeagent.cluster.reporter import StatusReporter
 from nodeagent.cluster.retirement import HeldRelease
-from nodeagent.cluster.retiring import ReleaseRetirer
+from nodeagent.cluster.retiring import ReleaseRetirer, ReleaseStore
+from nodeagent.cluster.starting import UpgradeStarter
 from nodeagent.cluster.tasks import ClusterSpecs, Connection, node_name
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
@@ -103,6 +104,8 @@ class ClusterMode:
     """The peer directory the fetcher reads (``site.discovery.PeerDirectory``)."""
     retirer: ReleaseRetirer | None = None
     """Unpins old release bundles once an upgrade finished (``cluster.retiring``)."""
+    starter: UpgradeStarter | None = None
+    """``[upgrade] start = "when-site-ready"``: the one-touch upgrade (``cluster.starting``)."""
 
     @classmethod
     def build(cls, config: Config, *, progress: Callable[[], PullProgress]) -> ClusterMode:
@@ -141,7 +144,8 @@ class ClusterMode:
         )
         log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
         sink = reporter if publisher is None else BundleStepsTrigger(reporter, publisher)
-        return cls(api, reporter, specs, sink, gate, publisher, peers, retirer)
+        starter = _starter(config, api, connection, retirer.store, specs.node)
+        return cls(api, reporter, specs, sink, gate, publisher, peers, retirer, starter)
 
     def tasks(self, request_sync: Callable[[], None]) -> list[Task]:
         """Optional tasks: an API server that misbehaves never stops pinning. A change of the
@@ -153,6 +157,8 @@ class ClusterMode:
         ]
         if self.retirer is not None:
             tasks.append(Task("release-retirement", self.retirer.run, is_critical=False))
+        if self.starter is not None:
+            tasks.append(Task("upgrade-start", self.starter.run, is_critical=False))
         if self.publisher is not None:
             tasks.append(Task("site-holdings", self.publisher.run, is_critical=False))
         if self.peers is not None:
@@ -161,6 +167,19 @@ class ClusterMode:
 
     async def close(self) -> None:
         await self.api.close()
+
+
+def _starter(
+    config: Config, api: KubeApi, connection: Connection, store: ReleaseStore, node: str
+) -> UpgradeStarter | None:
+    """The one-touch starter, only with ``[upgrade] start = "when-site-ready"``."""
+    if config.upgrade.start != "when-site-ready":
+        return None
+    from nodeagent.daemon.bundles import signature_publisher  # noqa: PLC0415
+
+    publisher = signature_publisher(config, api)
+    log.info("upgrade_start_enabled", node=node, mode=config.upgrade.start)
+    return UpgradeStarter(api, connection, store, node=node, publish_signatures=publisher.publish)
 
 
 def _discovery(

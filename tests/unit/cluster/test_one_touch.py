@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from nodeagent.cluster.one_touch import decide
 from nodeagent.cluster.retirement import HeldRelease
+from nodeagent.cluster.starting import lease_is_fresh
 
 T = "2026-11-28T10:00:00Z"
 OLD, NEW, NEWER = ("sha256:" + c * 64 for c in "abc")
@@ -134,3 +136,23 @@ def test_junk_statuses_never_start_and_never_raise(junk: object) -> None:
     statuses: dict[str, Any] = {"edge-1": nis(entry(NEW)), "edge-2": {"status": junk}}
     decision = decide(cv(), NODES, statuses, [held("4.17.0", NEW)])
     assert decision.reason in ("SiteNotReady", "ReleaseNotAnUpgrade")
+
+
+def test_a_node_lease_is_fresh_only_within_its_duration() -> None:
+    now = dt.datetime(2026, 11, 28, 12, 0, tzinfo=dt.UTC)
+
+    def lease(renewed: object, duration: object = 40) -> dict[str, Any]:
+        return {"spec": {"renewTime": renewed, "leaseDurationSeconds": duration}}
+
+    assert lease_is_fresh(lease("2026-11-28T11:59:30.000000Z"), now)
+    assert not lease_is_fresh(lease("2026-11-28T11:59:10.000000Z"), now)
+    for odd in (
+        lease(None),
+        lease("yesterday"),
+        lease("2026-11-28T11:59:30"),  # no zone: not guessed
+        lease("2026-11-28T11:59:30Z", "40"),
+        lease("2026-11-28T11:59:30Z", 0),
+        {"spec": "junk"},
+        {},
+    ):
+        assert not lease_is_fresh(odd, now)
