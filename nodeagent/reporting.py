@@ -31,6 +31,7 @@ from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.nodeos import OsImage
 from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
 from nodeagent.progress import new_blob_bytes
+from nodeagent.releases import release_rows
 from nodeagent.status import (
     BundleReport,
     Condition,
@@ -428,5 +429,7 @@ class Reporter:
             self._sync_status = status
         self.save()
         self.line.status(status_line(status))
+        held = self._with_bundles(status)
+        self.metrics.releases_reported(release_rows(held))
         if self.cluster is not None:
-            self.cluster.update(self._with_bundles(status), is_final=is_final)
+            self.cluster.update(held, is_final=is_final)

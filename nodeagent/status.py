@@ -251,6 +251,34 @@ BundleState = Literal[
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseReport:
+    """The OpenShift release a bundle carries, and whether it upgrades the cluster's version
+    (``versions.check_upgrade_path`` at the import; ``path_reason`` empty when it does, or when
+    the cluster's version was not known)."""
+
+    version: str
+    digest: str
+    """The release image's digest, ``sha256:<hex>``."""
+    set_name: str
+    path_reason: str = ""
+    """``ReleaseNotAnUpgrade`` or ``ReleaseVersionInvalid``; ``""`` when not refused."""
+    path_message: str = ""
+    cluster_version: str = ""
+    """The cluster's version the release was checked against (``""``: not known)."""
+    is_upgrade: bool = False
+    """It upgrades the cluster's version (the path check passed and it is newer)."""
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"version": self.version, "digest": self.digest, "set": self.set_name}
+        if self.cluster_version:
+            doc["clusterVersion"] = self.cluster_version
+            doc["upgrade"] = self.is_upgrade
+        if self.path_reason:
+            doc |= {"reason": self.path_reason, "message": self.path_message}
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
 class BundleReport:
     """What a technician needs to know about one bundle, at any step."""
 
@@ -281,6 +309,8 @@ class BundleReport:
     """(``host/repository:tag``, digest) the bundle serves (``bundle create --serve-tags``):
     pulls of those tags get that digest while the node's mirror serves it, even once the
     registry moves the tag (``bundles.tags``)."""
+    release: ReleaseReport | None = None
+    """A release bundle's release, and the upgrade-path check against the cluster's version."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -306,6 +336,8 @@ class BundleReport:
             doc["warnings"] = [{"reason": r, "message": m} for r, m in self.warnings]
         if self.frozen_tags:
             doc["frozenTags"] = dict(self.frozen_tags)
+        if self.release is not None:
+            doc["release"] = self.release.to_json()
         return doc
 
 

@@ -51,6 +51,7 @@ class SnapshotCollector(Collector):
         yield from decision_families(now)
         yield from node_families(now)
         yield from mirror_families(now)
+        yield from release_families(now)
 
 
 def set_families(now: Snapshot) -> Iterator[Metric]:
@@ -188,6 +189,28 @@ def mirror_families(now: Snapshot) -> Iterator[Metric]:
         ("denied", mirror.denied, "Registry-set content asked for without the credential"),
     ):
         yield CounterMetricFamily(f"{PREFIX}node_mirror_{name}", text, value=value)
+
+
+def release_families(now: Snapshot) -> Iterator[Metric]:
+    """The releases the node holds and those ClusterVersion asks for (docs/upgrade.md)."""
+    pinned = GaugeMetricFamily(
+        f"{PREFIX}release_pinned",
+        "1 if the node has pinned the OpenShift release (its set), 0 if it holds it unpinned; "
+        "upgrade: it upgrades the cluster's version",
+        labels=["version", "digest", "upgrade"],
+    )
+    for release in now.releases:
+        labels = [release.version, release.digest, str(release.is_upgrade).lower()]
+        pinned.add_metric(labels, int(release.is_pinned))
+    yield pinned
+    targets = GaugeMetricFamily(
+        f"{PREFIX}release_target",
+        "1 for each release ClusterVersion asks the cluster to move to (its desired update)",
+        labels=["version", "digest"],
+    )
+    for digest, version in sorted(now.release_targets.items()):
+        targets.add_metric([version, digest], 1)
+    yield targets
 
 
 class MetricsEndpoint:

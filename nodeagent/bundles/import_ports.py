@@ -99,6 +99,10 @@ class ImporterPorts:
     make_signed_server: SignedServerFactory | None = None
     """For a bundle with ``imageSignatures``: a server that also answers its signature tags
     (``signatures.served_tags``); None: such bundles are served without them."""
+    cluster_version: Callable[[], str | None] = field(default=lambda: None)
+    """The cluster's current version (ClusterVersion's newest Completed release); None when
+    not known (no cluster mode, not OpenShift, not listed yet): a release bundle is then
+    imported without the upgrade-path check."""
     sigstore: SigstorePort | None = None
     """registries.d: checked for a bundle's signed images, and the loopback mirror's drop-in."""
     is_ignoring_target: bool = False

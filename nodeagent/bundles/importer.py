@@ -55,9 +55,10 @@ from nodeagent.errors import (
 from nodeagent.ports import FilesystemSpace
 from nodeagent.prepull import PullResult
 from nodeagent.progress import DEFAULT_INTERVAL_S, ByteProgress, ProgressMeter
-from nodeagent.status import BundleReport
+from nodeagent.status import BundleReport, ReleaseReport
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
+from nodeagent.versions import REASON_NOT_AN_UPGRADE, REASON_VERSION, check_upgrade_path
 
 log = structlog.get_logger(__name__)
 
@@ -187,7 +188,7 @@ class Importer:
         """From ``root`` (a medium), or from the store alone (``root`` None)."""
         if manifest.release is not None:
             steps = tuple(next_steps(manifest.release, manifest.bundle_id))
-            report = replace(report, next_steps=steps)
+            report = replace(report, next_steps=steps, release=self._release_report(manifest))
         frozen = tuple((t.reference, t.image.digest) for t in manifest.served_tags)
         report = replace(report, frozen_tags=frozen)
         refs = [str(image.ref) for image in manifest.images]
@@ -215,7 +216,7 @@ class Importer:
             report = await self._pull_through_mirror(source, files, manifest, missing, report)
             if report.state in ("rejected", "interrupted"):
                 return report
-        warnings = await self._sigstore_warnings(manifest)
+        warnings = (*_path_warning(report.release), *await self._sigstore_warnings(manifest))
         return self._hand_over(manifest, replace(report, warnings=warnings))
 
     async def _store(
@@ -413,6 +414,27 @@ class Importer:
         )
         return self._report(done, "bundle_imported", images=report.images_total, sets=names)
 
+    def _release_report(self, manifest: BundleManifest) -> ReleaseReport | None:
+        """The release and the upgrade-path check against the cluster's version: a release
+        that does not upgrade it is still imported and pinned, and said (decision 0065)."""
+        carried = manifest.release
+        if carried is None:
+            return None
+        report = ReleaseReport(carried.version, carried.image.digest, carried.set_name)
+        current = self.ports.cluster_version()
+        if not current:
+            return report
+        verdict = check_upgrade_path(current, carried.version, carried.previous)
+        report = replace(report, cluster_version=current, is_upgrade=verdict.is_upgrade)
+        if verdict.reason not in (REASON_NOT_AN_UPGRADE, REASON_VERSION):
+            return report
+        log.warning(
+            "release_not_an_upgrade", bundle=manifest.bundle_id, release=carried.version,
+            cluster_version=current, reason=verdict.reason, error=verdict.message,
+            action="the release is pinned but will not be proposed as the cluster's next version",
+        )  # fmt: skip
+        return replace(report, path_reason=verdict.reason, path_message=verdict.message)
+
     async def _sigstore_warnings(self, manifest: BundleManifest) -> tuple[tuple[str, str], ...]:
         """Signed images whose signatures CRI-O would not read (registries.d), logged."""
         sigstore = self.ports.sigstore
@@ -431,3 +453,9 @@ class Importer:
                 reason=found.code, error=found.message, action=found.action,
             )  # fmt: skip
         return tuple((f.code, clip(f"{f.message}; {f.action}", MESSAGE_CHARS)) for f in findings)
+
+
+def _path_warning(release: ReleaseReport | None) -> tuple[tuple[str, str], ...]:
+    if release is None or not release.path_reason:
+        return ()
+    return ((release.path_reason, clip(release.path_message, MESSAGE_CHARS)),)

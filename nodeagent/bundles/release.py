@@ -5,7 +5,9 @@ A release image (``oc adm release info``) carries two files this module reads
 
 - ``release-manifests/image-references``: an ImageStream whose ``spec.tags[]`` name every
   payload image (``name``: the component, ``from.name``: its pull spec by digest);
-- ``release-manifests/release-metadata``: JSON whose ``version`` is the release's version.
+- ``release-manifests/release-metadata``: JSON whose ``version`` is the release's version
+  and whose ``previous`` lists the versions it upgrades from (the upgrade-path check,
+  ``cluster.clusterversion.check_upgrade_path``; a metadata without it upgrades from none).
 
 ``bundle create --release`` puts the release image and every payload image in the bundle,
 with a PinnedImageSet ``release-<version>``, and carries the release's signatures as files;
@@ -38,6 +40,8 @@ MAX_RELEASE_FILE_BYTES: Final = 4 * 1024 * 1024
 """Either file: a real ``image-references`` of ~190 tags is about 60 KB."""
 MAX_PAYLOAD_IMAGES: Final = 500
 """Payload images of one release (OpenShift 4.x has about 180): a PinnedImageSet's limit."""
+MAX_PREVIOUS: Final = 1000
+"""Versions a release upgrades from (``previous``): a 4.y.z lists a few dozen."""
 MAX_SIGNATURES: Final = 16
 """Signatures of one release digest a bundle carries (the CVO's stores keep 1 or 2)."""
 MAX_SIGNATURE_BYTES: Final = 64 * 1024
@@ -54,7 +58,7 @@ _DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 _HEX = re.compile(r"^[a-f0-9]{64}$")
 _STORE_DIR = re.compile(r"^sha256=([a-f0-9]{64})$")
 _STORE_FILE = re.compile(r"^signature-([1-9][0-9]{0,3})$")
-_RELEASE_KEYS: Final = frozenset({"image", "version", "set", "signatures"})
+_RELEASE_KEYS: Final = frozenset({"image", "version", "set", "signatures", "previous"})
 _SIGNATURE_KEYS: Final = frozenset({"digest", "index", "path", "sizeBytes", "sha256"})
 RELEASE_FORMAT_VERSION_MIN: Final = 3
 
@@ -72,6 +76,8 @@ class ReleasePayload:
 
     version: str
     images: tuple[PayloadImage, ...]
+    previous: tuple[str, ...] = ()
+    """``release-metadata``'s ``previous``: the versions it upgrades from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,8 @@ class BundleRelease:
     version: str
     set_name: str
     signatures: tuple[ReleaseSignature, ...] = ()
+    previous: tuple[str, ...] = ()
+    """The versions the release upgrades from (its ``release-metadata``'s ``previous``)."""
 
 
 class _Listed(Protocol):
@@ -161,7 +169,7 @@ def parse_image_references(data: bytes) -> tuple[PayloadImage, ...]:
 def _payload_image(tag: Any, where: str) -> PayloadImage:
     source = tag.get("from") if isinstance(tag, dict) else None
     name = tag.get("name") if isinstance(tag, dict) else None
-    if not isinstance(name, str) or not _TAG_NAME.match(name) or not isinstance(source, dict):
+    if not isinstance(name, str) or not _TAG_NAME.fullmatch(name) or not isinstance(source, dict):
         raise ReleaseImageInvalid(f"{where}: needs a name and a from object")
     if source.get("kind", "DockerImage") != "DockerImage":
         raise ReleaseImageInvalid(f"{where}: from.kind must be DockerImage")
@@ -177,12 +185,32 @@ def parse_release_metadata(data: bytes) -> str:
     """The release's ``version`` from ``release-metadata``."""
     doc = _json(data, RELEASE_METADATA_PATH)
     version = doc.get("version") if isinstance(doc, dict) else None
-    if not isinstance(version, str) or not _VERSION.match(version):
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
         raise ReleaseImageInvalid(
             f"the release image's {RELEASE_METADATA_PATH}: version {quoted(version, 80)} is not "
             "a release version such as 4.16.3"
         )
     return version
+
+
+def parse_release_previous(data: bytes) -> tuple[str, ...]:
+    """``release-metadata``'s ``previous`` (missing: none), each a release version, once."""
+    doc = _json(data, RELEASE_METADATA_PATH)
+    value = doc.get("previous", []) if isinstance(doc, dict) else None
+    return _previous(
+        value, f"the release image's {RELEASE_METADATA_PATH}: previous", ReleaseImageInvalid
+    )
+
+
+def _previous(
+    value: object, where: str, error: type[ReleaseImageInvalid | BundleReleaseInvalid]
+) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > MAX_PREVIOUS:
+        raise error(f"{where} must be a list of at most {MAX_PREVIOUS} versions")
+    for item in value:
+        if not isinstance(item, str) or not _VERSION.fullmatch(item):
+            raise error(f"{where}: {quoted(item, 80)} is not a release version such as 4.16.3")
+    return tuple(dict.fromkeys(value))
 
 
 def parse_release_files(files: Mapping[str, bytes]) -> ReleasePayload:
@@ -194,7 +222,8 @@ def parse_release_files(files: Mapping[str, bytes]) -> ReleasePayload:
                 "(oc adm release info)?"
             )
     version = parse_release_metadata(files[RELEASE_METADATA_PATH])
-    return ReleasePayload(version, parse_image_references(files[IMAGE_REFERENCES_PATH]))
+    previous = parse_release_previous(files[RELEASE_METADATA_PATH])
+    return ReleasePayload(version, parse_image_references(files[IMAGE_REFERENCES_PATH]), previous)
 
 
 def release_set_name(version: str) -> str:
@@ -204,7 +233,7 @@ def release_set_name(version: str) -> str:
 
 
 def check_set_name(name: str) -> str:
-    if not _SET_NAME.match(name):
+    if not _SET_NAME.fullmatch(name):
         raise ReleaseImageInvalid(f"{quoted(name, 80)} is not a PinnedImageSet name")
     return name
 
@@ -241,7 +270,7 @@ def signature_path(digest: str, index: int) -> str:
 def store_signature_index(dir_name: str, file_name: str, digest: str) -> int | None:
     """In a signature store (``sha256=<hex>/signature-<n>``): ``n`` when the file is one of
     ``digest``'s signatures, else None."""
-    found_dir, found_file = _STORE_DIR.match(dir_name), _STORE_FILE.match(file_name)
+    found_dir, found_file = _STORE_DIR.fullmatch(dir_name), _STORE_FILE.fullmatch(file_name)
     if found_dir is None or found_file is None or f"sha256:{found_dir[1]}" != digest:
         return None
     return int(found_file[1])
@@ -261,12 +290,15 @@ def release_doc(release: BundleRelease) -> dict[str, Any]:
          "sha256": s.sha256_hex}
         for s in release.signatures
     ]  # fmt: skip
-    return {
+    doc: dict[str, Any] = {
         "image": str(release.image),
         "version": release.version,
         "set": release.set_name,
         "signatures": signatures,
     }
+    if release.previous:
+        doc["previous"] = list(release.previous)
+    return doc
 
 
 # ---------------------------------------------------------------- bundle.json's release
@@ -293,6 +325,9 @@ def release_of(doc: Mapping[str, Any], manifest: _Manifest) -> BundleRelease | N
         version=_text(value, "version", _VERSION),
         set_name=_text(value, "set", _SET_NAME),
         signatures=_signatures(value.get("signatures"), files),
+        previous=_previous(
+            value.get("previous", []), "bundle.json release: previous", BundleReleaseInvalid
+        ),
     )
     if release.set_name not in set(set_names):
         raise _bad(f"set {release.set_name} is not one of the bundle's PinnedImageSets")
@@ -304,7 +339,7 @@ def release_of(doc: Mapping[str, Any], manifest: _Manifest) -> BundleRelease | N
 
 def _text(value: Mapping[str, Any], key: str, pattern: re.Pattern[str]) -> str:
     text = value.get(key)
-    if not isinstance(text, str) or not pattern.match(text):
+    if not isinstance(text, str) or not pattern.fullmatch(text):
         raise _bad(f"{key} {quoted(text, 100)} is not valid")
     return text
 
@@ -335,7 +370,7 @@ def _signature(item: object, where: str, files: Mapping[str, _Listed]) -> Releas
         raise _bad(f"{where} must hold exactly {', '.join(sorted(_SIGNATURE_KEYS))}")
     digest, index = item["digest"], item["index"]
     path, size, hex_part = item["path"], item["sizeBytes"], item["sha256"]
-    if not isinstance(digest, str) or not _DIGEST.match(digest):
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
         raise _bad(f"{where}: digest must be sha256:<64 hex>")
     if type(index) is not int or not 1 <= index <= 9999:
         raise _bad(f"{where}: index must be an integer from 1 to 9999")
@@ -344,7 +379,7 @@ def _signature(item: object, where: str, files: Mapping[str, _Listed]) -> Releas
     listed = files.get(path)
     if listed is None or (listed.size_bytes, listed.sha256_hex) != (size, hex_part):
         raise _bad(f"{where}: {path} is not listed in files[] with this size and sha256")
-    if not isinstance(hex_part, str) or not _HEX.match(hex_part) or size > MAX_SIGNATURE_BYTES:
+    if not isinstance(hex_part, str) or not _HEX.fullmatch(hex_part) or size > MAX_SIGNATURE_BYTES:
         raise _bad(f"{where}: a signature is at most {MAX_SIGNATURE_BYTES} bytes")
     return ReleaseSignature(digest, index, path, size, hex_part)
 

@@ -71,6 +71,8 @@ HINTS: Final[Mapping[str, str]] = {
     "RegistryAuthFailed": "put credentials for the registry in the auth file",
     "ImageNotFound": "check the image reference: the registry has no such digest",
     "ReleaseImageInvalid": "name the release by digest (oc adm release info PULLSPEC)",
+    "ReleaseNotAnUpgrade": "bundle the release the update graph gives for the cluster's version "
+    "(oc get clusterversion; docs/upgrade.md)",
     "BundleUnsigned": "sign the bundle: make it again with `nodeagent bundle create --key`",
     "BundleSignatureMalformed": "make the bundle again with `nodeagent bundle create`",
     "BundleSignatureInvalid": "the bundle was changed after signing: make or copy it again",

@@ -42,6 +42,11 @@ def add_create_arguments(create: argparse.ArgumentParser) -> None:
     create.add_argument(
         "--release-set-name", metavar="NAME", help="the release's set (default release-<version>)"
     )
+    create.add_argument(
+        "--from-version", metavar="VERSION", default="",
+        help="the cluster's current version (oc get clusterversion): refuse to make the bundle "
+        "unless the release upgrades from it (its release-metadata lists it in previous)",
+    )  # fmt: skip
     signatures = create.add_mutually_exclusive_group()
     signatures.add_argument(
         "--release-signature", action="append", default=[], type=Path, metavar="FILE",
@@ -82,13 +87,15 @@ def release_request(args: argparse.Namespace) -> ReleaseRequest | None:
     if ref is None:
         if args.release_signature or args.signature_dir or args.release_set_name:
             raise ReleaseImageInvalid("release signatures and set name need --release")
+        if args.from_version:
+            raise ReleaseImageInvalid("--from-version needs --release")
         return None
     signatures: tuple[bytes, ...] = ()
     if args.release_signature:
         signatures = adapter.read_signature_files(args.release_signature, ref.digest)
     elif args.signature_dir is not None:
         signatures = adapter.read_signature_dir(args.signature_dir, ref.digest)
-    return adapter.ReleaseRequest(ref, args.release_set_name, signatures)
+    return adapter.ReleaseRequest(ref, args.release_set_name, signatures, args.from_version)
 
 
 def bundle_root(config: Config, text: str) -> Path:

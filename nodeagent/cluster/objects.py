@@ -22,6 +22,7 @@ from typing import Any
 
 from nodeagent.cluster.kinds import NODE_IMAGE_STATUS
 from nodeagent.cluster.placement import Placement
+from nodeagent.releases import release_rows, releases_json
 from nodeagent.status import BundleReport, Condition, NodeStatus, PullProgress, SetStatus
 from nodeagent.strict import clip
 
@@ -235,6 +236,8 @@ def _observed(status: NodeStatus) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if status.bundles:
         body["bundles"] = [_bundle_json(r) for r in status.bundles[-MAX_BUNDLES:]]
+    if rows := release_rows(status):
+        body["releases"] = releases_json(rows)
     if status.image_loss is not None:
         loss = dict(status.image_loss)
         body["imageLoss"] = loss | {"message": _clip(str(loss.get("message", "")), 1024)}

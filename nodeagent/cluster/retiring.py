@@ -1,9 +1,11 @@
 """The retirement task: unpin old release bundles once an upgrade has finished everywhere.
 
 ``ReleaseRetirer.run`` follows the ClusterVersion ``version`` with a list-then-watch
-informer (get/list/watch only) and is given the MachineConfigPools by ``ClusterSpecs``
-(which already follows them: no second watch). Whenever either changes, and every
-``RECHECK_S`` (a release bundle imported meanwhile), it judges (``rollout`` then
+informer (get/list/watch only; in the daemon it is told each object by
+``version_watch.ClusterVersionWatch`` instead, one watch for both) and is given the
+MachineConfigPools by ``ClusterSpecs`` (which already follows them: no second watch).
+Whenever either changes, and every ``RECHECK_S`` (a release bundle imported meanwhile), it
+judges (``rollout`` then
 ``retirement.plan``) and unpins what the plan retires through the ``ReleaseStore`` port
 (``adapters.store.releases``). The store collects the blobs after the grace period; the
 signed manifests stay. While the rollout has not finished, or the input is odd, nothing
@@ -59,6 +61,7 @@ class ReleaseRetirer:
         keep_releases: int,
         recheck_s: float = RECHECK_S,
         on_plan: Callable[[Plan], None] = lambda _: None,
+        is_following: bool = True,
     ) -> None:
         self.api = api
         self.connection = connection
@@ -66,6 +69,9 @@ class ReleaseRetirer:
         self.keep_releases = keep_releases
         self.recheck_s = recheck_s
         self.on_plan = on_plan
+        self.is_following = is_following
+        """Follow ClusterVersion itself; False: ``set_cluster_version`` is told each object
+        (the daemon shares ``version_watch.ClusterVersionWatch``'s watch)."""
         self.cluster_version: Obj | None = None
         self.is_listed = False
         self.pools: list[Obj] | None = None
@@ -78,9 +84,16 @@ class ReleaseRetirer:
         self.pools = None if pools is None else list(pools.values())
         self.changed.set()
 
+    def set_cluster_version(self, obj: Obj | None) -> None:
+        """The ClusterVersion as last listed or watched (None: it does not exist)."""
+        self.cluster_version = obj
+        self.is_listed = True
+        self.changed.set()
+
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
-            group.create_task(self._follow())
+            if self.is_following:
+                group.create_task(self._follow())
             group.create_task(self._judge_loop())
 
     async def _follow(self) -> None:
@@ -95,9 +108,7 @@ class ReleaseRetirer:
                 async for snapshot in informer:
                     backoff.reset()
                     self.connection.up()
-                    self.cluster_version = snapshot.get(CLUSTER_VERSION_NAME)
-                    self.is_listed = True
-                    self.changed.set()
+                    self.set_cluster_version(snapshot.get(CLUSTER_VERSION_NAME))
             except NodeAgentError as exc:
                 if isinstance(exc, ApiUnreachable):
                     self.connection.down(exc)

@@ -25,8 +25,10 @@ from nodeagent.cluster.retirement import HeldRelease
 from nodeagent.cluster.retiring import ReleaseRetirer, ReleaseStore
 from nodeagent.cluster.starting import UpgradeStarter
 from nodeagent.cluster.tasks import ClusterSpecs, Connection, node_name
+from nodeagent.cluster.version_watch import ClusterVersionWatch
 from nodeagent.config import Config
 from nodeagent.daemon.supervisor import Task
+from nodeagent.releases import pinned_digests
 from nodeagent.reporting import ClusterSink
 from nodeagent.site.publishing import BundleStepsTrigger, HoldingsPublisher, PeerWatcher
 from nodeagent.site.roles import is_following, is_publishing
@@ -102,8 +104,11 @@ class ClusterMode:
     publisher: HoldingsPublisher | None = None
     peers: PeerWatcher | None = None
     """The peer directory the fetcher reads (``site.discovery.PeerDirectory``)."""
+    version_watch: ClusterVersionWatch | None = None
+    """The cluster's ClusterVersion (``cluster.version_watch``): the importer's path check."""
     retirer: ReleaseRetirer | None = None
-    """Unpins old release bundles once an upgrade finished (``cluster.retiring``)."""
+    """Unpins old release bundles once an upgrade finished (``cluster.retiring``), told each
+    ClusterVersion by ``version_watch``."""
     starter: UpgradeStarter | None = None
     """``[upgrade] start = "when-site-ready"``: the one-touch upgrade (``cluster.starting``)."""
 
@@ -131,6 +136,7 @@ class ClusterMode:
             connection,
             LazyReleases(config.store_dir, tuple(d for d, _ in config.spec_dirs())),
             keep_releases=config.upgrade.keep_releases,
+            is_following=False,
         )
         specs = ClusterSpecs(
             config,
@@ -144,8 +150,14 @@ class ClusterMode:
         )
         log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
         sink = reporter if publisher is None else BundleStepsTrigger(reporter, publisher)
+        version_watch = ClusterVersionWatch(
+            api, connection, pinned_digests=lambda: pinned_digests(reporter.status)
+        )
+        version_watch.listeners.append(retirer.set_cluster_version)
         starter = _starter(config, api, connection, retirer.store, specs.node)
-        return cls(api, reporter, specs, sink, gate, publisher, peers, retirer, starter)
+        return cls(
+            api, reporter, specs, sink, gate, publisher, peers, version_watch, retirer, starter
+        )
 
     def tasks(self, request_sync: Callable[[], None]) -> list[Task]:
         """Optional tasks: an API server that misbehaves never stops pinning. A change of the
@@ -155,6 +167,8 @@ class ClusterMode:
             Task("cluster-status", self.reporter.run, is_critical=False),
             Task("pull-gate", lambda: self.gate.follow(request_sync), is_critical=False),
         ]
+        if self.version_watch is not None:
+            tasks.append(Task("cluster-version", self.version_watch.run, is_critical=False))
         if self.retirer is not None:
             tasks.append(Task("release-retirement", self.retirer.run, is_critical=False))
         if self.starter is not None:

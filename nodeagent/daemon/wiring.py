@@ -102,6 +102,9 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     recorder = _recorder() if config.metrics.enabled else None
     metrics: Metrics = recorder or NO_METRICS
     cluster = _cluster(config, tally) if config.cluster.enabled else None
+    if cluster is not None and cluster.version_watch is not None:
+        watch = cluster.version_watch
+        watch.listeners.append(lambda _obj: metrics.release_targets(watch.target_versions()))
     offline_changed = asyncio.Event()
     reporter = Reporter(
         line=notifier,
@@ -172,6 +175,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
             release=release,
             node_labels=cluster.specs.node_labels if cluster else lambda: None,
             wait_node_labels=cluster.specs.wait_node_labels if cluster else None,
+            cluster_version=_cluster_version(cluster),
         )
 
     media = MediaImports(
@@ -331,3 +335,9 @@ def _cluster(config: Config, tally: PullTally) -> ClusterMode:
     from nodeagent.daemon.cluster import ClusterMode  # noqa: PLC0415  (lightkube: cluster only)
 
     return ClusterMode.build(config, progress=tally.snapshot)
+
+
+def _cluster_version(cluster: ClusterMode | None) -> Callable[[], str | None]:
+    """The cluster's version for the importer's upgrade-path check (None: not known)."""
+    watch = cluster.version_watch if cluster is not None else None
+    return watch.current_version if watch is not None else lambda: None

@@ -49,6 +49,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── SignatureInvalid            BundleSignatureInvalid
         ├── KeyMalformed                SigningKeyMalformed
         ├── ReleaseImageInvalid         ReleaseImageInvalid (bundle create --release input)
+        ├── ReleaseNotAnUpgrade         ReleaseNotAnUpgrade (not from the cluster's version)
         ├── SecretKeyLocked             SigningKeyLocked
         ├── MediaMountFailed            MediaMountFailed
         ├── BundleMediaRefused          BundleMediaRefused (a filesystem or bus not allowed)
@@ -122,6 +123,7 @@ from nodeagent.errors.bundles import MediaMountFailed as MediaMountFailed
 from nodeagent.errors.bundles import MediaUnmountFailed as MediaUnmountFailed
 from nodeagent.errors.bundles import MediaWatchFailed as MediaWatchFailed
 from nodeagent.errors.bundles import ReleaseImageInvalid as ReleaseImageInvalid
+from nodeagent.errors.bundles import ReleaseNotAnUpgrade as ReleaseNotAnUpgrade
 from nodeagent.errors.bundles import SecretKeyLocked as SecretKeyLocked
 from nodeagent.errors.bundles import SignatureInvalid as SignatureInvalid
 from nodeagent.errors.bundles import SignatureLegacy as SignatureLegacy

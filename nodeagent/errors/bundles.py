@@ -105,6 +105,16 @@ class BundleNotInTarget(BundleError):
     reason = "BundleNotInTarget"
 
 
+class ReleaseNotAnUpgrade(PermanentError):
+    """A release does not upgrade the cluster's version: its ``release-metadata`` does not list
+    that version in ``previous``, or it is older (a downgrade is never proposed). At
+    ``bundle create --release … --from-version`` the bundle is not made; on a node the bundle is
+    still loaded and pinned, and reported with both versions (decision 0065)."""
+
+    reason = "ReleaseNotAnUpgrade"
+    exit_code = 65  # EX_DATAERR
+
+
 class BundleReleaseInvalid(BundleError):
     """``bundle.json``'s ``release`` object breaks a rule (docs/bundle-format.md R31, R32)."""
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
     from nodeagent.metrics.series import Transfer
+    from nodeagent.releases import ReleaseRow
     from nodeagent.status import BundleReport, Condition, MirrorStatus, SetStatus
 
 
@@ -43,6 +44,10 @@ class Metrics(Protocol):
     def offline_checked(self, condition: Condition) -> None: ...
 
     def mirror_reported(self, mirror: MirrorStatus) -> None: ...
+
+    def releases_reported(self, releases: Sequence[ReleaseRow]) -> None: ...
+
+    def release_targets(self, targets: Mapping[str, str]) -> None: ...
 
 
 class NoMetrics:
@@ -81,6 +86,12 @@ class NoMetrics:
         pass
 
     def mirror_reported(self, mirror: MirrorStatus) -> None:
+        pass
+
+    def releases_reported(self, releases: Sequence[ReleaseRow]) -> None:
+        pass
+
+    def release_targets(self, targets: Mapping[str, str]) -> None:
         pass
 
 

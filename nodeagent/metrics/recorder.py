@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Concatenate, Final, ParamSpec
 
 from nodeagent.metrics.series import (
+    MAX_RELEASE_LABELS,
     Histogram,
     Snapshot,
     Transfer,
@@ -18,6 +19,7 @@ from nodeagent.metrics.series import (
     new_blob_bytes,
     set_rows,
 )
+from nodeagent.releases import ReleaseRow
 from nodeagent.status import BundleReport, Condition, MirrorStatus, SetStatus
 
 BUNDLE_OUTCOMES: Final = frozenset({"imported", "rejected", "interrupted"})
@@ -172,6 +174,12 @@ class Recorder:
 
     def mirror_reported(self, mirror: MirrorStatus) -> None:
         self._update(mirror=mirror)
+
+    def releases_reported(self, releases: Sequence[ReleaseRow]) -> None:
+        self._update(releases=tuple(releases[:MAX_RELEASE_LABELS]))
+
+    def release_targets(self, targets: Mapping[str, str]) -> None:
+        self._update(release_targets=dict(list(targets.items())[:4]))
 
     # ---------------------------------------------------------------- helpers
     @staticmethod

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Final
 
 from nodeagent.progress import new_blob_bytes as new_blob_bytes
+from nodeagent.releases import ReleaseRow
 from nodeagent.status import MirrorStatus, SetStatus
 
 MAX_SET_LABELS: Final = 64
@@ -49,6 +50,10 @@ class Work(StrEnum):
     PULL = "pull"
     IMPORT = "import"
     RESTORE = "restore"
+
+
+MAX_RELEASE_LABELS: Final = 20
+"""Releases exported (the NodeImageStatus bound); targets: at most 4."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,9 @@ class Snapshot:
     """Reason pairs folded into ``OTHER_REASON`` because a counter reached its cap."""
     mirror: MirrorStatus | None = None
     """The node mirror as the peer process last reported it (None: no report yet)."""
+    releases: tuple[ReleaseRow, ...] = ()
+    release_targets: Mapping[str, str] = field(default_factory=dict)
+    """Digest -> version of the releases ClusterVersion asks for (cluster mode)."""
 
 
 def set_rows(sets: Sequence[SetStatus], cap: int = MAX_SET_LABELS) -> tuple[SetRow, ...]:

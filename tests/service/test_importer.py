@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+import structlog
 import yaml
 from structlog.testing import capture_logs
 
@@ -112,6 +113,7 @@ class Rig:
         is_allowing_rollback: bool = False,
         is_allowing_expired: bool = False,
         wall_clock_s: float = NOW_S,
+        cluster_version: str | None = None,
     ) -> None:
         self.accepted = accepted
         self.manifest_changes: dict[str, Any] = {}
@@ -155,6 +157,7 @@ class Rig:
                 wall_clock=lambda: wall_clock_s,
                 is_allowing_rollback=is_allowing_rollback,
                 is_allowing_expired=is_allowing_expired,
+                cluster_version=lambda: cluster_version,
             ),
             DiskPolicy(expansion_factor=2.0, reserve_bytes=GIB),
         )
@@ -579,3 +582,47 @@ async def test_a_registries_conf_nodeagent_cannot_read_rejects_before_any_pull()
     assert (rig.mirror.is_written, rig.reloader.calls) == (False, 0)
     assert rig.servers[0].calls == ["start", "close"]
     assert rig.specs.files == {}
+
+
+def _release_bundle(rig: Rig, version: str, previous: list[str]) -> None:
+    """The test bundle as a format 3 release bundle: APP its release image, ``apps`` its set."""
+    rig.manifest_changes = {
+        "formatVersion": 3,
+        "sequence": SEQUENCE,
+        "release": {
+            "image": APP, "version": version, "set": "apps", "signatures": [],
+            "previous": previous,
+        },
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cluster", "version", "previous", "reason", "is_upgrade"),
+    [
+        ("4.16.3", "4.16.5", ["4.16.3"], "", True),
+        ("4.16.3", "4.16.5", ["4.16.2"], "ReleaseNotAnUpgrade", False),
+        ("4.16.6", "4.16.5", ["4.16.3"], "ReleaseNotAnUpgrade", False),  # a downgrade
+        ("4.16.3", "4.16.5-x", [], "ReleaseNotAnUpgrade", False),
+        (None, "4.16.5", [], "", False),  # the cluster's version not known: nothing judged
+    ],
+)
+async def test_a_release_that_does_not_upgrade_the_cluster_is_imported_and_said(
+    cluster: str | None, version: str, previous: list[str], reason: str, is_upgrade: bool
+) -> None:
+    """Item 2 of issue 26: loaded and pinned all the same, reported with both versions."""
+    rig = Rig(cluster_version=cluster)
+    _release_bundle(rig, version, previous)
+    with structlog.testing.capture_logs() as logs:
+        report = await rig.run()
+    assert report.state == "imported"
+    assert any("apps" in name for name in rig.specs.files)  # its sets handed over
+    assert report.release is not None
+    assert (report.release.path_reason, report.release.is_upgrade) == (reason, is_upgrade)
+    said = [e for e in logs if e["event"] == "release_not_an_upgrade"]
+    if reason:
+        assert (reason, report.release.path_message) in report.warnings
+        assert cluster is not None and cluster in report.release.path_message
+        assert version in report.release.path_message
+        assert said and said[0]["cluster_version"] == cluster and said[0]["release"] == version
+    else:
+        assert not said and not report.warnings

@@ -162,6 +162,7 @@ def push_release(
     cache_dir: Path | None = None,
     layer_bytes: int = 2048,
     os_image: bool = False,
+    previous: Sequence[str] | None = None,
 ) -> SyntheticRelease:
     """Push `payload_count` payload images (and the OS images with `os_image`) and a
     multi-arch release naming them."""
@@ -182,7 +183,10 @@ def push_release(
         payload.update(os_payload)
         os_index = {i.platform["architecture"]: i.digest for i in os_children}
         os_configs = {i.platform["architecture"]: i.config.digest for i in os_children}
-    metadata = json.dumps({"kind": "cincinnati-metadata-v0", "version": version}).encode()
+    cincinnati: dict[str, Any] = {"kind": "cincinnati-metadata-v0", "version": version}
+    if previous is not None:
+        cincinnati["previous"] = list(previous)  # the versions it upgrades from
+    metadata = json.dumps(cincinnati).encode()
     files = {
         "release-manifests/0000_00_cvo_namespace.yaml": b"kind: Namespace\n",
         "release-manifests/image-references": image_references(version, payload),

@@ -54,6 +54,8 @@ class ReleaseRequest:
     set_name: str | None = None
     signatures: tuple[bytes, ...] = ()
     """In index order: the first is ``sha256-<hex>-1``."""
+    from_version: str = ""
+    """``--from-version``: the cluster version the release must upgrade (``""``: not checked)."""
 
 
 class _Reads(Protocol):

@@ -47,10 +47,12 @@ from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
 from nodeagent.bundles.tags import TAGS_KEY, ServedTag, image_option, tags_doc
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION, BundleTarget, target_doc
 from nodeagent.bundles.tree_rules import METADATA_DIRS
-from nodeagent.errors import HostFileError, SpecInvalid
+from nodeagent.errors import HostFileError, ReleaseNotAnUpgrade, SpecInvalid
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
 from nodeagent.specs import PinnedImageSet
+from nodeagent.strict import clip
+from nodeagent.versions import check_upgrade_path
 
 OCI_LAYOUT_BYTES: Final = b'{"imageLayoutVersion": "1.0.0"}'
 REF_NAME_ANNOTATION: Final = "org.opencontainers.image.ref.name"
@@ -333,6 +335,13 @@ async def _with_release(
 ) -> tuple[list[PinnedImageRef], list[PinnedImageSet], releases.BundleRelease, dict[str, bytes]]:
     """``refs`` and ``sets`` with the release's images and set; its signature files."""
     _, payload = await fetch_release(fetcher, request.ref, fetcher.client.platform)
+    if request.from_version:
+        verdict = check_upgrade_path(request.from_version, payload.version, payload.previous)
+        if not verdict.is_upgrade:
+            raise ReleaseNotAnUpgrade(
+                f"--from-version {clip(request.from_version, 64)}: {verdict.message}; no bundle "
+                "was made (check the cluster's version: oc get clusterversion)"
+            )
     set_name = request.set_name or releases.release_set_name(payload.version)
     is_persistent = all(s.is_persistent for s in sets)
     release_set = releases.release_set(payload, request.ref, set_name, is_persistent=is_persistent)
@@ -349,7 +358,9 @@ async def _with_release(
         )
         for n, (path, data) in enumerate(files.items(), start=1)
     )
-    carried = releases.BundleRelease(request.ref, payload.version, set_name, signatures)
+    carried = releases.BundleRelease(
+        request.ref, payload.version, set_name, signatures, previous=payload.previous
+    )
     return list(all_refs), [*sets, release_set], carried, files
 
 

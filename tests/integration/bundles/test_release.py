@@ -38,6 +38,7 @@ from tests.testenv.release import (
 pytestmark = pytest.mark.integration
 
 VERSION = "4.99.1"
+PREVIOUS = ("4.98.7", "4.99.0")
 PAYLOAD_COUNT = 5
 
 
@@ -65,8 +66,9 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
     gpg = TestGpg.make(work / "gnupg")
     with Registry(work / "registry") as registry:
         release = push_release(
-            registry.url, registry.host, work, version=VERSION, payload_count=PAYLOAD_COUNT
-        )
+            registry.url, registry.host, work, version=VERSION, payload_count=PAYLOAD_COUNT,
+            previous=PREVIOUS,
+        )  # fmt: skip
         signature = gpg.sign(signature_document(release))
         store = write_signature_store(work / "signatures", release.digest, [signature])
         keys = make_keys(work / "keys")
@@ -109,8 +111,38 @@ def test_the_release_and_every_payload_image_are_bundled_with_a_release_set(made
             "sizeBytes": (made.bundle / f"release-signatures/sha256-{hex_part}-1").stat().st_size,
             "sha256": release["signatures"][0]["sha256"],
         }],
+        "previous": list(PREVIOUS),
     }  # fmt: skip
     assert verify(made.bundle, made.keys).code == 0
+
+
+@pytest.mark.parametrize(
+    ("from_version", "said"),
+    [
+        ("4.98.6", "does not upgrade from the cluster's version 4.98.6"),
+        ("4.99.2", "is older than the cluster's version 4.99.2"),  # never a downgrade
+        ("4.99", "is not a semantic version"),
+    ],
+)
+def test_from_version_refuses_a_release_that_does_not_upgrade_it(
+    made: Made, from_version: str, said: str
+) -> None:
+    """At the factory: nothing is written, the message names both versions."""
+    output = made.work / f"refused-{from_version}"
+    code, _, err = made.create(output, "--arch", "amd64", "--from-version", from_version)
+    assert code == 65, err
+    assert "ReleaseNotAnUpgrade" in err or "ReleaseVersionInvalid" in err
+    assert said in err and from_version in err
+    assert not (output / "bundle.json").exists()
+
+
+def test_from_version_listed_in_previous_makes_the_bundle(made: Made) -> None:
+    output = made.work / "from-4.99.0"
+    code, _, err = made.create(
+        output, "--arch", "amd64", "--from-version", "4.99.0", "--id", "from", "--channel", "from"
+    )
+    assert code == 0, err
+    assert bundle_doc(output)["release"]["previous"] == list(PREVIOUS)
 
 
 def test_the_architecture_picks_the_release_image_of_a_multi_arch_release(made: Made) -> None:

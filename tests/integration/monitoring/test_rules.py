@@ -122,6 +122,82 @@ UNIT_TESTS: dict[str, Any] = {
 }
 
 
+OLD, NEW, NEXT = ("sha256:" + c * 64 for c in "abc")
+WORKERS = ("worker-0", "worker-1", "worker-2")
+
+
+def on(node: str, name: str, values: str, **labels: str) -> dict[str, str]:
+    return series(name, values, **labels) | {
+        "series": series(name, values, **labels)["series"].replace("worker-0", node)
+    }
+
+
+def release_alert(labels: dict[str, str], nodes: str) -> dict[str, Any]:
+    digest, version = labels["digest"], labels["version"]
+    return {
+        "exp_labels": labels | {"severity": "warning", "openShiftUpdatePrecheck": "true"},
+        "exp_annotations": {
+            "summary": f"OpenShift release {version} is not pinned on every node.",
+            "description": f"Release {digest} ({version}), which the cluster is asked to move "
+            "to or which a stick brought as its next version, is not pinned on: "
+            f"{nodes}for 10 minutes. Those nodes would pull it from a registry during the "
+            "upgrade.",
+            "runbook_url": RUNBOOK + "#nodeagentreleasenotpinned",
+        },
+    }
+
+
+RUNBOOK = "file:///usr/share/doc/nodeagent/alerts.md"
+TARGET = {"digest": NEW, "version": "4.16.5"}
+CARRIED = {"digest": NEXT, "version": "4.16.6"}
+RELEASE_TESTS: dict[str, Any] = {
+    "evaluation_interval": "1m",
+    "tests": [
+        {
+            "interval": "1m",
+            "input_series": [
+                *(on(n, "up", "1x40") for n in WORKERS),
+                # ClusterVersion asks for 4.16.5: every node exports the target it read.
+                *(on(n, "nodeagent_release_target", "1x40", **TARGET) for n in WORKERS),
+                # worker-0 and -1 pinned it; worker-2 holds it unpinned until minute 25.
+                *(
+                    on(n, "nodeagent_release_pinned", "1x40", **TARGET, upgrade="true")
+                    for n in WORKERS[:2]
+                ),
+                on("worker-2", "nodeagent_release_pinned", "0x24 1x15", **TARGET, upgrade="true"),
+                # 4.16.6 came on a stick to worker-0 only (the others export nothing of it).
+                on("worker-0", "nodeagent_release_pinned", "1x40", **CARRIED, upgrade="true"),
+                # the old release, pinned on worker-0 alone: not an upgrade, no alert.
+                on(
+                    "worker-0",
+                    "nodeagent_release_pinned",
+                    "1x40",
+                    digest=OLD,
+                    version="4.16.3",
+                    upgrade="false",
+                ),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": "NodeAgentReleaseNotPinned", "exp_alerts": []},
+                {
+                    "eval_time": "15m",
+                    "alertname": "NodeAgentReleaseNotPinned",
+                    "exp_alerts": [
+                        release_alert({**NODE, "instance": "worker-2", **TARGET}, "worker-2 "),
+                        release_alert(CARRIED, "worker-1 worker-2 "),
+                    ],
+                },
+                {
+                    "eval_time": "35m",
+                    "alertname": "NodeAgentReleaseNotPinned",
+                    "exp_alerts": [release_alert(CARRIED, "worker-1 worker-2 ")],
+                },
+            ],
+        }
+    ],
+}
+
+
 @pytest.fixture(scope="module")
 def promtool() -> str:
     ensure_packages({"prometheus": PROMTOOL})
@@ -136,13 +212,16 @@ def test_promtool_checks_the_rules(promtool: str, tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
-def test_the_alerts_fire_when_they_should_and_only_then(promtool: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("tests", [UNIT_TESTS, RELEASE_TESTS], ids=["node", "release"])
+def test_the_alerts_fire_when_they_should_and_only_then(
+    promtool: str, tmp_path: Path, tests: dict[str, Any]
+) -> None:
     rules = rule_file(tmp_path)
     unit = tmp_path / "nodeagent.rules.test.yaml"
-    unit.write_text(yaml.safe_dump({"rule_files": [rules.name], **UNIT_TESTS}))
+    unit.write_text(yaml.safe_dump({"rule_files": [rules.name], **tests}))
     result = subprocess.run(
         [promtool, "test", "rules", str(unit)],
         capture_output=True,

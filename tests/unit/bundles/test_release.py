@@ -169,6 +169,44 @@ def test_a_release_bundle_is_parsed() -> None:
     assert parse(without).release is None
 
 
+def test_a_release_bundle_carries_the_versions_it_upgrades_from() -> None:
+    found = parse(release_manifest(previous=["4.16.1", "4.16.2", "4.16.1"])).release
+    assert found is not None and found.previous == ("4.16.1", "4.16.2")
+    assert release.release_doc(found)["previous"] == ["4.16.1", "4.16.2"]
+    older = parse(release_manifest()).release  # a bundle made before previous was carried
+    assert older is not None and older.previous == ()
+    assert "previous" not in release.release_doc(older)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "previous"),
+    [
+        ({"version": "4.16.3", "previous": ["4.16.2", "4.15.20"]}, ("4.16.2", "4.15.20")),
+        ({"version": "4.16.3"}, ()),  # none listed: it upgrades from nothing
+        ({"version": "4.16.3", "previous": []}, ()),
+    ],
+)
+def test_release_metadata_gives_the_versions_it_upgrades_from(
+    metadata: dict[str, Any], previous: tuple[str, ...]
+) -> None:
+    assert release.parse_release_previous(json.dumps(metadata).encode()) == previous
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"version": "4.16.3", "previous": "4.16.2"},
+        {"version": "4.16.3", "previous": [None]},
+        {"version": "4.16.3", "previous": ["4.16.2\n"]},
+        {"version": "4.16.3", "previous": ["4.16.2"] * 1001},
+    ],
+)
+def test_a_bad_previous_is_a_reason_code(metadata: dict[str, Any]) -> None:
+    with pytest.raises(ReleaseImageInvalid) as caught:
+        release.parse_release_previous(json.dumps(metadata).encode())
+    assert caught.value.message.isprintable()
+
+
 def _with(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
     out = copy.deepcopy(doc)
     out.update(changes)
@@ -231,6 +269,14 @@ def _of_another_digest() -> dict[str, Any]:
                      id="R32-sha256-differs"),
         pytest.param(release_manifest(signatures=_signature() * 17), "at most 16",
                      id="R31-too-many"),
+        pytest.param(release_manifest(previous="4.16.2"), "previous must be a list",
+                     id="R31-previous-not-list"),
+        pytest.param(release_manifest(previous=["4.16.2", 4]), "not a release version",
+                     id="R31-previous-not-text"),
+        pytest.param(release_manifest(previous=["4.16\u202e2"]), "not a release version",
+                     id="R31-previous-control"),
+        pytest.param(release_manifest(previous=["4.16.2"] * 1001), "at most 1000",
+                     id="R31-previous-too-many"),
     ],
 )  # fmt: skip
 def test_a_bad_release_object_is_refused(doc: dict[str, Any], needle: str) -> None:

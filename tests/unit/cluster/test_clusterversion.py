@@ -145,6 +145,12 @@ ODD = [
     ("status.history.1.startedTime", KeyError, REASON_INVALID, "status.history[1].startedTime"),
     ("status.history.1.startedTime", "yesterday", REASON_INVALID, "status.history[1].startedTime"),
     (
+        "status.history.1.startedTime",
+        "2026-11-01T10:00:00Z\n",
+        REASON_INVALID,
+        "status.history[1].startedTime",
+    ),
+    (
         "status.history.1.completionTime",
         "2026-13-45T99:00:00Z",
         REASON_INVALID,
@@ -217,6 +223,8 @@ def test_a_bad_entry_is_dropped_and_the_others_kept() -> None:
         ("4.16.3-", None),
         ("4.16.3-rc..1", None),
         ("4.16.3 ", None),
+        ("4.16.3\n", None),
+        ("4.16.\u0663", None),  # an Arabic-Indic digit
         ("1" * 10 + ".0.0", None),
         (None, None),
         (4, None),
@@ -251,6 +259,7 @@ def test_image_digest() -> None:
     assert image_digest(f"{REPO}@{NEW}") == NEW
     assert image_digest(f"{REPO}:4.16.5") == ""
     assert image_digest(f"{REPO}@sha256:ABC") == ""
+    assert image_digest(f"{REPO}@{NEW}\n") == ""
 
 
 @pytest.mark.parametrize(
