@@ -100,6 +100,7 @@ def cluster(kube: KubeCluster) -> Iterator[Cluster]:
     )
     kube.kubectl("delete", "-f", str(OPT_IN), "-l", ADMISSION)
     kube.kubectl("delete", "nis", *NODES, "--ignore-not-found")
+    kube.kubectl("delete", "node", *NODES, "--ignore-not-found")
     kube.kubectl("delete", "clusterversion", "version", "--ignore-not-found")
 
 

@@ -85,6 +85,7 @@ def cvo(kube: KubeCluster) -> Iterator[CvoStandIn]:
     yield CvoStandIn(kube)
     kube.kubectl("delete", "clusterversion", "version", "--ignore-not-found")
     kube.kubectl("delete", "machineconfigpools", "--all", "--ignore-not-found")
+    kube.kubectl("delete", "node", NODE, "--ignore-not-found")
 
 
 def digest_of(site: Site, version: str) -> str:
