@@ -143,3 +143,27 @@ def _summary(verdicts: tuple[Verdict, ...], state: Rollout) -> Plan:
     names = ", ".join(f"{quoted(h.version, _MAX_VERSION_CHARS)} ({h.bundle_id})" for h in retired)
     message = f"the cluster runs {current} on every pool; retiring {names}{notes}"
     return Plan(RELEASES_RETIRED, message, verdicts)
+
+
+_KEPT_WORDS: Final = {"current": "current", "previous": "previous", "kept": "kept",
+                      "newer": "newer, for the next upgrade"}  # fmt: skip
+
+
+def space_note(result: Plan | None) -> str:
+    """What holds the disk for a release bundle refused for space: the releases kept pinned
+    and when an older one goes (``""`` when no release is held)."""
+    if result is None or not result.verdicts:
+        return ""
+    kept = [
+        f"{quoted(v.held.version, _MAX_VERSION_CHARS)} ({_KEPT_WORDS[v.keep]})"
+        for v in result.verdicts
+        if v.keep in _KEPT_WORDS and v.held.is_pinned
+    ]
+    if not kept:
+        return ""
+    why = "" if result.reason in (RELEASES_RETIRED, NOTHING_TO_RETIRE) else f" ({result.reason})"
+    return (
+        f"release bundles kept pinned: {', '.join(kept)}; an older release is unpinned only "
+        f"once an upgrade past it has completed on every pool{why} (docs/upgrade.md, "
+        '"Single node, one disk")'
+    )

@@ -31,6 +31,7 @@ from nodeagent.cluster.retirement import (
     HeldRelease,
     Plan,
     plan,
+    space_note,
 )
 from nodeagent.cluster.rollout import rollout
 from nodeagent.cluster.tasks import POOLS_RECHECK_S, Backoff, Connection
@@ -78,6 +79,12 @@ class ReleaseRetirer:
         self.changed = asyncio.Event()
         self.said: tuple[str, str] | None = None
         self.is_served: bool | None = None
+        self.last: Plan | None = None
+        """The last judgement (``space_note`` reads it for a bundle refused for space)."""
+
+    def space_note(self) -> str:
+        """``retirement.space_note`` of the last judgement."""
+        return space_note(self.last)
 
     def set_pools(self, pools: Mapping[str, Obj] | None) -> None:
         """The MachineConfigPools as last listed (None: the API does not serve them)."""
@@ -159,6 +166,7 @@ class ReleaseRetirer:
                 "signed manifest stays",
             )
         self._say(result)
+        self.last = result
         self.on_plan(result)
         return result
 

@@ -156,6 +156,11 @@ async def test_three_releases_on_a_disk_for_two_the_third_is_refused_before_a_by
         assert free_bytes(disk) >= before - 64 * 1024  # nothing of the third was written
         assert free_bytes(disk) >= RESERVE
         assert not (store / "bundles" / "release-4.16.3" / "record.json").exists()
+        # What the importer adds to such a refusal (ImporterPorts.space_note):
+        note = retirer.space_note()
+        assert "'4.16.2' (current), '4.16.1' (previous)" in note or (
+            "'4.16.1' (previous), '4.16.2' (current)" in note
+        ), note
     finally:
         await api.close()
         kube.kubectl("delete", "clusterversion", "version", "--ignore-not-found")

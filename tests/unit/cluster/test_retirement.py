@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodeagent.cluster.clusterversion import Release
-from nodeagent.cluster.retirement import HeldRelease, Plan, plan, semver_key
+from nodeagent.cluster.retirement import HeldRelease, Plan, plan, semver_key, space_note
 from nodeagent.cluster.rollout import Rollout, Waiting
 
 
@@ -171,3 +171,15 @@ def test_retirement_never_touches_what_it_must_keep(
             if other is previous or other_key is None or other_key >= current_key:
                 continue
             assert semver_key(release.version) < other_key  # type: ignore[operator]
+
+
+def test_the_space_note_names_the_releases_kept_and_when_an_older_one_goes() -> None:
+    result = plan(finished(V3, V2), [V1, V2, V3, V4], keep_releases=2)
+    note = space_note(result)
+    assert "'4.16.3' (current)" in note and "'4.16.0' (previous)" in note
+    assert "'4.17.1' (newer, for the next upgrade)" in note
+    assert "'4.15.9'" not in note  # retired: it holds nothing for long
+    assert "once an upgrade past it has completed on every pool" in note
+    waiting = plan(Waiting("PoolPaused", "paused"), [V1], keep_releases=2)
+    assert space_note(waiting) == ""  # nothing judged kept yet: nothing said
+    assert space_note(None) == ""
