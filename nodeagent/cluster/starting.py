@@ -16,7 +16,9 @@ list-then-watch informers and asks ``one_touch.decide`` at each change and every
    patch that clears ``force`` and ``architecture``, with the ``resourceVersion`` it read as
    a precondition: should two agents disagree on the election, only one write lands),
    which the admission policies of the opt-in check again;
-5. says who started it and why in the journal (``upgrade_started``).
+5. says who started it and why: the journal (``upgrade_started``) and an Event on its Node
+   (reason ``UpgradeStarted``, ``oc get events -n default --field-selector
+   reason=UpgradeStarted``), the same message.
 
 Anything that goes wrong is logged with a reason code and tried again at the next change:
 nothing here stops pinning (an optional task).
@@ -35,6 +37,7 @@ import structlog
 from nodeagent.cluster import kinds
 from nodeagent.cluster.api import Obj
 from nodeagent.cluster.clusterversion import CLUSTER_VERSION_NAME
+from nodeagent.cluster.objects import NodeEvent, NodeIdentity, event_object
 from nodeagent.cluster.one_touch import SITE_READY, StartDecision, decide
 from nodeagent.cluster.retirement import HeldRelease
 from nodeagent.cluster.retiring import ReleaseStore
@@ -66,6 +69,12 @@ class StarterApi(Protocol):
         self, kind: kinds.ResourceKind, name: str, patch: Obj, namespace: str | None = None
     ) -> Obj: ...
 
+    async def create(self, kind: kinds.ResourceKind, body: Obj) -> Obj: ...
+
+
+def _now_text() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
 
 def lease_is_fresh(lease: Obj, now: dt.datetime) -> bool:
     """The holder renewed it within its duration (unknown or odd is not fresh)."""
@@ -95,6 +104,7 @@ class UpgradeStarter:
         publish_signatures: Callable[[str], Awaitable[bool]],
         recheck_s: float = RECHECK_S,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        event_namespace: str = "default",
     ) -> None:
         self.api = api
         self.connection = connection
@@ -103,6 +113,7 @@ class UpgradeStarter:
         self.publish_signatures = publish_signatures
         self.recheck_s = recheck_s
         self.clock = clock
+        self.event_namespace = event_namespace
         self.snapshots: dict[str, dict[str, Obj]] = {}
         self.changed = asyncio.Event()
         self.said: tuple[str, str] | None = None
@@ -182,6 +193,10 @@ class UpgradeStarter:
         }
         await self.api.merge_patch(kinds.CLUSTER_VERSION, CLUSTER_VERSION_NAME, patch)
         self.started.append(release.digest)
+        message = (
+            f"{self.node} set ClusterVersion's desiredUpdate to release {release.version} "
+            f"({release.image}): {again.message}"
+        )
         log.info(
             "upgrade_started",
             node=self.node,
@@ -189,9 +204,22 @@ class UpgradeStarter:
             version=release.version,
             image=release.image,
             why=again.message,
-            message=f"this node set ClusterVersion's desiredUpdate to release {release.version} "
-            f"({release.image}): {again.message}",
+            message=message,
         )
+        await self._event(message)
+
+    async def _event(self, message: str) -> None:
+        """An Event on this Node saying who started the upgrade and why (best effort)."""
+        node = self.snapshots.get("nodes", {}).get(self.node) or {}
+        uid = str((node.get("metadata") or {}).get("uid", ""))
+        event = NodeEvent("Normal", "UpgradeStarted", message, "")
+        body = event_object(
+            NodeIdentity(self.node, uid), event, namespace=self.event_namespace, now=_now_text()
+        )
+        try:
+            await self.api.create(kinds.EVENT, body)
+        except NodeAgentError as exc:
+            log.warning("event_not_written", reason=exc.reason, error=exc.message)
 
     async def _is_elected(self) -> bool:
         """This node is the first by name whose kubelet Lease is fresh (``lease_is_fresh``)."""

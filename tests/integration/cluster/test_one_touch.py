@@ -7,7 +7,8 @@ While touch-2's NodeImageStatus does not list the release pinned, nothing starts
 does, exactly one agent (the first node by name whose kubelet Lease is fresh: touch-2, since
 touch-1's is stale) applies the release's signature ConfigMap and sets ClusterVersion's
 ``desiredUpdate`` to the release image by digest, so the CVO stand-in begins the update, and
-no second start follows. About 5 s with the API server running.
+no second start follows; an Event UpgradeStarted on touch-2's Node says who and why.
+About 5 s with the API server running.
 """
 
 from __future__ import annotations
@@ -75,6 +76,39 @@ def node_lease(kube: KubeCluster, node: str, *, renewed: dt.datetime) -> None:
     )
 
 
+def cluster_at_4_16_3(kube: KubeCluster, digest: str) -> tuple[CvoStandIn, list[str]]:
+    """The cluster at 4.16.3 with both opt-ins, touch-1's kubelet Lease stale and touch-2's
+    fresh, touch-1 (and any Node another module left) pinned, touch-2 not yet; the other
+    Nodes' names."""
+    install_deploy(kube)
+    install_crd(kube)
+    kube.kubectl("create", "namespace", "openshift-config-managed")  # another module may have
+    for opt_in in ("release-signatures.yaml", "upgrade-start.yaml"):
+        kube.kubectl_ok("apply", "--server-side", "-f", str(DEPLOY / "opt-in" / opt_in))
+    cvo = CvoStandIn(kube)
+    cvo.install("4.16.3", release_image(OLD))
+    for node in NODES:
+        kube.create_node(node)
+    node_lease(kube, "touch-1", renewed=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5))
+    node_lease(kube, "touch-2", renewed=dt.datetime.now(dt.UTC))
+    # Nodes other modules of the session left: every Node is in scope, so they pin it too.
+    listed = json.loads(kube.kubectl_ok("get", "nodes", "-o", "json"))["items"]
+    others = [n["metadata"]["name"] for n in listed if n["metadata"]["name"] not in NODES]
+    for other in others:
+        publish(kube, other, digest, pinned=True)
+    publish(kube, "touch-1", digest, pinned=True)
+    publish(kube, "touch-2", digest, pinned=False)
+    return cvo, others
+
+
+def check_started_event(kube: KubeCluster, node: str) -> None:
+    """One Event UpgradeStarted, on ``node``'s Node, saying who and why."""
+    events = json.loads(kube.kubectl_ok("get", "events", "-n", "default", "-o", "json"))["items"]
+    found = [e for e in events if e.get("reason") == "UpgradeStarted"]
+    assert len(found) == 1 and found[0]["involvedObject"]["name"] == node, found
+    assert "every node (" in found[0]["message"] and "4.17.0" in found[0]["message"]
+
+
 def stored_release(work: Path) -> tuple[Path, Path, str, str]:
     """A node store holding the signed 4.17.0 release bundle and its set file."""
     keys = Keys.make(work / "keys")
@@ -100,24 +134,7 @@ async def test_one_agent_starts_the_upgrade_once_every_node_pinned_the_release(
     kube: KubeCluster, tmp_path: Path
 ) -> None:
     store, trusted, digest, image_ref = stored_release(tmp_path)
-    install_deploy(kube)
-    install_crd(kube)
-    kube.kubectl("create", "namespace", "openshift-config-managed")  # another module may have
-    for opt_in in ("release-signatures.yaml", "upgrade-start.yaml"):
-        kube.kubectl_ok("apply", "--server-side", "-f", str(DEPLOY / "opt-in" / opt_in))
-    cvo = CvoStandIn(kube)
-    cvo.install("4.16.3", release_image(OLD))
-    for node in NODES:
-        kube.create_node(node)
-    node_lease(kube, "touch-1", renewed=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5))
-    node_lease(kube, "touch-2", renewed=dt.datetime.now(dt.UTC))
-    # Nodes other modules of the session left: every Node is in scope, so they pin it too.
-    listed = json.loads(kube.kubectl_ok("get", "nodes", "-o", "json"))["items"]
-    others = [n["metadata"]["name"] for n in listed if n["metadata"]["name"] not in NODES]
-    for other in others:
-        publish(kube, other, digest, pinned=True)
-    publish(kube, "touch-1", digest, pinned=True)
-    publish(kube, "touch-2", digest, pinned=False)
+    cvo, others = cluster_at_4_16_3(kube, digest)
 
     apis, starters = [], []
     for node in NODES:
@@ -158,6 +175,7 @@ async def test_one_agent_starts_the_upgrade_once_every_node_pinned_the_release(
 
         # touch-1's Lease is stale (its kubelet stopped renewing): touch-2 was elected.
         assert [s.node for s in starters if s.started] == ["touch-2"]
+        check_started_event(kube, "touch-2")
         name = digest.replace(":", "-")
         args = ("get", "configmap", "-n", "openshift-config-managed", name, "-o", "json")
         config_map = json.loads(kube.kubectl_ok(*args))
