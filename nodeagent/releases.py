@@ -1,21 +1,23 @@
 """The OpenShift releases a node holds and has pinned (pure): ``status.releases`` of its
 NodeImageStatus, which deploy/upgrade-gate.yaml reads, and the rows of the release metrics.
 
-A release is held when a bundle that carries it (``BundleReport.release``) was imported; it
-is pinned when its PinnedImageSet is ``Pinned`` in the node's last sync (every image of the
-set pinned in the runtime). The upgrade-path verdict is the one the import made against the
-cluster's version of that moment (``bundles.importer``; decision 0065). At most
-``MAX_RELEASES`` entries (the CRD's bound), by version order as the bundles came.
+A release is held when the node's store holds a bundle that carries it (``status.releases``,
+read by ``adapters.store.release_reports``) or a bundle that carries it was imported in this
+run (``BundleReport.release``); it is pinned when its PinnedImageSet is ``Pinned`` in the
+node's last sync (every image of the set pinned in the runtime). ``release_report`` judges
+the upgrade path against the cluster's version (decision 0066). At most ``MAX_RELEASES``
+entries (the CRD's bound).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from nodeagent.status import NodeStatus, ReleaseReport
 from nodeagent.strict import clip
+from nodeagent.versions import REASON_NOT_AN_UPGRADE, REASON_VERSION, check_upgrade_path
 
 MAX_RELEASES: Final = 20
 """``status.releases`` maxItems."""
@@ -33,13 +35,30 @@ class ReleaseRow:
     message: str = ""
 
 
+def release_report(
+    version: str, digest: str, set_name: str, previous: Sequence[str], current: str | None
+) -> ReleaseReport:
+    """A carried release and the upgrade-path verdict against the cluster's version
+    (``current``; None or empty: not known, nothing judged)."""
+    report = ReleaseReport(version, digest, set_name)
+    if not current:
+        return report
+    verdict = check_upgrade_path(current, version, tuple(previous))
+    report = replace(report, cluster_version=current, is_upgrade=verdict.is_upgrade)
+    if verdict.reason not in (REASON_NOT_AN_UPGRADE, REASON_VERSION):
+        return report
+    return replace(report, path_reason=verdict.reason, path_message=verdict.message)
+
+
 def release_rows(status: NodeStatus) -> tuple[ReleaseRow, ...]:
-    """One row per release digest the node's bundles carry (the newest report of each)."""
+    """One row per release digest: those the node's store holds (``status.releases``, judged
+    against the cluster's version of now), then those of bundles this run imported that the
+    store does not hold (no store, say)."""
     pinned = {s.name for s in status.sets if s.state == "Pinned"}
-    found: dict[str, ReleaseReport] = {}
+    found: dict[str, ReleaseReport] = {r.digest: r for r in status.releases}
     for report in status.bundles:
         if report.release is not None and report.state in ("imported", "pinned"):
-            found[report.release.digest] = report.release
+            found.setdefault(report.release.digest, report.release)
     rows = [
         ReleaseRow(
             r.version, r.digest, r.set_name, r.set_name in pinned, r.is_upgrade,

@@ -38,6 +38,7 @@ from nodeagent.status import (
     MirrorStatus,
     NodeStatus,
     PullProgress,
+    ReleaseReport,
     bundle_line,
     conditions_for,
     progress_line,
@@ -206,12 +207,15 @@ class Reporter:
         on_synced: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: Metrics = NO_METRICS,
+        releases_source: Callable[[], tuple[ReleaseReport, ...]] | None = None,
     ) -> None:
-        """``clock``: monotonic seconds, for pacing the status file's writes while pulls end."""
+        """``clock``: monotonic seconds, for pacing the status file's writes while pulls end.
+        ``releases_source``: the releases the node's store holds (``status.releases``)."""
         self.line = line
         self.clock = clock
         self.metrics = metrics
         """The metrics endpoint's recorder: each sync's sets, pulls, bundles, offline drill."""
+        self.releases_source = releases_source
         self.on_synced = on_synced
         self.offline: Condition | None = None
         """The offline drill's last ``OfflineReady`` condition, added to every status."""
@@ -258,6 +262,16 @@ class Reporter:
         self.save()
         if self.cluster is not None:
             self.cluster.update(self._with_bundles(self.last), is_final=False)
+
+    def releases_changed(self) -> None:
+        """The cluster's version changed (``cluster.version_watch``): the releases the store
+        holds are judged again and the status republished."""
+        if self.last is None:
+            return
+        held = self._with_bundles(self.last)
+        self.metrics.releases_reported(release_rows(held))
+        if self.cluster is not None:
+            self.cluster.update(held, is_final=False)
 
     def dropin_checked(self, condition: Condition) -> None:
         """The node mirror drop-in was rendered: its condition joins the status (decision
@@ -417,6 +431,8 @@ class Reporter:
                 status = replace(status, conditions=(*kept, extra))
         if self.os_image is not None:
             status = replace(status, os_image=self.os_image)
+        if self.releases_source is not None:
+            status = replace(status, releases=self.releases_source())
         if self.mirror is not None:
             status = replace(status, mirror=self.mirror)
         if not self.board.reports:

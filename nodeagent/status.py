@@ -170,6 +170,9 @@ class NodeStatus:
     """Pinned images the runtime lost, found at the last sync (``sync.losses.ImageLoss``)."""
     bundles: tuple[BundleReport, ...] = ()
     """Bundles seen (``reporting.BundleBoard``), added by the reporter."""
+    releases: tuple[ReleaseReport, ...] = ()
+    """The releases the node's store holds (``adapters.store.release_reports``), added by the
+    reporter."""
     os_image: OsImage | None = None
     """The node's OS release and booted image (``nodeos``), added by the reporter."""
     mirror: MirrorStatus | None = None

@@ -55,10 +55,10 @@ from nodeagent.errors import (
 from nodeagent.ports import FilesystemSpace
 from nodeagent.prepull import PullResult
 from nodeagent.progress import DEFAULT_INTERVAL_S, ByteProgress, ProgressMeter
+from nodeagent.releases import release_report
 from nodeagent.status import BundleReport, ReleaseReport
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
-from nodeagent.versions import REASON_NOT_AN_UPGRADE, REASON_VERSION, check_upgrade_path
 
 log = structlog.get_logger(__name__)
 
@@ -427,24 +427,23 @@ class Importer:
 
     def _release_report(self, manifest: BundleManifest) -> ReleaseReport | None:
         """The release and the upgrade-path check against the cluster's version: a release
-        that does not upgrade it is still imported and pinned, and said (decision 0065)."""
+        that does not upgrade it is still imported and pinned, and said (decision 0066)."""
         carried = manifest.release
         if carried is None:
             return None
-        report = ReleaseReport(carried.version, carried.image.digest, carried.set_name)
-        current = self.ports.cluster_version()
-        if not current:
-            return report
-        verdict = check_upgrade_path(current, carried.version, carried.previous)
-        report = replace(report, cluster_version=current, is_upgrade=verdict.is_upgrade)
-        if verdict.reason not in (REASON_NOT_AN_UPGRADE, REASON_VERSION):
+        report = release_report(
+            carried.version, carried.image.digest, carried.set_name, carried.previous,
+            self.ports.cluster_version(),
+        )  # fmt: skip
+        if not report.path_reason:
             return report
         log.warning(
             "release_not_an_upgrade", bundle=manifest.bundle_id, release=carried.version,
-            cluster_version=current, reason=verdict.reason, error=verdict.message,
+            cluster_version=report.cluster_version, reason=report.path_reason,
+            error=report.path_message,
             action="the release is pinned but will not be proposed as the cluster's next version",
         )  # fmt: skip
-        return replace(report, path_reason=verdict.reason, path_message=verdict.message)
+        return report
 
     async def _sigstore_warnings(self, manifest: BundleManifest) -> tuple[tuple[str, str], ...]:
         """Signed images whose signatures CRI-O would not read (registries.d), logged."""

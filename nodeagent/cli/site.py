@@ -200,7 +200,7 @@ def _say(text: str, *, file: Any = None) -> None:
 
 
 async def _status(config: Config, args: argparse.Namespace) -> int:
-    from nodeagent.cluster.site import bundle_view, site_views  # noqa: PLC0415
+    from nodeagent.cluster.site import bundle_view, release_notes, site_views  # noqa: PLC0415
 
     if args.set_name is not None and args.bundle is None:
         raise ConfigInvalid(
@@ -224,11 +224,13 @@ async def _status(config: Config, args: argparse.Namespace) -> int:
     else:
         views = site_views(nodes, statuses, now=_now(), stale_after_s=stale, holdings=held)
     unreadable = {n: why for n, why in site.unreadable.items() if n in nodes}
+    notes = release_notes(nodes, statuses)
     if args.json:
         doc = {
             "scope": scope.description,
             "nodes": len(nodes),
             "bundles": [v.to_json() for v in views],
+            "releaseNotes": notes,
         }
         output.print_json("site-status", doc | {"holdingsUnreadable": unreadable})
         return 0
@@ -244,6 +246,8 @@ async def _status(config: Config, args: argparse.Namespace) -> int:
     for view in views:
         for line in view.lines():
             _say(line)
+    for note in notes:
+        _say(f"release {note['version']} on {note['node']}: {note['reason']}: {note['message']}")
     return 0
 
 

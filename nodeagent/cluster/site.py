@@ -288,3 +288,23 @@ def site_views(
         bundle_view(nodes, statuses, i, now=now, stale_after_s=stale_after_s, holdings=held)
         for i in sorted(seen)
     ]
+
+
+def release_notes(nodes: Sequence[str], statuses: Mapping[str, Obj]) -> list[dict[str, str]]:
+    """The releases a node in scope reports as not upgrading the cluster's version
+    (``status.releases[].reason``, docs/upgrade.md): node, version, reason, message."""
+    notes = []
+    for node in nodes:
+        releases = _list(_dict(_dict(statuses.get(node)).get("status")).get("releases"))
+        for item in map(_dict, releases[:20]):
+            reason = _text(item.get("reason"), 64)
+            if reason:
+                notes.append(
+                    {
+                        "node": clip(node, ID_CHARS),
+                        "version": _text(item.get("version"), 64),
+                        "reason": reason,
+                        "message": _text(item.get("message"), 512),
+                    }
+                )
+    return notes

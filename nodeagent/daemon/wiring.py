@@ -30,6 +30,7 @@ from nodeagent.adapters.host import (
 from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
 from nodeagent.adapters.registry.access import RegistryAccess, registry_access
 from nodeagent.adapters.registry.cache import ManifestCache
+from nodeagent.adapters.store.release_reports import StoredReleaseReports
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
 from nodeagent.bundles.imports import MediaImports
 from nodeagent.config import Config
@@ -111,9 +112,12 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         store=state,
         cluster=cluster.sink if cluster else None,
         tally=tally,
-        on_synced=offline_changed.set,
+        on_synced=_after_sync(offline_changed, cluster),
         metrics=metrics,
+        releases_source=StoredReleaseReports(config.store_dir, _cluster_version(cluster)),
     )
+    if cluster is not None and cluster.version_watch is not None:
+        cluster.version_watch.listeners.append(lambda _obj: reporter.releases_changed())
     puller = PrePuller(
         cri,
         auth.credentials_for,
@@ -342,3 +346,16 @@ def _cluster_version(cluster: ClusterMode | None) -> Callable[[], str | None]:
     """The cluster's version for the importer's upgrade-path check (None: not known)."""
     watch = cluster.version_watch if cluster is not None else None
     return watch.current_version if watch is not None else lambda: None
+
+
+def _after_sync(offline_changed: asyncio.Event, cluster: ClusterMode | None) -> Callable[[], None]:
+    """After each sync: the offline drill may run again; the cluster's upgrade target is
+    checked against what the node now pins (said once when that changes)."""
+    watch = cluster.version_watch if cluster is not None else None
+
+    def after() -> None:
+        offline_changed.set()
+        if watch is not None:
+            watch.check_target()
+
+    return after

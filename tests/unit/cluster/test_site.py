@@ -358,3 +358,23 @@ def test_site_views_include_bundles_only_the_holdings_name() -> None:
     holdings = {"a": held("a", bundle_id="fetched-only"), "z": held("z", bundle_id="outside")}
     views = site_views(["a"], {}, now=NOW, stale_after_s=STALE_S, holdings=holdings)
     assert [v.bundle_id for v in views] == ["fetched-only"]
+
+
+def test_release_notes_name_the_node_and_both_versions_clipped() -> None:
+    from nodeagent.cluster.site import release_notes
+
+    status = {
+        "status": {
+            "releases": [
+                {"digest": "sha256:" + "a" * 64, "version": "4.16.5", "set": "r", "pinned": True},
+                {"digest": "sha256:" + "b" * 64, "version": "4.17.2", "set": "s", "pinned": True,
+                 "reason": "ReleaseNotAnUpgrade",
+                 "message": "release 4.17.2 does not upgrade from 4.16.3\x1b[2J"},
+            ]
+        }
+    }  # fmt: skip
+    notes = release_notes(["edge-1", "edge-2"], {"edge-1": status, "edge-2": {"status": "odd"}})
+    assert [(n["node"], n["version"], n["reason"]) for n in notes] == [
+        ("edge-1", "4.17.2", "ReleaseNotAnUpgrade")
+    ]
+    assert notes[0]["message"].isprintable()
