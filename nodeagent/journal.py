@@ -75,6 +75,10 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "media_not_unmounted": "66b25cd275c94d599fc68e3559bd18a1",
     "signature_manifest_unreadable": "427a5c0aaffd4b88a7aca2c2bb45b4fa",
     "fetch_task_failed": "40d97a62c95f43bf9ad9163a52dc80c3",
+    "release_retired": "a38b2a585d3a457dbbe8e954c8102f53",
+    "release_retirement_held": "31c74906df804204bf51d21bdc36175a",
+    "upgrade_started": "1d78e4baa6004c4ba5ac014ce0bb26d5",
+    "upgrade_not_started": "4d0048b8d2874fcebe7fc15d6bc0b0ff",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 

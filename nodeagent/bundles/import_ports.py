@@ -100,6 +100,9 @@ class ImporterPorts:
     """For a bundle with ``imageSignatures``: a server that also answers its signature tags
     (``signatures.served_tags``); None: such bundles are served without them."""
     cluster_version: Callable[[], str | None] = field(default=lambda: None)
+    space_note: Callable[[], str] = field(default=lambda: "")
+    """Cluster mode: what holds the disk that retirement frees later (the release bundles kept
+    pinned, ``cluster.retirement.space_note``), added to a release bundle refused for space."""
     """The cluster's current version (ClusterVersion's newest Completed release); None when
     not known (no cluster mode, not OpenShift, not listed yet): a release bundle is then
     imported without the upgrade-path check."""

@@ -177,6 +177,13 @@ class Importer:
             )  # fmt: skip
         return checked.refusal
 
+    def _with_space_note(
+        self, manifest: BundleManifest, exc: InsufficientDiskSpace
+    ) -> InsufficientDiskSpace:
+        """A release bundle refused for space says which releases hold it and when they go."""
+        note = self.ports.space_note() if manifest.release is not None else ""
+        return InsufficientDiskSpace(f"{exc.message}; {note}") if note else exc
+
     def _reject(self, report: BundleReport, exc: NodeAgentError) -> BundleReport:
         message = clip(exc.message, MESSAGE_CHARS)
         rejected = replace(report, state="rejected", reason=exc.reason, message=message)
@@ -202,7 +209,7 @@ class Importer:
         try:
             await self._admit(manifest, missing, report, to_store)
         except InsufficientDiskSpace as exc:
-            return self._reject(report, exc)
+            return self._reject(report, self._with_space_note(manifest, exc))
         source, files = root, served_blobs(manifest)
         if store is not None and root is not None:
             report = await self._store(store, root, manifest, report, to_store)
@@ -250,6 +257,10 @@ class Importer:
 
         try:
             await asyncio.to_thread(store.copy, root, manifest, on_progress)
+        except InsufficientDiskSpace as exc:
+            return self._reject(
+                replace(report, progress=None), self._with_space_note(manifest, exc)
+            )
         except NodeAgentError as exc:
             return self._reject(replace(report, progress=None), exc)
         except asyncio.CancelledError:

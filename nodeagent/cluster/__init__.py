@@ -9,7 +9,10 @@ status | wait``: every Node's standing for a bundle, pure), ``placement`` (which
 apply to this node: MachineConfigPools or a label selector), ``pools`` (a node's pools as
 the machine-config-operator decides them), ``identity`` (the node's name from the
 kubelet's sources), ``readiness`` (whether registry pulls may start, and their pace, from
-the Node), ``kinds`` (the resource kinds used) and ``api`` (the ports).
+the Node), ``kinds`` (the resource kinds used) and ``api`` (the ports). Around an
+OpenShift upgrade (decisions 0067, 0068): ``rollout`` (whether an upgrade finished on every
+pool, pure), ``retirement`` (which release bundles to unpin, pure) and its task
+``retiring``; ``one_touch`` (whether to start the upgrade, pure) and its task ``starting``.
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters``):
 

@@ -124,6 +124,7 @@ class ClusterSpecs:
         on_node: Callable[[Obj], None],
         on_placement: Callable[[Placement], None],
         on_ownership: Callable[[Ownership], None] = lambda _: None,
+        on_pools: Callable[[dict[str, Obj] | None], None] = lambda _: None,
     ) -> None:
         self.config = config
         self.api = api
@@ -134,6 +135,8 @@ class ClusterSpecs:
         self.on_node = on_node
         self.on_placement = on_placement
         self.on_ownership = on_ownership
+        self.on_pools = on_pools
+        """Told the MachineConfigPools at each change (None: not served), for retirement."""
         self.ownership: Ownership | None = None
         self.view = _View()
         self.changed = asyncio.Event()
@@ -212,6 +215,7 @@ class ClusterSpecs:
         if not has_pools:
             self.view.listed.add("pools")
             self.changed.set()
+            self.on_pools(None)
         return has_pools
 
     def _store(self, key: str, snapshot: dict[str, Obj]) -> None:
@@ -224,6 +228,7 @@ class ClusterSpecs:
                 self.on_node(self.view.node)
         elif key == "pools":
             self.view.pools = snapshot
+            self.on_pools(snapshot)
         else:
             self.view.sets = snapshot
         self.view.listed.add(key)

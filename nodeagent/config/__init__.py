@@ -29,3 +29,4 @@ from nodeagent.config.settings import RuntimeSettings as RuntimeSettings
 from nodeagent.config.settings import SpecSettings as SpecSettings
 from nodeagent.config.settings import StateSettings as StateSettings
 from nodeagent.config.settings import StoreSettings as StoreSettings
+from nodeagent.config.upgrade import UpgradeSettings as UpgradeSettings

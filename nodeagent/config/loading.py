@@ -35,6 +35,7 @@ from nodeagent.config.settings import (
     KNOWN_MEDIA_FS_TYPES,
     Config,
 )
+from nodeagent.config.upgrade import MIN_KEEP_RELEASES, UPGRADE_START_MODES
 from nodeagent.errors import ConfigInvalid
 from nodeagent.selectors import parse_selector
 from nodeagent.strict import MalformedInput, clip, loads_toml
@@ -354,6 +355,7 @@ BOUNDS: dict[str, Bounds] = {
     "site.max_connections": Bounds(1, 1024),
     "site.max_connections_per_source": Bounds(1, 1024),
     "site.fetch_min_rate_bytes": Bounds(1 << 10, 1 << 30, unit="bytes"),
+    "upgrade.keep_releases": Bounds(MIN_KEEP_RELEASES, 100),
 }
 """Every numeric key's range; each field's docstring in ``settings`` states it ("Range: …")."""
 
@@ -441,6 +443,11 @@ _RULES: tuple[tuple[str, str, Callable[[Any, Config], bool]], ...] = (
     ("metrics.listen", "address:port, e.g. 127.0.0.1:9448", lambda v, _: is_address(v)),
     ("mirror.listen", "a loopback address:port, e.g. 127.0.0.1:22626", _is_loopback_address),
     ("log.level", f"one of {', '.join(LOG_LEVELS)}", lambda v, _: v in LOG_LEVELS),
+    (
+        "upgrade.start",
+        f"one of {', '.join(UPGRADE_START_MODES)}",
+        lambda v, _: v in UPGRADE_START_MODES,
+    ),
 )
 # A rule that compares two keys blames the other key's file when its own key kept the default.
 _RELATED = {

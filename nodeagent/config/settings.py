@@ -16,6 +16,7 @@ from nodeagent.config.mirror import MirrorSettings
 from nodeagent.config.monitoring import MetricsSettings
 from nodeagent.config.rerooting import reroot, reroot_sections
 from nodeagent.config.site import SiteSettings as SiteSettings
+from nodeagent.config.upgrade import UpgradeSettings
 
 DEFAULT_CONFIG_PATH = Path("/etc/nodeagent/config.toml")
 DROPIN_DIR_NAME = "config.d"
@@ -395,6 +396,8 @@ class Config:
     """``[node_os]``."""
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     """``[metrics]``: the OpenMetrics endpoint (``config.monitoring``)."""
+    upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)
+    """``[upgrade]``: release retirement and the one-touch upgrade (``config.upgrade``)."""
     log: LogSettings = field(default_factory=LogSettings)
     """``[log]``: logging."""
     source: Path = DEFAULT_CONFIG_PATH

@@ -21,6 +21,9 @@ from nodeagent.cluster.holdings import HeldBundle
 from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.cluster.readiness import PullGate
 from nodeagent.cluster.reporter import StatusReporter
+from nodeagent.cluster.retirement import HeldRelease
+from nodeagent.cluster.retiring import ReleaseRetirer, ReleaseStore
+from nodeagent.cluster.starting import UpgradeStarter
 from nodeagent.cluster.tasks import ClusterSpecs, Connection, node_name
 from nodeagent.cluster.version_watch import ClusterVersionWatch
 from nodeagent.config import Config
@@ -33,6 +36,7 @@ from nodeagent.status import PullProgress
 
 if TYPE_CHECKING:
     from nodeagent.adapters.store.holdings import StoreHoldings
+    from nodeagent.adapters.store.releases import StoredReleases
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +62,36 @@ class LazyHoldings:
         return self._built.scan()
 
 
+class LazyReleases:
+    """``cluster.retiring.ReleaseStore`` that loads the store's code only once the store
+    holds a bundle (an idle node in cluster mode does not import it)."""
+
+    def __init__(self, store_dir: Path, spec_dirs: tuple[Path, ...]) -> None:
+        self.store_dir = store_dir
+        self.spec_dirs = spec_dirs
+        self._built: StoredReleases | None = None
+
+    def _store(self) -> StoredReleases | None:
+        if self._built is None:
+            try:
+                if not any((self.store_dir / "bundles").iterdir()):
+                    return None
+            except FileNotFoundError:
+                return None
+            from nodeagent.adapters.store.releases import StoredReleases  # noqa: PLC0415
+
+            self._built = StoredReleases(self.store_dir, self.spec_dirs)
+        return self._built
+
+    def held(self) -> tuple[HeldRelease, ...]:
+        store = self._store()
+        return () if store is None else store.held()
+
+    def unpin(self, held: HeldRelease) -> list[Path]:
+        store = self._store()
+        return [] if store is None else store.unpin(held)
+
+
 @dataclass
 class ClusterMode:
     api: KubeApi
@@ -72,6 +106,11 @@ class ClusterMode:
     """The peer directory the fetcher reads (``site.discovery.PeerDirectory``)."""
     version_watch: ClusterVersionWatch | None = None
     """The cluster's ClusterVersion (``cluster.version_watch``): the importer's path check."""
+    retirer: ReleaseRetirer | None = None
+    """Unpins old release bundles once an upgrade finished (``cluster.retiring``), told each
+    ClusterVersion by ``version_watch``."""
+    starter: UpgradeStarter | None = None
+    """``[upgrade] start = "when-site-ready"``: the one-touch upgrade (``cluster.starting``)."""
 
     @classmethod
     def build(cls, config: Config, *, progress: Callable[[], PullProgress]) -> ClusterMode:
@@ -92,6 +131,13 @@ class ClusterMode:
             if publisher is not None:
                 publisher.set_node(node)
 
+        retirer = ReleaseRetirer(
+            api,
+            connection,
+            LazyReleases(config.store_dir, tuple(d for d, _ in config.spec_dirs())),
+            keep_releases=config.upgrade.keep_releases,
+            is_following=False,
+        )
         specs = ClusterSpecs(
             config,
             api,
@@ -100,13 +146,18 @@ class ClusterMode:
             on_node=on_node,
             on_placement=reporter.set_placement,
             on_ownership=reporter.set_ownership,
+            on_pools=retirer.set_pools,
         )
         log.info("cluster_mode", server=api.server, node=specs.node, selector=str(specs.selector))
         sink = reporter if publisher is None else BundleStepsTrigger(reporter, publisher)
         version_watch = ClusterVersionWatch(
             api, connection, pinned_digests=lambda: pinned_digests(reporter.status)
         )
-        return cls(api, reporter, specs, sink, gate, publisher, peers, version_watch)
+        version_watch.listeners.append(retirer.set_cluster_version)
+        starter = _starter(config, api, connection, retirer.store, specs.node)
+        return cls(
+            api, reporter, specs, sink, gate, publisher, peers, version_watch, retirer, starter
+        )
 
     def tasks(self, request_sync: Callable[[], None]) -> list[Task]:
         """Optional tasks: an API server that misbehaves never stops pinning. A change of the
@@ -118,6 +169,10 @@ class ClusterMode:
         ]
         if self.version_watch is not None:
             tasks.append(Task("cluster-version", self.version_watch.run, is_critical=False))
+        if self.retirer is not None:
+            tasks.append(Task("release-retirement", self.retirer.run, is_critical=False))
+        if self.starter is not None:
+            tasks.append(Task("upgrade-start", self.starter.run, is_critical=False))
         if self.publisher is not None:
             tasks.append(Task("site-holdings", self.publisher.run, is_critical=False))
         if self.peers is not None:
@@ -126,6 +181,19 @@ class ClusterMode:
 
     async def close(self) -> None:
         await self.api.close()
+
+
+def _starter(
+    config: Config, api: KubeApi, connection: Connection, store: ReleaseStore, node: str
+) -> UpgradeStarter | None:
+    """The one-touch starter, only with ``[upgrade] start = "when-site-ready"``."""
+    if config.upgrade.start != "when-site-ready":
+        return None
+    from nodeagent.daemon.bundles import signature_publisher  # noqa: PLC0415
+
+    publisher = signature_publisher(config, api)
+    log.info("upgrade_start_enabled", node=node, mode=config.upgrade.start)
+    return UpgradeStarter(api, connection, store, node=node, publish_signatures=publisher.publish)
 
 
 def _discovery(

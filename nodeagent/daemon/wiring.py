@@ -180,6 +180,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
             node_labels=cluster.specs.node_labels if cluster else lambda: None,
             wait_node_labels=cluster.specs.wait_node_labels if cluster else None,
             cluster_version=_cluster_version(cluster),
+            space_note=cluster.retirer.space_note if cluster and cluster.retirer else lambda: "",
         )
 
     media = MediaImports(

@@ -183,6 +183,7 @@ def _field_docs(source: str) -> dict[str, str]:
         "Mirror": "mirror",
         "Offline": "offline",
         "NodeOs": "node_os",
+        "Upgrade": "upgrade",
     }
     found: dict[str, str] = {}
     for cls in ast.parse(source).body:
