@@ -22,7 +22,9 @@ from typing import Literal
 
 import structlog
 
+from nodeagent.config.addresses import Address
 from nodeagent.errors import ConfigInvalid, RuntimeReloadFailed
+from nodeagent.mirror.activation import LISTEN_FDS_START, SocketFacts, passed_fds, socket_problem
 from nodeagent.strict import clip
 
 log = structlog.get_logger(__name__)
@@ -301,3 +303,55 @@ class RuntimeReloader:
             raise RuntimeReloadFailed(
                 f"the reload of {self.unit} was not confirmed within {self.timeout_s:g}s"
             ) from err
+
+
+# ---------------------------------------------------------------- socket activation
+
+
+def passed_listener(environ: Mapping[str, str], wanted: Address) -> socket.socket | None:
+    """The listening socket systemd passed (sd_listen_fds(3), ``nodeagent-mirror.socket``),
+    checked to be a listening TCP socket on exactly ``wanted``; None when none was passed
+    (a run by hand: the caller binds). ``ConfigInvalid`` (exit 78) names what is wrong and
+    what to do (decision 0063)."""
+    passed = passed_fds(environ, os.getpid())
+    if passed.problem:
+        raise ConfigInvalid(_socket_advice(passed.problem, wanted))
+    if not passed.count:
+        return None
+    fd = LISTEN_FDS_START
+    try:
+        os.set_inheritable(fd, False)
+        found = socket.socket(fileno=fd)
+    except OSError as err:
+        raise ConfigInvalid(_socket_advice(f"descriptor {fd}: {err.strerror}", wanted)) from err
+    problem = socket_problem(_facts(found), wanted)
+    if problem:
+        found.detach()  # systemd's socket stays as it is
+        raise ConfigInvalid(_socket_advice(problem, wanted))
+    found.setblocking(False)
+    return found
+
+
+def _facts(found: socket.socket) -> SocketFacts:
+    is_inet = found.family in (socket.AF_INET, socket.AF_INET6)
+    try:
+        is_listening = bool(found.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+        name = found.getsockname() if is_inet else ("", 0)
+    except OSError:
+        return SocketFacts(is_inet, is_stream=False, is_listening=False, host="", port=0)
+    return SocketFacts(
+        is_inet,
+        is_stream=found.type == socket.SOCK_STREAM,
+        is_listening=is_listening,
+        host=str(name[0]),
+        port=int(name[1]),
+    )
+
+
+def _socket_advice(problem: str, wanted: Address) -> str:
+    return (
+        f"the node mirror cannot take the socket systemd passed: {clip(problem, 300)}; "
+        f"make nodeagent-mirror.socket listen on exactly {wanted} ([mirror] listen) with "
+        "`systemctl edit nodeagent-mirror.socket` (ListenStream=), then "
+        "`systemctl restart nodeagent-mirror.socket`"
+    )
