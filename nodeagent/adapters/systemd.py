@@ -53,6 +53,47 @@ def reload_command(unit: str, timeout_s: float, bus_address: str | None) -> list
     return [sys.executable, "-I", "-c", code, unit, repr(timeout_s), bus_address or ""]
 
 
+def state_command(unit: str, timeout_s: float, bus_address: str | None) -> list[str]:
+    """The state child's command line (``systemd_bus.main --state``)."""
+    command = reload_command(unit, timeout_s, bus_address)
+    return [*command[:4], "--state", *command[4:]]
+
+
+async def socket_unit_state(
+    unit: str, bus_address: str | None, timeout_s: float = 10.0
+) -> tuple[str, str] | None:
+    """``unit``'s ``ActiveState`` and ``SubState`` as systemd says them, asked in a
+    short-lived child (dbus-fast stays out of the daemon); None when it could not be asked
+    (no bus, no systemd: the caller says "unknown", never guesses)."""
+    try:
+        child = await asyncio.create_subprocess_exec(
+            *state_command(unit, timeout_s, bus_address),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as err:
+        log.debug("unit_state_not_asked", unit=unit, error=str(err))
+        return None
+    try:
+        async with asyncio.timeout(timeout_s + CHILD_GRACE_S):
+            out, _err = await child.communicate()
+    except BaseException as stopped:  # a timeout, or the daemon stopping: never left behind
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
+        await child.wait()
+        if isinstance(stopped, TimeoutError):
+            log.debug("unit_state_not_asked", unit=unit, error="timed out")
+            return None
+        raise
+    said = out[-CHILD_OUTPUT_BYTES:].decode(errors="replace").strip()
+    words = said.split()
+    if child.returncode != EXIT_RELOADED or len(words) != 2:
+        log.debug("unit_state_not_asked", unit=unit, error=clip(said, 200))
+        return None
+    return words[0], words[1]
+
+
 ReloadPath = Literal["dbus", "sighup"]
 """How a reload was delivered: by a systemd job, or by a signal to the runtime's PID."""
 
