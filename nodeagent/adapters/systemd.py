@@ -18,14 +18,16 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import structlog
 
 from nodeagent.config.addresses import Address
 from nodeagent.errors import ConfigInvalid, RuntimeReloadFailed
-from nodeagent.mirror.activation import LISTEN_FDS_START, SocketFacts, passed_fds, socket_problem
 from nodeagent.strict import clip
+
+if TYPE_CHECKING:
+    from nodeagent.mirror.activation import SocketFacts
 
 log = structlog.get_logger(__name__)
 
@@ -354,6 +356,12 @@ def passed_listener(environ: Mapping[str, str], wanted: Address) -> socket.socke
     checked to be a listening TCP socket on exactly ``wanted``; None when none was passed
     (a run by hand: the caller binds). ``ConfigInvalid`` (exit 78) names what is wrong and
     what to do (decision 0063)."""
+    from nodeagent.mirror.activation import (  # noqa: PLC0415  (the mirror process only)
+        LISTEN_FDS_START,
+        passed_fds,
+        socket_problem,
+    )
+
     passed = passed_fds(environ, os.getpid())
     if passed.problem:
         raise ConfigInvalid(_socket_advice(passed.problem, wanted))
@@ -374,6 +382,8 @@ def passed_listener(environ: Mapping[str, str], wanted: Address) -> socket.socke
 
 
 def _facts(found: socket.socket) -> SocketFacts:
+    from nodeagent.mirror.activation import SocketFacts  # noqa: PLC0415
+
     is_inet = found.family in (socket.AF_INET, socket.AF_INET6)
     try:
         is_listening = bool(found.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
