@@ -79,8 +79,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     mirror.add_argument(
         "--check",
         action="store_true",
-        help="only say whether [mirror] enabled is on: exit 0 if so, 1 if not (the unit's "
-        "ExecCondition=)",
+        help="only say whether [mirror] enabled is on: exit 0 if so, 1 if not",
     )
     if command not in DAEMON_COMMANDS:
         _add_commands(sub)

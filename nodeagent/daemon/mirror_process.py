@@ -18,7 +18,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 from collections.abc import Mapping
+from typing import Final
 
 import structlog
 
@@ -44,18 +46,42 @@ async def _report_until(stop: asyncio.Event, reporter: Reporter, mirror: NodeMir
         reporter.mirror(mirror.report(serving=True))
 
 
+MAX_DRAINED: Final = 1024
+"""Connections closed at most when the mirror is off (the socket's backlog is 256)."""
+
+
+def drain(sock: socket.socket) -> int:
+    """Close the connections waiting on ``sock`` (non-blocking): with the mirror off, so that
+    systemd does not start the service again at once for them, and keeps the port held."""
+    closed = 0
+    while closed < MAX_DRAINED:
+        try:
+            conn, _peer = sock.accept()
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            break
+        conn.close()
+        closed += 1
+    return closed
+
+
 async def serve_mirror(config: Config, environ: Mapping[str, str] | None = None) -> int:
-    """Serve the node mirror until SIGTERM/SIGINT; 0 when ``[mirror] enabled`` is off."""
+    """Serve the node mirror until SIGTERM/SIGINT; 0 at once when ``[mirror] enabled`` is
+    off (the connections waiting on systemd's socket closed)."""
     env = os.environ if environ is None else environ
-    if not config.mirror.enabled:
-        log.info("node_mirror_off", config=str(config.source))
-        return 0
     wanted = parse_address(config.mirror.listen)  # a loopback address, checked at load
     try:
         sock = passed_listener(env, wanted)
     except ConfigInvalid as err:  # exits 78; the unit does not restart it (the socket stays)
         log.error("node_mirror_socket_refused", listen=str(wanted), error=err.message)
         raise
+    if not config.mirror.enabled:
+        closed = 0 if sock is None else drain(sock)
+        log.info("node_mirror_off", config=str(config.source), connections_closed=closed)
+        if sock is not None:
+            sock.close()  # this process's copy: systemd keeps its own, and the port
+        return 0
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

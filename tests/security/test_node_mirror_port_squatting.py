@@ -93,10 +93,12 @@ def write_config(base: Path, listen: str) -> Path:
     return config
 
 
-def hold(base: Path, socket_port: int, mirror_port: int) -> Held:
+def hold(base: Path, socket_port: int, mirror_port: int, *, enabled: bool = True) -> Held:
     """``systemd-socket-activate`` holding 127.0.0.1:``socket_port``, starting on the first
     connection ``nodeagent serve-mirror`` as the peer user, configured for ``mirror_port``."""
     config = write_config(base, f"127.0.0.1:{mirror_port}")
+    if not enabled:
+        config.write_text(config.read_text() + "enabled = false\n")
     log = base / "holder.log"
     mirror = [sys.executable, "-m", "nodeagent", "--config", str(config), "serve-mirror"]
     argv = [
@@ -177,3 +179,22 @@ def test_a_socket_on_another_address_is_refused_and_the_admin_told_what_to_edit(
     assert "node_mirror_socket_refused" in said
     assert f"listens on 127.0.0.1:{socket_port}, [mirror] listen is 127.0.0.1:{mirror_port}" in said
     assert "systemctl edit nodeagent-mirror.socket" in said
+
+
+def test_with_the_mirror_off_the_waiting_connection_is_closed_not_left_to_retrigger(
+    tmp_path: Path,
+) -> None:
+    """``[mirror] enabled = false``: the process closes what waits on the socket and exits 0.
+    A connection left waiting would make systemd start the service again and again until it
+    gives the socket up, releasing the port."""
+    port = free_port()
+    held = hold(tmp_path / "mirror", port, port, enabled=False)
+    try:
+        with pytest.raises((ConnectionError, http.client.HTTPException)):
+            v2(port)
+        assert held.holder.wait(timeout=30) == 0
+    finally:
+        if held.holder.poll() is None:
+            held.holder.kill()
+            held.holder.wait()
+    assert "node_mirror_off" in held.said() and "connections_closed=1" in held.said()
