@@ -57,9 +57,7 @@ def drain(sock: socket.socket) -> int:
     while closed < MAX_DRAINED:
         try:
             conn, _peer = sock.accept()
-        except (BlockingIOError, InterruptedError):
-            break
-        except OSError:
+        except OSError:  # BlockingIOError: none waits any more
             break
         conn.close()
         closed += 1
@@ -73,7 +71,7 @@ async def serve_mirror(config: Config, environ: Mapping[str, str] | None = None)
     wanted = parse_address(config.mirror.listen)  # a loopback address, checked at load
     try:
         sock = passed_listener(env, wanted)
-    except ConfigInvalid as err:  # exits 78; the unit does not restart it (the socket stays)
+    except ConfigInvalid as err:  # exits 78: not restarted (RestartPreventExitStatus=78)
         log.error("node_mirror_socket_refused", listen=str(wanted), error=err.message)
         raise
     if not config.mirror.enabled:
