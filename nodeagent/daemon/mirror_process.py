@@ -79,6 +79,9 @@ async def serve_mirror(config: Config, environ: Mapping[str, str] | None = None)
         log.info("node_mirror_off", config=str(config.source), connections_closed=closed)
         if sock is not None:
             sock.close()  # this process's copy: systemd keeps its own, and the port
+        # Type=notify: an exit before READY=1 is a failure ("protocol"), which the unit's
+        # Restart= would start again every RestartSec=; this is a clean stop.
+        Notifier(env).ready("the node mirror is off ([mirror] enabled = false)")
         return 0
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

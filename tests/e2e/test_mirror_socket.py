@@ -8,6 +8,10 @@ service is stopped, a local unprivileged user cannot bind the port (the attack:
 tests/security/test_node_mirror_port_squatting.py makes it against systemd-socket-activate;
 here against the package's own socket unit, which only a booted systemd runs). The daemon's
 status says "ready" before the first request and "serving" after it.
+
+The nodes of tests/e2e share this machine's network namespace: the session's node holds
+127.0.0.1:22626 here while it runs, and a second node booted meanwhile (test_package.py)
+finds the port taken (its socket unit fails; its tests do not ask for it).
 """
 
 from __future__ import annotations
