@@ -163,7 +163,7 @@ def test_with_the_mirror_off_a_connection_is_closed_and_the_port_stays_held(bare
     try:
         bare.container.systemctl("stop", SERVICE)
         quick = ASK.replace("timeout=30", "timeout=10")
-        for _ in range(8):  # more than a start limit would allow
+        for _ in range(6):  # more than the default start limit (5) would allow
             asked = bare.container.run("python3", "-c", quick, check=False)
             assert asked.returncode != 0  # closed without an answer
         wait_for(
