@@ -18,8 +18,8 @@ file system. Then:
    digest-only), written before CRI-O starts, so the images' own registry
    (``registry.example:5000``, which does not exist) is never asked. The page cache is dropped
    (``sync; echo 3 > drop_caches``) and CRI-O pulls every image by digest through CRI, one
-   after another. The node mirror is the real ``nodeagent serve-peers`` (``[site] serve =
-   false``, ``[mirror] listen`` on a free loopback port) run as its unit runs it:
+   after another. The node mirror is the real ``nodeagent serve-mirror`` (``[mirror]
+   listen`` on a free loopback port, bound by itself: no socket passed) run as its unit runs it:
    unprivileged, no capability, the store bound read-only (``tests/testenv/peer_process.py``,
    in a private mount namespace of its own), on the bundled modules only (the interpreter of
    ``tests/integration/pins/test_idle_memory.py``, ``MALLOC_ARENA_MAX=2``). Before its first
@@ -143,23 +143,24 @@ def build_set(base: Path, size_bytes: int, layers: int, seed: int) -> HeldSet:
 
 @contextmanager
 def node_mirror_process(root: Path, port: int, python: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``nodeagent serve-peers`` serving the node mirror alone on 127.0.0.1:``port``, as
-    ``nodeagent-peer.service`` runs it (unprivileged, the store read-only)."""
+    """``nodeagent serve-mirror`` serving the node mirror on 127.0.0.1:``port``, as
+    ``nodeagent-mirror.service`` runs it (unprivileged, the store read-only; here it binds
+    the port itself, where the unit gets it from its socket)."""
     config = root / "etc/nodeagent/config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(f'[site]\nserve = false\n\n[mirror]\nlisten = "127.0.0.1:{port}"\n')
-    argv = [python, "-m", "nodeagent", "--root", f"{VIEW}/root", "serve-peers"]
+    argv = [python, "-m", "nodeagent", "--root", f"{VIEW}/root", "serve-mirror"]
     cmd = ["unshare", "--mount", "--propagation", "private", *interpreter_view(root.parent)]
     cmd += peer_command(root, argv)
     env = dict(os.environ, MALLOC_ARENA_MAX="2")
     env.pop("PYTHONPATH", None)  # the runtime interpreter sets its own
-    log_path = root / "serve-peers.log"
+    log_path = root / "serve-mirror.log"
     with log_path.open("ab") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, cwd="/", umask=0o077)
 
     def listening() -> bool:
         if process.poll() is not None:
-            raise RuntimeError(f"serve-peers exited {process.returncode}:\n{log_tail(log_path)}")
+            raise RuntimeError(f"serve-mirror exited {process.returncode}:\n{log_tail(log_path)}")
         with socket.socket() as s:
             return s.connect_ex(("127.0.0.1", port)) == 0
 

@@ -51,6 +51,7 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "peer_report_not_confirmed": "1909df8b584d4632ad2c3b8aae272899",
     "peer_report_not_delivered": "d76dbe66cd0c4316983f41e7fc6fd6a9",
     "node_mirror_not_started": "d6f9afe2f4044ad88ab9f645263f36e6",
+    "node_mirror_socket_refused": "29b37fa94d634be48ffb252f6025601f",
     "peer_server_waiting_for_tls": "806368813d6749dc840d547beeadb258",
     "node_mirror_blob_rejected": "0336632d22d44f7588ce52f8777a4f6e",
     "mirror_auth_file_invalid": "700089fa0fab4cf09156f02a8d0a9f6d",

@@ -116,9 +116,11 @@ class DiskStatus:
 
 @dataclass(frozen=True, slots=True)
 class MirrorStatus:
-    """The node mirror (``[mirror]``, docs/mirror.md) as the peer process last reported it."""
+    """The node mirror (``[mirror]``, docs/mirror.md): its state, and its counts as the mirror
+    process last reported them."""
 
     serving: bool
+    """A fresh report of the mirror process says it serves (``state == "serving"``)."""
     listen: str
     blobs: int
     """Bundle blobs served to any local client."""
@@ -132,10 +134,15 @@ class MirrorStatus:
     """Registry-set content asked for without the credential."""
     recent_missing: tuple[str, ...] = ()
     reported_at: str = ""
+    state: str = ""
+    """``serving``; ``ready`` (its socket is held, the process starts on the first request);
+    ``failed`` (nothing holds the port); ``unknown`` (systemd could not be asked, or the
+    process's reports stopped: never taken for serving). Decision 0063."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "serving": self.serving,
+            "state": self.state or ("serving" if self.serving else "unknown"),
             "listen": self.listen,
             "blobs": self.blobs,
             "registryBlobs": self.registry_blobs,

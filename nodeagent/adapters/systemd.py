@@ -18,12 +18,16 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import structlog
 
+from nodeagent.config.addresses import Address
 from nodeagent.errors import ConfigInvalid, RuntimeReloadFailed
 from nodeagent.strict import clip
+
+if TYPE_CHECKING:
+    from nodeagent.mirror.activation import SocketFacts
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +53,47 @@ def reload_command(unit: str, timeout_s: float, bus_address: str | None) -> list
         "from nodeagent.adapters.systemd_bus import main; sys.exit(main(sys.argv[1:]))"
     )
     return [sys.executable, "-I", "-c", code, unit, repr(timeout_s), bus_address or ""]
+
+
+def state_command(unit: str, timeout_s: float, bus_address: str | None) -> list[str]:
+    """The state child's command line (``systemd_bus.main --state``)."""
+    command = reload_command(unit, timeout_s, bus_address)
+    return [*command[:4], "--state", *command[4:]]
+
+
+async def socket_unit_state(
+    unit: str, bus_address: str | None, timeout_s: float = 10.0
+) -> tuple[str, str] | None:
+    """``unit``'s ``ActiveState`` and ``SubState`` as systemd says them, asked in a
+    short-lived child (dbus-fast stays out of the daemon); None when it could not be asked
+    (no bus, no systemd: the caller says "unknown", never guesses)."""
+    try:
+        child = await asyncio.create_subprocess_exec(
+            *state_command(unit, timeout_s, bus_address),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as err:
+        log.debug("unit_state_not_asked", unit=unit, error=str(err))
+        return None
+    try:
+        async with asyncio.timeout(timeout_s + CHILD_GRACE_S):
+            out, _err = await child.communicate()
+    except BaseException as stopped:  # a timeout, or the daemon stopping: never left behind
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
+        await child.wait()
+        if isinstance(stopped, TimeoutError):
+            log.debug("unit_state_not_asked", unit=unit, error="timed out")
+            return None
+        raise
+    said = out[-CHILD_OUTPUT_BYTES:].decode(errors="replace").strip()
+    words = said.split()
+    if child.returncode != EXIT_RELOADED or len(words) != 2:
+        log.debug("unit_state_not_asked", unit=unit, error=clip(said, 200))
+        return None
+    return words[0], words[1]
 
 
 ReloadPath = Literal["dbus", "sighup"]
@@ -301,3 +346,63 @@ class RuntimeReloader:
             raise RuntimeReloadFailed(
                 f"the reload of {self.unit} was not confirmed within {self.timeout_s:g}s"
             ) from err
+
+
+# ---------------------------------------------------------------- socket activation
+
+
+def passed_listener(environ: Mapping[str, str], wanted: Address) -> socket.socket | None:
+    """The listening socket systemd passed (sd_listen_fds(3), ``nodeagent-mirror.socket``),
+    checked to be a listening TCP socket on exactly ``wanted``; None when none was passed
+    (a run by hand: the caller binds). ``ConfigInvalid`` (exit 78) names what is wrong and
+    what to do (decision 0063)."""
+    from nodeagent.mirror.activation import (  # noqa: PLC0415  (the mirror process only)
+        LISTEN_FDS_START,
+        passed_fds,
+        socket_problem,
+    )
+
+    passed = passed_fds(environ, os.getpid())
+    if passed.problem:
+        raise ConfigInvalid(_socket_advice(passed.problem, wanted))
+    if not passed.count:
+        return None
+    fd = LISTEN_FDS_START
+    try:
+        os.set_inheritable(fd, False)
+        found = socket.socket(fileno=fd)
+    except OSError as err:
+        raise ConfigInvalid(_socket_advice(f"descriptor {fd}: {err.strerror}", wanted)) from err
+    problem = socket_problem(_facts(found), wanted)
+    if problem:
+        found.detach()  # systemd's socket stays as it is
+        raise ConfigInvalid(_socket_advice(problem, wanted))
+    found.setblocking(False)
+    return found
+
+
+def _facts(found: socket.socket) -> SocketFacts:
+    from nodeagent.mirror.activation import SocketFacts  # noqa: PLC0415
+
+    is_inet = found.family in (socket.AF_INET, socket.AF_INET6)
+    try:
+        is_listening = bool(found.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+        name = found.getsockname() if is_inet else ("", 0)
+    except OSError:
+        return SocketFacts(is_inet, is_stream=False, is_listening=False, host="", port=0)
+    return SocketFacts(
+        is_inet,
+        is_stream=found.type == socket.SOCK_STREAM,
+        is_listening=is_listening,
+        host=str(name[0]),
+        port=int(name[1]),
+    )
+
+
+def _socket_advice(problem: str, wanted: Address) -> str:
+    return (
+        f"the node mirror cannot take the socket systemd passed: {clip(problem, 300)}; "
+        f"make nodeagent-mirror.socket listen on exactly {wanted} ([mirror] listen) with "
+        "`systemctl edit nodeagent-mirror.socket` (ListenStream=), then "
+        "`systemctl restart nodeagent-mirror.socket`"
+    )

@@ -1,4 +1,5 @@
-"""systemd over D-Bus: reload a unit and wait for its job (dbus-fast), in a child process.
+"""systemd over D-Bus: reload a unit and wait for its job, or read a unit's state
+(dbus-fast), in a child process.
 
 ``systemd.RuntimeReloader`` runs this module as a short-lived child of the daemon
 (``systemd.reload_command``): dbus-fast (about 2.7 MiB resident, with the XML parser it loads)
@@ -37,6 +38,7 @@ log = structlog.get_logger(__name__)
 SYSTEMD_BUS_NAME: Final = "org.freedesktop.systemd1"
 SYSTEMD_PATH: Final = "/org/freedesktop/systemd1"
 MANAGER_INTERFACE: Final = "org.freedesktop.systemd1.Manager"
+UNIT_INTERFACE: Final = "org.freedesktop.systemd1.Unit"
 JOB_REMOVED_RULE: Final = (
     f"type='signal',sender='{SYSTEMD_BUS_NAME}',path='{SYSTEMD_PATH}',"
     f"interface='{MANAGER_INTERFACE}',member='JobRemoved'"
@@ -167,10 +169,51 @@ async def reload_via_bus(unit: str, timeout_s: float, bus_address: str | None) -
         await disconnect(bus)
 
 
+async def unit_state(bus: MessageBus, unit: str, timeout_s: float) -> tuple[str, str]:
+    """``unit``'s ``ActiveState`` and ``SubState`` (``LoadUnit``: a unit not loaded yet is
+    loaded, and one that does not exist says ``inactive dead``)."""
+    manager = (SYSTEMD_BUS_NAME, SYSTEMD_PATH, MANAGER_INTERFACE)
+    async with asyncio.timeout(timeout_s):
+        reply = await _checked(bus, _call(*manager, "LoadUnit", unit), f"look up {unit}")
+        path = str(reply.body[0])
+        found = []
+        for name in ("ActiveState", "SubState"):
+            get = (SYSTEMD_BUS_NAME, path, "org.freedesktop.DBus.Properties", "Get")
+            answer = await _checked(bus, _call(*get, UNIT_INTERFACE, name), f"read {unit}")
+            found.append(clip(str(answer.body[0].value), 32))
+    return found[0], found[1]
+
+
+async def state_via_bus(unit: str, timeout_s: float, bus_address: str | None) -> tuple[str, str]:
+    bus = await connect(bus_address, timeout_s)
+    try:
+        return await unit_state(bus, unit, timeout_s)
+    finally:
+        await disconnect(bus)
+
+
+def _state_main(unit: str, timeout_text: str, address: str) -> int:
+    """``--state UNIT TIMEOUT_S BUS_ADDRESS``: print ``ActiveState SubState``."""
+    try:
+        active, sub = asyncio.run(state_via_bus(unit, float(timeout_text), address or None))
+    except BusUnreachable as err:
+        return _answer(EXIT_BUS_UNREACHABLE, str(err))
+    except NoSystemd as err:
+        return _answer(EXIT_NO_SYSTEMD, str(err))
+    except (RuntimeReloadFailed, TimeoutError, *_BUS_ERRORS) as err:
+        return _answer(EXIT_RELOAD_FAILED, getattr(err, "message", str(err)))
+    except ConfigInvalid as err:
+        return _answer(EXIT_ADDRESS_INVALID, err.message)
+    return _answer(EXIT_RELOADED, f"{active} {sub}")
+
+
 def main(argv: Sequence[str]) -> int:
-    """``UNIT TIMEOUT_S BUS_ADDRESS`` (empty: the system bus): reload, say how it went."""
+    """``UNIT TIMEOUT_S BUS_ADDRESS`` (empty: the system bus): reload, say how it went;
+    ``--state UNIT TIMEOUT_S BUS_ADDRESS``: say the unit's state."""
     # stdout carries the answer: the daemon's structured log lines are not wanted here
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    if argv and argv[0] == "--state":
+        return _state_main(*argv[1:4])
     unit, timeout_text, address = argv
     try:
         asyncio.run(reload_via_bus(unit, float(timeout_text), address or None))

@@ -42,7 +42,7 @@ memory, docs/performance.md)."""
 MODULE_OF = {"render-mirror-dropin": "mirror_dropin"}
 """Commands whose module is not named after them."""
 
-DAEMON_COMMANDS = ("run", "serve-peers")
+DAEMON_COMMANDS = ("run", "serve-peers", "serve-mirror")
 """The commands systemd runs for the lifetime of a unit: parsed without the others'."""
 
 
@@ -70,6 +70,16 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="only say whether [site] serve is on: exit 0 if so, 1 if not (the unit's "
         "ExecCondition=)",
+    )
+    mirror = sub.add_parser(
+        "serve-mirror",
+        help="serve the node mirror to local clients, unprivileged (nodeagent-mirror.socket "
+        "starts it on the first connection)",
+    )
+    mirror.add_argument(
+        "--check",
+        action="store_true",
+        help="only say whether [mirror] enabled is on: exit 0 if so, 1 if not",
     )
     if command not in DAEMON_COMMANDS:
         _add_commands(sub)
@@ -315,24 +325,37 @@ def cmd_pull(config: Config, args: argparse.Namespace) -> int:
     return asyncio.run(_pull(config.runtime.endpoint, args.images, as_json=args.json))
 
 
-def cmd_serve_peers(config: Config, args: argparse.Namespace) -> int:
-    """The peer server in its own unprivileged process (decision 0056)."""
-    if args.check:
-        serve, mirror = config.site.serve, config.mirror.enabled
-        print(
-            f"[site] serve = {'true' if serve else 'false'}, "
-            f"[mirror] enabled = {'true' if mirror else 'false'} ({config.source})"
-        )
-        return 0 if serve or mirror else 1
-    from nodeagent.daemon import site  # noqa: PLC0415  (aiohttp: the peer process only)
-
+def _configure_server_logs(config: Config) -> None:
     sink = JournalSink() if JournalSink.is_wanted() else None
     logs.configure(
         config.log.level,
         with_priority="JOURNAL_STREAM" in os.environ,
         journal=sink.send if sink else None,
     )
+
+
+def cmd_serve_peers(config: Config, args: argparse.Namespace) -> int:
+    """The peer server in its own unprivileged process (decision 0056)."""
+    if args.check:
+        serve = config.site.serve
+        print(f"[site] serve = {'true' if serve else 'false'} ({config.source})")
+        return 0 if serve else 1
+    from nodeagent.daemon import site  # noqa: PLC0415  (aiohttp: the peer process only)
+
+    _configure_server_logs(config)
     return asyncio.run(site.serve(config))
+
+
+def cmd_serve_mirror(config: Config, args: argparse.Namespace) -> int:
+    """The node mirror in its own unprivileged, socket-activated process (decision 0063)."""
+    if args.check:
+        enabled = config.mirror.enabled
+        print(f"[mirror] enabled = {'true' if enabled else 'false'} ({config.source})")
+        return 0 if enabled else 1
+    from nodeagent.daemon import mirror_process  # noqa: PLC0415  (aiohttp: that process only)
+
+    _configure_server_logs(config)
+    return asyncio.run(mirror_process.serve_mirror(config))
 
 
 def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
@@ -344,6 +367,7 @@ def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
 COMMANDS = {
     "run": cmd_run,
     "serve-peers": cmd_serve_peers,
+    "serve-mirror": cmd_serve_mirror,
     "check-config": cmd_check_config,
     "render-pins": cmd_render_pins,
     "status": cmd_status,

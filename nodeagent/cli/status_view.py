@@ -175,8 +175,19 @@ def _say(text: str) -> None:
     sys.stdout.write(clip(text, _LINE_CHARS) + "\n")
 
 
+_MIRROR_STATES = {
+    "serving": "serving on {listen}",
+    "ready": "ready on {listen}, starts on the first request",
+    "failed": "failed: nothing holds {listen} (systemctl status nodeagent-mirror.socket)",
+    "unknown": "state unknown, not serving as far as reported",
+}
+
+
 def _mirror_text(mirror: dict[str, Any]) -> str:
-    state = f"serving on {mirror.get('listen', '?')}" if mirror.get("serving") else "not serving"
+    named = str(mirror.get("state") or ("serving" if mirror.get("serving") else "unknown"))
+    state = _MIRROR_STATES.get(named, _MIRROR_STATES["unknown"]).format(
+        listen=mirror.get("listen", "?")
+    )
     text = (
         f"node mirror: {state}, {mirror.get('blobs', 0)} bundle blobs, "
         f"{mirror.get('registryBlobs', 0)} registry-set blobs; {mirror.get('requests', 0)} "

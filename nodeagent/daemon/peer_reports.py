@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -32,7 +32,7 @@ from nodeagent.config import Config
 from nodeagent.errors import StoreBlobCorrupt
 from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.metrics.series import Transfer
-from nodeagent.mirror.board import MirrorBoard
+from nodeagent.mirror.board import MirrorBoard, MirrorState
 from nodeagent.site.reports import (
     CorruptReport,
     MirrorReport,
@@ -51,6 +51,8 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+SOCKET_TICK_S: Final = 15.0
+"""How often the node mirror's state is looked at (a child is run only when it is asked)."""
 REPORT_SOCKET: Final = Path("peer") / "reports.sock"
 """The socket, under ``[state] run_dir`` (``/run/nodeagent/peer/reports.sock``)."""
 
@@ -77,6 +79,7 @@ class PeerReports:
         mirror_listen: str = "",
         on_mirror: Callable[[MirrorStatus], None] | None = None,
         on_missing: Callable[[str], None] | None = None,
+        socket_state: Callable[[], Awaitable[MirrorState]] | None = None,
     ) -> None:
         self._socket, self._store_root, self._set_aside = socket, store_root, set_aside
         self._metrics, self._clock = metrics, clock
@@ -85,6 +88,8 @@ class PeerReports:
         self._on_mirror = on_mirror
         self._on_missing = on_missing
         """Told each digest the node mirror lacked (the fetcher looks at its peers now)."""
+        self._socket_state = socket_state
+        """Asks systemd for the node mirror's socket unit (decision 0063); None: not asked."""
         self._mirror_bytes = 0
         self.gate = ReportGate(clock())
         self._waiting = asyncio.Event()
@@ -100,6 +105,8 @@ class PeerReports:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._receive())
                 group.create_task(self._check())
+                if self._socket_state is not None:
+                    group.create_task(self._watch_socket(self._socket_state))
         finally:
             self._socket.close()
 
@@ -136,8 +143,11 @@ class PeerReports:
             )
             if added:
                 self._metrics.transferred(Transfer.MIRRORED, added)
-            self.board.reported(report, utc_now())
-        status = self.board.status()
+            self.board.reported(report, utc_now(), self._clock())
+        self._publish()
+
+    def _publish(self) -> None:
+        status = self.board.status(self._clock())
         if status is not None:
             self._metrics.mirror_reported(status)
             if self._on_mirror is not None:
@@ -151,6 +161,21 @@ class PeerReports:
         first = self.gate.refused.get(reason, 0) <= 1
         emit = log.warning if first else log.debug
         emit("peer_report_refused", reason=reason, **fields)
+
+    async def _watch_socket(self, ask: Callable[[], Awaitable[MirrorState]]) -> None:
+        """The node mirror's state while no fresh report says it serves: its socket unit,
+        asked at start, when the reports stop, and every ``SOCKET_RECHECK_S`` (a short-lived
+        child each time: ``adapters.systemd.socket_unit_state``)."""
+        said: MirrorState | None = None
+        while True:
+            if self.board.wants_socket_check(self._clock()):
+                self.board.socket_checked(await ask(), self._clock())
+            state = self.board.state(self._clock())
+            if state != said:
+                said = state
+                log.info("node_mirror_state", state=state, listen=self.board.listen)
+                self._publish()
+            await asyncio.sleep(SOCKET_TICK_S)
 
     async def _check(self) -> None:
         while True:

@@ -12,6 +12,7 @@ daemon (``supervisor.exit_code_for``; docs/operations.md lists them).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ from nodeagent.site.roles import is_following
 
 if TYPE_CHECKING:
     from nodeagent.metrics.recorder import Recorder
+    from nodeagent.mirror.board import MirrorState
 
 log = structlog.get_logger(__name__)
 
@@ -299,8 +301,28 @@ async def peer_reports_loop(wiring: Wiring) -> None:
         mirror_listen=config.mirror.listen,
         on_mirror=wiring.reporter.mirror_reported,
         on_missing=lambda _digest: wiring.fetch_wanted.set(),
+        socket_state=mirror_socket_state if _is_under_systemd(config) else None,
     )
     await reports.run()
+
+
+MIRROR_SOCKET_UNIT = "nodeagent-mirror.socket"
+"""The node mirror's socket unit (systemd/nodeagent-mirror.socket, decision 0063)."""
+
+
+def _is_under_systemd(config: Config) -> bool:
+    """The daemon runs as a systemd service (``INVOCATION_ID``) with the node mirror on:
+    only then is there a socket unit to ask about."""
+    return config.mirror.enabled and bool(os.environ.get("INVOCATION_ID"))
+
+
+async def mirror_socket_state() -> MirrorState:
+    """The node mirror's state from its socket unit, asked of systemd in a child."""
+    from nodeagent.adapters.systemd import socket_unit_state  # noqa: PLC0415
+    from nodeagent.mirror.board import socket_state  # noqa: PLC0415
+
+    found = await socket_unit_state(MIRROR_SOCKET_UNIT, None)
+    return "unknown" if found is None else socket_state(*found)
 
 
 async def fetcher_loop(wiring: Wiring) -> None:

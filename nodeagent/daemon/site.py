@@ -1,5 +1,7 @@
-"""``nodeagent serve-peers``: the peer server and the node mirror in a process of their own
-(decisions 0056, 0057).
+"""``nodeagent serve-peers``: the peer server in a process of its own (decision 0056); and
+the reports both unprivileged servers send to the daemon (``Reporter``), and the node
+mirror's making (``build_mirror``), which ``nodeagent serve-mirror`` runs in its own
+process (``daemon.mirror_process``, decision 0063).
 
 systemd starts it as ``nodeagent-peer.service``: an unprivileged user (``nodeagent-peer``)
 with no capabilities, whose group can read the store (and nothing else of nodeagent's
@@ -8,13 +10,11 @@ the CA as credentials (``LoadCredential=``: ``$CREDENTIALS_DIRECTORY/peer-cert``
 ``peer-key``, ``peer-ca``; without them, the ``[site]`` paths). When the kubelet rotates
 its certificate, ``nodeagent-peer-tls.path`` restarts the unit, which copies the new files.
 
-It serves ``[site] listen`` (with ``[site] serve``) and the node mirror on ``[mirror] listen``
-(with ``[mirror] enabled``; ``nodeagent.adapters.http.node_mirror``) until SIGTERM
-(``READY=1`` once they listen; the peer server only once its TLS files exist: without them
-the mirror serves alone and says so, ``peer_server_waiting_for_tls``), and reports to the
-daemon, never acting itself: a blob that fails its digest while it is sent (the daemon
-checks and removes it), and the bytes it served (the daemon's metrics). A report the
-daemon could not take is kept (at most ``MAX_PENDING``) and sent again.
+It serves ``[site] listen`` (with ``[site] serve``) until SIGTERM (``READY=1`` once it
+listens; without its TLS files it says so, ``peer_server_waiting_for_tls``, and exits 1),
+and reports to the daemon, never acting itself: a blob that fails its digest while it is
+sent (the daemon checks and removes it), and the bytes it served (the daemon's metrics). A
+report the daemon could not take is kept (at most ``MAX_PENDING``) and sent again.
 """
 
 from __future__ import annotations
@@ -150,7 +150,11 @@ def build_server(config: Config, environ: Mapping[str, str], reporter: Reporter)
     )
 
 
-def build_mirror(config: Config, reporter: Reporter) -> NodeMirror:
+def build_mirror(
+    config: Config, reporter: Reporter, *, sock: socket.socket | None = None
+) -> NodeMirror:
+    """The node mirror (``nodeagent serve-mirror``, decision 0063) on ``sock`` when systemd
+    passed one, else on ``[mirror] listen``."""
     address = parse_address(config.mirror.listen)  # a loopback address, checked at load
     return NodeMirror(
         config.store_dir,
@@ -160,51 +164,34 @@ def build_mirror(config: Config, reporter: Reporter) -> NodeMirror:
         caps=mirror_caps(config.mirror),
         request_timeout_s=config.mirror.request_timeout_s,
         on_missing=reporter.missing,
+        sock=sock,
     )
 
 
 def is_wanted(config: Config) -> bool:
-    """Whether the process has anything to serve (``serve-peers --check``)."""
-    return config.site.serve or config.mirror.enabled
+    """Whether the process has anything to serve (``serve-peers --check``): the node mirror
+    runs in its own process (``serve-mirror``, decision 0063)."""
+    return config.site.serve
 
 
 def _tls_ready(config: Config, environ: Mapping[str, str]) -> bool:
     return all(path.is_file() for path in tls_files(config.site, environ))
 
 
-async def _start_mirror(
-    running: contextlib.AsyncExitStack, mirror: NodeMirror, config: Config
-) -> bool:
-    """Start the node mirror; a port taken by another process is said and leaves the peer
-    server serving (a stopped mirror never breaks a pull: the source stays the last resort)."""
-    try:
-        await running.enter_async_context(mirror)
-    except OSError as err:
-        log.error("node_mirror_not_started", listen=config.mirror.listen, error=str(err))
-        return False
-    return True
-
-
-async def _report_until(
-    stop: asyncio.Event, reporter: Reporter, server: PeerServer | None, mirror: NodeMirror | None
-) -> None:
+async def _report_until(stop: asyncio.Event, reporter: Reporter, server: PeerServer) -> None:
     """Report to the daemon each ``REPORT_INTERVAL_S`` until ``stop``."""
     counted = 0
-    if mirror is not None:
-        reporter.mirror(mirror.report(serving=True))  # the status says so at once
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(REPORT_INTERVAL_S):
                 await stop.wait()
-        served = 0 if server is None else server.counters.bytes_served
+        served = server.counters.bytes_served
         reporter.flush(served - counted)
         counted = served
-        if mirror is not None:
-            reporter.mirror(mirror.report(serving=True))
 
 
 async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
-    """Serve the store to the site's peers and to local clients until SIGTERM/SIGINT."""
+    """Serve the store to the site's peers until SIGTERM/SIGINT."""
     env = os.environ if environ is None else environ
     if not is_wanted(config):
         log.info("peer_server_off", config=str(config.source))
@@ -215,28 +202,17 @@ async def serve(config: Config, environ: Mapping[str, str] | None = None) -> int
         loop.add_signal_handler(sig, stop.set)
     sender = ReportSender(report_socket_path(config))
     reporter = Reporter(sender)
-    server: PeerServer | None = None
-    if config.site.serve and await asyncio.to_thread(_tls_ready, config, env):
-        server = await asyncio.to_thread(build_server, config, env, reporter)
-    elif config.site.serve:
-        log.warning("peer_server_waiting_for_tls", cert=str(config.site.cert_file))
-    mirror = build_mirror(config, reporter) if config.mirror.enabled else None
-    if mirror is not None:
-        reporter.mirror_state = lambda: mirror.report(serving=True)
     notifier = Notifier(env)
     try:
-        async with contextlib.AsyncExitStack() as running:
-            if server is not None:
-                await running.enter_async_context(server)
-            if mirror is not None and not await _start_mirror(running, mirror, config):
-                mirror = None
-            if server is None and mirror is None:
-                return 1
+        if not await asyncio.to_thread(_tls_ready, config, env):
+            # under the unit its conditions wait for the kubelet's files; by hand: said
+            log.warning("peer_server_waiting_for_tls", cert=str(config.site.cert_file))
+            return 1
+        server = await asyncio.to_thread(build_server, config, env, reporter)
+        async with server:
             notifier.ready("serving the store")
-            await _report_until(stop, reporter, server, mirror)
+            await _report_until(stop, reporter, server)
             notifier.stopping("stopping")
-            if mirror is not None:
-                reporter.mirror(mirror.report(serving=False))
     finally:
         sender.close()
     return 0

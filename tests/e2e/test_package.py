@@ -80,6 +80,9 @@ async def test_upgrade_restarts_the_service_and_keeps_config_and_state(
     assert (node.root / "var/lib/nodeagent/ledger.json").exists()
     node.wait_event("sync_finished")
     assert await pinned(node, pushed.ref(pushed.base_a)) is True
+    # enabled, as the preset left it (not asked to be active: the session's node, in the
+    # same network namespace, may hold 127.0.0.1:22626 already)
+    assert node.show("nodeagent-mirror.socket", "UnitFileState")["UnitFileState"] == "enabled"
 
 
 def test_cluster_mode_is_installed_whole(package_node: Node) -> None:
@@ -114,11 +117,11 @@ async def test_erase_stops_the_service_and_unpins_without_a_dangling_link(
     node = package_node
     ref = pushed.ref(pushed.base_a)
     assert (node.root / LINK).is_symlink()
-
     rpm(node, "-e", "nodeagent")
 
-    unit = node.show("nodeagent.service", "LoadState", "ActiveState")
-    assert unit == {"LoadState": "not-found", "ActiveState": "inactive"}
+    for name in ("nodeagent.service", "nodeagent-mirror.socket", "nodeagent-mirror.service"):
+        unit = node.show(name, "LoadState", "ActiveState")
+        assert unit == {"LoadState": "not-found", "ActiveState": "inactive"}, name
     assert not (node.root / LINK).is_symlink()
     assert not node.container.live(TARGET).exists()
     assert LOCAL_CHANGE in (node.root / f"{CONFIG}.rpmsave").read_text()

@@ -77,7 +77,7 @@ def test_a_flood_of_missing_digests_wakes_the_fetcher_once_a_second_at_most(
         node = SiteNode(
             tmp_path / "node", node_host, name="node", ca=ca,
             trusted_keys=[(keys.trusted_dir / "factory.pub").read_text()],
-            peers=[counter.address],
+            peers=[counter.address], serve_mirror=True,
         )  # fmt: skip
         try:
             node.start()

@@ -68,7 +68,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     ca = make_ca("site CA")
     with started_network(2) as net:
         server, client = net.hosts
-        node = SiteNode(base / "node-0", server, name="node-0", ca=ca)
+        node = SiteNode(base / "node-0", server, name="node-0", ca=ca, serve_mirror=True)
         copy_bundle(node.state_dir / "store", bundle.root, bundle.manifest, keys.trusted_dir)
         pki = base / "client-pki"
         client_pem = write_pem_bundle(

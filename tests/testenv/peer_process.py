@@ -1,4 +1,6 @@
-"""The peer server's process as systemd/nodeagent-peer.service runs it, for one test node.
+"""The peer server's process as systemd/nodeagent-peer.service runs it, for one test node
+(and the node mirror's, ``nodeagent serve-mirror``, as systemd/nodeagent-mirror.service runs
+it: the same user and view, without the credentials).
 
 The unit runs ``nodeagent serve-peers`` as the unprivileged ``nodeagent-peer`` user, with no
 capabilities, in a mount namespace where nodeagent's state directory is an empty

@@ -104,6 +104,7 @@ class SiteNode:
         ca: Issued,
         peers: Sequence[str] = (),
         serve: bool = True,
+        serve_mirror: bool = False,
         with_crio: bool = False,
         watch_media: bool = False,
         has_stick: bool = False,
@@ -118,6 +119,9 @@ class SiteNode:
         self.ca = ca
         self.peers = list(peers)
         self.serve = serve
+        self.serve_mirror = serve_mirror
+        """Also run ``nodeagent serve-mirror`` (the node mirror's own process, which
+        nodeagent-mirror.socket starts on the first connection: here at once)."""
         self.has_stick = has_stick
         self.watch_media = watch_media or has_stick
         self.trusted_keys = list(trusted_keys)
@@ -136,6 +140,9 @@ class SiteNode:
         self.peer: subprocess.Popen[bytes] | None = None
         """The peer server's process (``serve``), unprivileged, as nodeagent-peer.service
         runs it (``tests/testenv/peer_process.py``)."""
+        self.mirror: subprocess.Popen[bytes] | None = None
+        """The node mirror's process (``serve_mirror``), unprivileged, as
+        nodeagent-mirror.service runs it (no credential)."""
         self.runs = 0
         self.python = sys.executable
 
@@ -295,6 +302,15 @@ reload_timeout_s = 30.0
             )
             if self.serve:
                 self.peer = self._start_peer(log)
+            if self.serve_mirror:
+                self.mirror = subprocess.Popen(
+                    self.peer_command("serve-mirror"),
+                    stdout=log,
+                    stderr=log,
+                    env=self.env(),
+                    cwd="/",
+                    umask=0o077,  # as systemd/nodeagent-mirror.service
+                )
         if ready is not None:
             self.wait_log(ready, timeout_s=timeout_s)
 
@@ -318,6 +334,8 @@ reload_timeout_s = 30.0
     def stop_peer(self, *, timeout_s: float = 30.0) -> int | None:
         """SIGTERM the peer server's process and wait; its exit code (None: not running)."""
         process, self.peer = self.peer, None
+        mirror, self.mirror = self.mirror, None
+        _stopped(mirror, timeout_s)
         return _stopped(process, timeout_s)
 
     def stop(self, *, timeout_s: float = 30.0) -> int | None:
@@ -338,10 +356,11 @@ reload_timeout_s = 30.0
     def kill(self) -> None:
         """SIGKILL the daemon and the peer process: a crash or a power cut, as far as its
         files are concerned."""
-        if self.peer is not None:
-            self.peer.kill()
-            self.peer.wait()
-            self.peer = None
+        for process in (self.peer, self.mirror):
+            if process is not None:
+                process.kill()
+                process.wait()
+        self.peer = self.mirror = None
         if self.process is not None:
             self.process.kill()
             self.process.wait()
@@ -370,7 +389,8 @@ reload_timeout_s = 30.0
         return text.rsplit(f"----- run {self.runs} -----\n", 1)[-1]
 
     def _check_running(self) -> None:
-        for what, process in (("nodeagent", self.process), ("serve-peers", self.peer)):
+        running = (("nodeagent", self.process), ("serve-peers", self.peer))
+        for what, process in (*running, ("serve-mirror", self.mirror)):
             if process is not None and process.poll() is not None:
                 raise AssertionError(
                     f"{what} on {self.name} exited with {process.returncode}\n"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -130,7 +131,16 @@ class Listener:
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
-    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+    async def start(
+        self,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext | None = None,
+        *,
+        sock: socket.socket | None = None,
+    ) -> None:
+        """Listen on ``host:port``, or on ``sock``, a listening socket made by another
+        (systemd's socket activation: ``host`` and ``port`` are then unused)."""
         self._web = _Server(
             self._answer,
             first_request_s=self._io_timeout_s,
@@ -144,15 +154,18 @@ class Listener:
         )
         loop = asyncio.get_running_loop()
         door, web = self.door, self._web
+        factory: Callable[[], asyncio.BaseProtocol]
         if tls is None:
-            self._server = await loop.create_server(lambda: PlainGate(door, web), host, port)
-            return
-        watch = HandshakeWatch(web, tls, handshake_s=self._handshake_s)  # each outcome seen
-        handshaking = self._handshaking
-        self._watch = watch
-        self._server = await loop.create_server(
-            lambda: TlsGate(door, watch, handshaking), host, port
-        )
+            factory = lambda: PlainGate(door, web)  # noqa: E731
+        else:
+            watch = HandshakeWatch(web, tls, handshake_s=self._handshake_s)  # each outcome seen
+            handshaking = self._handshaking
+            self._watch = watch
+            factory = lambda: TlsGate(door, watch, handshaking)  # noqa: E731
+        if sock is None:
+            self._server = await loop.create_server(factory, host, port)
+        else:
+            self._server = await loop.create_server(factory, sock=sock)
 
     @property
     def tls_built(self) -> int:

@@ -1,10 +1,11 @@
 """The node mirror: the store served read-only on loopback, always (docs/mirror.md).
 
-Runs in the unprivileged peer process (``nodeagent serve-peers``, decision 0056) beside the
-peer server, on ``[mirror] listen`` (plain HTTP, a loopback address only), on the one
-``Listener`` (bounded heads, deadlines, connection caps at accept). It listens whenever it
-is enabled and answers 404 while the store is empty (decision 0057: one state, no start
-on first content to get wrong).
+Runs in its own unprivileged process (``nodeagent serve-mirror``, started by
+``nodeagent-mirror.socket`` on the first connection, decision 0063), on ``[mirror] listen``
+(plain HTTP, a loopback address only; the socket systemd holds, or one it binds itself when
+run by hand), on the one ``Listener`` (bounded heads, deadlines, connection caps at
+accept). Once started it serves until stopped and answers 404 while the store is empty
+(decision 0057: one state, no start on first content to get wrong).
 
 What it serves (``nodeagent.adapters.store.mirror_offer``), re-read when older than
 ``OFFER_TTL_S``:
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,8 +118,12 @@ class NodeMirror:
         offer_ttl_s: float = OFFER_TTL_S,
         on_missing: Callable[[str], None] | None = None,
         platform: Platform | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
         self.store_root, self._host, self._port = store_root, host, port
+        self._sock = sock
+        """The listening socket systemd passed (``nodeagent-mirror.socket``), else None:
+        the mirror binds ``host:port`` itself (decision 0063)."""
         self._verifiers_file, self._timeout_s = verifiers_file, request_timeout_s
         self._ttl_s, self._on_missing = offer_ttl_s, on_missing
         self._content = ServedContent(
@@ -176,7 +182,7 @@ class NodeMirror:
 
     async def start(self) -> None:
         self._open_store()
-        await self._listener.start(self._host, self._port)
+        await self._listener.start(self._host, self._port, sock=self._sock)
         self._started = True
         offer = await self._current()
         log.info(

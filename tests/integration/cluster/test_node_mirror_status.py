@@ -1,5 +1,5 @@
 """The node mirror reaches NodeImageStatus (``status.nodeMirror``), accepted by the CRD's
-schema on the real apiserver: the daemon, ``nodeagent serve-peers`` and a local client."""
+schema on the real apiserver: the daemon, ``nodeagent serve-mirror`` and a local client."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_the_node_mirror_is_in_the_node_s_status(
         log_path = tmp_path / "peer.log"
         with log_path.open("wb") as log:
             peer = subprocess.Popen(
-                [*command, "serve-peers"], stdout=log, stderr=log, env=agent.env(), cwd=tmp_path
+                [*command, "serve-mirror"], stdout=log, stderr=log, env=agent.env(), cwd=tmp_path
             )
         try:
             wait_for(

@@ -6,7 +6,7 @@ synthetic release with its OS image (tests/testenv/release.py). Two bundles are 
 them, the registry is stopped, both are imported into the real CRI-O (``bundle import``: the
 import's loopback mirror is gone when it returns). Then the real daemon starts, writes its
 real registries.conf drop-in (``98-nodeagent-node-mirror.conf``) and reloads CRI-O, and the
-real ``nodeagent serve-peers`` process serves the node mirror on a free loopback port,
+real ``nodeagent serve-mirror`` process serves the node mirror on a free loopback port,
 unprivileged as its unit runs it (another uid, no capability, the store read-only). Every
 pull below goes through CRI-O's or the container tools' reading of that drop-in.
 """
@@ -72,13 +72,13 @@ class OfflineNode:
         return "" if self.peer_log is None else self.peer_log.read_text(errors="replace")
 
     def start_mirror(self) -> None:
-        """``nodeagent serve-peers`` as its unit starts it once the daemon listens: another
+        """``nodeagent serve-mirror`` as its unit starts it once the daemon listens: another
         uid, no capability, the store read-only, the rest of the state hidden
         (``peer_process.agent_peer_command``)."""
         self.agent.wait_log("peer_reports_listening")
         self.peer_log = self.work / "peer.log"
         argv = [sys.executable, "-m", "nodeagent", "--config", str(self.agent.config_file)]
-        command = agent_peer_command(self.agent.base, self.agent.state_dir, [*argv, "serve-peers"])
+        command = agent_peer_command(self.agent.base, self.agent.state_dir, [*argv, "serve-mirror"])
         with self.peer_log.open("ab") as log:
             self.peer = subprocess.Popen(
                 command, stdout=log, stderr=log, env=self.agent.env(), cwd="/"

@@ -118,7 +118,7 @@ def test_an_empty_node_pulls_through_its_mirror_from_a_peer_and_a_liar_is_droppe
         )
         empty = SiteNode(
             tmp_path / "empty", empty_host, name="empty", ca=ca, trusted_keys=[public_key],
-            peers=[liar.address, source.address],
+            peers=[liar.address, source.address], serve_mirror=True,
         )  # fmt: skip
         puller = Puller(tmp_path / "pull", empty_host)
         with closing_all(liar, source, empty):

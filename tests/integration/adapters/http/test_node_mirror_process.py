@@ -1,4 +1,4 @@
-"""The node mirror end to end: the daemon keeps its credential, ``nodeagent serve-peers``
+"""The node mirror end to end: the daemon keeps its credential, ``nodeagent serve-mirror``
 serves it and reports to the daemon, and the status file, ``nodeagent status`` (plain and
 ``--json``) say whether it serves, what it holds, and what local clients asked for in vain.
 
@@ -54,7 +54,7 @@ def test_the_mirror_serves_reports_and_is_said_in_the_status(tmp_path: Path, cri
         log_path = tmp_path / "peer.log"
         with log_path.open("wb") as log:
             peer = subprocess.Popen(
-                [*command, "serve-peers"], stdout=log, stderr=log, env=agent.env(), cwd=tmp_path
+                [*command, "serve-mirror"], stdout=log, stderr=log, env=agent.env(), cwd=tmp_path
             )
         try:
             wait_for(

@@ -65,7 +65,8 @@ listen = "127.0.0.1:{free_port()}"
                 what="the peer process to listen",
                 detail=lambda: log_tail(log_path),
             )
-            assert "node_mirror_started" in log_path.read_text()  # [mirror]: on by default
+            # the node mirror has its own process (serve-mirror, decision 0063)
+            assert "node_mirror_started" not in log_path.read_text()
             context = ssl.create_default_context(cafile=credentials / "peer-ca")
             context.load_cert_chain(tmp_path / "client.crt", tmp_path / "client.key")
             status, _, body = fetch(port, context, "GET", "/nodeagent/v1/holdings")
