@@ -55,6 +55,7 @@ from bench.prepull import cpu_s, progress, tree_mib
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.bundles import minisign
 from nodeagent.config import PullSettings
+from nodeagent.logs import event_of
 from tests.testenv.agent import Agent, pinned_image_set_yaml, set_state
 from tests.testenv.crio import Crio
 from tests.testenv.images import LayerSpec, TestImage, push
@@ -230,7 +231,7 @@ def crio_pulls(log: Path) -> dict[str, float]:
 def phases(lines: list[tuple[float, str]], started: float, ended: float) -> dict[str, float]:
     found: dict[str, float] = {"start": started, "exit": ended}
     for stamp, line in lines:
-        event = line.split(":", 1)[0].split()[-1] if ":" in line else ""
+        event = event_of(line) or ""
         found.setdefault(event, stamp)
         if event == "image_pulled":
             found["last_image_pulled"] = stamp

@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from nodeagent.logs import event_of
 from tests.testenv.steps import Say, Steps, say_now
 
 MAX_LINE = 220
@@ -24,8 +25,7 @@ def journal_lines(text: str, events: tuple[str, ...]) -> list[str]:
     """The lines of a daemon's output whose event is one of ``events``, in order."""
     found = []
     for line in text.splitlines():
-        bare = line.removeprefix("WARNING ").removeprefix("ERROR ")
-        if bare.partition(":")[0] in events:
+        if event_of(line) in events:
             found.append(line if len(line) <= MAX_LINE else line[: MAX_LINE - 3] + "...")
     return found
 

@@ -1,0 +1,206 @@
+"""Every warning and error nodeagent logs is explained in the journal catalog (issue 28).
+
+A static walk of ``nodeagent/`` finds every ``log.warning``, ``log.error``, ``log.critical``
+and ``log.exception`` call; each event it names has a MESSAGE_ID (``journal.MESSAGE_IDS``)
+and so an entry in ``systemd/nodeagent.catalog`` that ``journalctl -x`` shows. A call whose
+event or level is not written out (``getattr(log, level)``, ``log.warning(event)``) must be
+listed in ``DYNAMIC`` with the events it can log, so a new one is seen the day it is written.
+The other way round, an entry names an event that the code still emits.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+from pathlib import Path
+
+import pytest
+import structlog
+
+from nodeagent import journal, logs
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "nodeagent"
+CATALOG = ROOT / "systemd" / "nodeagent.catalog"
+LOUD = frozenset({"warning", "error", "critical", "exception"})
+LEVELS = LOUD | {"info", "debug"}
+
+DYNAMIC = {
+    # Importer._report: error when the report is a rejection, info for every other step
+    "bundles/importer.py": {"bundle_rejected"},
+    # log_pull: a PullStep's value; only FAILED is logged at error
+    "reporting.py": {"pull_failed"},
+    # BundleFetcher._refused(event=...)
+    "site/fetcher.py": {"bundle_fetch_refused", "bundle_fetch_failed"},
+}
+"""Module (under nodeagent/) -> the warning-or-worse events its computed log calls emit."""
+
+
+def _is_log_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in LEVELS
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "log"
+    )
+
+
+def _is_computed_level(node: ast.AST) -> bool:
+    """``getattr(log, level)(...)``."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Call)
+        and isinstance(node.func.func, ast.Name)
+        and node.func.func.id == "getattr"
+        and bool(node.func.args)
+        and isinstance(node.func.args[0], ast.Name)
+        and node.func.args[0].id == "log"
+    )
+
+
+def scan(source: str) -> tuple[set[str], set[str], int]:
+    """(events logged at warning or worse, events logged at any level, computed calls)."""
+    loud: set[str] = set()
+    every: set[str] = set()
+    computed = 0
+    for node in ast.walk(ast.parse(source)):
+        if _is_computed_level(node):
+            computed += 1
+        if not _is_log_call(node):
+            continue
+        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        first = node.args[0] if node.args else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            every.add(first.value)
+            if node.func.attr in LOUD:
+                loud.add(first.value)
+        elif node.func.attr in LOUD:
+            computed += 1
+    return loud, every, computed
+
+
+def modules() -> dict[str, str]:
+    return {str(p.relative_to(PACKAGE)): p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def string_constants(source: str) -> set[str]:
+    return {
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+
+
+def catalog_subjects() -> dict[str, str]:
+    text = CATALOG.read_text()
+    return dict(re.findall(r"^-- ([0-9a-f]{32})\nSubject: (.*)$", text, re.M))
+
+
+def test_every_warning_and_error_event_has_a_catalog_entry() -> None:
+    missing, unlisted = [], []
+    for name, source in modules().items():
+        loud, _every, computed = scan(source)
+        loud |= DYNAMIC.get(name, set())
+        if computed and name not in DYNAMIC:
+            unlisted.append(name)
+        missing += [f"{name}: {event}" for event in sorted(loud - set(journal.MESSAGE_IDS))]
+    assert unlisted == [], f"computed log calls, list their events in DYNAMIC: {unlisted}"
+    assert missing == [], "no catalog entry (systemd/nodeagent.catalog):\n" + "\n".join(missing)
+
+
+def test_the_dynamic_events_are_still_named_in_their_modules() -> None:
+    sources = modules()
+    constants = set().union(*(string_constants(s) for s in sources.values()))
+    for name, events in DYNAMIC.items():
+        assert scan(sources[name])[2] > 0, f"{name} has no computed log call any more"
+        assert events <= constants, f"{name}: {sorted(events - constants)} not in the code"
+
+
+def test_every_catalogued_event_is_still_emitted() -> None:
+    # An event name that appears only as a whole string literal: renamed events fail here.
+    sources = {n: s for n, s in modules().items() if n != "journal.py"}
+    constants = set().union(*(string_constants(s) for s in sources.values()))
+    assert sorted(set(journal.MESSAGE_IDS) - constants) == []
+
+
+def test_each_summary_is_its_catalog_subject_word_for_word() -> None:
+    subjects = catalog_subjects()
+    assert set(journal.SUMMARIES) == set(journal.MESSAGE_IDS)
+    for event, summary in journal.SUMMARIES.items():
+        assert subjects[journal.MESSAGE_IDS[event]] == summary, event
+        assert not summary.endswith((".", ":")), event  # the line adds the full stop
+
+
+def test_catalog_entries_say_what_happened_and_what_to_do_in_plain_words() -> None:
+    text = CATALOG.read_text()
+    for block in re.split(r"(?m)^(?=-- [0-9a-f]{32}$)", text)[1:]:
+        header, _, body = block.partition("\n\n")
+        assert "Defined-By: nodeagent" in header, header
+        words = body.split()
+        assert len(words) >= 15, header  # more than the subject again
+        # No Python a technician cannot act on
+        for term in ("Traceback", "Exception", "NodeAgentError", "self._", "()", "asyncio"):
+            assert term not in body, (header, term)
+
+
+@pytest.mark.parametrize(
+    ("level", "event", "fields", "expected"),
+    [
+        (
+            "error",
+            "sync_failed",
+            {"reason": "SpecInvalid"},
+            "ERROR A sync could not run. sync_failed: reason=SpecInvalid",
+        ),
+        (
+            "info",
+            "bundle_stored",
+            {"bundle": "line-3", "bytes": "8 MiB"},
+            "The bundle is in the node's store: the medium may be removed. "
+            'bundle_stored: bundle=line-3 bytes="8 MiB"',
+        ),
+        ("info", "bundle_fetched", {"bundle": "x"}, "bundle_fetched: bundle=x"),
+    ],
+)
+def test_a_catalogued_line_leads_with_its_sentence_and_keeps_event_and_fields(
+    level: str, event: str, fields: dict[str, object], expected: str
+) -> None:
+    line = logs.render_line({"event": event, "level": level, **fields}, with_priority=False)
+    assert line == expected
+
+
+def test_the_journal_message_leads_with_the_sentence_too() -> None:
+    sent: list[bytes] = []
+
+    def send(payload: bytes) -> bool:
+        sent.append(payload)
+        return True
+
+    logs.configure("info", io.StringIO(), journal=send)
+    try:
+        structlog.get_logger("t").error("media_watch_failed", error="netlink closed")
+    finally:
+        structlog.reset_defaults()
+    assert (
+        b"MESSAGE=nodeagent stopped seeing plugged-in sticks. "
+        b'media_watch_failed: error="netlink closed"\n'
+    ) in sent[0]
+    assert b"MESSAGE_ID=" + journal.MESSAGE_IDS["media_watch_failed"].encode() in sent[0]
+
+
+@pytest.mark.parametrize(
+    ("source", "loud", "computed"),
+    [
+        ('log.warning("a_failed", x=1)\n', {"a_failed"}, 0),
+        ('log.info("a_done")\n', set(), 0),
+        ('log.exception("b_failed")\n', {"b_failed"}, 0),
+        ("log.error(event, x=1)\n", set(), 1),
+        ('getattr(log, level)("c_done")\n', set(), 1),
+        ('job.exception("not_a_log")\n', set(), 0),
+    ],
+)
+def test_the_scan_finds_loud_and_computed_calls(source: str, loud: set[str], computed: int) -> None:
+    found, _every, count = scan(source)
+    assert (found, count) == (loud, computed)
