@@ -5,10 +5,11 @@ event (past-tense snake_case) then its fields. An event with a catalog entry
 (``journal.SUMMARIES``: every warning and error) leads with its summary, a sentence
 for a reader who knows no Python: ``A sync could not run. sync_failed: reason=...``;
 the ``event: fields`` part stays the same, so a search for it still finds the line.
-Under systemd each line starts with a ``<N>`` syslog priority, which journald turns
-into the entry's priority (so ``journalctl -p err -u nodeagent`` shows only failures) and strips from the
-text; journald adds timestamp and unit, so none is printed. Secrets never reach
-a log call: credentials are objects whose repr hides them.
+Under systemd each line starts with a ``<N>`` syslog priority, which journald
+turns into the entry's priority (so ``journalctl -p err -u nodeagent`` shows only
+failures) and strips from the text; journald adds timestamp and unit, so none is
+printed. Secrets never reach a log call: credentials are objects whose repr hides
+them.
 """
 
 from __future__ import annotations
