@@ -421,11 +421,11 @@ def measure_import(
         )
         extra["bytes served MB"] = report["bytes"]["served"] / MB
         extra["medium device bytes read / bundle bytes"] = device_bytes / media.size_bytes
-        stored = next((t for t, line in lines if line.startswith("bundle_stored")), None)
+        stored = next((t for t, line in lines if event_of(line) == "bundle_stored"), None)
         if stored is not None:
             extra["start -> medium may be removed s"] = stored - started
         extra["store MiB"] = tree_mib(crio.storage_root)
-        imported = next((t for t, line in lines if line.startswith("bundle_imported")), None)
+        imported = next((t for t, line in lines if event_of(line) == "bundle_imported"), None)
         if imported is not None:
             extra["import_only_s"] = imported - started
     shutil.rmtree(agent.base, ignore_errors=True)

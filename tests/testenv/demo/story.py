@@ -2,9 +2,10 @@
 journal lines, commands with their output, and milestones a test can look for.
 
 Everything the demo prints goes through ``Story.say`` (printed and flushed unless a test
-collects the lines). The daemon writes one line per event (``bundle_stored: bundle=...
-message="..."``, ``nodeagent/logs.py``); under systemd those are the lines ``journalctl -u
-nodeagent`` shows, so the demo prints the same lines from the daemon's output file.
+collects the lines). The daemon writes one line per event (``The bundle is in the node's
+store: the medium may be removed. bundle_stored: bundle=...``, ``nodeagent/logs.py``);
+under systemd those are the lines ``journalctl -u nodeagent`` shows, so the demo prints the
+same lines from the daemon's output file.
 """
 
 from __future__ import annotations
