@@ -204,3 +204,26 @@ def test_the_journal_message_leads_with_the_sentence_too() -> None:
 def test_the_scan_finds_loud_and_computed_calls(source: str, loud: set[str], computed: int) -> None:
     found, _every, count = scan(source)
     assert (found, count) == (loud, computed)
+
+
+@pytest.mark.parametrize(
+    ("line", "event"),
+    [
+        ("image_pulled: image=a seconds=1", "image_pulled"),
+        ("daemon_started", "daemon_started"),
+        ("<6>The upgrade bundle is authentic. bundle_verified: bundle=x", "bundle_verified"),
+        (
+            "The bundle is in the node's store: the medium may be removed. bundle_stored: bundle=x",
+            "bundle_stored",
+        ),
+        ("ERROR A sync could not run. sync_failed: reason=SpecInvalid", "sync_failed"),
+        (
+            "WARNING udev is not running: plugged-in sticks are not seen. udev_not_running",
+            "udev_not_running",
+        ),
+        ("WARNING udev is not running: plugged-in sticks are not seen.", None),
+        ("==> Debian packages", None),
+    ],
+)
+def test_event_of_finds_the_event_behind_its_sentence(line: str, event: str | None) -> None:
+    assert logs.event_of(line) == event
