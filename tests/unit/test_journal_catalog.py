@@ -11,6 +11,8 @@ The other way round, an entry names an event that the code still emits.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import functools
 import io
 import re
 from pathlib import Path
@@ -60,12 +62,13 @@ def _is_computed_level(node: ast.AST) -> bool:
     )
 
 
-def scan(source: str) -> tuple[set[str], set[str], int]:
+def scan(source: str | ast.Module) -> tuple[set[str], set[str], int]:
     """(events logged at warning or worse, events logged at any level, computed calls)."""
     loud: set[str] = set()
     every: set[str] = set()
     computed = 0
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source) if isinstance(source, str) else source
+    for node in ast.walk(tree):
         if _is_computed_level(node):
             computed += 1
         if not _is_log_call(node):
@@ -81,16 +84,27 @@ def scan(source: str) -> tuple[set[str], set[str], int]:
     return loud, every, computed
 
 
-def modules() -> dict[str, str]:
-    return {str(p.relative_to(PACKAGE)): p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
+@dataclasses.dataclass(frozen=True)
+class Module:
+    loud: set[str]
+    computed: int
+    constants: set[str]
 
 
-def string_constants(source: str) -> set[str]:
-    return {
-        node.value
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-    }
+@functools.cache
+def modules() -> dict[str, Module]:
+    """Each module of the package (path under nodeagent/), parsed and walked once."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        loud, _every, computed = scan(tree)
+        constants = {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        }
+        found[str(path.relative_to(PACKAGE))] = Module(loud, computed, constants)
+    return found
 
 
 def catalog_subjects() -> dict[str, str]:
@@ -100,10 +114,9 @@ def catalog_subjects() -> dict[str, str]:
 
 def test_every_warning_and_error_event_has_a_catalog_entry() -> None:
     missing, unlisted = [], []
-    for name, source in modules().items():
-        loud, _every, computed = scan(source)
-        loud |= DYNAMIC.get(name, set())
-        if computed and name not in DYNAMIC:
+    for name, module in modules().items():
+        loud = module.loud | DYNAMIC.get(name, set())
+        if module.computed and name not in DYNAMIC:
             unlisted.append(name)
         missing += [f"{name}: {event}" for event in sorted(loud - set(journal.MESSAGE_IDS))]
     assert unlisted == [], f"computed log calls, list their events in DYNAMIC: {unlisted}"
@@ -111,17 +124,17 @@ def test_every_warning_and_error_event_has_a_catalog_entry() -> None:
 
 
 def test_the_dynamic_events_are_still_named_in_their_modules() -> None:
-    sources = modules()
-    constants = set().union(*(string_constants(s) for s in sources.values()))
+    found = modules()
+    constants = set().union(*(m.constants for m in found.values()))
     for name, events in DYNAMIC.items():
-        assert scan(sources[name])[2] > 0, f"{name} has no computed log call any more"
+        assert found[name].computed > 0, f"{name} has no computed log call any more"
         assert events <= constants, f"{name}: {sorted(events - constants)} not in the code"
 
 
 def test_every_catalogued_event_is_still_emitted() -> None:
     # An event name that appears only as a whole string literal: renamed events fail here.
-    sources = {n: s for n, s in modules().items() if n != "journal.py"}
-    constants = set().union(*(string_constants(s) for s in sources.values()))
+    others = [m for name, m in modules().items() if name != "journal.py"]
+    constants = set().union(*(m.constants for m in others))
     assert sorted(set(journal.MESSAGE_IDS) - constants) == []
 
 
