@@ -21,6 +21,7 @@ import pytest
 import structlog
 
 from nodeagent import journal, logs
+from nodeagent.status import BundleReport, bundle_line
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "nodeagent"
@@ -240,3 +241,16 @@ def test_the_scan_finds_loud_and_computed_calls(source: str, loud: set[str], com
 )
 def test_event_of_finds_the_event_behind_its_sentence(line: str, event: str | None) -> None:
     assert logs.event_of(line) == event
+
+
+def test_one_safe_to_remove_moment_in_the_same_words_everywhere() -> None:
+    # bundle_stored: the store holds the whole bundle and the importer released the medium
+    words = "the medium may be removed"
+    subject = catalog_subjects()[journal.MESSAGE_IDS["bundle_stored"]]
+    assert subject.endswith(f": {words}")
+    stored = BundleReport("/dev/sdb1", "stored", bundle_id="line-3", is_medium_removable=True)
+    assert bundle_line(stored) == f"bundle line-3 stored: {words}"  # systemd's STATUS=
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    assert f"`{subject}. bundle_stored: ...`" in operations
+    detected = CATALOG.read_text().split(journal.MESSAGE_IDS["bundle_media_detected"])[1]
+    assert f'"{words}" (bundle_stored)' in " ".join(detected.split("\n-- ")[0].split())
