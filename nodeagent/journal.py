@@ -186,7 +186,7 @@ SUMMARIES: Final[Mapping[str, str]] = {
     "registry_pulls_held": "The node is not fit for pulls: registry pulls wait",
     "registry_pulls_waiting": "Registry pulls of this sync wait for the node to be fit",
     "pinned_images_lost": "Pinned images are gone from the container runtime",
-    "pins_not_restored": "The pins could not be checked when nodeagent started",
+    "pins_not_restored": "CRI-O's list of pinned images could not be written at start",
     "stale_mirror_removed": "A leftover loopback mirror setting was removed",
     "stale_mirror_not_removed": "A leftover loopback mirror setting could not be removed",
     "images_restored_from_store": "Images were restored from nodeagent's local store",
