@@ -4,6 +4,8 @@ Pure: builds the field list of one entry and serializes it in journald's native
 protocol. ``adapters/journald.py`` sends it; ``systemd/nodeagent.catalog`` explains each
 MESSAGE_ID (``journalctl -x -u nodeagent``). Filter with e.g.
 ``journalctl NODEAGENT_SET=line-3`` or ``journalctl NODEAGENT_REASON=InsufficientDiskSpace``.
+Every event logged at warning level or above has an entry (``tests/unit/test_journal_catalog``),
+and its line leads with the entry's Subject (``SUMMARIES``), a sentence for a technician.
 """
 
 from __future__ import annotations
