@@ -55,6 +55,7 @@ from bench.prepull import cpu_s, progress, tree_mib
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.bundles import minisign
 from nodeagent.config import PullSettings
+from nodeagent.logs import event_of
 from tests.testenv.agent import Agent, pinned_image_set_yaml, set_state
 from tests.testenv.crio import Crio
 from tests.testenv.images import LayerSpec, TestImage, push
@@ -230,7 +231,7 @@ def crio_pulls(log: Path) -> dict[str, float]:
 def phases(lines: list[tuple[float, str]], started: float, ended: float) -> dict[str, float]:
     found: dict[str, float] = {"start": started, "exit": ended}
     for stamp, line in lines:
-        event = line.split(":", 1)[0].split()[-1] if ":" in line else ""
+        event = event_of(line) or ""
         found.setdefault(event, stamp)
         if event == "image_pulled":
             found["last_image_pulled"] = stamp
@@ -420,11 +421,11 @@ def measure_import(
         )
         extra["bytes served MB"] = report["bytes"]["served"] / MB
         extra["medium device bytes read / bundle bytes"] = device_bytes / media.size_bytes
-        stored = next((t for t, line in lines if line.startswith("bundle_stored")), None)
+        stored = next((t for t, line in lines if event_of(line) == "bundle_stored"), None)
         if stored is not None:
             extra["start -> medium may be removed s"] = stored - started
         extra["store MiB"] = tree_mib(crio.storage_root)
-        imported = next((t for t, line in lines if line.startswith("bundle_imported")), None)
+        imported = next((t for t, line in lines if event_of(line) == "bundle_imported"), None)
         if imported is not None:
             extra["import_only_s"] = imported - started
     shutil.rmtree(agent.base, ignore_errors=True)

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.adapters.cri.client import CriClient
+from nodeagent.logs import event_of
 from nodeagent.prepull import PrePuller, PullPolicy
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio
@@ -162,7 +163,7 @@ class LogStamps(threading.Thread):
         """First time of each event; ``last_image_pulled`` is the last ``image_pulled``."""
         found: dict[str, float] = {}
         for stamp, line in self.lines:
-            event = line.split(":", 1)[0].split()[-1] if ":" in line else ""
+            event = event_of(line) or ""
             found.setdefault(event, stamp)
             if event == "image_pulled":
                 found["last_image_pulled"] = stamp

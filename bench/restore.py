@@ -57,6 +57,7 @@ from bench.bundle_import import (
 from bench.prepull import cpu_s, progress
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.bundles import minisign
+from nodeagent.logs import event_of
 from tests.faults.node import NotifyListener
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio, _unmount_below
@@ -152,8 +153,8 @@ def measure_import(node: Node, media: Media) -> Measure:
     if set_state(agent.status() or {}, SET_NAME) != "Pinned":
         raise BenchError(f"set {SET_NAME} not Pinned after the import: {agent.status()}")
     extra = {}
-    imported = next((t for t, line in lines if line.startswith("bundle_imported")), None)
-    stored = next((t for t, line in lines if line.startswith("bundle_stored")), None)
+    imported = next((t for t, line in lines if event_of(line) == "bundle_imported"), None)
+    stored = next((t for t, line in lines if event_of(line) == "bundle_stored"), None)
     if imported is not None:
         extra["import_only_s"] = imported - started
     if stored is not None:

@@ -1,24 +1,29 @@
 """Logging setup: structlog events, one line each, readable in ``journalctl -u nodeagent``.
 
 A line reads ``image_pulled: image=quay.io/a@sha256:... seconds=12.3``: the
-event (past-tense snake_case) then its fields. Under systemd each line starts
-with a ``<N>`` syslog priority, which journald turns into the entry's priority
-(so ``journalctl -p err -u nodeagent`` shows only failures) and strips from the
-text; journald adds timestamp and unit, so none is printed. Secrets never reach
-a log call: credentials are objects whose repr hides them.
+event (past-tense snake_case) then its fields. An event with a catalog entry
+(``journal.SUMMARIES``: every warning and error) leads with its summary, a sentence
+for a reader who knows no Python: ``A sync could not run. sync_failed: reason=...``;
+the ``event: fields`` part stays the same, so a search for it still finds the line.
+Under systemd each line starts with a ``<N>`` syslog priority, which journald
+turns into the entry's priority (so ``journalctl -p err -u nodeagent`` shows only
+failures) and strips from the text; journald adds timestamp and unit, so none is
+printed. Secrets never reach a log call: credentials are objects whose repr hides
+them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any, TextIO
 
 import structlog
 
-from nodeagent.journal import entry_fields, serialize
+from nodeagent.journal import SUMMARIES, entry_fields, serialize, summary
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -39,7 +44,7 @@ def _value(value: object) -> str:
 def render_line(
     event_dict: MutableMapping[str, Any], *, with_priority: bool, with_level: bool = True
 ) -> str:
-    """``[<N>]event: key=value ...`` with values quoted only when they need it.
+    """``[<N>][Summary. ]event: key=value ...`` with values quoted only when they need it.
 
     Without a priority prefix, warnings and errors start with their level (``WARNING``),
     unless ``with_level`` is False: a journal entry carries it as PRIORITY.
@@ -50,7 +55,28 @@ def render_line(
     prefix = f"<{_SYSLOG_PRIORITY.get(level, 6)}>" if with_priority else ""
     if level in ("warning", "error", "critical") and not with_priority and with_level:
         prefix = f"{level.upper()} "
+    sentence = summary(event)
+    if sentence is not None:
+        prefix += f"{sentence} "
     return f"{prefix}{event}: {fields}" if fields else f"{prefix}{event}"
+
+
+_LEAD = re.compile(r"^(?:<\d>|(?:WARNING|ERROR|CRITICAL) )")
+_EVENT = re.compile(r"^([a-z][a-z0-9_]*)(?::|$)")
+
+
+def event_of(line: str) -> str | None:
+    """The event of a rendered line (``render_line``), its sentence and level skipped; None
+    when the line is not one of ours. For the tests and benchmarks that read output."""
+    text = _LEAD.sub("", line)
+    bare = _EVENT.match(text)
+    if bare is not None:
+        return bare[1]
+    for event, sentence in SUMMARIES.items():
+        head = f"{sentence}. {event}"
+        if text.startswith(head) and text[len(head) : len(head) + 1] in ("", ":"):
+            return event
+    return None
 
 
 JournalSend = Callable[[bytes], bool]

@@ -132,3 +132,41 @@ def new_blob_bytes(blobs: Iterable[tuple[str, int]], seen: set[str]) -> int:
             seen.add(digest)
             total += size
     return total
+
+
+LOG_EVERY_S: Final = 30.0
+LOG_EVERY_FRACTION: Final = 0.05
+
+
+class ProgressLog:
+    """When a long job's progress earns a journal line: ``every_s`` seconds AND ``every_fraction``
+    of the job since its last line (or its start), whichever comes later, so a 16 GB copy at
+    100 MB/s says where it is every 30 s and a slow one every 5 %, never a flood.
+
+    Keyed by where the job runs (the caller's key: a bundle's source); ``job`` names what runs
+    there (a step of a bundle): another job, or the same one started over (less done), counts
+    from its own start. A job's first report starts its count and is not a line of its own
+    (the job's start has one).
+    """
+
+    def __init__(
+        self, every_s: float = LOG_EVERY_S, every_fraction: float = LOG_EVERY_FRACTION
+    ) -> None:
+        self.every_s = every_s
+        self.every_fraction = every_fraction
+        self._last: dict[object, tuple[object, float, float]] = {}
+        """key -> (job, time, fraction) of the job's last line, or of its first report."""
+
+    def is_due(self, key: object, job: object, fraction: float, now_s: float) -> bool:
+        last = self._last.get(key)
+        if last is None or last[0] != job or fraction < last[2]:
+            self._last[key] = (job, now_s, fraction)
+            return False
+        if now_s - last[1] < self.every_s or fraction - last[2] < self.every_fraction:
+            return False
+        self._last[key] = (job, now_s, fraction)
+        return True
+
+    def forget(self, key: object) -> None:
+        """The job at ``key`` ended: the next one counts from its own start."""
+        self._last.pop(key, None)

@@ -30,7 +30,7 @@ from nodeagent.ledger import save_repairing
 from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.nodeos import OsImage
 from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
-from nodeagent.progress import new_blob_bytes
+from nodeagent.progress import ProgressLog, new_blob_bytes
 from nodeagent.releases import release_rows
 from nodeagent.status import (
     BundleReport,
@@ -231,6 +231,8 @@ class Reporter:
         self.board = board or BundleBoard()
         self.last: NodeStatus | None = None
         self._saved_s = 0.0
+        self.progress_log = ProgressLog()
+        """Paces the journal's progress lines of bundle copies, fetches and imports."""
         self._sync_status: NodeStatus | None = None
         """The last status the sync itself made (``last`` may add a waiting cause to it)."""
 
@@ -393,6 +395,7 @@ class Reporter:
         copier sends progress at most every 2 s: one write each, not one per blob)."""
         self.metrics.bundle_reported(report)
         self.board.update(report)
+        self._log_progress(report)
         self.save()
         if self.cluster is not None and self.last is not None:
             # written at the cluster's own pacing, not at every report
@@ -402,6 +405,19 @@ class Reporter:
             self.line.status(line)
         elif report.state in ("imported", "rejected", "interrupted") and self.last is not None:
             self.line.status(status_line(self.last))
+
+    def _log_progress(self, report: BundleReport) -> None:
+        """A long copy, fetch or import says where it is in the journal: every 30 s or 5 %,
+        whichever is later (``progress.ProgressLog``); the status file has every update."""
+        progress = report.progress or {}
+        done, total = progress.get("doneBytes"), progress.get("totalBytes")
+        if not isinstance(done, int) or not isinstance(total, int) or total <= 0:
+            self.progress_log.forget(report.source)
+            return
+        job = (report.bundle_id, report.state)
+        if self.progress_log.is_due(report.source, job, done / total, self.clock()):
+            log.info("bundle_progressed", bundle=report.bundle_id or report.source,
+                     step=report.state, progress=report.progress_text)  # fmt: skip
 
     # ---------------------------------------------------------------- output
     def save(self) -> None:

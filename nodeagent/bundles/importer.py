@@ -270,12 +270,8 @@ class Importer:
             raise
         self.ports.release_medium(root)
         stored = replace(report, state="stored", is_medium_removable=True, progress=None)
-        return self._report(
-            stored,
-            "bundle_stored",
-            bytes=format_bytes(to_store),
-            message="the bundle is in the node's image store: the medium may be removed",
-        )
+        # The line leads with its catalog summary: "...: the medium may be removed."
+        return self._report(stored, "bundle_stored", bytes=format_bytes(to_store))
 
     def _progress(self, report: BundleReport, progress: ByteProgress) -> None:
         """A step's bytes for the status file and STATUS= (the reporter paces nothing more:

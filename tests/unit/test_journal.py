@@ -75,7 +75,8 @@ def test_events_go_to_the_journal_when_it_takes_them_else_to_the_stream() -> Non
         structlog.reset_defaults()
     assert out.getvalue() == ""
     assert b"NODEAGENT_SET=apps\n" in sent[0]
-    assert b"MESSAGE=set_pinned: set=apps images=3\n" in sent[0]
+    pinned = b"The images of a PinnedImageSet are pinned. set_pinned: set=apps images=3"
+    assert b"MESSAGE=" + pinned + b"\n" in sent[0]
 
     refused = io.StringIO()
     logs.configure("info", refused, with_priority=True, journal=lambda _payload: False)
@@ -83,7 +84,9 @@ def test_events_go_to_the_journal_when_it_takes_them_else_to_the_stream() -> Non
         structlog.get_logger("t").info("set_pinned", set="apps")
     finally:
         structlog.reset_defaults()
-    assert refused.getvalue() == "<6>set_pinned: set=apps\n"
+    assert (
+        refused.getvalue() == "<6>The images of a PinnedImageSet are pinned. set_pinned: set=apps\n"
+    )
 
 
 def test_journal_message_leaves_the_level_to_priority() -> None:
@@ -93,5 +96,8 @@ def test_journal_message_leaves_the_level_to_priority() -> None:
         structlog.get_logger("t").warning("sync_postponed", reason="RuntimeUnreachable")
     finally:
         structlog.reset_defaults()
-    assert b"MESSAGE=sync_postponed: reason=RuntimeUnreachable\n" in sent[0]
+    assert (
+        b"MESSAGE=The container runtime does not answer. "
+        b"sync_postponed: reason=RuntimeUnreachable\n"
+    ) in sent[0]
     assert b"PRIORITY=4\n" in sent[0]

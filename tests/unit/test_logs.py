@@ -26,12 +26,12 @@ from nodeagent import logs
         (
             {"event": "disk_refused", "level": "error", "error": 'needs 1 GiB, "x"'},
             True,
-            '<3>disk_refused: error="needs 1 GiB, \\"x\\""',
+            '<3>Not enough disk space for the images. disk_refused: error="needs 1 GiB, \\"x\\""',
         ),
         (
             {"event": "disk_refused", "level": "error", "error": "full"},
             False,
-            "ERROR disk_refused: error=full",
+            "ERROR Not enough disk space for the images. disk_refused: error=full",
         ),
         (
             {"event": "pull_retrying", "level": "warning", "reason": "RegistryUnavailable"},

@@ -39,13 +39,15 @@ def test_the_node_story_pins_from_the_registry_then_the_stick_then_restores_afte
     assert story.first_pin_s is not None
     # the journal lines a technician reads, in the story's order
     order = [
-        "| set_pinned: set=demo-apps",
-        "| bundle_verified: bundle=line-3-test",
-        '| bundle_stored: bundle=line-3-test bytes="8 MiB" message="the bundle is in the '
-        "node's image store: the medium may be removed\"",
-        "| set_pinned: set=line-3",
-        "| WARNING pinned_images_lost: reason=RuntimeStorageWiped images=8",
-        '| images_restored_from_store: images=8 failed=0 message="restored 8 images',
+        "| The images of a PinnedImageSet are pinned. set_pinned: set=demo-apps",
+        "| The upgrade bundle is authentic. bundle_verified: bundle=line-3-test",
+        "| The bundle is in the node's store: the medium may be removed. "
+        'bundle_stored: bundle=line-3-test bytes="8 MiB"',
+        "| The images of a PinnedImageSet are pinned. set_pinned: set=line-3",
+        "| WARNING Pinned images are gone from the container runtime. "
+        "pinned_images_lost: reason=RuntimeStorageWiped images=8",
+        "| Images were restored from nodeagent's local store. "
+        'images_restored_from_store: images=8 failed=0 message="restored 8 images',
         "set demo-apps: Pinned (generation 1/1), images 5 pinned",
     ]
     places = [text.find(needle) for needle in order]

@@ -2,9 +2,10 @@
 journal lines, commands with their output, and milestones a test can look for.
 
 Everything the demo prints goes through ``Story.say`` (printed and flushed unless a test
-collects the lines). The daemon writes one line per event (``bundle_stored: bundle=...
-message="..."``, ``nodeagent/logs.py``); under systemd those are the lines ``journalctl -u
-nodeagent`` shows, so the demo prints the same lines from the daemon's output file.
+collects the lines). The daemon writes one line per event (``The bundle is in the node's
+store: the medium may be removed. bundle_stored: bundle=...``, ``nodeagent/logs.py``);
+under systemd those are the lines ``journalctl -u nodeagent`` shows, so the demo prints the
+same lines from the daemon's output file.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from nodeagent.logs import event_of
 from tests.testenv.steps import Say, Steps, say_now
 
 MAX_LINE = 220
@@ -24,8 +26,7 @@ def journal_lines(text: str, events: tuple[str, ...]) -> list[str]:
     """The lines of a daemon's output whose event is one of ``events``, in order."""
     found = []
     for line in text.splitlines():
-        bare = line.removeprefix("WARNING ").removeprefix("ERROR ")
-        if bare.partition(":")[0] in events:
+        if event_of(line) in events:
             found.append(line if len(line) <= MAX_LINE else line[: MAX_LINE - 3] + "...")
     return found
 

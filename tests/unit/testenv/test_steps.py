@@ -33,14 +33,16 @@ def test_journal_lines_keep_the_named_events_in_order_warnings_included() -> Non
     text = "\n".join([
         "daemon_started: config=/etc/nodeagent/config.toml",
         "image_pulled: image=a seconds=0.1",
-        "WARNING pinned_images_lost: reason=RuntimeStorageWiped",
+        "WARNING Pinned images are gone from the container runtime. "
+        "pinned_images_lost: reason=RuntimeStorageWiped",
         "set_pinned_elsewhere: not this one",
         "set_pinned: set=s " + "x" * 400,
     ])  # fmt: skip
     found = journal_lines(text, ("pinned_images_lost", "set_pinned", "daemon_started"))
     assert found[:2] == [
         "daemon_started: config=/etc/nodeagent/config.toml",
-        "WARNING pinned_images_lost: reason=RuntimeStorageWiped",
+        "WARNING Pinned images are gone from the container runtime. "
+        "pinned_images_lost: reason=RuntimeStorageWiped",
     ]
     assert len(found) == 3
     assert len(found[2]) == MAX_LINE and found[2].endswith("...")
