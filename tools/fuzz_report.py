@@ -177,7 +177,7 @@ def current_commit() -> str:
     return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def report(results: dict[str, runs.Result], budget: int) -> dict[str, Any]:
+def report(results: dict[str, runs.Result], budget: int, scope: list[str]) -> dict[str, Any]:
     entries: dict[str, dict[str, Any]] = {}
     for node_id, result in sorted(results.items()):
         for entry, count in result.reached.items():
@@ -198,6 +198,7 @@ def report(results: dict[str, runs.Result], budget: int) -> dict[str, Any]:
         "commit": current_commit(),
         "written": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "budget": budget,
+        "scope": scope or ["tests/fuzz"],
         "entry_points": dict(sorted(entries.items())),
         "harnesses": harness_rows,
         "complete": all(r["at_budget"] for r in entries.values())
@@ -207,10 +208,14 @@ def report(results: dict[str, runs.Result], budget: int) -> dict[str, Any]:
 
 def markdown(doc: dict[str, Any]) -> str:
     budget = doc["budget"]
+    scope = ", ".join(doc["scope"])
+    if doc["scope"] != ["tests/fuzz"]:
+        scope += " (not every harness)"
     lines = [
         f"# make fuzz report ({doc['written']})", "",
         f"Commit `{doc['commit']}`; budget {budget:,} inputs per entry point and per harness; "
-        f"{'complete' if doc['complete'] else 'PARTIAL'}.", "",
+        f"{'complete' if doc['complete'] else 'PARTIAL'}; scope {scope}.",
+        "",
         "| entry point | inputs | at budget | harnesses (key) |", "| --- | ---: | --- | --- |",
     ]  # fmt: skip
     for entry, row in doc["entry_points"].items():
@@ -254,7 +259,7 @@ def main() -> int:
     )
     if not args.report_only:
         fuzz(results, store, args)
-    doc = report(results, args.budget)
+    doc = report(results, args.budget, args.paths)
     args.report_dir.mkdir(parents=True, exist_ok=True)
     (args.report_dir / "report.json").write_text(json.dumps(doc, indent=1) + "\n")
     (args.report_dir / "report.md").write_text(markdown(doc))
