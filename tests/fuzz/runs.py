@@ -35,7 +35,9 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 FUZZ_HELPERS: Final = ("tests/fuzz/conftest.py",)
 """Files every harness depends on although it does not import them (the hypothesis profiles)."""
 TOP_UP_MARGIN: Final = 1.05
-"""A top-up asks 5 % more than the reach rate predicts, so one top-up nearly always suffices."""
+"""A top-up asks 5 % more than the reach rate predicts, and at least ``TOP_UP_MIN`` (or 1 % of
+the budget) more, so that one top-up nearly always suffices (the rate varies from run to run)."""
+TOP_UP_MIN: Final = 10
 TOP_UP_MAX: Final = 2
 """A top-up asks at most this many budgets of inputs in one round: an entry point that its best
 harness reaches rarely needs a harness whose inputs reach it, not hours of the one it has."""
@@ -207,7 +209,8 @@ def plan(results: Mapping[str, Result], budget: int) -> dict[str, int]:
         if best is None:
             continue
         node_id, rate = best
-        extra = min(math.ceil((budget - expected) / rate * TOP_UP_MARGIN), TOP_UP_MAX * budget)
+        needed = math.ceil((budget - expected) / rate * TOP_UP_MARGIN)
+        extra = min(needed + max(TOP_UP_MIN, budget // 100), TOP_UP_MAX * budget)
         asked[node_id] += extra
         for other, count in results[node_id].reached.items():
             projected[other] = projected.get(other, 0.0) + extra * count / results[node_id].inputs

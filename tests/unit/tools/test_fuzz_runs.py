@@ -124,8 +124,8 @@ def test_an_entry_point_reached_by_part_of_the_inputs_gets_a_top_up() -> None:
     deep = runs.Result("t.py::deep", "k", inputs=100, reached={"parse": 100, "check": 50})
     raw = runs.Result("t.py::raw", "k", inputs=100, reached={"parse": 100, "check": 1})
     asked = runs.plan({"t.py::deep": deep, "t.py::raw": raw}, 100)
-    # check has 51 of 100; the deep harness reaches it in half its inputs: 49 / 0.5, +5 %
-    assert asked == {"t.py::deep": 103}
+    # check has 51 of 100; the deep harness reaches it in half its inputs: 49 / 0.5, +5 %, +10
+    assert asked == {"t.py::deep": 113}
     rare = runs.Result("t.py::rare", "k", inputs=100, reached={"check": 1})
     assert runs.plan({"t.py::rare": rare}, 100) == {"t.py::rare": 200}  # capped, not 10,395
     unreached = runs.Result("t.py::new", "k", inputs=0)
