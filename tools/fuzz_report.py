@@ -84,6 +84,12 @@ def keyed_results(node_ids: list[str], store: runs.Store) -> dict[str, runs.Resu
     return results
 
 
+def key_now(node_id: str) -> str:
+    """The harness's key from the files as they are now."""
+    test_file = ROOT / node_id.split("::", 1)[0]
+    return runs.harness_key(node_id, runs.exercised_files(test_file, runs.nodeagent_graph()))
+
+
 def run_one(node_id: str, asked: int, args: argparse.Namespace) -> Outcome:
     outcome = Outcome(node_id, asked)
     with tempfile.TemporaryDirectory(prefix="fuzz-counts-") as scratch:
@@ -154,6 +160,10 @@ def run_and_keep(
     """Run one harness for ``asked`` inputs and store what it did at once (a run cut short
     later loses nothing already done)."""
     outcome = run_one(result.node_id, asked, args)
+    if key_now(result.node_id) != result.key:  # edited while it ran: what ran is not known
+        outcome.status, outcome.inputs = "code changed during the run: not counted", 0
+        print(f"  {result.node_id}: {outcome.status}", flush=True)
+        return outcome
     record(result, outcome, commit)
     store.save(result)
     print(
