@@ -54,7 +54,7 @@ def check_tree(entries: Iterable[TreeEntry], manifest: BundleManifest) -> None:
     seen: set[str] = set()
     for entry in entries:
         _check_entry(entry, expected, allowed, parents)
-        if entry.path in expected:
+        if entry.path in expected and entry.kind == "file":  # a directory is not the file
             seen.add(entry.path)
     missing = sorted(set(expected) - seen)
     if missing:

@@ -7,8 +7,10 @@ it produces (the error's, a result's problem messages, the log events it emits) 
 and holds no control characters, bidi overrides or lone surrogates.
 
 ``outcome`` runs one call under that property; ``check_text`` checks one message.
-``COUNTS`` holds, per entry point, the inputs run in this process (tests/fuzz/conftest.py
-writes them out for tools/fuzz_report.py).
+``COUNTS`` holds, per entry point, the inputs that reached it in this process
+(tests/fuzz/conftest.py writes them out for tools/fuzz_report.py): an ``outcome`` call counts
+one for its entry point; ``reaching`` counts the calls that reach a function a parser calls
+only for the inputs that got that far (``release_of`` at the end of ``parse_manifest``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
 import pytest
@@ -101,6 +104,23 @@ def outcome(
     for event in logs:
         check_texts(_strings(event), f"{entry} logged {event.get('event')!r}")
     return result
+
+
+@contextmanager
+def reaching(entry: str, owner: object, name: str) -> Iterator[None]:
+    """Within the block, count under ``entry`` every call of ``owner.name`` (the name the
+    caller looks up: ``nodeagent.bundles.manifest`` and ``release_of``), then restore it."""
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        COUNTS[entry] += 1
+        return real(*args, **kwargs)
+
+    setattr(owner, name, counted)
+    try:
+        yield
+    finally:
+        setattr(owner, name, real)
 
 
 def _strings(event: Mapping[str, Any]) -> list[str]:

@@ -59,7 +59,9 @@ def _documents(
 
 def _checked(facts: Facts) -> None:
     facts = dataclasses.replace(facts, sets=(PinnedSet("s", (_REF,)),), images=())
-    for item in run_checks(facts).findings:
+    findings = outcome("offline.run_checks", lambda: run_checks(facts).findings, allowed=())
+    assert not isinstance(findings, BaseException)
+    for item in findings:
         check_text(item.message, "a finding")
 
 
@@ -103,3 +105,81 @@ def test_signature_policy(data: bytes) -> None:
     )
     if not isinstance(result, BaseException):
         _checked(Facts(signature_policy=result))
+
+
+# ---------------------------------------------------------------- valid-shaped facts
+# The edited documents above parse in one case of five to ten, so the checks see few of them;
+# here the three files are of valid shape (pods with containers, a KubeletConfiguration, a
+# policy with scopes and requirements, the values from their vocabularies or hostile text)
+# and the checks run over all three together with the pinned sets, for every input.
+_PINNED = st.sampled_from(
+    [_REF, "quay.example.com/etcd@sha256:" + "b" * 64, "registry.k8s.io/pause@sha256:" + "c" * 64,
+     "localhost:5000/x/y@sha256:" + "d" * 64]
+)  # fmt: skip
+_IMAGES = st.one_of(_PINNED, st.sampled_from(["quay.example.com/etcd:3", "pause", ""]), s.words)
+_CONTAINERS = st.lists(
+    st.fixed_dictionaries(
+        {"name": st.sampled_from(["c", "d", "e"]), "image": _IMAGES},
+        optional={"imagePullPolicy": st.one_of(
+            st.sampled_from(["Always", "IfNotPresent", "Never"]), s.words)},
+    ),
+    min_size=1, max_size=4,
+)  # fmt: skip
+_PODS = st.builds(
+    lambda name, containers, init: {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {"containers": containers, "initContainers": init},
+    },
+    st.one_of(st.just("etcd"), s.words), _CONTAINERS, st.one_of(st.just([]), _CONTAINERS),
+)  # fmt: skip
+_KUBELETS = st.fixed_dictionaries(
+    {"kind": st.just("KubeletConfiguration")},
+    optional={
+        "imagePullCredentialsVerificationPolicy": st.one_of(st.sampled_from(
+            ["NeverVerify", "NeverVerifyPreloadedImages", "NeverVerifyAllowlistedImages",
+             "AlwaysVerify"]), s.words),
+        "preloadedImagesVerificationAllowlist": st.lists(st.one_of(st.sampled_from(
+            ["quay.example.com/*", "*", "quay.example.com/apps/a", "registry.k8s.io/pause"]),
+            s.words), max_size=4),
+        "featureGates": st.fixed_dictionaries(
+            {}, optional={"KubeletEnsureSecretPulledImages": st.booleans()}),
+    },
+)  # fmt: skip
+_REQUIREMENTS = st.lists(
+    st.fixed_dictionaries({"type": st.one_of(st.sampled_from(
+        ["insecureAcceptAnything", "reject", "signedBy", "sigstoreSigned"]), s.words)}),
+    max_size=3,
+)  # fmt: skip
+_SCOPES = st.one_of(
+    st.sampled_from(["", "quay.example.com", "quay.example.com/apps", "*.example.com", _REF,
+                     "registry.k8s.io", "localhost:5000"]),
+    s.words,
+)  # fmt: skip
+_POLICIES = st.fixed_dictionaries(
+    {"default": _REQUIREMENTS},
+    optional={"transports": st.fixed_dictionaries(
+        {"docker": st.dictionaries(_SCOPES, _REQUIREMENTS, max_size=4)})},
+)  # fmt: skip
+
+
+def _parsed(entry: str, parse: Any, doc: dict[str, Any]) -> Any:
+    result = outcome(entry, lambda: parse(s.utf8(json.dumps(doc)), source=entry),
+                     allowed=(MalformedInput,))  # fmt: skip
+    return None if isinstance(result, BaseException) else result
+
+
+@given(_PODS, _KUBELETS, _POLICIES, st.lists(_PINNED, min_size=1, max_size=4))
+def test_checks_valid_shape(
+    pod: dict[str, Any], kubelet: dict[str, Any], policy: dict[str, Any], pinned: list[str]
+) -> None:
+    pods = _parsed("offline.pods_from_manifest", pods_from_manifest, pod)
+    facts = Facts(
+        sets=(PinnedSet("s", tuple(pinned)),), images=(),
+        pods=None if pods is None else tuple(pods),
+        kubelet=_parsed("offline.kubelet_image_policy", kubelet_image_policy, kubelet),
+        signature_policy=_parsed("offline.signature_policy", signature_policy, policy),
+    )  # fmt: skip
+    findings = outcome("offline.run_checks", lambda: run_checks(facts).findings, allowed=())
+    assert not isinstance(findings, BaseException)
+    for item in findings:
+        check_text(item.message, "a finding")

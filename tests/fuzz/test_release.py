@@ -14,10 +14,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.bundles import release
+from nodeagent.bundles import manifest, release
 from nodeagent.bundles.manifest import BundleManifest, parse_manifest
 from tests.fuzz import strategies as s
-from tests.fuzz.contract import outcome
+from tests.fuzz.contract import outcome, reaching
 
 HEX_A, HEX_C, HEX_D = "a" * 64, "c" * 64, "d" * 64
 _REF = f"quay.io/ocp/release@sha256:{HEX_A}"
@@ -70,7 +70,8 @@ def test_image_references(data: bytes) -> None:
 
 @given(_documents(_BUNDLE, _BUNDLE_PATHS))
 def test_release_object(data: bytes) -> None:
-    result = outcome("bundles.release.release_of", lambda: parse_manifest(data))
+    with reaching("bundles.release.release_of", manifest, "release_of"):
+        result = outcome("bundles.manifest.parse_manifest", lambda: parse_manifest(data))
     if isinstance(result, BundleManifest) and result.release is not None:
         files = {f.path: f for f in result.files}
         assert result.release.image in {i.ref for i in result.images}

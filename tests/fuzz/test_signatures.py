@@ -12,10 +12,11 @@ import json
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from nodeagent.bundles import manifest
 from nodeagent.bundles.manifest import BundleError, parse_manifest
 from nodeagent.bundles.signatures import AttachmentScopes, parse_registries_d
 from tests.fuzz import strategies as s
-from tests.fuzz.contract import check_texts, outcome
+from tests.fuzz.contract import check_texts, outcome, reaching
 
 HEX = "a" * 64
 REF = f"quay.io/acme/app@sha256:{HEX}"
@@ -72,6 +73,7 @@ def test_image_signatures(signatures: object, version: int) -> None:
         "imageSignatures": signatures,
     }  # fmt: skip
     data = json.dumps(doc).encode()
-    result = outcome("signatures.image_signatures_of", lambda: parse_manifest(data),
-                     allowed=(BundleError,))  # fmt: skip
+    with reaching("signatures.image_signatures_of", manifest, "image_signatures_of"):
+        result = outcome("bundles.manifest.parse_manifest", lambda: parse_manifest(data),
+                         allowed=(BundleError,))  # fmt: skip
     assert not isinstance(result, BaseException) or isinstance(result, BundleError)

@@ -336,6 +336,19 @@ def test_R16_wrong_size_and_missing_file_are_refused() -> None:
         tree_rules.check_tree(good_tree()[:-1], m)
 
 
+def test_R16_a_listed_file_that_is_a_directory_is_missing() -> None:
+    """A manifest listing ``a`` and ``a/0`` cannot be met: ``a`` is a directory on the medium,
+    which is not the file it lists (found by tests/fuzz/test_bundle_tree.py; it passed)."""
+    doc = manifest_doc()
+    doc["files"] = [{"path": "a", "sha256": "c" * 64, "sizeBytes": 0},
+                    {"path": "a/0", "sha256": "c" * 64, "sizeBytes": 0}]  # fmt: skip
+    m = parse(doc)
+    tree = [e for e in good_tree() if e.path not in ("oci-layout", "index.json")]
+    tree += [TreeEntry("a", "dir"), TreeEntry("a/0", "file", 0)]
+    with pytest.raises(bundle.BundleIncomplete, match="first a;"):
+        tree_rules.check_tree(tree, m)
+
+
 def test_R17_the_tree_is_checked_as_it_comes() -> None:
     """The first unlisted entry ends the check: nothing after it is asked for."""
     asked: list[str] = []
