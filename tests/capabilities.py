@@ -109,6 +109,11 @@ def _tool(name: str, package: str) -> Callable[[], str | None]:
 DEV_TOOLS = ("import-linter", "mypy", "ruff")
 
 
+def _unbudgeted() -> str | None:
+    budget = os.environ.get("NODEAGENT_FUZZ_BUDGET_S", "")
+    return f"a fuzz run with a time budget per harness ({budget} s)" if budget else None
+
+
 def _dev_tools() -> str | None:
     missing = []
     for dist in DEV_TOOLS:
@@ -139,6 +144,7 @@ PROBES: dict[str, Probe] = {
         Probe("skopeo", "Debian's skopeo", _tool("skopeo", "skopeo")),
         Probe("bash", "bash (shell completion)", _tool("bash", "bash")),
         Probe("dev-tools", "the development tools (import-linter, mypy, ruff)", _dev_tools),
+        Probe("unbudgeted", "fuzz harnesses run without a time budget", _unbudgeted),
     )
 }
 

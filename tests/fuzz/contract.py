@@ -28,6 +28,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from nodeagent.errors import NodeAgentError
+from tests.capabilities import skip_for
 
 T = TypeVar("T")
 
@@ -133,4 +134,6 @@ def _stop_when_over_budget(entry: str) -> None:
     harness = os.environ.get("PYTEST_CURRENT_TEST", entry).split(" ")[0]
     started = _STARTED.setdefault(harness, time.monotonic())
     if time.monotonic() - started > _BUDGET_S:
-        pytest.skip(f"fuzz budget of {_BUDGET_S:g} s ran out after {COUNTS[entry]} inputs")
+        skip_for(
+            "unbudgeted", f"fuzz budget of {_BUDGET_S:g} s ran out after {COUNTS[entry]} inputs"
+        )
