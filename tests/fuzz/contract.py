@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
-import pytest
 from structlog.testing import capture_logs
 
 from nodeagent.errors import NodeAgentError
