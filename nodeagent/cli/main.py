@@ -42,7 +42,7 @@ memory, docs/performance.md)."""
 MODULE_OF = {"render-mirror-dropin": "mirror_dropin"}
 """Commands whose module is not named after them."""
 
-DAEMON_COMMANDS = ("run", "serve-peers")
+DAEMON_COMMANDS = ("run", "serve-peers", "serve-session")
 """The commands systemd runs for the lifetime of a unit: parsed without the others'."""
 
 
@@ -71,6 +71,9 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         help="only say whether [site] serve is on: exit 0 if so, 1 if not (the unit's "
         "ExecCondition=)",
     )
+    # One mirror session's loopback server (decision 0064): started by the daemon or by
+    # nodeagent-session.socket, never by hand; its standard input is a unix socket.
+    sub.add_parser("serve-session")
     if command not in DAEMON_COMMANDS:
         _add_commands(sub)
     options.add_everywhere(parser)
@@ -314,6 +317,19 @@ def cmd_serve_peers(config: Config, args: argparse.Namespace) -> int:
     return asyncio.run(site.serve(config))
 
 
+def cmd_serve_session(config: Config, _args: argparse.Namespace) -> int:
+    """One mirror session's loopback server in its own process (decision 0064)."""
+    from nodeagent.daemon import session  # noqa: PLC0415  (aiohttp: the session process only)
+
+    sink = JournalSink() if JournalSink.is_wanted() else None
+    logs.configure(
+        config.log.level,
+        with_priority="JOURNAL_STREAM" in os.environ,
+        journal=sink.send if sink else None,
+    )
+    return asyncio.run(session.serve_session())
+
+
 def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.cli import offline  # noqa: PLC0415  (not loaded by the daemon)
 
@@ -323,6 +339,7 @@ def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
 COMMANDS = {
     "run": cmd_run,
     "serve-peers": cmd_serve_peers,
+    "serve-session": cmd_serve_session,
     "check-config": cmd_check_config,
     "render-pins": cmd_render_pins,
     "status": cmd_status,
