@@ -73,7 +73,11 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     # One mirror session's loopback server (decision 0064): started by the daemon or by
     # nodeagent-session.socket, never by hand; its standard input is a unix socket.
-    sub.add_parser("serve-session")
+    sub.add_parser(
+        "serve-session",
+        help="serve one import's or restore's blobs on loopback (the daemon or "
+        "nodeagent-session.socket starts it; never by hand)",
+    )
     if command not in DAEMON_COMMANDS:
         _add_commands(sub)
     options.add_everywhere(parser)

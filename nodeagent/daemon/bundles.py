@@ -62,9 +62,12 @@ def session_launcher(config: Config) -> Launcher:
     path = config.bundles.session_socket
     if path is not None:
         return SocketLauncher(path)
-    return ChildLauncher(
-        [sys.executable, "-m", "nodeagent", "--config", str(config.source), "serve-session"]
-    )
+    return ChildLauncher(session_command(config.source))
+
+
+def session_command(config_file: Path) -> list[str]:
+    """``nodeagent serve-session`` run by this interpreter (its ``[log]`` from ``config_file``)."""
+    return [sys.executable, "-m", "nodeagent", "--config", str(config_file), "serve-session"]
 
 
 def served_bundle(config: Config) -> Callable[..., SessionServer]:
