@@ -12,7 +12,8 @@ goes over it). Where ``[bundles] session_socket`` is set, systemd starts one per
 with no capability, seeing only the store; where it is empty (development and the test
 harness), the daemon starts it as its own child with a socket pair.
 
-It reads one spec line, binds 127.0.0.1, says ``listening``, streams its counters (at most
+It first sets no_new_privs and clears its capabilities (``adapters.privileges``), then
+reads one spec line, binds 127.0.0.1, says ``listening``, streams its counters (at most
 every ``TICK_S``) and each rejection, and ends when the daemon shuts its side of the socket
 (or on SIGTERM): responses in progress end, then ``closed`` with the final counters.
 """
@@ -30,6 +31,7 @@ from typing import Final
 import structlog
 
 from nodeagent.adapters.http.mirror import BundleServer
+from nodeagent.adapters.privileges import shed
 from nodeagent.bundles.manifest import BundleError
 from nodeagent.bundles.session import (
     MAX_SPEC_BYTES,
@@ -103,6 +105,8 @@ async def _serve(server: BundleServer, reports: _Reports, stop: asyncio.Event) -
 
 async def serve_session(fd: int = 0) -> int:
     """Serve one session on the socket at ``fd`` (the standard input); the exit status."""
+    for failure in shed():  # already done by systemd under the socket unit
+        log.warning("session_privileges_kept", error=failure)
     try:
         sock = socket.socket(fileno=os.dup(fd))
     except OSError as err:
