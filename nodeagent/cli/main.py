@@ -131,6 +131,10 @@ def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
         output.print_json("check-config", {
             "configFiles": files,
             "configDefaults": not files,
+            "sessionServer": (
+                "child" if config.bundles.session_socket is None
+                else str(config.bundles.session_socket)
+            ),
             "sets": [
                 {"name": s.name, "images": len(s.images), "persistent": s.is_persistent,
                  "source": s.source}
@@ -145,6 +149,12 @@ def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
     else:
         shown = ", ".join(files) or f"{config.source} (defaults: file absent)"
         print(f"config: ok ({shown})")
+        if config.bundles.session_socket is None:
+            print(
+                '[bundles] session_socket = "": an import\'s loopback server runs as the '
+                "daemon's own user (root under systemd), not the unprivileged "
+                "nodeagent-session.socket: for development and tests only (decision 0064)"
+            )
         for s in load.sets:
             kind = "persistent" if s.is_persistent else "transient"
             print(clip(f"set {s.name}: ok, {len(s.images)} images, {kind}, from {s.source}"))
