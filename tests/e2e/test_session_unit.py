@@ -15,6 +15,8 @@ import shutil
 
 import pytest
 
+from nodeagent.adapters.cri.client import CriClient
+from tests.testenv.agent import set_state
 from tests.testenv.bundles import Factory, build_factory
 from tests.testenv.node import Node
 
@@ -24,8 +26,8 @@ def factory(tmp_path_factory: pytest.TempPathFactory) -> Factory:
     return build_factory(tmp_path_factory.mktemp("factory"), count=2, layer_bytes=1 << 20, seed=83)
 
 
-@pytest.mark.timeout(180)
-def test_a_bundle_import_is_served_by_the_unprivileged_session_unit(
+@pytest.mark.timeout(300)
+async def test_a_bundle_import_is_served_by_the_unprivileged_session_unit(
     node: Node, factory: Factory
 ) -> None:
     assert node.show("nodeagent-session.socket", "ActiveState")["ActiveState"] == "active"
@@ -58,3 +60,23 @@ def test_a_bundle_import_is_served_by_the_unprivileged_session_unit(
         "-u", "nodeagent-session@*", "NODEAGENT_EVENT=bundle_server_stopped"
     )
     assert {e["_PID"] for e in ended} >= {e["_PID"] for e in mine}  # ended with the import
+
+    # The daemon itself, under its hardened unit: an image gone from CRI-O comes back from
+    # the store through a session of its own, served by the unit too.
+    node.wait_status(lambda s: set_state(s, factory.set_name) == "Pinned", what="set pinned")
+    node.container.systemctl("stop", "nodeagent.service")
+    async with CriClient(node.cri_endpoint) as cri:
+        await cri.remove_image(factory.refs[0])
+    node.container.systemctl("start", "nodeagent.service")
+    node.wait_event("images_restored_from_store")
+    daemon = node.show("nodeagent.service", "MainPID")["MainPID"]
+    said = node.journal_entries("-u", "nodeagent", "NODEAGENT_EVENT=session_server_started")
+    pattern = re.compile(rf" pid=(\d+) uid={peer_uid}\b")
+    pids = {m.group(1) for e in said if (m := pattern.search(e["MESSAGE"]))}
+    served = node.journal_entries(
+        "-u", "nodeagent-session@*", "NODEAGENT_EVENT=bundle_server_started"
+    )
+    before = {e["_PID"] for e in mine}
+    restored = [e for e in served if e["_PID"] in pids - before]
+    assert restored and {e["_UID"] for e in restored} == {peer_uid}, said
+    assert daemon not in {e["_PID"] for e in restored}
