@@ -93,6 +93,10 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "peer_report_not_delivered": "d76dbe66cd0c4316983f41e7fc6fd6a9",
     "node_mirror_not_started": "d6f9afe2f4044ad88ab9f645263f36e6",
     "node_mirror_socket_refused": "29b37fa94d634be48ffb252f6025601f",
+    "session_server_not_started": "c0df1750b86e4f23b29dd336edeff10e",
+    "session_server_lost": "e653fff447d644aa9ceae71de5e03277",
+    "session_report_refused": "5c6b0919527e43d2808a040b25788a5d",
+    "session_privileges_kept": "5cd42ca5679f47dcac290f6e2b165f00",
     "peer_server_waiting_for_tls": "806368813d6749dc840d547beeadb258",
     "node_mirror_blob_rejected": "0336632d22d44f7588ce52f8777a4f6e",
     "mirror_auth_file_invalid": "700089fa0fab4cf09156f02a8d0a9f6d",
@@ -143,6 +147,11 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "upgrade_not_started": "4d0048b8d2874fcebe7fc15d6bc0b0ff",
     "stored_manifest_unreadable": "118f242ec9994f26b35d1c5dacf77a67",
     "event_not_written": "51d720615f944b9fa198c854d71fb1bc",
+    "session_server_not_closed": "5bde62c6cb3a495b87da8fb5b013c676",
+    "store_restore_skipped": "6f1412def74b4940b6f41fa0e9f12d3e",
+    "session_socket_missing": "6b983633eef142938113b6e9497b3bc7",
+    "session_spec_not_read": "a52766501ae9471495cb99755b8e4fa8",
+    "session_spec_refused": "dbb6a14ae26f485a801ebb46e64ffcd8",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 
@@ -287,6 +296,15 @@ SUMMARIES: Final[Mapping[str, str]] = {
     "upgrade_not_started": "The site is ready but this node could not start the upgrade",
     "stored_manifest_unreadable": "A stored bundle's signed list could not be read",
     "event_not_written": "A Kubernetes Event could not be written",
+    "session_server_not_closed": "An import's loopback server did not stop in time",
+    "store_restore_skipped": "Images were not brought back from the node's store this time",
+    "session_socket_missing": "An import's loopback server was started without its socket",
+    "session_spec_not_read": "An import's loopback server got no description of what to serve",
+    "session_spec_refused": "An import's loopback server refused what it was asked to serve",
+    "session_server_not_started": "An import's loopback server could not be started",
+    "session_server_lost": "An import's loopback server ended during the import",
+    "session_report_refused": "An import's loopback server sent something the daemon refused",
+    "session_privileges_kept": "An import's loopback server kept privileges it wanted to drop",
 }
 """Event name -> the one-line summary its journal and console lines lead with: the
 catalog entry's Subject, word for word (tests/unit/test_journal.py checks it)."""

@@ -48,6 +48,7 @@ from nodeagent.errors import (
     BundleMediaRemoved as BundleMediaRemoved,
 )
 from nodeagent.errors import (
+    BundleServerFailed,
     ConfigInvalid,
     InsufficientDiskSpace,
     NodeAgentError,
@@ -320,7 +321,10 @@ class Importer:
         mirror session at a time (``serving.MIRROR_LOCK``)."""
         async with MIRROR_LOCK:
             server = self._server(source, files, manifest)
-            await server.start()
+            try:
+                await server.start()
+            except BundleServerFailed as exc:  # its process could not be had: nothing pulled
+                return self._reject(report, exc)
             importing = replace(report, state="importing")
             total = missing_bytes(manifest, missing)
             self._report(

@@ -30,6 +30,7 @@ from nodeagent.bundles.serving import (
     reading_signatures,
 )
 from nodeagent.bundles.tags import ServedTag
+from nodeagent.errors import BundleServerFailed
 from nodeagent.prepull import PullResult
 from nodeagent.references import parse_pinned_image_ref
 
@@ -95,7 +96,11 @@ class StoreRestorer:
                 server = make_signed(self.source.root, found.files, found.tags)
             else:
                 server = self.make_server(self.source.root, found.files)
-            await server.start()
+            try:
+                await server.start()
+            except BundleServerFailed as exc:  # the registries are asked instead
+                log.warning("store_restore_skipped", reason=exc.reason, error=exc.message)
+                return {}
             images = [parse_pinned_image_ref(ref) for ref in wanted]
             async with reading_signatures(sigstore, server.mirror_host):
                 served = [t for t in found.served if str(t.image) in wanted]

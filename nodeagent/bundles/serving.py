@@ -188,6 +188,8 @@ async def _await_mirror(runtime: ImageRuntime, server: BundleServerPort) -> bool
         if server.requests_seen() > 0:
             log.debug("mirror_applied", seconds=round(time.monotonic() - started, 3))
             return True
+        if server.rejections:  # the server failed (its process ended): stop at once
+            return False
         if time.monotonic() - started >= MIRROR_SETTLE_S:
             log.warning("mirror_not_confirmed", seconds=MIRROR_SETTLE_S)
             return False

@@ -42,7 +42,7 @@ memory, docs/performance.md)."""
 MODULE_OF = {"render-mirror-dropin": "mirror_dropin"}
 """Commands whose module is not named after them."""
 
-DAEMON_COMMANDS = ("run", "serve-peers", "serve-mirror")
+DAEMON_COMMANDS = ("run", "serve-peers", "serve-mirror", "serve-session")
 """The commands systemd runs for the lifetime of a unit: parsed without the others'."""
 
 
@@ -80,6 +80,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         "--check",
         action="store_true",
         help="only say whether [mirror] enabled is on: exit 0 if so, 1 if not",
+    )
+    # One mirror session's loopback server (decision 0064): started by the daemon or by
+    # nodeagent-session.socket, never by hand; its standard input is a unix socket.
+    sub.add_parser(
+        "serve-session",
+        help="serve one import's or restore's blobs on loopback (the daemon or "
+        "nodeagent-session.socket starts it; never by hand)",
     )
     if command not in DAEMON_COMMANDS:
         _add_commands(sub)
@@ -145,6 +152,10 @@ def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
                 {"reason": f.reason, "message": f.message, "whatToDo": output.hint_for(f.reason)}
                 for f in referenced.problems
             ],
+            "sessionServer": (
+                "child" if config.bundles.session_socket is None
+                else str(config.bundles.session_socket)
+            ),
             "sets": [
                 {"name": s.name, "images": len(s.images), "persistent": s.is_persistent,
                  "source": s.source}
@@ -167,6 +178,12 @@ def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
             print(f"note: {note}")
         for found in referenced.problems:
             output.print_error(found.reason, found.message)
+        if config.bundles.session_socket is None:
+            print(
+                '[bundles] session_socket = "": an import\'s loopback server runs as the '
+                "daemon's own user (root under systemd), not the unprivileged "
+                "nodeagent-session.socket: for development and tests only (decision 0064)"
+            )
         for s in load.sets:
             kind = "persistent" if s.is_persistent else "transient"
             print(clip(f"set {s.name}: ok, {len(s.images)} images, {kind}, from {s.source}"))
@@ -358,6 +375,19 @@ def cmd_serve_mirror(config: Config, args: argparse.Namespace) -> int:
     return asyncio.run(mirror_process.serve_mirror(config))
 
 
+def cmd_serve_session(config: Config, _args: argparse.Namespace) -> int:
+    """One mirror session's loopback server in its own process (decision 0064)."""
+    from nodeagent.daemon import session  # noqa: PLC0415  (aiohttp: the session process only)
+
+    sink = JournalSink() if JournalSink.is_wanted() else None
+    logs.configure(
+        config.log.level,
+        with_priority="JOURNAL_STREAM" in os.environ,
+        journal=sink.send if sink else None,
+    )
+    return asyncio.run(session.serve_session())
+
+
 def cmd_check_offline(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.cli import offline  # noqa: PLC0415  (not loaded by the daemon)
 
@@ -368,6 +398,7 @@ COMMANDS = {
     "run": cmd_run,
     "serve-peers": cmd_serve_peers,
     "serve-mirror": cmd_serve_mirror,
+    "serve-session": cmd_serve_session,
     "check-config": cmd_check_config,
     "render-pins": cmd_render_pins,
     "status": cmd_status,

@@ -209,6 +209,13 @@ class BundleSettings:
     mirror_dropin_name: str = "99-nodeagent-bundle-mirror.conf"
     """registries.conf drop-in (in ``runtime.registries_dir``) that points the runtime at the
     bundle served on loopback during an import; removed afterwards."""
+    session_socket: Path | None = Path("/run/nodeagent/session.sock")
+    """Where the daemon asks for a mirror session's loopback server (an import's, a
+    restore's): ``nodeagent-session.socket``, which systemd answers with one ``nodeagent
+    serve-session`` process per session, run as the unprivileged ``nodeagent-peer`` user
+    with no capability (decision 0064). ``""``: the daemon starts that process itself, as
+    its own user (root under systemd): for development and the test harness only;
+    ``check-config`` says so. Default ``/run/nodeagent/session.sock``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The bundle importer with its adapters, built when the first medium arrives.
 
 A module of its own so that a daemon that never sees a bundle never loads the importer,
-the loopback server, the mirror drop-in and their dependencies; ``wiring`` imports it
+the loopback server's launcher, the mirror drop-in and their dependencies; ``wiring`` imports it
 lazily. The CLI's ``bundle import`` builds the same importer. The store's restorer and
 the registry sets' fetcher (``[store] registry_sets``) are built here too, when needed.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,15 @@ from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
 from nodeagent.adapters.bundles.mirror import MirrorDropin
 from nodeagent.adapters.bundles.registries_d import RegistriesD
 from nodeagent.adapters.bundles.release import ConfigMaps, StoredSignatures
+from nodeagent.adapters.bundles.session_server import (
+    ChildLauncher,
+    Launcher,
+    SessionServer,
+    SocketLauncher,
+)
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
-from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.adapters.store.accepted import accepted_stamps
 from nodeagent.adapters.store.copier import StoreLimits
@@ -31,12 +37,13 @@ from nodeagent.adapters.store.node_store import NodeImageStore
 from nodeagent.adapters.store.registry_sets import RegistrySets
 from nodeagent.bundles.import_ports import ImporterPorts
 from nodeagent.bundles.importer import Importer
-from nodeagent.bundles.manifest import BundleError, ExpectedFile
+from nodeagent.bundles.manifest import ExpectedFile
 from nodeagent.bundles.release_signatures import SignaturePublisher, is_due
 from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MirrorPullPorts
 from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies
+from nodeagent.errors import BundleServerFailed
 from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.metrics.series import Transfer
 from nodeagent.ports import PullEvent, RegistryCredentials, Reloader
@@ -48,49 +55,35 @@ from nodeagent.status import BundleReport
 log = structlog.get_logger("nodeagent.bundles.imports")
 
 
-class ServedBundle:
-    """``importer.BundleServerPort`` over the loopback ``BundleServer``."""
-
-    def __init__(
-        self,
-        root: Path,
-        blobs: Mapping[str, ExpectedFile],
-        tags: Mapping[str, str] | None = None,
-        *,
-        on_closed: Callable[[ServedBundle], None] = lambda _served: None,
-    ) -> None:
-        self._server = BundleServer(root, blobs, tags=tags)
-        self._on_closed = on_closed
-        """Given this server once closed (the restorer counts its bytes and refusals)."""
-
-    @property
-    def mirror_host(self) -> str:
-        return self._server.mirror_host
-
-    @property
-    def rejections(self) -> tuple[BundleError, ...]:
-        return self._server.rejections
-
-    def bytes_served(self) -> int:
-        return self._server.counters.bytes_served
-
-    def requests_seen(self) -> int:
-        return self._server.counters.requests
-
-    async def start(self) -> None:
-        await self._server.start()
-
-    async def close(self) -> None:
-        await self._server.close()
-        self._on_closed(self)
+def session_launcher(config: Config) -> Launcher:
+    """Where a mirror session's server process comes from (decision 0064): systemd's
+    ``nodeagent-session.socket`` (unprivileged), or with ``[bundles] session_socket = ""``
+    the daemon's own child (its own user: development and the test harness)."""
+    path = config.bundles.session_socket
+    if path is not None:
+        return SocketLauncher(path)
+    return ChildLauncher(session_command(config.source))
 
 
-def _restored(metrics: Metrics, served: ServedBundle) -> None:
+def session_command(config_file: Path) -> list[str]:
+    """``nodeagent serve-session`` run by this interpreter (its ``[log]`` from ``config_file``)."""
+    return [sys.executable, "-m", "nodeagent", "--config", str(config_file), "serve-session"]
+
+
+def served_bundle(config: Config) -> Callable[..., SessionServer]:
+    """``importer.BundleServerPort`` factory: ``(root, blobs, tags=None)`` served by a
+    session process."""
+    return functools.partial(SessionServer, session_launcher(config))
+
+
+def _restored(metrics: Metrics, served: SessionServer) -> None:
     """A restore's server closed: the bytes it served, and each stored blob it refused to
-    serve because it no longer matched its digest (the store's damage, for the metrics)."""
+    serve because it no longer matched its digest (the store's damage, for the metrics;
+    not the server process's own failure)."""
     metrics.transferred(Transfer.RESTORED, served.bytes_served())
     for refused in served.rejections:
-        metrics.store_damaged(refused.reason)
+        if not isinstance(refused, BundleServerFailed):
+            metrics.store_damaged(refused.reason)
 
 
 def node_store(config: Config) -> NodeImageStore:
@@ -139,7 +132,7 @@ def build_importer(
     ports = ImporterPorts(
         verify=lambda root: check_for_import(root, config.bundles.trusted_keys_dir, platform),
         runtime=cri,
-        make_server=ServedBundle,
+        make_server=served_bundle(config),
         mirror=mirror_dropin(config),
         reloader=reloader,
         make_puller=lambda: _local_puller(cri, policies),
@@ -159,7 +152,7 @@ def build_importer(
         accepted=lambda: accepted_stamps(config.store_dir, config.bundles.trusted_keys_dir),
         is_allowing_rollback=is_allowing_rollback,
         is_allowing_expired=is_allowing_expired,
-        make_signed_server=ServedBundle,
+        make_signed_server=served_bundle(config),
         sigstore=RegistriesD(config.runtime.registries_d_dir),
     )
     return Importer(ports, policies.disk)
@@ -219,11 +212,14 @@ def build_restorer(
     metrics: Metrics = NO_METRICS,
 ) -> StoreRestorer:
     """Images back from the node's store through the same loopback server and mirror."""
+    launcher = session_launcher(config)
 
     def served(
         root: Path, blobs: Mapping[str, ExpectedFile], tags: Mapping[str, str] | None = None
-    ) -> ServedBundle:
-        return ServedBundle(root, blobs, tags, on_closed=functools.partial(_restored, metrics))
+    ) -> SessionServer:
+        return SessionServer(
+            launcher, root, blobs, tags, on_closed=functools.partial(_restored, metrics)
+        )
 
     session = MirrorPullPorts(
         runtime=cri,

@@ -83,7 +83,10 @@ happened and what to do about it. Retry decisions follow the two branches::
             ├── BundleUnlistedFile      BundleUnlistedFile
             ├── BundleIncomplete        BundleIncomplete
             ├── BundleSizeMismatch      BundleSizeMismatch
-            └── BundleDigestMismatch    BundleDigestMismatch
+            ├── BundleDigestMismatch    BundleDigestMismatch
+            └── BundleServerFailed      (the session's loopback server process, decision 0064)
+                ├── BundleServerLost    BundleServerLost (it ended before the session)
+                └── BundleServerReportInvalid BundleServerReportInvalid (a line refused)
     NodeAgentError
     └── BundleMediaRemoved              BundleMediaRemoved (import interrupted; resumes)
 
@@ -115,6 +118,9 @@ from nodeagent.errors.bundles import BundleMediaRemoved as BundleMediaRemoved
 from nodeagent.errors.bundles import BundleNotInTarget as BundleNotInTarget
 from nodeagent.errors.bundles import BundleReleaseInvalid as BundleReleaseInvalid
 from nodeagent.errors.bundles import BundleRollback as BundleRollback
+from nodeagent.errors.bundles import BundleServerFailed as BundleServerFailed
+from nodeagent.errors.bundles import BundleServerLost as BundleServerLost
+from nodeagent.errors.bundles import BundleServerReportInvalid as BundleServerReportInvalid
 from nodeagent.errors.bundles import BundleSetInvalid as BundleSetInvalid
 from nodeagent.errors.bundles import BundleSizeMismatch as BundleSizeMismatch
 from nodeagent.errors.bundles import BundleTagsInvalid as BundleTagsInvalid

@@ -173,6 +173,26 @@ class BundleDigestMismatch(BundleError):
     reason = "BundleDigestMismatch"
 
 
+class BundleServerFailed(BundleError):
+    """The mirror session's loopback server (``nodeagent serve-session``, decision 0064)
+    failed: not the bundle's fault. The import stops with what is in; it is tried again
+    as any stopped import is (the medium plugged in again, the next sync's restore)."""
+
+    reason = "BundleServerFailed"
+
+
+class BundleServerLost(BundleServerFailed):
+    """The session's server process ended (or could not start) before the session did."""
+
+    reason = "BundleServerLost"
+
+
+class BundleServerReportInvalid(BundleServerFailed):
+    """The session's server process sent a line the daemon refuses; it was stopped."""
+
+    reason = "BundleServerReportInvalid"
+
+
 class MediaMountFailed(PermanentError):
     """Bundle media could not be mounted read-only; the message says why and what to do."""
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.testenv.crio import Crio
-from tests.testenv.udev import TEST_MEDIA_CONFIG
+from tests.testenv.udev import TEST_MEDIA_CONFIG, TEST_SESSION_CONFIG
 from tests.testenv.waiting import log_tail, wait_for
 
 
@@ -98,6 +98,7 @@ watch_media = {"true" if self.watch_media else "false"}
 trusted_keys_dir = "{self.trusted_keys_dir}"
 media_dir = "{self.media_dir}"
 {TEST_MEDIA_CONFIG}
+{TEST_SESSION_CONFIG}
 {self.extra_config}
 """
         )

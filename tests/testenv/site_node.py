@@ -63,7 +63,13 @@ from tests.testenv.crio import Crio
 from tests.testenv.peer_process import VIEW, load_credentials, peer_command, prepare_node
 from tests.testenv.site_net import SiteHost, SiteNetUnavailable
 from tests.testenv.site_pki import Issued, issue_node_cert, write_ca, write_pem_bundle
-from tests.testenv.udev import RUN_UDEV, TEST_MEDIA_CONFIG, Udevd, udevd_answers
+from tests.testenv.udev import (
+    RUN_UDEV,
+    TEST_MEDIA_CONFIG,
+    TEST_SESSION_CONFIG,
+    Udevd,
+    udevd_answers,
+)
 from tests.testenv.waiting import log_tail, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -187,6 +193,7 @@ reserve_percent = 0.0
 [bundles]
 watch_media = {json.dumps(self.watch_media)}
 {TEST_MEDIA_CONFIG}
+{TEST_SESSION_CONFIG}
 
 [site]
 serve = {json.dumps(self.serve)}

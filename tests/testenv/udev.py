@@ -61,6 +61,10 @@ TEST_MEDIA_BUSES: frozenset[str] = frozenset({"usb", "loop"})
 which nodeagent's default (``usb`` only) refuses; tests name ``loop`` explicitly."""
 TEST_MEDIA_CONFIG = 'media_buses = ["usb", "loop"]'
 """The ``[bundles]`` line that lets a daemon under test take loop-device sticks."""
+TEST_SESSION_CONFIG = 'session_socket = ""'
+"""The ``[bundles]`` line that makes a daemon under test start its mirror sessions' server
+as its own child (no ``nodeagent-session.socket`` outside systemd; decision 0064). The e2e
+node under systemd-nspawn keeps the default: the RPM's socket unit, unprivileged."""
 
 SETTLE_TIMEOUT_S = 20
 _SERIAL = itertools.count(1)

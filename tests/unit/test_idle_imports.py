@@ -55,6 +55,9 @@ NOT_LOADED_AT_IDLE = (
     "nodeagent.adapters.bundles.node_mirror_dropin",  # the node mirror's drop-in: once the
     "nodeagent.registries.dropin",  # store holds something, or a drop-in is to be removed
     "nodeagent.adapters.http.mirror",
+    "nodeagent.adapters.bundles.session_server",  # a mirror session's process (decision 0064)
+    "nodeagent.bundles.session",
+    "nodeagent.daemon.session",  # the session process's side: never in the daemon
     "aiohttp",  # the loopback mirror, the peer server, the fetcher (docs/decisions/0027)
     "nodeagent.daemon.site",  # the peer server: its own process (decision 0056)
     "nodeagent.daemon.peer_reports",  # the peer process's reports: [site] serve = true only
@@ -132,6 +135,44 @@ def test_module_named_exists(module: str) -> None:
         except importlib.metadata.PackageNotFoundError:
             skip_for("dev-tools", f"{DEV_ONLY[module]} is not installed here")
     assert importlib.util.find_spec(module) is not None, f"no module named {module}"
+
+
+IMPORT_PATH = """
+import sys
+from pathlib import Path
+
+from nodeagent.config import load_config
+from nodeagent.daemon import bundles
+from nodeagent.daemon.policies import policies_from
+from nodeagent.adapters.cri.client import CriClient
+from nodeagent.adapters.systemd import RuntimeReloader
+
+config = load_config(Path(sys.argv[1]) / "config.toml", root=Path(sys.argv[1]))
+policies = policies_from(config)
+cri = CriClient(config.runtime.endpoint)
+reloader = RuntimeReloader("crio.service")
+bundles.build_importer(config, policies, cri, reloader, report=lambda _r: None)
+bundles.build_restorer(config, policies, cri, reloader)
+print("\\n".join(sorted(sys.modules)))
+"""
+
+
+def test_imports_and_restores_load_no_http_server(tmp_path: Path) -> None:
+    # The loopback mirror of an import or a restore is a process of its own (decision 0064):
+    # the daemon that built its importer and restorer has loaded neither aiohttp nor the
+    # server, only the launcher that asks for that process.
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_PATH, str(tmp_path)],
+        capture_output=True, text=True, check=False, cwd=repo,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    assert "nodeagent.adapters.bundles.session_server" in loaded  # the probe built them
+    assert "nodeagent.bundles.importer" in loaded and "nodeagent.bundles.restore" in loaded
+    assert not {m for m in loaded if m == "aiohttp" or m.startswith("aiohttp.")}
+    assert not {m for m in loaded if m.startswith("nodeagent.adapters.http")}
+    assert "nodeagent.daemon.session" not in loaded
 
 
 def test_the_http_faces_load_aiohttps_low_level_server_only() -> None:

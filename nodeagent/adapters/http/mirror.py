@@ -10,6 +10,9 @@ answered 400 at once; at most ``CAPS`` connections at once). Binds 127.0.0.1 onl
 mirror is plain HTTP. The content, its allow-list, ``O_NOFOLLOW`` opens and the
 hash-while-sending pipeline are ``nodeagent.adapters.http.content``'s; a rejected blob is logged
 (``bundle_blob_rejected``) and reported once (``rejections``, ``on_rejected``).
+
+It runs in a process of its own, one per mirror session (``nodeagent serve-session``,
+``nodeagent.daemon.session``; decision 0064): the root daemon listens on no port.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class BundleServer:
         tags: Mapping[str, str] | None = None,
         port: int = 0,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-        on_rejected: Callable[[BundleError], None] | None = None,
+        on_rejected: Callable[[str, BundleError], None] | None = None,
     ) -> None:
         self.root, self._blobs, self._port = root, dict(blobs), port
         self._tags = {name: d for name, d in (tags or {}).items() if d in self._blobs}
@@ -130,7 +133,7 @@ class BundleServer:
     def _reject(self, digest: str, err: BundleError) -> None:
         log.error("bundle_blob_rejected", digest=digest, reason=err.reason, error=str(err))
         if self._on_rejected is not None:
-            self._on_rejected(err)
+            self._on_rejected(digest, err)
 
     async def _answer(self, request: BaseRequest) -> StreamResponse:
         self._content.count(requests=1)

@@ -27,6 +27,7 @@ import pytest
 
 from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
 from nodeagent.adapters.bundles.mirror import MirrorDropin
+from nodeagent.adapters.bundles.session_server import ChildLauncher, SessionServer
 from nodeagent.adapters.bundles.tree import verify_bundle
 from nodeagent.adapters.files import JsonStateStore
 from nodeagent.adapters.host import StatvfsSpace
@@ -41,7 +42,7 @@ from nodeagent.bundles.manifest import (
 )
 from nodeagent.bundles.tree_rules import check_digest
 from nodeagent.cli import main as cli
-from nodeagent.daemon.bundles import ServedBundle
+from nodeagent.daemon.bundles import session_command
 from nodeagent.disk import DiskPolicy
 from nodeagent.errors import NodeAgentError
 from nodeagent.ports import FilesystemSpace
@@ -115,7 +116,9 @@ def make_node(base: Path, trusted_keys: Path) -> Node:
     ports = ImporterPorts(
         verify=lambda root: check_for_import(root, trusted_keys, PLATFORM),
         runtime=runtime,
-        make_server=ServedBundle,
+        make_server=functools.partial(
+            SessionServer, ChildLauncher(session_command(base / "no-config.toml"))
+        ),
         mirror=MirrorDropin(base / "registries.conf.d" / "99-nodeagent-bundle-mirror.conf"),
         reloader=RecordingReloader(MemoryDropins(), runtime),
         make_puller=lambda: PrePuller(runtime, lambda _ref: None, PullPolicy(attempts=1)),

@@ -78,9 +78,11 @@ class Reported:
 
     def __init__(self) -> None:
         self.errors: list[BundleError] = []
+        self.digests: list[str] = []
         self._event = asyncio.Event()
 
-    def __call__(self, error: BundleError) -> None:
+    def __call__(self, digest: str, error: BundleError) -> None:
+        self.digests.append(digest)
         self.errors.append(error)
         self._event.set()
 
@@ -223,6 +225,7 @@ async def test_tampered_layer_never_reaches_the_store(fresh_crio: Crio, layout: 
         await server.settled()
         assert [error.reason for error in server.rejections] == ["BundleDigestMismatch"]
     assert reported.errors == list(server.rejections)
+    assert reported.digests == [layer.digest]  # what the session process reports (decision 0064)
     assert layout.blob_file(layer.digest).name in str(reported.errors[0])
 
 
