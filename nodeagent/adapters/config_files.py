@@ -25,6 +25,7 @@ from pathlib import Path
 from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
 from nodeagent.config import Config
 from nodeagent.errors import KubeconfigInvalid, NodeAgentError, SiteCertificatesInvalid
+from nodeagent.site.roles import is_following
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +58,7 @@ def check_referenced_files(config: Config) -> ReferencedFiles:
     if site.serve:
         problems += _tls("the peer server ([site] serve)", site.cert_file, site.key_file,
                          site.ca_file, ssl.Purpose.CLIENT_AUTH)  # fmt: skip
-    is_following = site.follow == "on" or (
-        site.follow == "auto" and (bool(site.peers) or config.cluster.enabled)
-    )
-    if is_following:
+    if is_following(config):
         problems += _tls("fetching from peers ([site] follow)", site.client_cert_file,
                          site.client_key_file, site.ca_file, ssl.Purpose.SERVER_AUTH)  # fmt: skip
     return ReferencedFiles(count, tuple(problems), tuple(notes))

@@ -347,6 +347,7 @@ BOUNDS: dict[str, Bounds] = {
     "node_os.interval_s": Bounds(60, _DAY_S, unit="seconds"),
     "mirror.max_connections": Bounds(1, 1024),
     "mirror.request_timeout_s": Bounds(0, _HOUR_S, is_low_open=True, unit="seconds"),
+    "mirror.miss_wait_s": Bounds(0, 600, unit="seconds"),
     "site.max_uploads": Bounds(1, 256),
     "site.upload_max_bytes": Bounds(0, MAX_INTEGER, unit="bytes"),
     "site.fetch_concurrency": Bounds(1, 16),

@@ -38,6 +38,15 @@ class MirrorSettings:
     request_timeout_s: float = 60.0
     """A first request, an idle keep-alive connection and each send step of the node mirror
     end after this. Default 60. Range: greater than 0 and at most 3600 seconds."""
+    miss_wait_s: float = 60.0
+    """How long the node mirror holds a request for an image's manifest it cannot serve yet
+    (not held, or not all its blobs held) while the daemon fetches it from the site's peers,
+    before it answers 404 (decision 0061): a node with an empty store then gets the image in
+    its first pull, not the retry after. Only on a node that fetches from peers (``[site]
+    follow``); elsewhere nothing could bring it and a miss is answered at once. A digest no
+    peer holds reaches the image's own registry this much later. Every request held counts against
+    ``max_connections``; at most ``MAX_HELD`` are held at once, more are answered 404 at
+    once. ``0`` answers 404 at once. Default 60. Range: from 0 to 600 seconds."""
     auth_file: Path = Path("/run/containers/0/auth.json")
     """The root-only auth file the daemon adds the node mirror's credential to when it holds
     none (podman's and skopeo's as root, and CRI-O's without ``global_auth_file``; a tmpfs,

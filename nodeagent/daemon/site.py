@@ -47,6 +47,7 @@ from nodeagent.site.reports import (
     render_missing,
     render_served,
 )
+from nodeagent.site.roles import is_following
 
 log = structlog.get_logger(__name__)
 
@@ -164,6 +165,7 @@ def build_mirror(
         caps=mirror_caps(config.mirror),
         request_timeout_s=config.mirror.request_timeout_s,
         on_missing=reporter.missing,
+        miss_wait_s=config.mirror.miss_wait_s if is_following(config) else 0.0,
         sock=sock,
     )
 

@@ -78,6 +78,9 @@ def test_a_flood_of_missing_digests_wakes_the_fetcher_once_a_second_at_most(
             tmp_path / "node", node_host, name="node", ca=ca,
             trusted_keys=[(keys.trusted_dir / "factory.pub").read_text()],
             peers=[counter.address], serve_mirror=True,
+            # answered at once: this test counts the fetcher's wakes, not the holds
+            # (test_a_flood_of_held_misses_holds_at_most_max_held below)
+            extra_config="[mirror]\nmiss_wait_s = 0\n",
         )  # fmt: skip
         try:
             node.start()

@@ -73,6 +73,10 @@ CHALLENGE: Final = {"WWW-Authenticate": 'Basic realm="nodeagent node mirror"'}
 _CHALLENGED: Final = ErrorAnswer(401, "UNAUTHORIZED", "registry sets need a credential", CHALLENGE)
 _JSON: Final = {"Content-Type": "application/json"}
 _UNSIGNED: Final = ErrorAnswer(404, "MANIFEST_UNKNOWN", "no signed manifest lists that tag")
+MAX_HELD: Final = 32
+"""Manifest requests held at once while the daemon fetches what they ask for (``[mirror]
+miss_wait_s``); more are answered 404 at once (CRI-O pulls ``[pull] concurrency`` images at
+once, at most 64, each asking one manifest at a time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,7 @@ class NodeMirror:
         on_missing: Callable[[str], None] | None = None,
         platform: Platform | None = None,
         sock: socket.socket | None = None,
+        miss_wait_s: float = 0.0,
     ) -> None:
         self.store_root, self._host, self._port = store_root, host, port
         self._sock = sock
@@ -126,6 +131,9 @@ class NodeMirror:
         the mirror binds ``host:port`` itself (decision 0063)."""
         self._verifiers_file, self._timeout_s = verifiers_file, request_timeout_s
         self._ttl_s, self._on_missing = offer_ttl_s, on_missing
+        self._miss_wait_s = miss_wait_s
+        self._held = 0
+        """Manifest requests held now, waiting for the daemon's fetch (``MAX_HELD`` at most)."""
         self._content = ServedContent(
             store_root,
             self._lookup,
@@ -259,13 +267,17 @@ class NodeMirror:
         offer = await self._current()
         path = request.raw_path.partition("?")[0]
         target = route_node(request.method, path, offer.repositories)
+        is_trusted = is_allowed(request.headers.get("Authorization"), self._verifiers)
+        if isinstance(target, UnknownName) and target.target.kind == "manifests":
+            # a repository the store does not hold yet: the fetch may bring it (0061)
+            offer = await self._hold(target.target.digest, is_trusted=is_trusted)
+            target = route_node(request.method, path, offer.repositories)
         if isinstance(target, UnknownName):
             if target.target.kind in ("manifests", "blobs"):
                 self._missed(target.target)
             return await error(request, NAME_UNKNOWN, timeout_s=self._timeout_s)
         if isinstance(target, ErrorAnswer):
             return await error(request, target, timeout_s=self._timeout_s)
-        is_trusted = is_allowed(request.headers.get("Authorization"), self._verifiers)
         if target.kind == "base":
             return await self._base(request, is_trusted=is_trusted)
         if target.name:  # a tag (a signature's, or one a bundle serves): only when listed
@@ -281,6 +293,37 @@ class NodeMirror:
         if is_trusted:
             return await answer(request, 200, _JSON, b"{}", timeout_s=self._timeout_s)
         return await error(request, _CHALLENGED, timeout_s=self._timeout_s)
+
+    async def _is_whole(self, digest: str, offer: MirrorOffer, is_trusted: bool) -> bool:
+        """Whether the image ``digest`` can be served now, every blob it names included."""
+        if digest in offer.peers.blobs or (is_trusted and digest in offer.private):
+            return not await self._absent(digest, offer, is_trusted=is_trusted)
+        return False
+
+    async def _hold(self, digest: str, *, is_trusted: bool) -> MirrorOffer:
+        """Hold a manifest request the store cannot serve yet (decision 0061): the miss is
+        reported at once (the daemon's fetcher looks), the store's offer read again each
+        ``offer_ttl_s``, for at most ``miss_wait_s``; the offer then, whole or not. Bounded:
+        ``MAX_HELD`` at once, a registry-set digest without the credential never held (it
+        would never be served to this client)."""
+        offer = self._offer
+        if self._miss_wait_s <= 0 or self._held >= MAX_HELD or digest in offer.private:
+            return offer
+        self._missed(Fetch("manifests", digest=digest))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._miss_wait_s
+        self._held += 1
+        try:
+            while loop.time() < deadline:
+                await asyncio.sleep(min(self._ttl_s, max(0.0, deadline - loop.time())))
+                offer = await self._current()
+                if await self._is_whole(digest, offer, is_trusted):
+                    waited_s = self._miss_wait_s - (deadline - loop.time())
+                    log.info("node_mirror_miss_served", digest=digest, seconds=round(waited_s, 1))
+                    return offer
+        finally:
+            self._held -= 1
+        return offer
 
     def _missed(self, target: Fetch) -> None:
         """A digest asked for that the store lacks: counted; logged and reported to the
@@ -322,6 +365,8 @@ class NodeMirror:
         self, request: BaseRequest, target: Fetch, offer: MirrorOffer, *, is_trusted: bool
     ) -> StreamResponse:
         digest = target.digest
+        if target.kind == "manifests" and not await self._is_whole(digest, offer, is_trusted):
+            offer = await self._hold(digest, is_trusted=is_trusted)
         if digest in offer.peers.blobs or (is_trusted and digest in offer.private):
             absent = await self._absent(digest, offer, is_trusted=is_trusted)
             if not absent:

@@ -8,10 +8,14 @@ killed, from a source registry that is up.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import http.client
 import json
+import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -20,7 +24,7 @@ import pytest
 from nodeagent.adapters.bundles.mirror import MirrorDropin
 from nodeagent.adapters.cri.client import CriClient
 from nodeagent.adapters.http.admission import Caps
-from nodeagent.adapters.http.node_mirror import NodeMirror
+from nodeagent.adapters.http.node_mirror import MAX_HELD, NodeMirror
 from nodeagent.adapters.store.copier import copy_bundle
 from nodeagent.bundles.mirror import mirror_repositories
 from nodeagent.config.mirror import NODE_MIRROR_DROPIN_NAME
@@ -219,3 +223,41 @@ async def test_a_signature_tag_the_signed_manifest_lists_is_served(tmp_path: Pat
             run, "skopeo", "inspect", "--raw", "--tls-verify=false", unsigned
         )
         assert result.returncode != 0
+
+
+async def test_held_misses_are_bounded_and_answered_404_at_their_deadline(
+    tmp_path: Path,
+) -> None:
+    """``[mirror] miss_wait_s`` (decision 0061): a manifest the store lacks is held while the
+    daemon's fetcher looks, but at most ``MAX_HELD`` at once, so a local flood of random
+    digests gets the rest answered 404 at once and holds nothing more; each held one is
+    answered 404 at its deadline."""
+    store = tmp_path / "store"
+    store.mkdir()
+    server = NodeMirror(
+        store, host="127.0.0.1", port=0, verifiers_file=None, caps=Caps(256, 256),
+        request_timeout_s=20.0, miss_wait_s=2.0,
+    )  # fmt: skip
+
+    def ask() -> tuple[int, float]:
+        digest = "sha256:" + os.urandom(32).hex()
+        started = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=15)
+        try:
+            conn.request("GET", f"/v2/site/none/manifests/{digest}")
+            return conn.getresponse().status, time.monotonic() - started
+        finally:
+            conn.close()
+
+    count = MAX_HELD + 8
+    loop = asyncio.get_running_loop()
+    async with server:
+        with concurrent.futures.ThreadPoolExecutor(count) as threads:  # all at once
+            answers = await asyncio.gather(
+                *(loop.run_in_executor(threads, ask) for _ in range(count))
+            )
+    assert {status for status, _ in answers} == {404}
+    at_once = [seconds for _, seconds in answers if seconds < 1.0]
+    held = [seconds for _, seconds in answers if seconds >= 1.9]
+    assert len(at_once) >= 8 and len(held) <= MAX_HELD, answers
+    assert held, "nothing was held: miss_wait_s had no effect"
