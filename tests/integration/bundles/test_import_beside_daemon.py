@@ -15,6 +15,7 @@ from tests.testenv.agent import Agent
 from tests.testenv.crio import Crio
 from tests.testenv.images import default_cache_dir
 from tests.testenv.signed_bundles import Keys, image, signed_bundle
+from tests.testenv.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +35,13 @@ def test_a_by_hand_import_beside_the_running_daemon_is_refused_then_works_alone(
         (keys.trusted_dir / "factory.pub").read_text()
     )
     with agent:
+        assert agent.process is not None
+        lock = agent.run_dir / "pins.lock"  # the daemon takes it first thing, holds it for life
+        pid = str(agent.process.pid)
+        wait_for(
+            lambda: lock.exists() and lock.read_text().strip() == pid,
+            timeout_s=30, what="the daemon holding the pin lock",
+        )  # fmt: skip
         done = agent.cli("bundle", "import", str(bundle.root))
         assert done.returncode == 75, done.stdout + done.stderr
         assert "error: DaemonRunning: the nodeagent daemon (process " in done.stderr
