@@ -158,7 +158,11 @@ class UpgradeStarter:
     async def _decide(self, cluster_version: Obj | None) -> StartDecision:
         held = await asyncio.to_thread(self.store.held)
         statuses = self.snapshots.get("statuses", {})
-        return decide(cluster_version, self.snapshots.get("nodes", {}), statuses, held)
+        # Every NodeImageStatus counts, with or without its Node: the admission policy takes
+        # each one as a param (deploy/opt-in/upgrade-start.yaml), so one left by a removed
+        # node must be said here, not met as a refusal at the patch.
+        nodes = {*self.snapshots.get("nodes", {}), *statuses}
+        return decide(cluster_version, nodes, statuses, held)
 
     async def judge(self) -> StartDecision:
         decision = await self._decide(self.snapshots.get("cv", {}).get(CLUSTER_VERSION_NAME))

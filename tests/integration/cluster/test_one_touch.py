@@ -82,6 +82,9 @@ def cluster_at_4_16_3(kube: KubeCluster, digest: str) -> tuple[CvoStandIn, list[
     Nodes' names."""
     install_deploy(kube)
     install_crd(kube)
+    # a NodeImageStatus another module left (without its Node) is a param of the admission
+    # policy all the same: start from none
+    kube.kubectl_ok("delete", "nis", "--all", "--wait")
     kube.kubectl("create", "namespace", "openshift-config-managed")  # another module may have
     for opt_in in ("release-signatures.yaml", "upgrade-start.yaml"):
         kube.kubectl_ok("apply", "--server-side", "-f", str(DEPLOY / "opt-in" / opt_in))
