@@ -70,15 +70,20 @@ def publish(kube: KubeCluster, node: str, pinned: list[str]) -> None:
 def _install_as_documented(kube: KubeCluster) -> None:
     kube.kubectl_ok("apply", "--server-side", "-f", str(OPT_IN), "-l", ADMISSION)
 
+    last: list[str] = [""]
+
     def refused() -> str | None:
         probe = kube.kubectl(
             "patch", "clusterversion", "version", "--type=merge", "--dry-run=server",
             "-p", '{"spec":{"channel":"probe"}}',
             "--as=system:node:probe", "--as-group=system:nodes", "--as-group=system:masters",
         )  # fmt: skip
+        last[0] = probe.stderr
         return probe.stderr if POLICY in probe.stderr else None
 
-    wait_for(refused, timeout_s=30, interval_s=0.1, what="the policy in force")
+    wait_for(
+        refused, timeout_s=30, interval_s=0.1, what="the policy in force", detail=lambda: last[0]
+    )
     kube.kubectl_ok("apply", "--server-side", "-f", str(OPT_IN))
 
 
