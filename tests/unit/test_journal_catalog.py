@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 import structlog
 
+import nodeagent
 from nodeagent import journal, logs
 from nodeagent.status import BundleReport, bundle_line
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "nodeagent"
+PACKAGE = Path(nodeagent.__file__).resolve().parent
+"""The package under test: the source tree, or the installed copy in the RPM's %check."""
 CATALOG = ROOT / "systemd" / "nodeagent.catalog"
 LOUD = frozenset({"warning", "error", "critical", "exception"})
 LEVELS = LOUD | {"info", "debug"}

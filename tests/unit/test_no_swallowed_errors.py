@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "nodeagent"
+import nodeagent
+
+PACKAGE = Path(nodeagent.__file__).resolve().parent
+"""The package under test: the source tree, or the installed copy in the RPM's %check."""
 BROAD = frozenset({"Exception", "BaseException"})
 
 
