@@ -34,13 +34,16 @@ class StoredReleaseReports:
         self._reports: tuple[ReleaseReport, ...] = ()
 
     def __call__(self) -> tuple[ReleaseReport, ...]:
+        bundles = self.root / layout.BUNDLES_DIR
         try:
-            changed_ns = (self.root / layout.BUNDLES_DIR).stat().st_mtime_ns
+            changed_ns = bundles.stat().st_mtime_ns
+            is_empty = next(bundles.iterdir(), None) is None
         except OSError:
             return ()
         key = (changed_ns, self.cluster_version())
         if key != self._key:
-            self._reports = self._read(key[1])
+            # an empty store loads no record or manifest code (the idle budget, decision 0069)
+            self._reports = () if is_empty else self._read(key[1])
             self._key = key
         return self._reports
 
