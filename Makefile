@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz e2e rpm proto clean
+.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz e2e rpm image image-twice proto clean
 
 ## test: install everything, then lint, types, import contracts and all tests (with a sample
 ## of the fault drills: pyproject's addopts deselect the drill_long ones)
@@ -71,6 +71,22 @@ e2e: deps
 ## rpm: build nodeagent's RPMs with rpmbuild into build/rpm (%check runs the unit tests)
 rpm: deps
 	$(BIN)/python tools/build_rpm.py --output build/rpm
+
+## image: nodeagent's OCI image (tools/build_image.py) into build/image, with the layout as one
+## tar for a stick (build/image/nodeagent-<version>.oci.tar); prints the manifest's digest
+image: deps
+	$(BIN)/python tools/build_image.py --output build/image --archive
+
+## image-twice: two builds from empty caches (debootstrap, wheels) must give the same digest
+image-twice: deps
+	rm -rf build/image-twice
+	for n in 1 2; do \
+	  NODEAGENT_TESTENV_CACHE=$(CURDIR)/build/image-twice/cache$$n \
+	    $(BIN)/python tools/build_image.py --output build/image-twice/out$$n \
+	    | tail -n 1 > build/image-twice/digest$$n || exit 1; \
+	done
+	cat build/image-twice/digest1 build/image-twice/digest2
+	cmp build/image-twice/digest1 build/image-twice/digest2
 
 ## proto: regenerate the CRI message modules from nodeagent/adapters/cri/api/runtime_v1.proto
 proto: $(VENV)/.installed
