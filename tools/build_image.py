@@ -1,6 +1,6 @@
 """Build nodeagent's container image (``make image``): an OCI layout, no registry, no base image.
 
-    python tools/build_image.py [--output build/image] [--archive]
+    python tools/build_image.py [--output build/image] [--archive] [--sign-key KEY.pem]
 
 The image is assembled here from three layers, each a tar written by this tool in a fixed
 order with fixed owners and clamped times, gzip'ed with no name and no time
@@ -27,7 +27,8 @@ reproducible in every case, and the root is read-only (``PYTHONDONTWRITEBYTECODE
 The result: ``<output>/`` is an OCI image layout (``index.json`` names the manifest with
 ``org.opencontainers.image.ref.name`` = ``localhost/nodeagent:<version>``) and, with ``--archive``,
 ``<output>/nodeagent-<version>.oci.tar``, the same layout as one tar (what a stick carries,
-``podman load`` and ``skopeo copy oci-archive:`` read it). The manifest's digest is printed
+``podman load`` and ``skopeo copy oci-archive:`` read it); with ``--sign-key``, also its
+signed statement (``.statement``, ``.statement.sig``: decision 0071). The digest is printed
 last. Two builds of the same commit from empty caches give the same digest
 (``make image-twice``), as long as Debian's archive served the same packages.
 """
@@ -268,6 +269,9 @@ def _pip_install(target: Path, *wheels: Path) -> None:
     shutil.rmtree(target / "bin", ignore_errors=True)
     for direct in target.glob("*.dist-info/direct_url.json"):
         direct.unlink()
+    for record in target.glob("*.dist-info/RECORD"):  # pip writes its lines in any order
+        lines = sorted(record.read_text().splitlines(keepends=True))
+        record.write_text("".join(lines))
     for cache in sorted(target.rglob("__pycache__")):
         shutil.rmtree(cache)
 
@@ -395,7 +399,26 @@ def write_archive(layout: Path, target: Path, epoch: int) -> None:
                 tar.addfile(info, stream)
 
 
-def build(output: Path, *, archive: bool) -> str:
+def statement(archive: Path, digest: str) -> bytes:
+    """What the image's signature covers: the archive's bytes and the manifest it holds
+    (systemd/container/nodeagent-image-load checks both)."""
+    archive_sum = hashlib.sha256(archive.read_bytes()).hexdigest()
+    lines = ["nodeagent-image-statement-v1", f"archive-sha256={archive_sum}"]
+    lines += [f"manifest-digest={digest}", f"archive={archive.name}"]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def sign_archive(archive: Path, digest: str, key: Path) -> Path:
+    """``<archive>.statement`` and its Ed25519 signature ``.statement.sig``, made with
+    openssl (the tool that checks it on the node); returns the statement's path."""
+    target = archive.with_name(archive.name.removesuffix(".oci.tar") + ".statement")
+    target.write_bytes(statement(archive, digest))
+    cmd = ["openssl", "pkeyutl", "-sign", "-inkey", str(key), "-rawin", "-in", str(target)]
+    subprocess.run([*cmd, "-out", f"{target}.sig"], check=True)
+    return target
+
+
+def build(output: Path, *, archive: bool, sign_key: Path | None = None) -> str:
     version = project_version()
     epoch = source_date_epoch()
     with tempfile.TemporaryDirectory(prefix="nodeagent-image.") as tmp:
@@ -411,8 +434,11 @@ def build(output: Path, *, archive: bool) -> str:
         layers.append(make_layer(nodeagent_tree(work), epoch))
     config = canonical_json(image_config(layers, epoch, version))
     digest = write_layout(output, layers, config, version)
-    if archive:
-        write_archive(output, output / f"nodeagent-{version}.oci.tar", epoch)
+    if archive or sign_key is not None:
+        tar = output / f"nodeagent-{version}.oci.tar"
+        write_archive(output, tar, epoch)
+        if sign_key is not None:
+            sign_archive(tar, digest, sign_key)
     sizes = ", ".join(f"{len(layer.blob) / 1e6:.1f}" for layer in layers)
     print(f"layers (MB, compressed): {sizes}; total {sum(len(x.blob) for x in layers) / 1e6:.1f}")
     print(digest)
@@ -423,8 +449,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "image")
     parser.add_argument("--archive", action="store_true", help="also write the layout as a tar")
+    parser.add_argument(
+        "--sign-key",
+        type=Path,
+        help="Ed25519 private key (PEM) of the agent image keys: sign the archive",
+    )
     args = parser.parse_args(argv)
-    build(args.output.resolve(), archive=args.archive)
+    build(args.output.resolve(), archive=args.archive, sign_key=args.sign_key)
     return 0
 
 
