@@ -107,3 +107,45 @@ def run_loader(paths: LoaderPaths, *devices: str) -> subprocess.CompletedProcess
         timeout=120,
         check=False,
     )
+
+
+NOTIFY_C = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+/* Sends each argument as one sd_notify datagram to $NOTIFY_SOCKET, 0.2 s apart. */
+int main(int argc, char **argv) {
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (!path) return 3;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    strncpy(addr.sun_path, path, sizeof(addr.sun_path) - 1);
+    for (int i = 1; i < argc; i++) {
+        int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+        sendto(fd, argv[i], strlen(argv[i]), 0, (struct sockaddr *)&addr, sizeof(addr));
+        close(fd);
+        usleep(200000);
+    }
+    sleep(1);
+    return 0;
+}
+"""
+
+
+def notify_layout(directory: Path) -> Path:
+    """An OCI layout of one static binary, ``/notify``, its entrypoint: it sends its
+    arguments to ``$NOTIFY_SOCKET`` as the daemon's notifier would."""
+    tool = build_image_tool()
+    tree = directory / "tree"
+    tree.mkdir(parents=True)
+    source = directory / "notify.c"
+    source.write_text(NOTIFY_C)
+    cmd = ["cc", "-static", "-Os", "-o", str(tree / "notify"), str(source)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    layer = tool.make_layer(tree, 1_700_000_000)
+    config = tool.image_config([layer], 1_700_000_000, "notify")
+    config["config"] = {"Entrypoint": ["/notify"]}
+    layout = directory / "layout"
+    tool.write_layout(layout, [layer], tool.canonical_json(config), "notify")
+    return layout
