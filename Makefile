@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz e2e rpm image image-twice proto clean
+.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz e2e rpm image image-twice container-e2e proto clean
 
 ## test: install everything, then lint, types, import contracts and all tests (with a sample
 ## of the fault drills: pyproject's addopts deselect the drill_long ones)
@@ -87,6 +87,11 @@ image-twice: deps
 	done
 	cat build/image-twice/digest1 build/image-twice/digest2
 	cmp build/image-twice/digest1 build/image-twice/digest2
+
+## container-e2e: the container variant under systemd-nspawn with Debian's podman: first image
+## from a stick, READY, journal, pins, kill and restart (tests/e2e/test_container_unit.py)
+container-e2e: deps
+	$(BIN)/python -m pytest tests/e2e/test_container_unit.py -m container_long $(PYTEST_ARGS)
 
 ## proto: regenerate the CRI message modules from nodeagent/adapters/cri/api/runtime_v1.proto
 proto: $(VENV)/.installed

@@ -19,7 +19,11 @@ LOADER = ROOT / "systemd" / "container" / "nodeagent-image-load"
 
 def build_image_tool() -> ModuleType:
     """tools/build_image.py (a script, not a package) as a module."""
-    name = "build_image"
+    return load_tool("build_image")
+
+
+def load_tool(name: str) -> ModuleType:
+    """A script of tools/ (not a package) as a module."""
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")

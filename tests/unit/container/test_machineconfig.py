@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.container import ROOT, load_tool
+from tests.testenv.agent_image import load_tool
+from tests.unit.container import ROOT
 
 render_machineconfig = load_tool("render_machineconfig")
 SOURCE = ROOT / "deploy/machineconfig/nodeagent.bu"

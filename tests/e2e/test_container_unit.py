@@ -1,0 +1,142 @@
+"""The container variant end to end (docs/install-rhcos.md): a node with no RPM, what the
+MachineConfig carries installed (tests/testenv/container_node.py), Debian's podman; the
+first image, built by tools/build_image.py and signed with an agent image key, comes from an
+ext4 stick on a loop device through nodeagent-image-load; nodeagent.service then runs it:
+READY reached, its lines in ``journalctl -u nodeagent`` with their fields, a PinnedImageSet
+pinned, ``systemctl kill`` recovered by Restart=, and after a reboot the pins rendered from
+the image before CRI-O started. Long (an image build and a 150 MB vfs copy): ``make
+container-e2e`` runs it; make test runs its sample (tests/integration/container,
+tests/unit/container)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeagent.adapters.cri.client import CriClient
+from tests.conftest import Pushed
+from tests.testenv.agent import set_state
+from tests.testenv.agent_image import build_image_tool, ed25519_key
+from tests.testenv.bundles import ext4_media
+from tests.testenv.container_node import make_container_node_root
+from tests.testenv.node import Node, node_options
+from tests.testenv.nspawn import Container
+from tests.testenv.registry import Registry
+from tests.testenv.udev import free_loop_device
+
+pytestmark = [pytest.mark.container_long, pytest.mark.timeout(1200)]
+SET = "e2e-container"
+
+
+class Built:
+    def __init__(self, stick_tree: Path, digest: str, key_pem: Path) -> None:
+        self.stick_tree = stick_tree
+        self.digest = digest
+        self.key_pem = key_pem
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The real image (make image's tool), its archive signed by a test agent image key."""
+    base = tmp_path_factory.mktemp("image")
+    private, public = ed25519_key(base / "keys", "agent-images")
+    tool = build_image_tool()
+    digest: str = tool.build(base / "layout", archive=True, sign_key=private)
+    stick = base / "stick" / "nodeagent-image"
+    stick.mkdir(parents=True)
+    for made in (base / "layout").glob("nodeagent-*"):
+        shutil.copy(made, stick / made.name)
+    return Built(base / "stick", digest, public)
+
+
+@pytest.fixture(scope="module")
+def cnode(
+    tmp_path_factory: pytest.TempPathFactory, built: Built, registry: Registry
+) -> Iterator[Node]:
+    base = tmp_path_factory.mktemp("cnode")
+    root = make_container_node_root(base, registry.host, built.key_pem)
+    options = node_options(["--bind-ro=/usr/bin/runc", "--bind-ro=/run/udev"])
+    container = Container(root, base / "nspawn", machine="nodeagent-ce2e", options=options)
+    try:
+        container.boot()
+        yield Node(root, container)
+    finally:
+        container.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def loaded(cnode: Node, built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The stick plugged in, the loader run: the image is in nodeagent's own storage."""
+    work = tmp_path_factory.mktemp("stick")
+    media = ext4_media(work, built.stick_tree, label="NODEAGENT-IMAGE")
+    devnode = free_loop_device()
+    rdev = Path(devnode).stat().st_rdev
+    mknod = f"[ -b {devnode} ] || mknod {devnode} b {os.major(rdev)} {os.minor(rdev)}"
+    cnode.container.run("sh", "-c", mknod)
+    media.attach(devnode)
+    try:
+        cnode.container.systemctl("restart", "nodeagent-image-load.service")
+        yield devnode
+    finally:
+        media.detach()
+
+
+def test_the_first_image_comes_from_the_stick_and_the_unit_reaches_ready(
+    cnode: Node, built: Built, loaded: str
+) -> None:
+    lines = cnode.journal("-u", "nodeagent-image-load", "-o", "cat")
+    assert "nodeagent_image_loaded: archive=" in lines, lines
+    assert built.digest in lines
+    loaded_digest = cnode.container.live("/var/lib/nodeagent/image/loaded").read_text().strip()
+    assert loaded_digest == built.digest
+    cnode.container.systemctl("restart", "nodeagent.service")
+    cnode.wait_active("crio.service", "nodeagent.service", timeout_s=300)
+    env = cnode.container.live("/run/nodeagent/image.env").read_text()
+    assert f"localhost/nodeagent@{built.digest}" in env
+    # CRI-O's storage holds no trace of the agent's image: it lives in nodeagent's own.
+    assert not (cnode.root / "var/lib/containers/storage/overlay-images").exists() or not any(
+        built.digest.removeprefix("sha256:") in p.name
+        for p in (cnode.root / "var/lib/containers/storage").rglob("*")
+    )
+
+
+def test_the_daemons_lines_are_under_the_units_name_with_their_fields(
+    cnode: Node, loaded: str
+) -> None:
+    cnode.wait_active("nodeagent.service", timeout_s=300)
+    entry = cnode.wait_event("sync_finished", "daemon_started", timeout_s=180)
+    assert entry["_SYSTEMD_UNIT"] == "nodeagent.service"
+    assert entry["NODEAGENT_EVENT"] in {"sync_finished", "daemon_started"}
+
+
+async def test_a_set_is_pinned_by_the_container_agent(
+    cnode: Node, loaded: str, pushed: Pushed
+) -> None:
+    cnode.wait_active("nodeagent.service", timeout_s=300)
+    refs = [pushed.ref(pushed.base_a)]
+    cnode.write_set(SET, refs)
+    cnode.wait_status(lambda s: set_state(s, SET) == "Pinned", what=f"{SET} pinned", timeout_s=240)
+    async with CriClient(cnode.cri_endpoint) as cri:
+        image = await cri.image_status(refs[0])
+    assert image is not None and image.is_pinned
+
+
+def test_systemctl_kill_then_restart_recovers(cnode: Node, loaded: str) -> None:
+    cnode.wait_active("nodeagent.service", timeout_s=300)
+    before = int(cnode.show("nodeagent.service", "NRestarts")["NRestarts"])
+    cnode.container.systemctl("kill", "--signal=SIGKILL", "nodeagent.service")
+    from tests.testenv.waiting import wait_for
+
+    wait_for(
+        lambda: int(cnode.show("nodeagent.service", "NRestarts")["NRestarts"]) > before or None,
+        timeout_s=120,
+        interval_s=0.5,
+        what="nodeagent restarted",
+        detail=lambda: cnode.unit_status("nodeagent.service"),
+    )
+    cnode.wait_active("nodeagent.service", timeout_s=300)
