@@ -59,7 +59,10 @@ def cnode(
 ) -> Iterator[Node]:
     base = tmp_path_factory.mktemp("cnode")
     root = make_container_node_root(base, registry.host, built.key_pem)
-    options = node_options(["--bind-ro=/usr/bin/runc", "--bind-ro=/run/udev"])
+    # runc (crun refuses this machine's hybrid cgroups) and openssl (RHCOS has it; Debian's
+    # minbase root has only its library) from this machine.
+    binds = ["--bind-ro=/usr/bin/runc", "--bind-ro=/usr/bin/openssl", "--bind-ro=/run/udev"]
+    options = node_options(binds)
     container = Container(root, base / "nspawn", machine="nodeagent-ce2e", options=options)
     try:
         container.boot()
