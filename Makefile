@@ -78,10 +78,12 @@ image: deps
 	$(BIN)/python tools/build_image.py --output build/image --archive
 
 ## image-twice: two builds from empty caches (debootstrap, wheels) must give the same digest
+## (one SOURCE_DATE_EPOCH for both: a commit between them would change it)
 image-twice: deps
 	rm -rf build/image-twice
+	epoch=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct)}; \
 	for n in 1 2; do \
-	  NODEAGENT_TESTENV_CACHE=$(CURDIR)/build/image-twice/cache$$n \
+	  SOURCE_DATE_EPOCH=$$epoch NODEAGENT_TESTENV_CACHE=$(CURDIR)/build/image-twice/cache$$n \
 	    $(BIN)/python tools/build_image.py --output build/image-twice/out$$n \
 	    | tail -n 1 > build/image-twice/digest$$n || exit 1; \
 	done

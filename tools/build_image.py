@@ -236,6 +236,14 @@ def _add_host_tools(root: Path) -> None:
         link.symlink_to("../libexec/nodeagent/host-tool")
 
 
+def _unmount_under(root: Path) -> None:
+    """Unmount what is mounted under ``root`` (deepest first) before it is removed."""
+    mounts = Path("/proc/self/mounts").read_text().splitlines()
+    points = [line.split()[1] for line in mounts if line.split()[1].startswith(f"{root}/")]
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False)
+
+
 def base_root_tar(cache: Path) -> Path:
     """The pruned Debian root as a plain tar, made once per package list."""
     tarball = cache / f"image-root-{SUITE}-{base_key()}.tar"
@@ -249,6 +257,7 @@ def base_root_tar(cache: Path) -> Path:
             [*cmd, SUITE, str(root), MIRROR], capture_output=True, text=True, check=False
         )
         if done.returncode != 0:
+            _unmount_under(root)  # a failed debootstrap may leave /proc mounted in the root
             raise SystemExit(f"debootstrap failed ({done.returncode}):\n{done.stdout[-4000:]}")
         _prune(root)
         _normalize(root)
