@@ -20,13 +20,15 @@ import pytest
 from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
 from tests.testenv.agent import set_state
-from tests.testenv.agent_image import build_image_tool, ed25519_key
+from tests.testenv.agent_image import build_image_tool, ed25519_key, tiny_archive
 from tests.testenv.bundles import ext4_media
+from tests.testenv.container_node import PODMAN as E2E_PODMAN
 from tests.testenv.container_node import make_container_node_root
 from tests.testenv.node import Node, node_options
 from tests.testenv.nspawn import Container
 from tests.testenv.registry import Registry
 from tests.testenv.udev import free_loop_device
+from tests.testenv.waiting import wait_for
 
 pytestmark = [pytest.mark.container_long, pytest.mark.timeout(1200)]
 SET = "e2e-container"
@@ -133,8 +135,6 @@ def test_systemctl_kill_then_restart_recovers(cnode: Node, loaded: str) -> None:
     cnode.wait_active("nodeagent.service", timeout_s=300)
     before = int(cnode.show("nodeagent.service", "NRestarts")["NRestarts"])
     cnode.container.systemctl("kill", "--signal=SIGKILL", "nodeagent.service")
-    from tests.testenv.waiting import wait_for
-
     wait_for(
         lambda: int(cnode.show("nodeagent.service", "NRestarts")["NRestarts"]) > before or None,
         timeout_s=120,
@@ -143,3 +143,51 @@ def test_systemctl_kill_then_restart_recovers(cnode: Node, loaded: str) -> None:
         detail=lambda: cnode.unit_status("nodeagent.service"),
     )
     cnode.wait_active("nodeagent.service", timeout_s=300)
+
+
+def test_a_broken_self_update_is_rolled_back_to_the_previous_digest(
+    cnode: Node, built: Built, loaded: str, tmp_path: Path
+) -> None:
+    """The daemon's drop-in names a next image that exits at start (no entrypoint): the
+    host's judge (nodeagent-image-health, started here as its timer would) sees the
+    restarts, rejects the digest, removes the drop-in and the unit runs the previous one."""
+    cnode.wait_active("nodeagent.service", timeout_s=300)
+    private, _ = ed25519_key(tmp_path / "keys", "unused")
+    broken = tiny_archive(tmp_path / "broken", private, version="0.0.0-broken")
+    shutil.copy(broken.archive, cnode.root / "var/tmp/broken.oci.tar")
+    podman = E2E_PODMAN.split()
+    cnode.container.run(*podman, "load", "--quiet", "--input", "/var/tmp/broken.oci.tar")
+    dropin = "/etc/systemd/system/nodeagent.service.d/50-self-update.conf"
+    text = (
+        "[Service]\n"
+        f"Environment=NODEAGENT_IMAGE_NEXT={broken.digest}\n"
+        f"Environment=NODEAGENT_IMAGE_NEXT_BASE={built.digest}\n"
+    )
+    (cnode.root / dropin.lstrip("/")).write_text(text)
+    cnode.container.systemctl("daemon-reload")
+    cnode.container.systemctl("restart", "--no-block", "nodeagent.service")
+    env_file = cnode.container.live("/run/nodeagent/image.env")
+    wait_for(
+        lambda: broken.digest in env_file.read_text() or None,
+        timeout_s=60,
+        interval_s=0.2,
+        what="the self-update selected",
+    )
+    restarts = int(cnode.show("nodeagent.service", "NRestarts")["NRestarts"])
+    cnode.container.systemctl("start", "nodeagent-image-health.service")  # the trial begins
+    wait_for(
+        lambda: int(cnode.show("nodeagent.service", "NRestarts")["NRestarts"]) > restarts or None,
+        timeout_s=120,
+        interval_s=0.5,
+        what="the broken image restarted",
+        detail=lambda: cnode.unit_status("nodeagent.service"),
+    )
+    cnode.container.systemctl("start", "nodeagent-image-health.service")  # its next run
+    lines = cnode.journal("-u", "nodeagent-image-health", "-u", "nodeagent-image-rollback")
+    assert f"nodeagent_image_rolled_back: image={broken.digest}" in lines, lines
+    assert not (cnode.root / dropin.lstrip("/")).exists()
+    rejected = cnode.root / "var/lib/nodeagent/image/rejected"
+    assert broken.digest in rejected.read_text()
+    cnode.wait_active("nodeagent.service", timeout_s=300)
+    env = cnode.container.live("/run/nodeagent/image.env").read_text()
+    assert f"localhost/nodeagent@{built.digest}" in env
