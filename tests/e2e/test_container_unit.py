@@ -27,7 +27,7 @@ from tests.testenv.container_node import make_container_node_root
 from tests.testenv.node import Node, node_options
 from tests.testenv.nspawn import Container
 from tests.testenv.registry import Registry
-from tests.testenv.udev import free_loop_device
+from tests.testenv.udev import Udevd, free_loop_device
 from tests.testenv.waiting import wait_for
 
 pytestmark = [pytest.mark.container_long, pytest.mark.timeout(1200)]
@@ -57,7 +57,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture(scope="module")
 def cnode(
-    tmp_path_factory: pytest.TempPathFactory, built: Built, registry: Registry
+    tmp_path_factory: pytest.TempPathFactory,
+    built: Built,
+    registry: Registry,
+    host_udevd: Udevd,  # its /run/udev is bound in: the node sees sticks through udev
 ) -> Iterator[Node]:
     base = tmp_path_factory.mktemp("cnode")
     root = make_container_node_root(base, registry.host, built.key_pem)
