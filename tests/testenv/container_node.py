@@ -5,13 +5,14 @@ up as tests/testenv/node.py does, and installs exactly what deploy/machineconfig
 MachineConfig carries (rendered by tools/render_machineconfig.py: its files, units,
 drop-ins and enablement), as the Machine Config Daemon would write them. Two test
 adjustments, each a drop-in: the agent image keys are the test's, no digest is pinned (the
-first image comes from a stick), and podman runs with runc and ``E2E_DRIVER`` (this
-machine's cgroups are hybrid, which crun refuses; docs/testing.md).
+first image comes from a stick), and podman runs with crun, cgroups off and
+``E2E_DRIVER`` (see ``RUN_OPTS``).
 """
 
 from __future__ import annotations
 
 import re
+import resource
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,21 @@ PODMAN_PACKAGES: tuple[str, ...] = (*ROOTFS_PACKAGES, "podman", "containernetwor
 E2E_DRIVER = "vfs"
 PODMAN = (
     "/usr/bin/podman --root /var/lib/nodeagent/image/storage --runroot /run/nodeagent/image"
-    f" --storage-driver {E2E_DRIVER} --cgroup-manager systemd --runtime /usr/bin/runc"
+    f" --storage-driver {E2E_DRIVER} --cgroup-manager systemd --runtime /usr/bin/crun"
 )
-E2E_DROPIN = f"""# nodeagent e2e: runc (hybrid cgroups), {E2E_DRIVER}; nothing pinned by digest.
+# Under nspawn on this machine (cgroup v1) the node's cgroup controllers are read-only: runc
+# cannot create the container's cgroups, and crun refuses hybrid hierarchies unless cgroups
+# are off. So the e2e runs `--cgroups=disabled` with crun, which podman allows only with a
+# private PID namespace, and which takes every rlimit podman sets (the node's own NPROC
+# limit). --cgroups=split and --pid=host are therefore not exercised here. nspawn's
+# system call filter refuses session keyrings: containers.conf turns them off.
+NPROC = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+RUN_OPTS = f"--cgroups=disabled --pid=private --ulimit nproc={NPROC}:{NPROC}"
+CONTAINERS_CONF = "[containers]\nkeyring = false\n"
+E2E_DROPIN = f"""# nodeagent e2e: crun without cgroups, {E2E_DRIVER}; nothing pinned by digest.
 [Service]
 Environment="NODEAGENT_PODMAN={PODMAN}"
+Environment="NODEAGENT_PODMAN_RUN_OPTS={RUN_OPTS}"
 Environment=NODEAGENT_IMAGE_PINNED=
 Environment=NODEAGENT_IMAGE_DRIVER={E2E_DRIVER}
 """
@@ -67,6 +78,7 @@ def make_container_node_root(base: Path, registry_host: str, image_key_pem: Path
     _write(root, "/etc/nodeagent/image-keys.d/agent-images.pem", image_key_pem.read_text())
     (root / "etc/nodeagent/trusted-keys.d/bundle-key.pub").unlink()
     _write(root, "/etc/nodeagent/config.d/50-e2e.toml", E2E_CONFIG)
+    _write(root, "/etc/containers/containers.conf", CONTAINERS_CONF)
     for unit in ("nodeagent.service", "nodeagent-peer.service", "nodeagent-image-load.service"):
         _write(root, f"/etc/systemd/system/{unit}.d/90-e2e.conf", E2E_DROPIN)
     return root
