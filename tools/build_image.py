@@ -278,9 +278,10 @@ def _pip_install(target: Path, *wheels: Path) -> None:
     shutil.rmtree(target / "bin", ignore_errors=True)
     for direct in target.glob("*.dist-info/direct_url.json"):
         direct.unlink()
-    for record in target.glob("*.dist-info/RECORD"):  # pip writes its lines in any order
-        lines = sorted(record.read_text().splitlines(keepends=True))
-        record.write_text("".join(lines))
+    for record in target.glob("*.dist-info/RECORD"):  # pip writes its lines in any order,
+        lines = record.read_text().splitlines(keepends=True)  # and names the removed file
+        kept = [line for line in lines if "/direct_url.json," not in line]
+        record.write_text("".join(sorted(kept)))
     for cache in sorted(target.rglob("__pycache__")):
         shutil.rmtree(cache)
 
