@@ -19,6 +19,7 @@ import pytest
 
 from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
+from tests.e2e.test_reboot import start_pins
 from tests.testenv.agent import set_state
 from tests.testenv.agent_image import build_image_tool, ed25519_key, tiny_archive
 from tests.testenv.bundles import ext4_media
@@ -67,7 +68,11 @@ def cnode(
     # openssl from this machine (RHCOS has the command; Debian's minbase root only its library).
     binds = ["--bind-ro=/usr/bin/openssl", "--bind-ro=/run/udev"]
     options = node_options(binds)
-    container = Container(root, base / "nspawn", machine="nodeagent-ce2e", options=options)
+    # Boots wait for nodeagent.service (before crio.service), whose first start copies the
+    # image's 150 MB root (vfs): more than the default minute.
+    container = Container(
+        root, base / "nspawn", machine="nodeagent-ce2e", options=options, boot_timeout_s=300
+    )
     try:
         container.boot()
         yield Node(root, container)
@@ -131,6 +136,24 @@ async def test_a_set_is_pinned_by_the_container_agent(
     async with CriClient(cnode.cri_endpoint) as cri:
         image = await cri.image_status(refs[0])
     assert image is not None and image.is_pinned
+
+
+def test_after_a_reboot_the_pins_are_rendered_from_the_image_before_crio_starts(
+    cnode: Node, loaded: str, pushed: Pushed
+) -> None:
+    """render-pins --write runs from the image in the unit's ExecStartPre, and the unit is
+    ordered before crio.service: the configuration CRI-O logs when it starts, before it
+    listens, already holds the pins."""
+    refs = [pushed.ref(pushed.base_a)]
+    cnode.wait_status(lambda s: set_state(s, SET) == "Pinned", what=f"{SET} pinned", timeout_s=240)
+    cnode.container.reboot(timeout_s=120)
+    cnode.wait_active("crio.service", "nodeagent.service", timeout_s=300)
+    assert set(refs) <= set(start_pins(cnode))
+    crio = cnode.show("crio.service", "ExecMainStartTimestampMonotonic")
+    agent = cnode.show("nodeagent.service", "ActiveEnterTimestampMonotonic")
+    assert int(crio["ExecMainStartTimestampMonotonic"]) > int(
+        agent["ActiveEnterTimestampMonotonic"]
+    )
 
 
 def test_systemctl_kill_then_restart_recovers(cnode: Node, loaded: str) -> None:
