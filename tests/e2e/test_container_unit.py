@@ -24,14 +24,18 @@ from tests.testenv.agent import set_state
 from tests.testenv.agent_image import build_image_tool, ed25519_key, tiny_archive
 from tests.testenv.bundles import ext4_media
 from tests.testenv.container_node import PODMAN as E2E_PODMAN
-from tests.testenv.container_node import make_container_node_root
+from tests.testenv.container_node import (
+    install_machine_config,
+    machine_config,
+    make_container_node_root,
+)
 from tests.testenv.node import Node, node_options
 from tests.testenv.nspawn import Container
 from tests.testenv.registry import Registry
 from tests.testenv.udev import Udevd, free_loop_device
 from tests.testenv.waiting import wait_for
 
-pytestmark = [pytest.mark.container_long, pytest.mark.timeout(1200)]
+long_case = pytest.mark.container_long
 SET = "e2e-container"
 
 
@@ -98,6 +102,8 @@ def loaded(cnode: Node, built: Built, tmp_path_factory: pytest.TempPathFactory) 
         media.detach()
 
 
+@long_case
+@pytest.mark.timeout(1200)
 def test_the_first_image_comes_from_the_stick_and_the_unit_reaches_ready(
     cnode: Node, built: Built, loaded: str
 ) -> None:
@@ -117,6 +123,8 @@ def test_the_first_image_comes_from_the_stick_and_the_unit_reaches_ready(
     )
 
 
+@long_case
+@pytest.mark.timeout(1200)
 def test_the_daemons_lines_are_under_the_units_name_with_their_fields(
     cnode: Node, loaded: str
 ) -> None:
@@ -126,6 +134,8 @@ def test_the_daemons_lines_are_under_the_units_name_with_their_fields(
     assert entry["NODEAGENT_EVENT"] in {"sync_finished", "daemon_started"}
 
 
+@long_case
+@pytest.mark.timeout(1200)
 async def test_a_set_is_pinned_by_the_container_agent(
     cnode: Node, loaded: str, pushed: Pushed
 ) -> None:
@@ -138,6 +148,8 @@ async def test_a_set_is_pinned_by_the_container_agent(
     assert image is not None and image.is_pinned
 
 
+@long_case
+@pytest.mark.timeout(1200)
 def test_after_a_reboot_the_pins_are_rendered_from_the_image_before_crio_starts(
     cnode: Node, loaded: str, pushed: Pushed
 ) -> None:
@@ -156,6 +168,8 @@ def test_after_a_reboot_the_pins_are_rendered_from_the_image_before_crio_starts(
     )
 
 
+@long_case
+@pytest.mark.timeout(1200)
 def test_systemctl_kill_then_restart_recovers(cnode: Node, loaded: str) -> None:
     cnode.wait_active("nodeagent.service", timeout_s=300)
     before = int(cnode.show("nodeagent.service", "NRestarts")["NRestarts"])
@@ -170,6 +184,8 @@ def test_systemctl_kill_then_restart_recovers(cnode: Node, loaded: str) -> None:
     cnode.wait_active("nodeagent.service", timeout_s=300)
 
 
+@long_case
+@pytest.mark.timeout(1200)
 def test_a_broken_self_update_is_rolled_back_to_the_previous_digest(
     cnode: Node, built: Built, loaded: str, tmp_path: Path
 ) -> None:
@@ -216,3 +232,20 @@ def test_a_broken_self_update_is_rolled_back_to_the_previous_digest(
     cnode.wait_active("nodeagent.service", timeout_s=300)
     env = cnode.container.live("/run/nodeagent/image.env").read_text()
     assert f"localhost/nodeagent@{built.digest}" in env
+
+
+def test_the_node_root_carries_what_the_machine_config_installs(tmp_path: Path) -> None:
+    """make test's sample of this module: the MachineConfig's files, units, drop-in and
+    enablement land where the MCD writes them (no boot; the long cases boot this root)."""
+    root = tmp_path / "root"
+    config = machine_config()
+    install_machine_config(root, config)
+    units = root / "etc/systemd/system"
+    assert "--sdnotify=container" in (units / "nodeagent.service").read_text()
+    assert (units / "nodeagent.service.d/10-image.conf").exists()
+    assert (units / "multi-user.target.wants/nodeagent.service").is_symlink()
+    assert (units / "multi-user.target.wants/nodeagent-image-load.service").is_symlink()
+    assert (units / "timers.target.wants/nodeagent-image-health.timer").is_symlink()
+    loader = root / "usr/local/libexec/nodeagent/nodeagent-image-load"
+    assert loader.stat().st_mode & 0o777 == 0o755
+    assert (root / "etc/nodeagent/image-keys.d/agent-images.pem").exists()
