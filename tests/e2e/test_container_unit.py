@@ -68,6 +68,10 @@ def cnode(
     host_udevd: Udevd,  # its /run/udev is bound in: the node sees sticks through udev
 ) -> Iterator[Node]:
     base = tmp_path_factory.mktemp("cnode")
+    own_udevd = None
+    if not Path("/run/udev").exists():  # a udevd another session started has gone since
+        own_udevd = Udevd(base / "udevd")
+        own_udevd.start()
     root = make_container_node_root(base, registry.host, built.key_pem)
     # openssl from this machine (RHCOS has the command; Debian's minbase root only its library).
     binds = ["--bind-ro=/usr/bin/openssl", "--bind-ro=/run/udev"]
@@ -83,6 +87,8 @@ def cnode(
     finally:
         container.stop()
         shutil.rmtree(root, ignore_errors=True)
+        if own_udevd is not None:
+            own_udevd.stop()
 
 
 @pytest.fixture(scope="module")
