@@ -75,7 +75,10 @@ HOST_TOOL = """#!/bin/sh
 # nodeagent (container): run a tool of the host (bootc, rpm-ostree) in the host's mount
 # namespace; the container runs with --pid=host, so PID 1 is the host's systemd. A host
 # without the tool: exit 127, as a shell does for a command it cannot find.
+# PID 1 in this container's own mount namespace (not run with --pid=host): no host to reach,
+# and nsenter would only run this wrapper again.
 tool="/usr/bin/$(basename "$0")"
+[ "$(readlink /proc/1/ns/mnt)" != "$(readlink /proc/self/ns/mnt)" ] || exit 127
 [ -x "/proc/1/root$tool" ] || exit 127
 exec nsenter --target 1 --mount -- "$tool" "$@"
 """

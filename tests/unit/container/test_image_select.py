@@ -6,7 +6,6 @@ all is an error, never an empty reference."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -70,16 +69,3 @@ def test_write_replaces_the_environment_file(tmp_path: Path) -> None:
     assert target.read_text() == (
         f"NODEAGENT_IMAGE=localhost/nodeagent@{A}\nNODEAGENT_IMAGE_REASON=machineconfig\n"
     )
-
-
-def test_every_message_id_of_the_host_scripts_has_its_catalog_entry() -> None:
-    scripts = ["nodeagent-image-load", "nodeagent-image-rollback"]
-    used = set()
-    for name in scripts:
-        used |= set(
-            re.findall(r"id=([0-9a-f]{32})", (ROOT / "systemd/container" / name).read_text())
-        )
-    catalog = (ROOT / "systemd/container/nodeagent-image.catalog").read_text()
-    entries = set(re.findall(r"^-- ([0-9a-f]{32})$", catalog, re.MULTILINE))
-    assert used == entries
-    assert len(used) == 6
