@@ -26,6 +26,8 @@ HOST_FACILITIES = {
     "/run/systemd/journal": "the journal's native socket: fields and catalog ids",
     "/run/dbus/system_bus_socket": "systemd over D-Bus: CRI-O's reload job",
     "/var/tmp": "stall detection watches CRI-O's staging files (decision 0005)",
+    "/var/lib/containers/storage": "CRI-O's image filesystem (ImageFsInfo): its free space"
+    " for disk admission, the OS image's layers (decision 0060); read-only",
 }
 """Mounts that no configuration key names, each with what needs it."""
 
@@ -106,8 +108,9 @@ def test_every_mount_is_a_configured_path_or_a_named_facility() -> None:
 
 def test_read_only_where_nodeagent_only_reads() -> None:
     mounts = volumes(exec_line("ExecStart"))
-    for target in ("/var/lib/kubelet", "/etc/kubernetes", "/var/tmp", "/run/udev"):
-        assert mounts[PurePosixPath(target)][1] == "ro", target
+    read_only = ("/var/lib/kubelet", "/etc/kubernetes", "/var/tmp", "/run/udev")
+    for target in (*read_only, "/var/lib/containers/storage"):
+        assert "ro" in mounts[PurePosixPath(target)][1].split(","), target
     for target in ("/var/lib/nodeagent", "/run/nodeagent", "/run/crio", "/etc/crio"):
         assert "ro" not in mounts[PurePosixPath(target)][1].split(","), target
 
@@ -142,3 +145,17 @@ def test_boot_pins_are_rendered_from_the_image_before_crio() -> None:
     pre = exec_line("ExecStartPre")
     assert pre[-2:] == ["render-pins", "--write"]
     assert re.search(r"^Before=crio\.service", UNIT.read_text(), re.MULTILINE)
+
+
+def test_directories_holding_other_mounts_are_bound_without_them() -> None:
+    """A recursive bind would copy pods' volume and shm mounts into nodeagent's namespace."""
+    mounts = volumes(exec_line("ExecStart"))
+    for target in (
+        "/var/lib/kubelet",
+        "/run/containers",
+        "/var/lib/nodeagent",
+        "/run/nodeagent",
+        "/run/crio",
+        "/var/lib/containers/storage",
+    ):
+        assert "bind" in mounts[PurePosixPath(target)][1].split(","), target
