@@ -127,6 +127,7 @@ def test_runs_in_the_hosts_namespaces_with_the_journal(name: str) -> None:
     for flag in ("--privileged", "--pid=host", "--network=host", "--log-driver=passthrough"):
         assert flag in words, (name, flag)
     assert words[-1] in {"run", "--write"}
+    assert "--pull=never" in words  # the image is in nodeagent's storage: no registry, ever
     assert "$NODEAGENT_IMAGE" in words or any("NODEAGENT_IMAGE" in w for w in words)
 
 
