@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz e2e rpm proto clean
+.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz e2e rpm image image-twice container-e2e proto clean
 
 ## test: install everything, then lint, types, import contracts and all tests (with a sample
 ## of the fault drills: pyproject's addopts deselect the drill_long ones)
@@ -77,6 +77,29 @@ e2e: deps
 ## rpm: build nodeagent's RPMs with rpmbuild into build/rpm (%check runs the unit tests)
 rpm: deps
 	$(BIN)/python tools/build_rpm.py --output build/rpm
+
+## image: nodeagent's OCI image (tools/build_image.py) into build/image, with the layout as one
+## tar for a stick (build/image/nodeagent-<version>.oci.tar); prints the manifest's digest
+image: deps
+	$(BIN)/python tools/build_image.py --output build/image --archive
+
+## image-twice: two builds from empty caches (debootstrap, wheels) must give the same digest
+## (one SOURCE_DATE_EPOCH for both: a commit between them would change it)
+image-twice: deps
+	rm -rf build/image-twice
+	epoch=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct)}; \
+	for n in 1 2; do \
+	  SOURCE_DATE_EPOCH=$$epoch NODEAGENT_TESTENV_CACHE=$(CURDIR)/build/image-twice/cache$$n \
+	    $(BIN)/python tools/build_image.py --output build/image-twice/out$$n \
+	    | tail -n 1 > build/image-twice/digest$$n || exit 1; \
+	done
+	cat build/image-twice/digest1 build/image-twice/digest2
+	cmp build/image-twice/digest1 build/image-twice/digest2
+
+## container-e2e: the container variant under systemd-nspawn with Debian's podman: first image
+## from a stick, READY, journal, pins, kill and restart (tests/e2e/test_container_unit.py)
+container-e2e: deps
+	$(BIN)/python -m pytest tests/e2e/test_container_unit.py -m container_long $(PYTEST_ARGS)
 
 ## proto: regenerate the CRI message modules from nodeagent/adapters/cri/api/runtime_v1.proto
 proto: $(VENV)/.installed

@@ -1,0 +1,155 @@
+"""nodeagent's own image for the container variant's tests: a tiny signed OCI archive made
+with tools/build_image.py's functions, an Ed25519 key of the agent image keys made with
+openssl (the node's tool), and the host-side loader (systemd/container/nodeagent-image-load)
+run against a private podman storage in the test's directory."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+LOADER = ROOT / "systemd" / "container" / "nodeagent-image-load"
+
+
+def build_image_tool() -> ModuleType:
+    """tools/build_image.py (a script, not a package) as a module."""
+    return load_tool("build_image")
+
+
+def load_tool(name: str) -> ModuleType:
+    """A script of tools/ (not a package) as a module."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def ed25519_key(directory: Path, name: str) -> tuple[Path, Path]:
+    """(private, public) PEM files."""
+    directory.mkdir(parents=True, exist_ok=True)
+    private, public = directory / f"{name}.key", directory / f"{name}.pem"
+    subprocess.run(
+        ["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(private)], check=True
+    )
+    cmd = ["openssl", "pkey", "-in", str(private), "-pubout", "-out", str(public)]
+    subprocess.run(cmd, check=True)
+    return private, public
+
+
+@dataclass(frozen=True)
+class SignedArchive:
+    archive: Path
+    digest: str
+    statement: Path
+
+
+def tiny_archive(directory: Path, key: Path, version: str = "9.9.9") -> SignedArchive:
+    """A one-layer image (a text file: never run, only loaded) as a signed oci-archive in
+    ``directory``/nodeagent-image/, as a stick carries it."""
+    tool = build_image_tool()
+    tree = directory / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc/nodeagent-image-test").write_text(f"version {version}\n")
+    layer = tool.make_layer(tree, 1_700_000_000)
+    config = tool.canonical_json(tool.image_config([layer], 1_700_000_000, version))
+    layout = directory / "layout"
+    digest: str = tool.write_layout(layout, [layer], config, version)
+    stick = directory / "stick" / "nodeagent-image"
+    stick.mkdir(parents=True)
+    archive = stick / f"nodeagent-{version}.oci.tar"
+    tool.write_archive(layout, archive, 1_700_000_000)
+    statement: Path = tool.sign_archive(archive, digest, key)
+    return SignedArchive(archive=archive, digest=digest, statement=statement)
+
+
+@dataclass(frozen=True)
+class LoaderPaths:
+    state: Path
+    keys: Path
+    runroot: Path
+    mnt: Path
+
+    @classmethod
+    def under(cls, base: Path, *, runroot: Path) -> LoaderPaths:
+        paths = cls(base / "state", base / "keys", runroot, base / "mnt")
+        for path in (paths.state, paths.keys, paths.runroot, paths.mnt):
+            path.mkdir(parents=True, exist_ok=True)
+        return paths
+
+    def env(self) -> dict[str, str]:
+        return dict(
+            os.environ,
+            NODEAGENT_IMAGE_STATE=str(self.state),
+            NODEAGENT_IMAGE_KEYS=str(self.keys),
+            NODEAGENT_IMAGE_RUNROOT=str(self.runroot),
+            NODEAGENT_IMAGE_MNT=str(self.mnt),
+            NODEAGENT_IMAGE_DRIVER="vfs",
+        )
+
+    def podman(self, *args: str) -> subprocess.CompletedProcess[str]:
+        cmd = ["podman", "--root", str(self.state / "storage"), "--runroot", str(self.runroot)]
+        cmd += ["--storage-driver", "vfs", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def run_loader(paths: LoaderPaths, *devices: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(LOADER), *devices],
+        env=paths.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+NOTIFY_C = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+/* Sends each argument as one sd_notify datagram to $NOTIFY_SOCKET, 0.2 s apart. */
+int main(int argc, char **argv) {
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (!path) return 3;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    strncpy(addr.sun_path, path, sizeof(addr.sun_path) - 1);
+    for (int i = 1; i < argc; i++) {
+        int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+        sendto(fd, argv[i], strlen(argv[i]), 0, (struct sockaddr *)&addr, sizeof(addr));
+        close(fd);
+        usleep(200000);
+    }
+    sleep(1);
+    return 0;
+}
+"""
+
+
+def notify_layout(directory: Path) -> Path:
+    """An OCI layout of one static binary, ``/notify``, its entrypoint: it sends its
+    arguments to ``$NOTIFY_SOCKET`` as the daemon's notifier would."""
+    tool = build_image_tool()
+    tree = directory / "tree"
+    tree.mkdir(parents=True)
+    source = directory / "notify.c"
+    source.write_text(NOTIFY_C)
+    cmd = ["cc", "-static", "-Os", "-o", str(tree / "notify"), str(source)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    layer = tool.make_layer(tree, 1_700_000_000)
+    config = tool.image_config([layer], 1_700_000_000, "notify")
+    config["config"] = {"Entrypoint": ["/notify"]}
+    layout = directory / "layout"
+    tool.write_layout(layout, [layer], tool.canonical_json(config), "notify")
+    return layout
