@@ -221,6 +221,8 @@ class Reporter:
         """The offline drill's last ``OfflineReady`` condition, added to every status."""
         self.dropin: Condition | None = None
         """The node mirror drop-in's last ``MirrorDropin`` condition, added to every status."""
+        self.upgrade_start: Condition | None = None
+        """The one-touch starter's last ``UpgradeStart`` condition, added to every status."""
         self.os_image: OsImage | None = None
         """The node's OS image as last read (``nodeos``), added to every status."""
         self.mirror: MirrorStatus | None = None
@@ -281,6 +283,18 @@ class Reporter:
         if condition == self.dropin:
             return
         self.dropin = condition
+        if self.last is None:
+            return
+        self.save()
+        if self.cluster is not None:
+            self.cluster.update(self._with_bundles(self.last), is_final=False)
+
+    def upgrade_start_said(self, condition: Condition) -> None:
+        """The one-touch starter decided (``cluster.starting``): whether this node started the
+        upgrade and why, or why not yet, joins the status (republished if it changed)."""
+        if condition == self.upgrade_start:
+            return
+        self.upgrade_start = condition
         if self.last is None:
             return
         self.save()
@@ -441,7 +455,7 @@ class Reporter:
 
     def _with_bundles(self, status: NodeStatus) -> NodeStatus:
         """``status`` with the bundles seen, the offline drill's and the drop-in's conditions."""
-        for extra in (self.offline, self.dropin):
+        for extra in (self.offline, self.dropin, self.upgrade_start):
             if extra is not None:
                 kept = tuple(c for c in status.conditions if c.type != extra.type)
                 status = replace(status, conditions=(*kept, extra))

@@ -43,8 +43,14 @@ from nodeagent.cluster.retirement import HeldRelease
 from nodeagent.cluster.retiring import ReleaseStore
 from nodeagent.cluster.tasks import Backoff, Connection
 from nodeagent.errors import ApiUnreachable, NodeAgentError
+from nodeagent.status import Condition
+from nodeagent.strict import clip
 
 log = structlog.get_logger(__name__)
+
+CONDITION_TYPE: Final = "UpgradeStart"
+"""The status condition that says whether this node started the cluster's upgrade (True,
+naming the release and why), or why it has not (False, the decision's reason code)."""
 
 LEASE: Final = kinds.ResourceKind(
     "coordination.k8s.io", "v1", "Lease", "leases", is_namespaced=True
@@ -119,6 +125,9 @@ class UpgradeStarter:
         self.said: tuple[str, str] | None = None
         self.started: list[str] = []
         """Digests this agent set as desiredUpdate (for its status and tests)."""
+        self.on_said: Callable[[Condition], None] = lambda _condition: None
+        """Given the ``UpgradeStart`` condition each time it changes: the node's status says
+        whether this node started the upgrade, or why not yet (the daemon's wiring sets it)."""
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -201,6 +210,7 @@ class UpgradeStarter:
             f"{self.node} set ClusterVersion's desiredUpdate to release {release.version} "
             f"({release.image}): {again.message}"
         )
+        self.on_said(Condition(CONDITION_TYPE, True, "UpgradeStarted", clip(message, 1000)))
         log.info(
             "upgrade_started",
             node=self.node,
@@ -240,9 +250,13 @@ class UpgradeStarter:
         said = (decision.reason, decision.message)
         if said != self.said:
             log.info("upgrade_start_waiting", reason=decision.reason, message=decision.message)
+            waiting = clip(f"not started by this node: {decision.message}", 1000)
+            self.on_said(Condition(CONDITION_TYPE, False, decision.reason, waiting))
         self.said = said
 
     def _not_started(self, reason: str, message: str) -> None:
+        said = clip(f"not started: {message}", 1000)
+        self.on_said(Condition(CONDITION_TYPE, False, reason, said))
         log.warning(
             "upgrade_not_started",
             node=self.node,

@@ -118,6 +118,8 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     )
     if cluster is not None and cluster.version_watch is not None:
         cluster.version_watch.listeners.append(lambda _obj: reporter.releases_changed())
+    if cluster is not None and cluster.starter is not None:
+        cluster.starter.on_said = reporter.upgrade_start_said
     puller = PrePuller(
         cri,
         auth.credentials_for,

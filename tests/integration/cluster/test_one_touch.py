@@ -31,6 +31,7 @@ from nodeagent.bundles.release_signatures import SignaturePublisher
 from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.cluster.starting import UpgradeStarter
 from nodeagent.cluster.tasks import Connection
+from nodeagent.status import Condition
 from tests.testenv.cvo import CvoStandIn, install_crd, release_image
 from tests.testenv.kube import KubeCluster
 from tests.testenv.kubeobjects import DEPLOY, install_deploy
@@ -140,6 +141,7 @@ async def test_one_agent_starts_the_upgrade_once_every_node_pinned_the_release(
     cvo, others = cluster_at_4_16_3(kube, digest)
 
     apis, starters = [], []
+    said: dict[str, list[Condition]] = {node: [] for node in NODES}
     for node in NODES:
         api = KubeApi(kube.kubeconfig_for_node(node), timeout_s=10, field_manager=FIELD_MANAGER)
         publisher = SignaturePublisher(StoredSignatures(store, trusted), ConfigMaps(api))
@@ -151,6 +153,7 @@ async def test_one_agent_starts_the_upgrade_once_every_node_pinned_the_release(
             publish_signatures=publisher.publish,
             recheck_s=0.3,
         )
+        starter.on_said = said[node].append  # what the node's status says (Reporter)
         apis.append(api)
         starters.append(starter)
     tasks = [asyncio.create_task(s.run()) for s in starters]
@@ -179,6 +182,13 @@ async def test_one_agent_starts_the_upgrade_once_every_node_pinned_the_release(
         # touch-1's Lease is stale (its kubelet stopped renewing): touch-2 was elected.
         assert [s.node for s in starters if s.started] == ["touch-2"]
         check_started_event(kube, "touch-2")
+        # the status says who started it and why, and why the other node did not
+        started_said = [c for c in said["touch-2"] if c.is_true]
+        assert [(c.type, c.reason) for c in started_said] == [("UpgradeStart", "UpgradeStarted")]
+        assert "touch-2 set ClusterVersion's desiredUpdate to release" in started_said[0].message
+        assert "every node (2) has pinned" in started_said[0].message
+        assert not any(c.is_true for c in said["touch-1"])
+        assert said["touch-1"][0].reason == "SiteNotReady"
         name = digest.replace(":", "-")
         args = ("get", "configmap", "-n", "openshift-config-managed", name, "-o", "json")
         config_map = json.loads(kube.kubectl_ok(*args))
