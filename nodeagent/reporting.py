@@ -272,7 +272,18 @@ class Reporter:
         holds are judged again and the status republished."""
         if self.last is None:
             return
+        said = {(r.digest, r.path_reason) for r in self.last.releases}
         held = self._with_bundles(self.last)
+        for release in held.releases:  # judged again: a new verdict is said once
+            if release.path_reason and (release.digest, release.path_reason) not in said:
+                log.warning(
+                    "release_not_an_upgrade", release=release.version, digest=release.digest,
+                    cluster_version=release.cluster_version, reason=release.path_reason,
+                    error=release.path_message,
+                    action="the release stays pinned but will not be proposed as the "
+                    "cluster's next version",
+                )  # fmt: skip
+        self.last = replace(self.last, releases=held.releases)
         self.metrics.releases_reported(release_rows(held))
         if self.cluster is not None:
             self.cluster.update(held, is_final=False)

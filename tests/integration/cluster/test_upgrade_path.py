@@ -142,6 +142,14 @@ def test_a_pinned_release_opens_the_gate_and_a_wrong_one_is_said(
             entry = releases_of(kube, NODE)[0]
             assert entry["pinned"] is True  # loaded and pinned all the same
             assert "4.98.0" in entry["message"] and VERSION in entry["message"]
+            # and the journal says it, once, with both versions (it was said at import only)
+            wait_for(
+                lambda: "release_not_an_upgrade" in agent.current_run_log(), timeout_s=30,
+                what="the journal line of the new verdict",
+            )  # fmt: skip
+            said = [line for line in agent.current_run_log().splitlines()
+                    if "release_not_an_upgrade" in line]  # fmt: skip
+            assert len(said) == 1 and "cluster_version=4.98.0" in said[0], said
     finally:
         kube.kubectl("delete", "--ignore-not-found", "-f", str(GATE))
         kube.kubectl("delete", "--ignore-not-found", "nis", NODE, OTHER)
