@@ -37,7 +37,7 @@ from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle, wit
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mount(2) of a tmpfs"),
+    pytest.mark.needs("root"),  # mount(2) of a tmpfs
 ]
 
 MIB = 1 << 20
