@@ -108,7 +108,13 @@ def _add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="with --write: reload CRI-O when the file changed (the path unit that follows "
         "the other CRI-O drop-ins)",
     )
-    sub.add_parser("status", help="what nodeagent did: sets, images, disk, work, bundles")
+    status = sub.add_parser("status", help="what nodeagent did: sets, images, disk, work, bundles")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="read it again every second: redrawn in place on a terminal, each change printed "
+        "in a pipe (Ctrl-C ends it)",
+    )
     sub.add_parser("runtime", help="show the runtime, its image filesystem and images")
     sub.add_parser(
         "check-offline", help="what would break here if the registry vanished now (docs/offline.md)"

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.adapters.files import JsonStateStore
+from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.cli import output
 from nodeagent.config import Config
-from nodeagent.errors import StateFileDamaged
+from nodeagent.errors import HostFileError, StateFileDamaged
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
 
@@ -47,6 +49,8 @@ _STEPS = {
 
 
 def cmd_status(config: Config, args: argparse.Namespace) -> int:
+    if getattr(args, "watch", False) and not args.json:
+        return watch(config)
     doc = JsonStateStore(config.state.dir).load("status")  # StateFileDamaged: exit 74
     if doc is None:
         sys.stderr.write(
@@ -57,13 +61,96 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
     if args.json:
         output.print_json("status", doc)
         return 0
+    render(config, doc, is_terminal=sys.stdout.isatty())
+    return 0
+
+
+def render(config: Config, doc: dict[str, Any], *, is_terminal: bool) -> None:
+    """The verdict line, then the table (a terminal) or the plain lines (a pipe)."""
     try:
-        (print_table if sys.stdout.isatty() else print_status)(doc)
+        _say(verdict(doc, daemon_alive(config)))
+        (print_table if is_terminal else print_status)(doc)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise StateFileDamaged(
             f"the status file {config.state.dir / 'status.json'} has an unexpected shape "
             f"({clip(exc, 80)}); the daemon sets it aside and writes it anew at its next sync"
         ) from exc
+
+
+def daemon_alive(config: Config) -> bool | None:
+    """Whether the daemon runs: it holds the pin lock for its whole life (decision 0044), so
+    a lock this command can take means none runs. None: the lock could not be looked at."""
+    lock = PinsLock(config.state.run_dir / PINS_LOCK_NAME)
+    try:
+        if lock.try_acquire():
+            lock.release()
+            return False
+    except HostFileError:
+        return None
+    return True
+
+
+def verdict(doc: dict[str, Any], alive: bool | None) -> str:
+    """One line first: all pinned / working: what, how much left / needs you: what to do;
+    and whether the file is current (a stopped daemon's last "importing" is stale)."""
+    updated = doc.get("updatedAt", "?")
+    if alive is False:
+        return (
+            f"STALE: the daemon is not running; this status was written at {updated} and "
+            "may no longer be true; what to do: systemctl start nodeagent, then look again"
+        )
+    conditions = {c["type"]: c for c in doc.get("conditions", [])}
+    degraded = conditions.get("Degraded", {})
+    failed = [i for s in doc.get("pinnedImageSets", []) for i in s.get("failedImages", [])]
+    if degraded.get("status") == "True" or failed or doc.get("specProblems"):
+        reason = degraded.get("reason") or (failed[0]["reason"] if failed else "SpecInvalid")
+        message = degraded.get("message") or (
+            failed[0]["message"] if failed else doc["specProblems"][0]["message"]
+        )
+        return f"NEEDS YOU: {reason}: {message}; what to do: {output.hint_for(reason)}"
+    work = work_items(doc)
+    if work or conditions.get("Progressing", {}).get("status") == "True":
+        doing = "; ".join(
+            f"{w.what} {w.done_text()} of {w.total_text()}, {w.eta_text()} left" for w in work[:3]
+        )
+        doing = doing or conditions["Progressing"].get("message", "")
+        return f"WORKING: {doing}"
+    images = doc.get("images", {})
+    unsure = " (the daemon could not be checked)" if alive is None else ""
+    return (
+        f"ALL PINNED: {images.get('pinned', 0)}/{images.get('total', 0)} images in "
+        f"{len(doc.get('pinnedImageSets', []))} set(s), as of {updated}{unsure}"
+    )
+
+
+WATCH_EVERY_S = 1.0
+"""``status --watch``: how often the status file is read again."""
+
+
+def watch(config: Config, *, rounds: int | None = None) -> int:
+    """Read the status file every second until interrupted: on a terminal the view is drawn
+    again in place; in a pipe a block is printed each time it changed (``rounds``: stop
+    after that many reads, for tests)."""
+    store = JsonStateStore(config.state.dir)
+    is_terminal = sys.stdout.isatty()
+    shown: dict[str, Any] | None = None
+    done = 0
+    try:
+        while rounds is None or done < rounds:
+            doc = store.load("status")
+            if doc is not None and doc != shown:
+                if is_terminal:
+                    sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: drawn again in place
+                else:
+                    _say(f"---- {doc.get('updatedAt', '?')}")
+                render(config, doc, is_terminal=is_terminal)
+                sys.stdout.flush()
+                shown = doc
+            done += 1
+            if rounds is None or done < rounds:
+                time.sleep(WATCH_EVERY_S)
+    except KeyboardInterrupt:
+        return 0
     return 0
 
 
@@ -360,6 +447,7 @@ def print_table(doc: dict[str, Any]) -> None:
              for b in bundles],
         ))  # fmt: skip
     _print_problems(doc)
+    _print_notes(doc)  # every line the plain view has: next steps, warnings, images lost
 
 
 def _images_of(bundle: dict[str, Any]) -> str:
