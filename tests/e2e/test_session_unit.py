@@ -38,10 +38,13 @@ async def test_a_bundle_import_is_served_by_the_unprivileged_session_unit(
     bundle = node.root / "root" / "session-bundle"
     shutil.rmtree(bundle, ignore_errors=True)
     shutil.copytree(factory.bundle, bundle)
+    # a by-hand import takes the daemon's pin lock (DaemonRunning beside it): stopped first
+    node.container.systemctl("stop", "nodeagent.service")
     imported = node.container.run(
         "nodeagent", "bundle", "import", "/root/session-bundle", "--json",
         check=False, timeout_s=150,
     )  # fmt: skip
+    node.container.systemctl("start", "nodeagent.service")
     assert imported.returncode == 0, imported.stdout + imported.stderr
     assert json.loads(imported.stdout[imported.stdout.index("{") :])["state"] == "imported"
 
