@@ -23,7 +23,11 @@ from tests.testenv.node import Node
 
 @pytest.fixture(scope="module")
 def factory(tmp_path_factory: pytest.TempPathFactory) -> Factory:
-    return build_factory(tmp_path_factory.mktemp("factory"), count=2, layer_bytes=1 << 20, seed=83)
+    # its own bundle id: the shared e2e node holds another factory's "line-3-test" already
+    return build_factory(
+        tmp_path_factory.mktemp("factory"), count=2, layer_bytes=1 << 20, seed=83,
+        extra_args=["--id", "session-e2e"],
+    )  # fmt: skip
 
 
 @pytest.mark.timeout(300)
