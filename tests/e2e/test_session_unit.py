@@ -23,10 +23,10 @@ from tests.testenv.node import Node
 
 @pytest.fixture(scope="module")
 def factory(tmp_path_factory: pytest.TempPathFactory) -> Factory:
-    # its own bundle id: the shared e2e node holds another factory's "line-3-test" already
+    # its own bundle id and set: the shared e2e node holds another factory's "line-3-test"
     return build_factory(
         tmp_path_factory.mktemp("factory"), count=2, layer_bytes=1 << 20, seed=83,
-        extra_args=["--id", "session-e2e"],
+        bundle_id="session-e2e", set_name="session-e2e",
     )  # fmt: skip
 
 

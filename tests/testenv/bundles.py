@@ -81,7 +81,14 @@ def make_bundle(
 
 
 def build_factory(
-    workdir: Path, *, count: int, layer_bytes: int, seed: int, extra_args: Sequence[str] = ()
+    workdir: Path,
+    *,
+    count: int,
+    layer_bytes: int,
+    seed: int,
+    extra_args: Sequence[str] = (),
+    bundle_id: str = "line-3-test",
+    set_name: str = "line-3",
 ) -> Factory:
     """Images pushed to a registry that is stopped once the signed bundle of them is made;
     ``extra_args`` go to ``bundle create`` (``--target-selector``)."""
@@ -93,8 +100,11 @@ def build_factory(
         refs = [
             push(registry.url, i.repository, i.build()).reference(registry.host) for i in images
         ]
-        bundle = make_bundle(workdir, registry, refs, public, secret, extra_args=extra_args)
-    return Factory(bundle, public, refs, "line-3")
+        bundle = make_bundle(
+            workdir, registry, refs, public, secret, extra_args=extra_args,
+            bundle_id=bundle_id, set_name=set_name,
+        )  # fmt: skip
+    return Factory(bundle, public, refs, set_name)
 
 
 def ext4_media(tmp_path: Path, bundle: Path, label: str = LABEL) -> LoopMedia:
