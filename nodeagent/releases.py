@@ -1,17 +1,17 @@
 """The OpenShift releases a node holds and has pinned (pure): ``status.releases`` of its
 NodeImageStatus, which deploy/upgrade-gate.yaml reads, and the rows of the release metrics.
 
-A release is held when the node's store holds a bundle that carries it (``status.releases``,
-read by ``adapters.store.release_reports``) or a bundle that carries it was imported in this
-run (``BundleReport.release``); it is pinned when its PinnedImageSet is ``Pinned`` in the
-node's last sync (every image of the set pinned in the runtime). ``release_report`` judges
-the upgrade path against the cluster's version (decision 0066). At most ``MAX_RELEASES``
-entries (the CRD's bound).
+A release is held when the node's store holds a bundle that carries it (``HeldRelease``,
+read by ``adapters.store.releases``, the one reader for the status and for retirement) or a
+bundle that carries it was imported in this run (``BundleReport.release``); it is pinned
+when its PinnedImageSet is ``Pinned`` in the node's last sync (every image of the set pinned
+in the runtime). ``release_report`` judges the upgrade path against the cluster's version
+(decision 0066). At most ``MAX_RELEASES`` entries (the CRD's bound).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -22,6 +22,23 @@ from nodeagent.versions import REASON_NOT_AN_UPGRADE, REASON_VERSION, check_upgr
 MAX_RELEASES: Final = 20
 """``status.releases`` maxItems."""
 MAX_MESSAGE_CHARS: Final = 512
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRelease:
+    """A release bundle the node's store holds (its verified ``bundle.json``)."""
+
+    bundle_id: str
+    version: str
+    digest: str
+    """The release image's digest, ``sha256:<hex>``."""
+    set_name: str
+    is_pinned: bool = True
+    """Its set file is still in a spec directory (False: retired before, or unpinned)."""
+    image: str = ""
+    """The release image's pull spec by digest (``bundle.json``'s ``release.image``)."""
+    previous: tuple[str, ...] = ()
+    """The versions it upgrades from (``release.previous``; decision 0066)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +65,15 @@ def release_report(
     if verdict.reason not in (REASON_NOT_AN_UPGRADE, REASON_VERSION):
         return report
     return replace(report, path_reason=verdict.reason, path_message=verdict.message)
+
+
+def release_reports(held: Iterable[HeldRelease], current: str | None) -> tuple[ReleaseReport, ...]:
+    """``status.releases``: one report per release digest the store holds, judged against the
+    cluster's version (``current``), at most ``MAX_RELEASES`` (the newest records kept)."""
+    found = {
+        h.digest: release_report(h.version, h.digest, h.set_name, h.previous, current) for h in held
+    }
+    return tuple(found.values())[-MAX_RELEASES:]
 
 
 def release_rows(status: NodeStatus) -> tuple[ReleaseRow, ...]:

@@ -178,7 +178,7 @@ class NodeStatus:
     bundles: tuple[BundleReport, ...] = ()
     """Bundles seen (``reporting.BundleBoard``), added by the reporter."""
     releases: tuple[ReleaseReport, ...] = ()
-    """The releases the node's store holds (``adapters.store.release_reports``), added by the
+    """The releases the node's store holds (``adapters.store.releases``), added by the
     reporter."""
     os_image: OsImage | None = None
     """The node's OS release and booted image (``nodeos``), added by the reporter."""

@@ -28,7 +28,8 @@ from nodeagent.cluster.clusterversion import (
     parse_cluster_version,
     parse_semver,
 )
-from nodeagent.cluster.retirement import HeldRelease, semver_key
+from nodeagent.cluster.retirement import semver_key
+from nodeagent.releases import HeldRelease
 from nodeagent.strict import quoted
 
 SITE_READY: Final = "SiteReady"

@@ -25,6 +25,7 @@ from typing import Final, Literal
 
 from nodeagent.cluster.clusterversion import Release, parse_semver
 from nodeagent.cluster.rollout import Rollout, Waiting, describe, is_same
+from nodeagent.releases import HeldRelease
 from nodeagent.strict import quoted
 
 RELEASE_VERSION_INVALID: Final = "ReleaseVersionInvalid"
@@ -46,25 +47,6 @@ def semver_key(version: str) -> SemverKey | None:
         return None
     pre = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parsed.prerelease)
     return (parsed.major, parsed.minor, parsed.patch, 0 if pre else 1, pre)
-
-
-@dataclass(frozen=True, slots=True)
-class HeldRelease:
-    """A release bundle the node's store holds (its verified ``bundle.json``)."""
-
-    bundle_id: str
-    version: str
-    digest: str
-    """The release image's digest, ``sha256:<hex>``."""
-    set_name: str
-    is_pinned: bool = True
-    """Its set file is still in a spec directory (False: retired before, or unpinned)."""
-    image: str = ""
-    """The release image's pull spec by digest (``bundle.json``'s ``release.image``)."""
-
-    @property
-    def release(self) -> Release:
-        return Release(self.version, "", self.digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +94,7 @@ def plan(state: Rollout | Waiting, held: Iterable[HeldRelease], keep_releases: i
 
 
 def _first_look(held: HeldRelease, state: Rollout, current_key: SemverKey) -> Keep:
-    release = held.release
+    release = Release(held.version, "", held.digest)
     if any(is_same(release, p) for p in state.protected) or held.version == state.current.version:
         return "current"
     if state.previous is not None and is_same(release, state.previous):

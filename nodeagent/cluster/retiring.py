@@ -28,7 +28,6 @@ from nodeagent.cluster.clusterversion import CLUSTER_VERSION_NAME, REASON_INVALI
 from nodeagent.cluster.retirement import (
     RELEASE_VERSION_INVALID,
     RELEASES_RETIRED,
-    HeldRelease,
     Plan,
     plan,
     space_note,
@@ -36,6 +35,7 @@ from nodeagent.cluster.retirement import (
 from nodeagent.cluster.rollout import rollout
 from nodeagent.cluster.tasks import POOLS_RECHECK_S, Backoff, Connection
 from nodeagent.errors import ApiUnreachable, NodeAgentError
+from nodeagent.releases import HeldRelease
 
 log = structlog.get_logger(__name__)
 

@@ -39,10 +39,10 @@ from nodeagent.cluster.api import Obj
 from nodeagent.cluster.clusterversion import CLUSTER_VERSION_NAME
 from nodeagent.cluster.objects import NodeEvent, NodeIdentity, event_object
 from nodeagent.cluster.one_touch import SITE_READY, StartDecision, decide
-from nodeagent.cluster.retirement import HeldRelease
 from nodeagent.cluster.retiring import ReleaseStore
 from nodeagent.cluster.tasks import Backoff, Connection
 from nodeagent.errors import ApiUnreachable, NodeAgentError
+from nodeagent.releases import HeldRelease
 from nodeagent.status import Condition
 from nodeagent.strict import clip
 

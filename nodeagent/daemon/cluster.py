@@ -21,7 +21,6 @@ from nodeagent.cluster.holdings import HeldBundle
 from nodeagent.cluster.objects import FIELD_MANAGER
 from nodeagent.cluster.readiness import PullGate
 from nodeagent.cluster.reporter import StatusReporter
-from nodeagent.cluster.retirement import HeldRelease
 from nodeagent.cluster.retiring import ReleaseRetirer, ReleaseStore
 from nodeagent.cluster.starting import UpgradeStarter
 from nodeagent.cluster.tasks import ClusterSpecs, Connection, node_name
@@ -36,7 +35,7 @@ from nodeagent.status import PullProgress
 
 if TYPE_CHECKING:
     from nodeagent.adapters.store.holdings import StoreHoldings
-    from nodeagent.adapters.store.releases import StoredReleases
+    from nodeagent.daemon.releases import LazyReleases
 
 log = structlog.get_logger(__name__)
 
@@ -62,36 +61,6 @@ class LazyHoldings:
         return self._built.scan()
 
 
-class LazyReleases:
-    """``cluster.retiring.ReleaseStore`` that loads the store's code only once the store
-    holds a bundle (an idle node in cluster mode does not import it)."""
-
-    def __init__(self, store_dir: Path, spec_dirs: tuple[Path, ...]) -> None:
-        self.store_dir = store_dir
-        self.spec_dirs = spec_dirs
-        self._built: StoredReleases | None = None
-
-    def _store(self) -> StoredReleases | None:
-        if self._built is None:
-            try:
-                if not any((self.store_dir / "bundles").iterdir()):
-                    return None
-            except FileNotFoundError:
-                return None
-            from nodeagent.adapters.store.releases import StoredReleases  # noqa: PLC0415
-
-            self._built = StoredReleases(self.store_dir, self.spec_dirs)
-        return self._built
-
-    def held(self) -> tuple[HeldRelease, ...]:
-        store = self._store()
-        return () if store is None else store.held()
-
-    def unpin(self, held: HeldRelease) -> list[Path]:
-        store = self._store()
-        return [] if store is None else store.unpin(held)
-
-
 @dataclass
 class ClusterMode:
     api: KubeApi
@@ -113,7 +82,9 @@ class ClusterMode:
     """``[upgrade] start = "when-site-ready"``: the one-touch upgrade (``cluster.starting``)."""
 
     @classmethod
-    def build(cls, config: Config, *, progress: Callable[[], PullProgress]) -> ClusterMode:
+    def build(
+        cls, config: Config, *, progress: Callable[[], PullProgress], releases: LazyReleases
+    ) -> ClusterMode:
         api = KubeApi(
             config.cluster.kubeconfig,
             timeout_s=config.cluster.request_timeout_s,
@@ -134,7 +105,7 @@ class ClusterMode:
         retirer = ReleaseRetirer(
             api,
             connection,
-            LazyReleases(config.store_dir, tuple(d for d, _ in config.spec_dirs())),
+            releases,
             keep_releases=config.upgrade.keep_releases,
             is_following=False,
         )

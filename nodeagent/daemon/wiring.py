@@ -30,20 +30,21 @@ from nodeagent.adapters.host import (
 from nodeagent.adapters.offline import HostFacts, KubePodWarnings, api_pods
 from nodeagent.adapters.registry.access import RegistryAccess, registry_access
 from nodeagent.adapters.registry.cache import ManifestCache
-from nodeagent.adapters.store.release_reports import StoredReleaseReports
 from nodeagent.adapters.systemd import Notifier, RuntimeReloader
 from nodeagent.bundles.imports import MediaImports
 from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies, policies_from
+from nodeagent.daemon.releases import LazyReleases
 from nodeagent.daemon.supervisor import Supervisor
 from nodeagent.disk import DiskAdmission
 from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.offline.drill import OfflineDrill
 from nodeagent.pins import PinService
 from nodeagent.prepull import PrePuller, PullResult
+from nodeagent.releases import release_reports
 from nodeagent.reporting import PullTally, Reporter
 from nodeagent.specs import load_spec_dirs
-from nodeagent.status import DiskStatus
+from nodeagent.status import DiskStatus, ReleaseReport
 from nodeagent.sync import Reconciler
 from nodeagent.sync.copies import RegistryStore, SetImages, StoredFromRegistry
 
@@ -102,7 +103,8 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     tally = PullTally()
     recorder = _recorder() if config.metrics.enabled else None
     metrics: Metrics = recorder or NO_METRICS
-    cluster = _cluster(config, tally) if config.cluster.enabled else None
+    releases = LazyReleases(config.store_dir, tuple(d for d, _ in config.spec_dirs()))
+    cluster = _cluster(config, tally, releases) if config.cluster.enabled else None
     if cluster is not None and cluster.version_watch is not None:
         watch = cluster.version_watch
         watch.listeners.append(lambda _obj: metrics.release_targets(watch.target_versions()))
@@ -114,7 +116,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         tally=tally,
         on_synced=_after_sync(offline_changed, cluster),
         metrics=metrics,
-        releases_source=StoredReleaseReports(config.store_dir, _cluster_version(cluster)),
+        releases_source=_release_reports(releases, _cluster_version(cluster)),
     )
     if cluster is not None and cluster.version_watch is not None:
         cluster.version_watch.listeners.append(lambda _obj: reporter.releases_changed())
@@ -338,10 +340,17 @@ def _recorder() -> Recorder:
     return Recorder()
 
 
-def _cluster(config: Config, tally: PullTally) -> ClusterMode:
+def _cluster(config: Config, tally: PullTally, releases: LazyReleases) -> ClusterMode:
     from nodeagent.daemon.cluster import ClusterMode  # noqa: PLC0415  (lightkube: cluster only)
 
-    return ClusterMode.build(config, progress=tally.snapshot)
+    return ClusterMode.build(config, progress=tally.snapshot, releases=releases)
+
+
+def _release_reports(
+    releases: LazyReleases, version: Callable[[], str | None]
+) -> Callable[[], tuple[ReleaseReport, ...]]:
+    """``status.releases``: the store's releases judged against the cluster's version of now."""
+    return lambda: release_reports(releases.held(), version())
 
 
 def _cluster_version(cluster: ClusterMode | None) -> Callable[[], str | None]:

@@ -128,11 +128,17 @@ def with_served_tags(signed: Signed, keys: Keys, tags: dict[str, str]) -> Signed
 
 
 def with_release(
-    signed: Signed, keys: Keys, signatures: Sequence[bytes], *, version: str = "4.99.1"
+    signed: Signed,
+    keys: Keys,
+    signatures: Sequence[bytes],
+    *,
+    version: str = "4.99.1",
+    previous: Sequence[str] = (),
 ) -> Signed:
     """``signed`` as a release bundle (format 3, ``release``): its first image the release
     image, its set the release set, ``signatures`` carried as the release's signature files
-    (``release-signatures/sha256-<hex>-<n>``, listed in ``files[]``); signed again."""
+    (``release-signatures/sha256-<hex>-<n>``, listed in ``files[]``), ``previous`` the
+    versions it upgrades from (left out when empty); signed again."""
     root = signed.root
     doc: dict[str, Any] = json.loads((root / "bundle.json").read_text())
     release_image = doc["images"][0]["name"]
@@ -148,6 +154,8 @@ def with_release(
                         "sizeBytes": len(data), "sha256": sha})  # fmt: skip
     set_name = doc["pinnedImageSets"][0]["object"]["metadata"]["name"]
     release = {"image": release_image, "version": version, "set": set_name, "signatures": entries}
+    if previous:
+        release["previous"] = list(previous)
     doc |= {"formatVersion": 3, "sequence": doc.get("sequence", 1), "release": release}
     data = json.dumps(doc, indent=1).encode()
     (root / "bundle.json").write_bytes(data)

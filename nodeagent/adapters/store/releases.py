@@ -1,22 +1,28 @@
-"""The release bundles the store holds, and unpinning one (``cluster.retiring``'s ports).
+"""The release bundles the store holds, and unpinning one: the one reader of them.
 
 ``StoredReleases.held`` reads each recorded bundle's stored ``bundle.json`` (the bytes
 verified when the bundle was accepted; read beneath the store, no link followed, bounded:
 ``records.read_bundle_file``) and lists those that carry a ``release`` (format 3,
-docs/bundle-format.md#release): its version, release image digest and set, and whether
-the set's spec file (``bundle-<id>-<set>.yaml``, ``handover.set_file_name``) is still in a
-spec directory. ``unpin`` removes that file from every spec directory: the daemon's inotify
-watch starts a sync, which unpins the set; the store collects its blobs after
-``[store] gc_grace_s`` (``store.keeping``: nothing pinned keeps them). The signed manifest,
-its signature, record and release signatures stay: the anti-rollback marks are derived
-from them (``adapters.store.accepted``). Blocking: the task runs both in a worker thread.
+docs/bundle-format.md#release): its version, release image digest, set and the versions it
+upgrades from, and whether the set's spec file (``bundle-<id>-<set>.yaml``,
+``handover.set_file_name``) is still in a spec directory. Both the status
+(``releases.release_reports``, judged against the cluster's version) and retirement
+(``cluster.retiring``) read through it. The manifests are parsed again only when a bundle's
+record or manifest file changed (inode, time, size), so a status written every few seconds
+costs a directory listing and a few ``stat`` calls.
+
+``unpin`` removes the set's spec file from every spec directory: the daemon's inotify watch
+starts a sync, which unpins the set; the store collects its blobs after ``[store]
+gc_grace_s`` (``store.keeping``: nothing pinned keeps them). The signed manifest, its
+signature, record and release signatures stay: the anti-rollback marks are derived from
+them (``adapters.store.accepted``). Blocking: the retirement task runs it in a worker thread.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -24,11 +30,14 @@ import structlog
 from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
 from nodeagent.bundles.handover import set_file_name
 from nodeagent.bundles.manifest import check_file_name, parse_manifest
-from nodeagent.cluster.retirement import HeldRelease
 from nodeagent.errors import HostFileError, NodeAgentError
+from nodeagent.releases import HeldRelease
 from nodeagent.store import layout
 
 log = structlog.get_logger(__name__)
+
+_Stamp = tuple[int, int, int] | None
+_Key = tuple[tuple[str, _Stamp, _Stamp], ...]
 
 
 class StoredReleases:
@@ -37,8 +46,31 @@ class StoredReleases:
     def __init__(self, root: Path, spec_dirs: Sequence[Path]) -> None:
         self.root = root
         self.spec_dirs = tuple(spec_dirs)
+        self._key: _Key | None = None
+        self._carried: tuple[HeldRelease, ...] = ()
 
     def held(self) -> tuple[HeldRelease, ...]:
+        key = self._stamps()
+        if key != self._key:
+            self._carried = self._read()
+            self._key = key
+        return tuple(replace(h, is_pinned=self._is_pinned(h)) for h in self._carried)
+
+    def _stamps(self) -> _Key:
+        """Each bundle directory's record and manifest (inode, mtime, size): what ``_read``
+        depends on; an unreadable ``bundles/`` reads as no bundle (``_read`` says why)."""
+        bundles = self.root / layout.BUNDLES_DIR
+        try:
+            names = sorted(e.name for e in os.scandir(bundles))
+        except OSError:
+            return ()
+        return tuple(
+            (name, _stamp(bundles / name / layout.RECORD_NAME),
+             _stamp(bundles / name / layout.MANIFEST_NAME))
+            for name in names
+        )  # fmt: skip
+
+    def _read(self) -> tuple[HeldRelease, ...]:
         if not (self.root / layout.BUNDLES_DIR).is_dir():
             return ()
         records = StoreRecords(self.root).load(is_repairing=False).records
@@ -65,15 +97,18 @@ class StoredReleases:
         release = manifest.release
         if release is None or manifest.bundle_id != bundle_id:
             return None
-        file_name = set_file_name(bundle_id, release.set_name)
         return HeldRelease(
             bundle_id,
             release.version,
             release.image.digest,
             release.set_name,
-            is_pinned=any((d / file_name).is_file() for d in self.spec_dirs),
             image=str(release.image),
+            previous=tuple(release.previous),
         )
+
+    def _is_pinned(self, held: HeldRelease) -> bool:
+        file_name = set_file_name(held.bundle_id, held.set_name)
+        return any((d / file_name).is_file() for d in self.spec_dirs)
 
     def unpin(self, held: HeldRelease) -> list[Path]:
         """Remove the release set's spec file from every spec directory; the paths removed."""
@@ -88,10 +123,26 @@ class StoredReleases:
             except OSError as err:
                 raise HostFileError(f"cannot remove {path}: {err.strerror}") from err
             removed.append(path)
-            with contextlib.suppress(OSError):
-                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            _sync_directory(directory)
         return removed
+
+
+def _stamp(path: Path) -> _Stamp:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the removal durable; a directory that cannot be synced is logged, the removal
+    stands (the sync that follows reads the directory as it is)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        log.debug("spec_dir_not_synced", path=str(directory), error=err.strerror)

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodeagent.cluster.one_touch import decide
-from nodeagent.cluster.retirement import HeldRelease
 from nodeagent.cluster.starting import lease_is_fresh
+from nodeagent.releases import HeldRelease
 
 T = "2026-11-28T10:00:00Z"
 OLD, NEW, NEWER = ("sha256:" + c * 64 for c in "abc")

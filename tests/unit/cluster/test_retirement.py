@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodeagent.cluster.clusterversion import Release
-from nodeagent.cluster.retirement import HeldRelease, Plan, plan, semver_key, space_note
+from nodeagent.cluster.retirement import Plan, plan, semver_key, space_note
 from nodeagent.cluster.rollout import Rollout, Waiting
+from nodeagent.releases import HeldRelease
 
 
 def digest(n: int) -> str:
@@ -19,11 +20,15 @@ def held(version: str, n: int, *, is_pinned: bool = True) -> HeldRelease:
     return HeldRelease(f"release-{version}", version, digest(n), f"release-{version}", is_pinned)
 
 
+def release(held: HeldRelease) -> Release:
+    return Release(held.version, "", held.digest)
+
+
 def finished(current: HeldRelease, previous: HeldRelease | None = None) -> Rollout:
     return Rollout(
-        current.release,
-        previous.release if previous else None,
-        (current.release, current.release),
+        release(current),
+        release(previous) if previous else None,
+        (release(current), release(current)),
     )
 
 
@@ -77,7 +82,7 @@ def test_the_current_release_is_matched_by_digest_and_by_version() -> None:
 
 
 def test_protected_releases_are_never_retired() -> None:
-    state = Rollout(V3.release, V2.release, (V3.release, Release("", "", V1.digest)))
+    state = Rollout(release(V3), release(V2), (release(V3), Release("", "", V1.digest)))
     result = plan(state, [V1, V2, V3], keep_releases=2)
     assert result.retire == ()
 
