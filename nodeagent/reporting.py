@@ -208,9 +208,12 @@ class Reporter:
         clock: Callable[[], float] = time.monotonic,
         metrics: Metrics = NO_METRICS,
         releases_source: Callable[[], tuple[ReleaseReport, ...]] | None = None,
+        boot_id: str = "",
     ) -> None:
         """``clock``: monotonic seconds, for pacing the status file's writes while pulls end.
-        ``releases_source``: the releases the node's store holds (``status.releases``)."""
+        ``releases_source``: the releases the node's store holds (``status.releases``).
+        ``boot_id``: this boot's, to tell whether the status file on disk is of this boot."""
+        self.boot_id = boot_id
         self.line = line
         self.clock = clock
         self.metrics = metrics
@@ -448,11 +451,7 @@ class Reporter:
     def save(self) -> None:
         """Write the status file: the last sync's status plus the bundles seen."""
         last = self.last
-        doc = (
-            self._with_bundles(last).to_json()
-            if last
-            else {"conditions": [], "pinnedImageSets": []}
-        )
+        doc = self._with_bundles(last).to_json() if last else self._before_first_sync()
         if last is None and self.board.reports:
             doc["bundles"] = self.board.to_json()
         pulls = self.tally.to_json(last)
@@ -463,6 +462,20 @@ class Reporter:
             save_repairing(self.store, "status", doc)
         except NodeAgentError as exc:  # a full or read-only state disk must not stop pinning
             log.warning("status_not_saved", reason=exc.reason, error=exc.message)
+
+    def _before_first_sync(self) -> dict[str, Any]:
+        """Before this run's first sync (a by-hand import refused before its sync, a daemon
+        starting): the status file of this boot keeps its sets and conditions, since only a
+        sync changes pins and each sync writes the status; from another boot, or unreadable,
+        nothing is claimed."""
+        empty: dict[str, Any] = {"conditions": [], "pinnedImageSets": []}
+        try:
+            kept = self.store.load("status")
+        except NodeAgentError:
+            return empty
+        if not kept or not self.boot_id or kept.get("bootId") != self.boot_id:
+            return empty
+        return {k: v for k, v in kept.items() if k not in ("bundles", "pulls")}
 
     def _with_bundles(self, status: NodeStatus) -> NodeStatus:
         """``status`` with the bundles seen, the offline drill's and the drop-in's conditions."""

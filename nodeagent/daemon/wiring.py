@@ -109,6 +109,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         watch = cluster.version_watch
         watch.listeners.append(lambda _obj: metrics.release_targets(watch.target_versions()))
     offline_changed = asyncio.Event()
+    boot_id = read_boot_id()
     reporter = Reporter(
         line=notifier,
         store=state,
@@ -117,6 +118,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         on_synced=_after_sync(offline_changed, cluster),
         metrics=metrics,
         releases_source=_release_reports(releases, _cluster_version(cluster)),
+        boot_id=boot_id,
     )
     if cluster is not None and cluster.version_watch is not None:
         cluster.version_watch.listeners.append(lambda _obj: reporter.releases_changed())
@@ -151,7 +153,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         puller=puller,
         admission=admission,
         store=state,
-        boot_id=read_boot_id(),
+        boot_id=boot_id,
         report=reporter,
         schedule=policies.schedule,
         restorer=LazyRestorer(
