@@ -8,7 +8,8 @@ pinned as the previous release (``keep_releases = 2``), so the space it holds is
 counted as free; the copy of the third release (4.16.3) is refused before its first byte
 with ``InsufficientDiskSpace`` and the figures; the filesystem never goes below the reserve.
 The store-level half of issue 26's item 6; test_single_disk_crio.py plays the whole node
-(CRI-O's storage on the same filesystem, a real daemon). Needs root (mount). About 4 s with the API server running.
+(CRI-O's storage on the same filesystem, a real daemon). Needs root (mount). About 4 s with
+the API server running.
 """
 
 from __future__ import annotations
