@@ -100,10 +100,13 @@ def test_a_release_entry_of_another_shape_is_refused(kube: KubeCluster, evil: Pa
         assert result.returncode != 0, bad
 
 
-# In the whole make-test session (one API server for every module) the gate's refusal did
-# not name the honest node within 30 s in one run, for a cause not found yet; alone and
-# beside the node-user policy module it passes. `make security` runs it (security_long).
-@pytest.mark.security_long
+def stray_statuses(kube: KubeCluster) -> list[str]:
+    """NodeImageStatus objects of nodes not in this module: every one is a param of the gate,
+    and a stray without the release is named in the refusal instead of the honest node."""
+    names = kube.kubectl_ok("get", "nis", "-o", "jsonpath={.items[*].metadata.name}").split()
+    return sorted(set(names) - {HONEST, EVIL})
+
+
 def test_the_node_cannot_set_the_target_and_the_gate_still_names_the_honest_node(
     kube: KubeCluster, evil: Path
 ) -> None:
@@ -111,13 +114,22 @@ def test_the_node_cannot_set_the_target_and_the_gate_still_names_the_honest_node
     by_node = kube.kubectl("patch", "clusterversion", "version", "--type=merge", "-p", patch,
                            kubeconfig=evil)  # fmt: skip
     assert by_node.returncode != 0 and "forbidden" in by_node.stderr.lower()
+    seen: dict[str, object] = {"strays": []}
+
+    def refused_naming_the_honest_node() -> bool:
+        # Once in the whole make-test session (one API server for every module) the refusal
+        # did not name the honest node within 30 s: a status another module left behind is
+        # the likely cause. Strays are removed and named if the wait fails.
+        if strays := stray_statuses(kube):
+            seen["strays"] = [*seen["strays"], *strays]  # type: ignore[misc]
+            kube.kubectl("delete", "--ignore-not-found", "nis", *strays)
+        answer = kube.kubectl("patch", "clusterversion", "version", "--type=merge", "-p", patch)
+        seen["answer"] = (answer.returncode, answer.stderr.strip()[-600:])
+        return f"node {HONEST} has not pinned release {TARGET}" in answer.stderr
+
     wait_for(
-        lambda: (
-            f"node {HONEST} has not pinned release {TARGET}"
-            in kube.kubectl(
-                "patch", "clusterversion", "version", "--type=merge", "-p", patch
-            ).stderr
-        ),
+        refused_naming_the_honest_node,
         timeout_s=30,
         what="the gate refusing the admin's target, naming the honest node",
+        detail=lambda: f"strays removed {seen['strays']}; last answer {seen.get('answer')}",
     )
