@@ -8,8 +8,6 @@ import socket
 from pathlib import Path
 
 import structlog
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 
 from nodeagent.cluster.identity import (
     MAX_ENV_FILE_BYTES,
@@ -18,7 +16,8 @@ from nodeagent.cluster.identity import (
     override_from_env,
 )
 from nodeagent.config import Config
-from nodeagent.strict import clip
+from nodeagent.strict import MalformedInput, clip
+from nodeagent.strict.x509_names import pem_subject_common_names
 
 log = structlog.get_logger(__name__)
 
@@ -38,13 +37,10 @@ def certificate_common_name(path: Path) -> str | None:
     if len(data) > MAX_CERT_FILE_BYTES:
         return None
     try:
-        certificate = x509.load_pem_x509_certificate(data)
-        names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    except ValueError:
+        names = pem_subject_common_names(data)  # not cryptography: decision 0069
+    except MalformedInput:
         return None
-    if len(names) != 1 or not isinstance(names[0].value, str):
-        return None
-    return names[0].value
+    return names[0] if len(names) == 1 else None
 
 
 def read_env_files(paths: tuple[Path, ...]) -> list[str]:

@@ -33,8 +33,6 @@ from nodeagent.bundles.manifest import is_bundle_id, is_manifest_digest
 from nodeagent.errors import BundleManifestInvalid, StateFileDamaged
 from nodeagent.strict import MalformedInput, clip, loads_json
 
-MARKS_FILE_NAME: Final = "rollback-marks.json"
-"""At the store's root, beside ``bundles/``."""
 MARKS_VERSION: Final = 1
 MAX_MARKS_BYTES: Final = 4 << 20
 """About 15,000 stamps of 250 bytes: far more keys and channels than a site has."""

@@ -1,14 +1,16 @@
 """The fetcher as a daemon task (``[site] follow``; docs/site.md, "Fetch").
 
-Loaded only when the node follows (``site.roles.is_following``): it imports aiohttp.
-The task is optional: a failure is restarted with backoff by the supervisor, pinning goes
-on. It looks at the peers when the peer directory changes (cluster mode: a peer's
-published holdings changed), when the node mirror lacked a digest (decision 0061) and
-every ``discovery.poll_interval_s`` (jittered) otherwise: 10 s when every peer publishes,
-0.4 s per static peer (``[site] peers``, holdings asked over HTTPS; 2 to 10 s) when some
-must be asked. A fetched bundle
-is imported and pinned from the store by the same importer a stick uses, one import at a
-time with the media (``MediaImports.lock``).
+Loaded only when the node follows (``site.roles.is_following``). aiohttp and the store's
+fetch code load when first needed (``fetch_ports``): a follower in cluster mode reads its
+peers' holdings from the API, so one with an empty store and nothing to fetch loads neither
+(15 MiB resident, decision 0069). The task is optional: a failure is restarted with backoff by the
+supervisor, pinning goes on. It looks at the peers when the peer directory changes
+(cluster mode: a peer's published holdings changed), when the node mirror lacked a digest
+(decision 0061) and every ``discovery.poll_interval_s`` (jittered) otherwise: 10 s when
+every peer publishes, 0.4 s per static peer (``[site] peers``, holdings asked over HTTPS;
+2 to 10 s) when some must be asked. A fetched bundle is imported and pinned from the store
+by the same importer a stick uses, one import at a time with the media
+(``MediaImports.lock``).
 """
 
 from __future__ import annotations
@@ -22,12 +24,10 @@ from typing import Final
 
 import structlog
 
-from nodeagent.adapters.http.client import PeerClient, RequestBounds
 from nodeagent.adapters.http.tls import ReloadingClientTls
-from nodeagent.adapters.store.fetched import FetchStore
 from nodeagent.config import Config
 from nodeagent.config.addresses import parse_address
-from nodeagent.daemon.bundles import node_store
+from nodeagent.daemon.fetch_ports import LazyFetchStore, LazyPeerClient
 from nodeagent.daemon.wiring import Wiring
 from nodeagent.metrics.series import Transfer
 from nodeagent.registries import node_platform
@@ -90,11 +90,8 @@ async def follow_peers(wiring: Wiring) -> None:
     tls = await asyncio.to_thread(
         ReloadingClientTls, site.client_cert_file, site.client_key_file, site.ca_file
     )
-    bounds = RequestBounds(min_rate_bytes_s=site.fetch_min_rate_bytes)
-    client = PeerClient(tls, request_timeout_s=site.request_timeout_s, bounds=bounds)
-    limits = node_store(config).limits
-    keys_dir = config.bundles.trusted_keys_dir
-    store = FetchStore(config.store_dir, keys_dir, limits, fills=site.fetch_concurrency)
+    client = LazyPeerClient(config, tls)
+    store = LazyFetchStore(config)
     cluster = wiring.cluster
     watcher = cluster.peers if cluster is not None else None
     directory: PeerDirectory = watcher if watcher is not None else StaticPeers(site.peers)

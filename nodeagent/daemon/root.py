@@ -326,10 +326,33 @@ async def mirror_socket_state() -> MirrorState:
 
 
 async def fetcher_loop(wiring: Wiring) -> None:
-    """Fetch the bundles this node follows from its peers (``[site] follow``; docs/site.md)."""
-    from nodeagent.daemon.fetching import follow_peers  # noqa: PLC0415  (aiohttp: following)
+    """Fetch the bundles this node follows from its peers (``[site] follow``; docs/site.md).
+    The fetch code loads once a peer may have something to give (``_until_offered``)."""
+    await _until_offered(wiring)
+    from nodeagent.daemon.fetching import follow_peers  # noqa: PLC0415  (decision 0069)
 
     await follow_peers(wiring)
+
+
+async def _until_offered(wiring: Wiring) -> None:
+    """Return at once with static peers (asked over HTTPS) or a store that holds something
+    (a fetch or an import to resume); in cluster mode otherwise, once a discovered peer
+    publishes a bundle: until then a look could fetch nothing, and the fetch code (1.4 MiB
+    resident) stays unloaded on an idle node (decision 0069)."""
+    cluster = wiring.cluster
+    directory = cluster.peers if cluster is not None else None
+    if directory is None or wiring.config.site.peers:
+        return
+    bundles = wiring.config.store_dir / "bundles"
+    try:
+        if await asyncio.to_thread(lambda: next(bundles.iterdir(), None) is not None):
+            return
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return  # the fetch code reads it and says why
+    while not any(p.bundles is None or p.bundles for p in directory.peers()):
+        await directory.changed(directory.version)
 
 
 def watched_dirs(config: Config) -> list[Path]:

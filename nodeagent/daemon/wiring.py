@@ -88,7 +88,7 @@ class Wiring:
 
 def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     """Every adapter and service, wired once."""
-    if config.cluster.enabled:  # cryptography is loaded in cluster mode only
+    if config.cluster.enabled:
         from nodeagent.adapters.kubelet_identity import with_node_name  # noqa: PLC0415
 
         config = with_node_name(config)  # the kubelet's name for this node, logged once

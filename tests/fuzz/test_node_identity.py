@@ -1,8 +1,10 @@
-"""Fuzz: the node's name from the kubelet's certificate CN and environment files
-(``cluster.identity``), its pools (``cluster.pools``) and the registry pull terms from a Node
-object (``cluster.readiness``), all from API or host input.
+"""Fuzz: the node's name from the kubelet's certificate CN (``strict.x509_names``, the PEM
+file's bytes) and environment files (``cluster.identity``), its pools (``cluster.pools``)
+and the registry pull terms from a Node object (``cluster.readiness``), all from API or
+host input.
 
-Contract: a valid Node name or None; a ``PoolMembership`` or ``PoolMembershipInvalid`` with a
+Contract: the certificate's common names as text, or ``MalformedInput``; a valid Node name
+or None; a ``PoolMembership`` or ``PoolMembershipInvalid`` with a
 clipped message; ``PullTerms`` whose message is clipped. Nothing else is raised.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -17,8 +20,11 @@ from nodeagent.cluster.identity import is_node_name, name_from_common_name, over
 from nodeagent.cluster.pools import pools_for_node
 from nodeagent.cluster.readiness import pull_terms
 from nodeagent.errors import PoolMembershipInvalid
+from nodeagent.strict import MalformedInput
+from nodeagent.strict.x509_names import pem_subject_common_names, subject_common_names
 from tests.fuzz import strategies as s
 from tests.fuzz.contract import check_text, outcome
+from tests.testenv.pki import Authority
 
 _CNS = ["system:node:worker-0.example.com", "system:node:a", "system:admin"]
 _ENV = ['KUBELET_NODE_NAME="ip-10-0-1-2.ec2.internal"\n', "KUBELET_NODE_NAME=\n", "X=1\n"]
@@ -43,6 +49,35 @@ pool = st.fixed_dictionaries(
         "spec": st.fixed_dictionaries({"nodeSelector": selector}),
     }
 )
+
+
+_ISSUED = Authority("kubelet-signer").client("worker-0.example.com")
+_PEM = _ISSUED.cert_pem + _ISSUED.key_pem  # the kubelet's combined file
+
+
+@given(st.one_of(s.raw_bytes, s.mutated(st.just(_PEM))))
+def test_certificate_common_names(data: bytes) -> None:
+    names = outcome(
+        "x509_names.pem_subject_common_names",
+        lambda: pem_subject_common_names(data),
+        allowed=(MalformedInput,),
+        is_message_shown=False,
+    )
+    assert isinstance(names, BaseException) or all(isinstance(n, str) for n in names)
+
+
+_DER = _ISSUED.certificate.public_bytes(Encoding.DER)
+
+
+@given(st.one_of(s.raw_bytes, s.mutated(st.just(_DER))))
+def test_certificate_der_common_names(data: bytes) -> None:
+    names = outcome(
+        "x509_names.subject_common_names",
+        lambda: subject_common_names(data),
+        allowed=(MalformedInput,),
+        is_message_shown=False,
+    )
+    assert isinstance(names, BaseException) or all(isinstance(n, str) for n in names)
 
 
 @given(st.one_of(s.text, s.edited_text(_CNS)))

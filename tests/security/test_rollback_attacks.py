@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.adapters.cri.client import CriClient
-from nodeagent.bundles.rollback_marks import MARKS_FILE_NAME
+from nodeagent.store.layout import ROLLBACK_MARKS_NAME
 from tests.testenv.agent import Agent
 from tests.testenv.crio import Crio
 from tests.testenv.images import default_cache_dir
@@ -163,7 +163,7 @@ async def test_a_newest_manifest_that_stops_verifying_keeps_its_mark(
     await assert_imported(agent, fresh_crio, make(old_key, tmp_path, "k-5", seed=1831, sequence=5))
     await assert_imported(agent, fresh_crio, make(old_key, tmp_path, "k-9", seed=1832, sequence=9))
     store = agent.state_dir / "store"
-    assert (store / MARKS_FILE_NAME).is_file()
+    assert (store / ROLLBACK_MARKS_NAME).is_file()
     signature = store / "bundles" / "k-9" / "bundle.json.minisig"
     lines = signature.read_text().splitlines()
     lines[1] = lines[1][:-4] + ("AAAA" if not lines[1].endswith("AAAA") else "BBBB")

@@ -42,7 +42,7 @@ from nodeagent.bundles.manifest import (
     BundleFormatUnsupported,
     BundleManifestInvalid,
 )
-from nodeagent.bundles.rollback_marks import MARKS_FILE_NAME, marks_from_json, marks_to_json
+from nodeagent.bundles.rollback_marks import marks_from_json, marks_to_json
 from nodeagent.errors import HostFileError, NodeAgentError, StateFileDamaged
 from nodeagent.store import layout
 from nodeagent.strict import MalformedInput, clip, loads_json
@@ -85,7 +85,7 @@ def accepted_stamps(root: Path, trusted_keys_dir: Path) -> tuple[Stamp, ...]:
     """A stamp for every signed manifest in the store at ``root`` that verifies now, and
     every stamp recorded in its marks file; the marks file updated with the new ones."""
     verified, unverified = _stored_stamps(root, trusted_keys_dir)
-    path = root / MARKS_FILE_NAME
+    path = root / layout.ROLLBACK_MARKS_NAME
     recorded = _recorded(path)
     for name, error in unverified:
         _report_unverified(name, error, is_mark_kept=any(s.bundle_id == name for s in recorded))
@@ -98,7 +98,7 @@ def record_accepted(root: Path, stamp: Stamp) -> None:
     """Add the stamp of a signed manifest just stored in the store at ``root`` (verified by
     the caller) to its marks file, so its mark holds from now on even if the manifest stops
     verifying before the next decision. Called by the stick copy and the peer fetch."""
-    path = root / MARKS_FILE_NAME
+    path = root / layout.ROLLBACK_MARKS_NAME
     _write_marks(path, (*_recorded(path), stamp))
 
 

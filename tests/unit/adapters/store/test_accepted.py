@@ -15,7 +15,7 @@ from nodeagent.adapters.store import accepted
 from nodeagent.adapters.store.accepted import accepted_stamps
 from nodeagent.bundles import minisign
 from nodeagent.bundles.freshness import Stamp
-from nodeagent.bundles.rollback_marks import MARKS_FILE_NAME, marks_from_json
+from nodeagent.bundles.rollback_marks import marks_from_json
 from nodeagent.store import layout
 from tests.unit.bundles.test_manifest import manifest_doc
 
@@ -122,7 +122,7 @@ def test_a_damaged_marks_file_is_set_aside_and_rebuilt(
     trusted, store = tmp_path / "trusted", tmp_path / "store"
     key = keypair(trusted, "factory")
     put(store, "r5", key, formatVersion=3, sequence=5)
-    marks = store / MARKS_FILE_NAME
+    marks = store / layout.ROLLBACK_MARKS_NAME
     if damage is None:
         marks.mkdir(parents=True)
     else:
@@ -145,7 +145,7 @@ def test_the_marks_file_is_written_once_and_only_rewritten_when_marks_change(
     key = keypair(trusted, "factory")
     put(store, "r5", key, formatVersion=3, sequence=5)
     accepted_stamps(store, trusted)
-    marks = store / MARKS_FILE_NAME
+    marks = store / layout.ROLLBACK_MARKS_NAME
     first = marks.stat()
     accepted_stamps(store, trusted)
     assert marks.stat().st_ino == first.st_ino, "unchanged bytes are not rewritten"
