@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz e2e rpm image image-twice container-e2e proto clean
+.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz compat e2e rpm image image-twice container-e2e proto clean
 
 ## test: install everything, then lint, types, import contracts and all tests (with a sample
 ## of the fault drills: pyproject's addopts deselect the drill_long ones)
@@ -69,6 +69,13 @@ FUZZ_ARGS     ?=
 fuzz: $(VENV)/.installed
 	$(BIN)/python tools/fuzz_report.py --budget $(FUZZ_BUDGET) --budget-s $(FUZZ_BUDGET_S) \
 	  --jobs $(FUZZ_JOBS) --cache-dir $(FUZZ_CACHE) $(FUZZ_ARGS)
+
+## compat: the suites at the edges pyproject allows (tests/testenv/compat.py): on Python 3.11 with
+## every runtime dependency at its lower bound (unit, service, HTTP), and on Debian 13's Python
+## 3.13 under systemd-nspawn with the current ones (unit, service). ~6 min once cached.
+## make test runs the fast part (tests/compat).
+compat: deps
+	$(BIN)/python -m tests.testenv.compat all -- $(PYTEST_ARGS)
 
 ## e2e: the RPM installed in a Debian root booted under systemd-nspawn (tests/e2e)
 e2e: deps

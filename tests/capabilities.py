@@ -174,6 +174,8 @@ def machine_kind() -> str:
     """What kind of machine this is, as tests/expected-skips.toml names them."""
     if os.environ.get("RPM_BUILD_ROOT"):
         return "rpm-check"
+    if os.environ.get("NODEAGENT_COMPAT") == "debian13":
+        return "compat-debian13"
     pid1 = Path("/proc/1/comm").read_text().strip() if Path("/proc/1/comm").exists() else ""
     cgroup2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
     if pid1 == "systemd":

@@ -53,9 +53,7 @@ def make_root(tmp_path: Path) -> Path:
     cert.parent.mkdir(parents=True)
     Authority("kubelet-signer").client("worker-7.example.com").write_pair(cert, cert)
     (tmp_path / "store").mkdir()
-    (tmp_path / "config.toml").write_text(
-        '[cluster]\nenabled = true\n\n[store]\npath = "/store"\n'
-    )
+    (tmp_path / "config.toml").write_text('[cluster]\nenabled = true\n\n[store]\npath = "/store"\n')
     return tmp_path
 
 
