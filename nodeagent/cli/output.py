@@ -29,6 +29,8 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "check-offline": 1,
     "pull": 1,
     "bundle-create": 1,
+    "bundle-create-dry-run": 1,
+    "bundle-remove": 1,
     "bundle-verify": 1,
     "bundle-import": 1,
     "bundle-keygen": 1,
@@ -37,6 +39,8 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "site-status": 1,
     "site-wait": 1,
     "completion": 1,
+    "unpin": 1,
+    "support-dump": 1,
 }
 """Each command's ``--json`` document and its version (``bundle release-signatures --json``
 prints a Kubernetes ConfigMap, whose apiVersion and kind say what it is)."""
