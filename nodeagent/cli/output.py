@@ -64,7 +64,19 @@ HINTS: Final[Mapping[str, str]] = {
     "file aside and rebuilds it",
     "KubeconfigInvalid": "pass a readable kubeconfig with --kubeconfig",
     "DaemonRunning": "plug the stick in: the daemon imports it by itself (`nodeagent status` "
-    "shows it); to import by hand, stop the daemon first (systemctl stop nodeagent)",
+    "shows it); to import or remove a bundle by hand, stop the daemon first (systemctl stop "
+    "nodeagent) and start it again after",
+    "SetNotFound": "name a set `nodeagent status` lists",
+    "SetFromApi": "remove it in the cluster (oc delete pinnedimageset NAME, or change its "
+    "node selector): the node unpins it at its next sync",
+    "SetFileShared": "edit the file and take the set out (or move it to a file of its own): "
+    "the daemon unpins it at its next sync",
+    "BundleNotStored": "name a bundle `nodeagent store` lists",
+    "BundleSetsPinned": "unpin its sets first (`nodeagent unpin SET`), then remove it",
+    "ReleaseInUse": "wait until the upgrade has completed on every pool (oc get clusterversion; "
+    "oc get mcp); the current and desired releases are never removed",
+    "ReleaseStateUnknown": "run it again once the node reaches the API server (cluster mode); "
+    "until then retirement decides when a release goes (docs/upgrade.md)",
     "SiteCertificatesInvalid": "point [site] cert_file, key_file, client_cert_file, "
     "client_key_file and ca_file at the node's certificates (the kubelet's), or turn that "
     "[site] role off",
