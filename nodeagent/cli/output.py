@@ -75,6 +75,8 @@ HINTS: Final[Mapping[str, str]] = {
     "BundleSetsPinned": "unpin its sets first (`nodeagent unpin SET`), then remove it",
     "ReleaseInUse": "wait until the upgrade has completed on every pool (oc get clusterversion; "
     "oc get mcp); the current and desired releases are never removed",
+    "StickNotFound": "plug in one stick labelled as [bundles] label_pattern says (NODEAGENT*), "
+    "ext4 or vfat, and only one; or give --output PATH",
     "JournalUnreadable": "check `journalctl -u nodeagent` by hand and attach its output",
     "ReleaseStateUnknown": "run it again once the node reaches the API server (cluster mode); "
     "until then retirement decides when a release goes (docs/upgrade.md)",

@@ -26,6 +26,7 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final, TypeAlias
 
@@ -66,10 +67,17 @@ def add_parser(sub: Subparsers) -> None:
         help="write a bounded, secret-free tar.gz for support: status, journal excerpt, "
         "config (redacted), store summary, CRI-O version",
     )
-    dump.add_argument(
+    where = dump.add_mutually_exclusive_group()
+    where.add_argument(
         "--output", type=Path, metavar="PATH",
         help="the archive to write (never over an existing file; default "
         "./nodeagent-support-<host>-<time>.tar.gz)",
+    )  # fmt: skip
+    where.add_argument(
+        "--to-stick", action="store_true",
+        help="write it to the one stick plugged in that nodeagent takes ([bundles] "
+        "label_pattern, media_fs_types, media_buses), mounted nosuid,nodev,noexec and "
+        "unmounted after",
     )  # fmt: skip
     dump.add_argument(
         "--max-bytes", type=parse_max_bytes, default=DEFAULT_MAX_BYTES, metavar="SIZE",
@@ -204,6 +212,45 @@ def _readme(dump: Dump) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------- the stick
+def find_stick(config: Config) -> tuple[str, str, str]:
+    """(device node, filesystem, label) of the one stick nodeagent takes, as the daemon's
+    media watcher sees them (``adapters.bundles.udev``); else ``StickNotFound``."""
+    from nodeagent.adapters.bundles.udev import MediaWatcher  # noqa: PLC0415
+    from nodeagent.bundles.media import MediaEvent, MediaKind  # noqa: PLC0415
+    from nodeagent.errors import StickNotFound  # noqa: PLC0415
+
+    media = config.bundles
+
+    async def present() -> list[MediaEvent]:
+        watcher = MediaWatcher(
+            media.label_pattern, fs_types=media.media_fs_types, buses=media.media_buses
+        )
+        async with watcher:
+            return [e for e in watcher.existing() if e.kind == MediaKind.ARRIVED]
+
+    found = asyncio.run(present())
+    if len(found) != 1:
+        names = ", ".join(f"{e.devnode} ({clip(e.label, 40)})" for e in found[:8])
+        which = f"{len(found)} are: {names}" if found else "none is"
+        raise StickNotFound(
+            f"--to-stick needs one stick labelled {clip(media.label_pattern, 40)} "
+            f"({', '.join(media.media_fs_types)}, on {', '.join(media.media_buses)}); {which}"
+        )
+    return found[0].devnode, found[0].fs_type, found[0].label
+
+
+def to_stick(config: Config, name: str, write: Callable[[Path], int]) -> tuple[Path, int]:
+    """Mount the stick writable (nosuid, nodev, noexec) in the run directory, ``write``
+    the archive there as ``name``, unmount; (where it was written, its size)."""
+    from nodeagent.adapters.bundles.mount import mount_for_writing  # noqa: PLC0415
+
+    devnode, fs_type, label = find_stick(config)
+    with mount_for_writing(devnode, fs_type, config.state.run_dir / "support-stick") as mount:
+        size = write(mount.target / name)
+    return Path(f"{devnode} ({label})") / name, size
+
+
 # ---------------------------------------------------------------- the command
 def default_output() -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -216,12 +263,21 @@ def cmd_support_dump(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.errors import HostFileError  # noqa: PLC0415
 
     logs.configure(config.log.level)
-    target = (args.output or default_output()).absolute()
     dump = collect(config, args.max_bytes)
-    size = write_archive(target, [Member(n, d) for n, d, _ in dump.members])
-    if size > dump.cap:  # the shares make it impossible; never hand over an over-cap archive
-        target.unlink()
-        raise HostFileError(f"{target} came out at {size} bytes, over the cap {dump.cap}")
+    members = [Member(n, d) for n, d, _ in dump.members]
+
+    def write(target: Path) -> int:
+        size = write_archive(target, members)
+        if size > dump.cap:  # the shares make it impossible; never hand over an over-cap one
+            target.unlink()
+            raise HostFileError(f"{target} came out at {size} bytes, over the cap {dump.cap}")
+        return size
+
+    if args.to_stick:
+        target, size = to_stick(config, default_output().name, write)
+    else:
+        target = (args.output or default_output()).absolute()
+        size = write(target)
     if args.json:
         output.print_json("support-dump", {
             "path": str(target), "sizeBytes": size, "capBytes": dump.cap,
@@ -231,6 +287,8 @@ def cmd_support_dump(config: Config, args: argparse.Namespace) -> int:
         })  # fmt: skip
         return 0
     print(f"wrote {target} ({format_bytes(size)} of its {format_bytes(dump.cap)} cap, mode 0600)")
+    if args.to_stick:
+        print("the stick is unmounted: it may be pulled out")
     for name, data, cut in dump.members:
         print(f"  {name}: {format_bytes(len(data))}{' (cut to its share)' if cut else ''}")
     for p in dump.problems:

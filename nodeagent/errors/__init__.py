@@ -26,6 +26,7 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   ├── MetricsListenFailed         MetricsListenFailed ([metrics] listen cannot be bound)
     │   ├── DaemonRunning               DaemonRunning (a by-hand import while the daemon runs)
     │   ├── ReleaseStateUnknown         ReleaseStateUnknown (unpin/remove: upgrade state unread)
+    │   ├── StickNotFound               StickNotFound (support-dump --to-stick: none, or several)
     │   └── BundleFetchFailed           NoPeerLeft (every peer was dropped; tried again later)
     └── PermanentError                  (retrying the same thing will not help)
         ├── ImageNotFound               ImageNotFound
@@ -180,6 +181,7 @@ from nodeagent.errors.runtime import SetNotFound as SetNotFound
 from nodeagent.errors.runtime import SizeUnknown as SizeUnknown
 from nodeagent.errors.runtime import SpecInvalid as SpecInvalid
 from nodeagent.errors.runtime import StateFileDamaged as StateFileDamaged
+from nodeagent.errors.runtime import StickNotFound as StickNotFound
 from nodeagent.errors.site import ApiAccessDenied as ApiAccessDenied
 from nodeagent.errors.site import ApiRequestRejected as ApiRequestRejected
 from nodeagent.errors.site import ApiUnreachable as ApiUnreachable

@@ -128,6 +128,13 @@ class ReleaseStateUnknown(TransientError):
     exit_code = 75  # EX_TEMPFAIL
 
 
+class StickNotFound(TransientError):
+    """``support-dump --to-stick`` found no stick nodeagent takes, or more than one."""
+
+    reason = "StickNotFound"
+    exit_code = 75  # EX_TEMPFAIL
+
+
 class SetNotFound(PermanentError):
     """``unpin`` of a set no spec directory holds."""
 
