@@ -134,7 +134,9 @@ async def read_rollout(config: Config) -> Rollout | Waiting:
     )
     try:
         async with asyncio.timeout(ROLLOUT_TIMEOUT_S):
-            cv = await api.get(kinds.CLUSTER_VERSION, CLUSTER_VERSION_NAME)
+            fields = f"metadata.name={CLUSTER_VERSION_NAME}"  # list, as retirement reads it
+            found, _ = await api.list(kinds.CLUSTER_VERSION, field_selector=fields)
+            cv = found[0] if found else None
             pools = None
             if await api.is_served(kinds.MACHINE_CONFIG_POOL):
                 pools, _ = await api.list(kinds.MACHINE_CONFIG_POOL)

@@ -188,7 +188,9 @@ def by_hand(state: Rollout | Waiting, held: HeldRelease) -> tuple[str, str] | No
     if isinstance(state, Waiting):
         if state.reason in (UPGRADE_NOT_COMPLETED, UPGRADE_REQUESTED):
             return RELEASE_IN_USE, f"{name}: {state.message}; nothing is unpinned meanwhile"
-        return RELEASE_STATE_UNKNOWN, f"{name}: the upgrade's state is not known: {state.message}"
+        return RELEASE_STATE_UNKNOWN, (
+            f"{name}: the upgrade is not known to have finished everywhere: {state.message}"
+        )
     if _first_look(held, state, semver_key(state.current.version) or (0, 0, 0, 0, ())) == (
         "current"
     ):
