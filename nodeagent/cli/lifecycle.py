@@ -183,20 +183,21 @@ def cmd_unpin(config: Config, args: argparse.Namespace) -> int:
         check_release(config, target.bundle_id)
     lock = PinsLock(config.state.run_dir / PINS_LOCK_NAME)
     is_ours = lock.try_acquire()
+    source = "bundle" if target.bundle_id else "local"
     try:
         remove_file(target.path)
+        if not args.json:  # said before the sync: a sync that fails leaves the file removed
+            print(f"removed {target.path} ({source} set {clip(target.name, 253)})", flush=True)
         line = asyncio.run(_sync(config)) if is_ours else None
     finally:
         if is_ours:
             lock.release()
-    source = "bundle" if target.bundle_id else "local"
     if args.json:
         output.print_json("unpin", {
             "set": target.name, "source": source, "bundleId": target.bundle_id,
             "files": [str(target.path)], "by": "sync" if is_ours else "daemon", "sync": line,
         })  # fmt: skip
         return 0
-    print(f"removed {target.path} ({source} set {clip(target.name, 253)})")
     if line is None:
         print(
             "the running daemon unpins it at the sync its watch of the spec directories starts "
