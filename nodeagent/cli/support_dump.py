@@ -192,7 +192,11 @@ def collect(config: Config, cap: int) -> Dump:
     if journal.problem:
         dump.problem("journal.txt", JOURNAL_UNREADABLE, journal.problem)
     else:
-        dump.add("journal.txt", redact_text(journal.text).encode(), room, keep_tail=True)
+        text = journal.text or (
+            "(journalctl -u nodeagent returned no lines: no journal files on this host, or "
+            "the unit logged nothing)\n"
+        )
+        dump.add("journal.txt", redact_text(text).encode(), room, keep_tail=True)
     dump.add("README.txt", _readme(dump).encode(), 8192)
     return dump
 
