@@ -320,6 +320,17 @@ def mount_options(fs_type: str) -> str:
     return ",".join((*BASE_MOUNT_OPTIONS, *FS_MOUNT_OPTIONS.get(fs_type, ())))
 
 
+WRITABLE_MOUNT_OPTIONS: tuple[str, ...] = ("nosuid", "nodev", "noexec")
+"""``support-dump --to-stick``: the one mount nodeagent makes writable, still without
+set-uid files, device nodes or programs; a FAT stick's files read 0600 (``umask=077``)."""
+
+
+def writable_mount_options(fs_type: str) -> str:
+    """The options of ``support-dump --to-stick``'s mount of a stick (decision 0072)."""
+    extra = ("umask=077",) if fs_type == "vfat" else ()
+    return ",".join((*WRITABLE_MOUNT_OPTIONS, *extra))
+
+
 def mount_dir_name(event: MediaEvent) -> str:
     """A file name for the media's mount point: ``<label>-<uuid or kernel device name>``.
 

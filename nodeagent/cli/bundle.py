@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from nodeagent import logs
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.bundles.target import describe_target
-from nodeagent.cli import bundle_create, bundle_keys, output
+from nodeagent.cli import bundle_create, bundle_keys, lifecycle, output
 from nodeagent.cli import release as release_cli
 from nodeagent.cli.bundle_create import parse_platform
 from nodeagent.cli.terminal import TerminalProgress, out
@@ -75,6 +75,7 @@ def add_parser(sub: Subparsers) -> Subparsers:
     )  # fmt: skip
     release_cli.add_parser(commands)
     bundle_keys.add_parser(commands)
+    lifecycle.add_remove_parser(commands)
     return commands
 
 
@@ -226,4 +227,5 @@ BUNDLE_COMMANDS: dict[str, Callable[[Config, argparse.Namespace], int]] = {
     "import": cmd_import,
     "keygen": bundle_keys.cmd_keygen,
     "release-signatures": release_cli.cmd_release_signatures,
+    "remove": lifecycle.cmd_remove,
 }

@@ -75,7 +75,14 @@ def add_parser(commands: Subparsers) -> None:
         "--pinned-image-set", action="extend", nargs="+", default=[], type=Path, metavar="FILE",
         help="PinnedImageSet YAML file to carry (validated as the daemon validates it)",
     )  # fmt: skip
-    create.add_argument("--key", type=Path, required=True, help="minisign secret key file")
+    create.add_argument(
+        "--key", type=Path, help="minisign secret key file (required, but with --dry-run)"
+    )
+    create.add_argument(
+        "--dry-run", action="store_true",
+        help="write nothing: print the images, the blob count, the bytes and what the output's "
+        "disk needs against its free space (exit 73 when it does not fit)",
+    )  # fmt: skip
     create.add_argument("--password-file", type=Path, help="the key's password (first line)")
     create.add_argument("--output", type=Path, required=True, help="empty directory or medium")
     create.add_argument("--id", dest="bundle_id", help="bundle id (default: from the content)")
@@ -261,7 +268,9 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.adapters.bundles import writer as bundle_writer  # noqa: PLC0415  (see the imports)
     from nodeagent.adapters.registry.access import registry_access  # noqa: PLC0415
 
-    secret_key = read_secret_key(args.key, args.password_file)
+    if args.key is None and not args.dry_run:
+        raise KeyMalformed("bundle create needs --key (the minisign secret key file to sign with)")
+    secret_key = None if args.dry_run else read_secret_key(args.key, args.password_file)
     auth = read_auth(args.auth_file)
     sets = load_set_files(args.pinned_image_set, is_persistent=not args.transient)
     release = release_cli.release_request(args)
@@ -272,13 +281,19 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
     served_tags = served_tags_of_images(args.image) if args.serve_tags else []
     now = datetime.now(UTC)
     freshness = freshness_option(args, now)
-    check_supersedes(freshness, secret_key.public_key().key_id_hex)
-    auth = read_auth(args.auth_file)
     # As the daemon's look-ups: registries.conf's mirrors, certs.d, CRI-O's auth file after ours.
     client = registry_access(
         config.runtime, auth.credentials_for, extra_insecure=args.insecure_registry,
         platform=args.arch, timeout_s=BUNDLE_TIMEOUT_S,
     ).client  # fmt: skip
+    if secret_key is None:
+        from nodeagent.cli import bundle_plan  # noqa: PLC0415  (only for --dry-run)
+
+        return bundle_plan.cmd_dry_run(
+            args, refs, sets, client=client, auth=auth, now=now, freshness=freshness,
+            release=release, served_tags=served_tags,
+        )  # fmt: skip
+    check_supersedes(freshness, secret_key.public_key().key_id_hex)
     progress = TerminalProgress() if sys.stderr.isatty() else None
     try:
         created = asyncio.run(

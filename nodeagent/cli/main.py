@@ -33,13 +33,25 @@ from nodeagent.ports import StoredImage
 from nodeagent.specs import load_spec_dirs
 from nodeagent.strict import clip
 
-MODULE_COMMANDS = ("bundle", "store", "site", "completion", "mirror_dropin")
+MODULE_COMMANDS = (
+    "bundle",
+    "store",
+    "site",
+    "completion",
+    "mirror_dropin",
+    "lifecycle",
+    "support_dump",
+)
 """Commands of their own module (``nodeagent.cli.<command>``), loaded only when a command
 line other than ``run`` is parsed: the daemon never loads them (0.7 MiB of its idle
 memory, docs/performance.md)."""
 
 
-MODULE_OF = {"render-mirror-dropin": "mirror_dropin"}
+MODULE_OF = {
+    "render-mirror-dropin": "mirror_dropin",
+    "unpin": "lifecycle",
+    "support-dump": "support_dump",
+}
 """Commands whose module is not named after them."""
 
 DAEMON_COMMANDS = ("run", "serve-peers", "serve-mirror", "serve-session")

@@ -29,6 +29,8 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "check-offline": 1,
     "pull": 1,
     "bundle-create": 1,
+    "bundle-create-dry-run": 1,
+    "bundle-remove": 1,
     "bundle-verify": 1,
     "bundle-import": 1,
     "bundle-keygen": 1,
@@ -37,6 +39,8 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "site-status": 1,
     "site-wait": 1,
     "completion": 1,
+    "unpin": 1,
+    "support-dump": 1,
 }
 """Each command's ``--json`` document and its version (``bundle release-signatures --json``
 prints a Kubernetes ConfigMap, whose apiVersion and kind say what it is)."""
@@ -60,7 +64,22 @@ HINTS: Final[Mapping[str, str]] = {
     "file aside and rebuilds it",
     "KubeconfigInvalid": "pass a readable kubeconfig with --kubeconfig",
     "DaemonRunning": "plug the stick in: the daemon imports it by itself (`nodeagent status` "
-    "shows it); to import by hand, stop the daemon first (systemctl stop nodeagent)",
+    "shows it); to import or remove a bundle by hand, stop the daemon first (systemctl stop "
+    "nodeagent) and start it again after",
+    "SetNotFound": "name a set `nodeagent status` lists",
+    "SetFromApi": "remove it in the cluster (oc delete pinnedimageset NAME, or change its "
+    "node selector): the node unpins it at its next sync",
+    "SetFileShared": "edit the file and take the set out (or move it to a file of its own): "
+    "the daemon unpins it at its next sync",
+    "BundleNotStored": "name a bundle `nodeagent store` lists",
+    "BundleSetsPinned": "unpin its sets first (`nodeagent unpin SET`), then remove it",
+    "ReleaseInUse": "wait until the upgrade has completed on every pool (oc get clusterversion; "
+    "oc get mcp); the current and desired releases are never removed",
+    "StickNotFound": "plug in one stick labelled as [bundles] label_pattern says (NODEAGENT*), "
+    "ext4 or vfat, and only one; or give --output PATH",
+    "JournalUnreadable": "check `journalctl -u nodeagent` by hand and attach its output",
+    "ReleaseStateUnknown": "run it again once the node reaches the API server (cluster mode); "
+    "until then retirement decides when a release goes (docs/upgrade.md)",
     "SiteCertificatesInvalid": "point [site] cert_file, key_file, client_cert_file, "
     "client_key_file and ca_file at the node's certificates (the kubelet's), or turn that "
     "[site] role off",

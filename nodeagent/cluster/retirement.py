@@ -24,13 +24,22 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from nodeagent.cluster.clusterversion import Release, parse_semver
-from nodeagent.cluster.rollout import Rollout, Waiting, describe, is_same
+from nodeagent.cluster.rollout import (
+    UPGRADE_NOT_COMPLETED,
+    UPGRADE_REQUESTED,
+    Rollout,
+    Waiting,
+    describe,
+    is_same,
+)
 from nodeagent.releases import HeldRelease
 from nodeagent.strict import quoted
 
 RELEASE_VERSION_INVALID: Final = "ReleaseVersionInvalid"
 RELEASES_RETIRED: Final = "ReleasesRetired"
 NOTHING_TO_RETIRE: Final = "NothingToRetire"
+RELEASE_IN_USE: Final = "ReleaseInUse"
+RELEASE_STATE_UNKNOWN: Final = "ReleaseStateUnknown"
 
 _MAX_VERSION_CHARS: Final = 64
 
@@ -149,3 +158,26 @@ def space_note(result: Plan | None) -> str:
         f"once an upgrade past it has completed on every pool{why} (docs/upgrade.md, "
         '"Single node, one disk")'
     )
+
+
+def by_hand(state: Rollout | Waiting, held: HeldRelease) -> tuple[str, str] | None:
+    """Whether a technician may unpin ``held`` (or remove its blobs) now: None, or the reason
+    code and message of a refusal (decision 0072). The rules are retirement's: never the
+    current, desired or requested release, and nothing while an upgrade is under way or
+    its state is not known; unlike retirement, an older release kept by ``keep_releases``,
+    the previous one and a newer one may go (the technician decided)."""
+    name = f"release {quoted(held.version, _MAX_VERSION_CHARS)} ({held.bundle_id})"
+    if isinstance(state, Waiting):
+        if state.reason in (UPGRADE_NOT_COMPLETED, UPGRADE_REQUESTED):
+            return RELEASE_IN_USE, f"{name}: {state.message}; nothing is unpinned meanwhile"
+        return RELEASE_STATE_UNKNOWN, (
+            f"{name}: the upgrade is not known to have finished everywhere: {state.message}"
+        )
+    if _first_look(held, state, semver_key(state.current.version) or (0, 0, 0, 0, ())) == (
+        "current"
+    ):
+        return RELEASE_IN_USE, (
+            f"{name} is the cluster's current, desired or requested release "
+            f"(the cluster runs {describe(state.current)})"
+        )
+    return None

@@ -25,6 +25,8 @@ happened and what to do about it. Retry decisions follow the two branches::
     │   ├── PeerBusy                    PeerBusy (a peer answered 429/503: ask it later)
     │   ├── MetricsListenFailed         MetricsListenFailed ([metrics] listen cannot be bound)
     │   ├── DaemonRunning               DaemonRunning (a by-hand import while the daemon runs)
+    │   ├── ReleaseStateUnknown         ReleaseStateUnknown (unpin/remove: upgrade state unread)
+    │   ├── StickNotFound               StickNotFound (support-dump --to-stick: none, or several)
     │   └── BundleFetchFailed           NoPeerLeft (every peer was dropped; tried again later)
     └── PermanentError                  (retrying the same thing will not help)
         ├── ImageNotFound               ImageNotFound
@@ -41,6 +43,13 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── AuthFileInvalid             AuthFileInvalid
         ├── SpecInvalid                 SpecInvalid
         │   └── ImageReferenceInvalid   ImageReferenceInvalid
+        ├── SetNotFound                 SetNotFound (unpin: no spec file holds the set)
+        ├── BundleNotStored             BundleNotStored (bundle remove: no such record)
+        ├── LifecycleRefused            (unpin, bundle remove: a safety rule, decision 0072)
+        │   ├── SetFromApi              SetFromApi (the next sync would pin it again)
+        │   ├── SetFileShared           SetFileShared (its file holds other sets too)
+        │   ├── BundleSetsPinned        BundleSetsPinned (unpin its sets first)
+        │   └── ReleaseInUse            ReleaseInUse (current, desired or upgrade target)
         ├── HostFileError               HostFileError
         │   └── StateFileDamaged        StateFileDamaged
         ├── SignatureMissing            BundleUnsigned
@@ -141,12 +150,15 @@ from nodeagent.errors.bundles import SignatureMalformed as SignatureMalformed
 from nodeagent.errors.bundles import SignatureMissing as SignatureMissing
 from nodeagent.errors.bundles import UnknownSigningKey as UnknownSigningKey
 from nodeagent.errors.runtime import AuthFileInvalid as AuthFileInvalid
+from nodeagent.errors.runtime import BundleNotStored as BundleNotStored
+from nodeagent.errors.runtime import BundleSetsPinned as BundleSetsPinned
 from nodeagent.errors.runtime import ConfigInvalid as ConfigInvalid
 from nodeagent.errors.runtime import DaemonRunning as DaemonRunning
 from nodeagent.errors.runtime import HostFileError as HostFileError
 from nodeagent.errors.runtime import ImageNotFound as ImageNotFound
 from nodeagent.errors.runtime import ImageReferenceInvalid as ImageReferenceInvalid
 from nodeagent.errors.runtime import InsufficientDiskSpace as InsufficientDiskSpace
+from nodeagent.errors.runtime import LifecycleRefused as LifecycleRefused
 from nodeagent.errors.runtime import NoSpaceLeft as NoSpaceLeft
 from nodeagent.errors.runtime import PinsOverridden as PinsOverridden
 from nodeagent.errors.runtime import PullStalled as PullStalled
@@ -155,15 +167,21 @@ from nodeagent.errors.runtime import RegistryAuthFailed as RegistryAuthFailed
 from nodeagent.errors.runtime import RegistryCertsInvalid as RegistryCertsInvalid
 from nodeagent.errors.runtime import RegistryError as RegistryError
 from nodeagent.errors.runtime import RegistryUnavailable as RegistryUnavailable
+from nodeagent.errors.runtime import ReleaseInUse as ReleaseInUse
+from nodeagent.errors.runtime import ReleaseStateUnknown as ReleaseStateUnknown
 from nodeagent.errors.runtime import RuntimeCallFailed as RuntimeCallFailed
 from nodeagent.errors.runtime import RuntimeConfigInvalid as RuntimeConfigInvalid
 from nodeagent.errors.runtime import RuntimeDoesNotPin as RuntimeDoesNotPin
 from nodeagent.errors.runtime import RuntimeReloadFailed as RuntimeReloadFailed
 from nodeagent.errors.runtime import RuntimeTimeout as RuntimeTimeout
 from nodeagent.errors.runtime import RuntimeUnreachable as RuntimeUnreachable
+from nodeagent.errors.runtime import SetFileShared as SetFileShared
+from nodeagent.errors.runtime import SetFromApi as SetFromApi
+from nodeagent.errors.runtime import SetNotFound as SetNotFound
 from nodeagent.errors.runtime import SizeUnknown as SizeUnknown
 from nodeagent.errors.runtime import SpecInvalid as SpecInvalid
 from nodeagent.errors.runtime import StateFileDamaged as StateFileDamaged
+from nodeagent.errors.runtime import StickNotFound as StickNotFound
 from nodeagent.errors.site import ApiAccessDenied as ApiAccessDenied
 from nodeagent.errors.site import ApiRequestRejected as ApiRequestRejected
 from nodeagent.errors.site import ApiUnreachable as ApiUnreachable

@@ -119,6 +119,68 @@ class DaemonRunning(TransientError):
     exit_code = 75  # EX_TEMPFAIL
 
 
+class ReleaseStateUnknown(TransientError):
+    """``unpin`` or ``bundle remove`` of a release bundle's set when the cluster's upgrade
+    state could not be read (not in cluster mode, the API unreachable, the pools or the
+    ClusterVersion not known): unknown is never "safe to remove" (decision 0072)."""
+
+    reason = "ReleaseStateUnknown"
+    exit_code = 75  # EX_TEMPFAIL
+
+
+class StickNotFound(TransientError):
+    """``support-dump --to-stick`` found no stick nodeagent takes, or more than one."""
+
+    reason = "StickNotFound"
+    exit_code = 75  # EX_TEMPFAIL
+
+
+class SetNotFound(PermanentError):
+    """``unpin`` of a set no spec directory holds."""
+
+    reason = "SetNotFound"
+    exit_code = 66  # EX_NOINPUT
+
+
+class BundleNotStored(PermanentError):
+    """``bundle remove`` of a bundle id the store has no record of."""
+
+    reason = "BundleNotStored"
+    exit_code = 66  # EX_NOINPUT
+
+
+class LifecycleRefused(PermanentError):
+    """``unpin`` or ``bundle remove`` refused by a safety rule (decision 0072)."""
+
+    reason = "LifecycleRefused"
+    exit_code = 65  # EX_DATAERR
+
+
+class SetFromApi(LifecycleRefused):
+    """``unpin`` of a set the cluster's API gives: the next sync would pin it again."""
+
+    reason = "SetFromApi"
+
+
+class SetFileShared(LifecycleRefused):
+    """``unpin`` of a local set whose file holds other sets too (never rewritten by hand)."""
+
+    reason = "SetFileShared"
+
+
+class BundleSetsPinned(LifecycleRefused):
+    """``bundle remove`` of a bundle one of whose sets is still pinned."""
+
+    reason = "BundleSetsPinned"
+
+
+class ReleaseInUse(LifecycleRefused):
+    """``unpin`` or ``bundle remove`` of the current or desired release, one an upgrade is
+    asked for or moving to, or any release while an upgrade is under way."""
+
+    reason = "ReleaseInUse"
+
+
 class PinsOverridden(PermanentError):
     """Another drop-in sorts after nodeagent's and replaces its ``pinned_images`` list."""
 

@@ -237,8 +237,10 @@ SUBMODULE_RULES: dict[str, tuple[str, ...]] = {
     # nobody starts processes but the OS image reader (bootc/rpm-ostree status, bounded),
     # the runtime's reload (its D-Bus child, adapters/systemd_bus.py) and a mirror session's
     # server when the daemon starts it itself ([bundles] session_socket = "", decision 0064)
+    # and support-dump's journal excerpt (journalctl, bounded: decision 0072)
     "asyncio.subprocess": (
         "nodeagent.adapters.nodeos",
+        "nodeagent.adapters.support_archive",
         "nodeagent.adapters.systemd",
         "nodeagent.adapters.bundles.session_server",
     ),

@@ -31,7 +31,7 @@ from typing import Final, Self
 
 import structlog
 
-from nodeagent.bundles.media import mount_options
+from nodeagent.bundles.media import mount_options, writable_mount_options
 from nodeagent.errors import MediaMountFailed as MediaMountFailed
 from nodeagent.errors import MediaUnmountFailed as MediaUnmountFailed
 
@@ -45,6 +45,7 @@ MNT_DETACH: Final = 2
 
 _FLAG_BITS: Final = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 _REQUIRED_STATVFS: Final = os.ST_RDONLY | os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC
+_WRITABLE_STATVFS: Final = os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC
 _DIR_MODE: Final = 0o700
 
 _MOUNT_HINTS: Final = {
@@ -133,6 +134,22 @@ def mount_readonly(devnode: str, fs_type: str, target_dir: Path) -> Mount:
     return Mount(devnode=devnode, fs_type=fs_type, target=target_dir, options=options)
 
 
+def mount_for_writing(devnode: str, fs_type: str, target_dir: Path) -> Mount:
+    """Mount ``devnode`` read-write but nosuid, nodev and noexec on ``target_dir``
+    (``support-dump --to-stick`` only, decision 0072; bundle media are never mounted so)."""
+    options = writable_mount_options(fs_type)
+    is_created = _prepare_target(target_dir)
+    try:
+        _mount(devnode, target_dir, fs_type, options)
+        _check_flags(target_dir, required=_WRITABLE_STATVFS)
+    except MediaMountFailed:
+        if is_created:
+            target_dir.rmdir()
+        raise
+    log.info("media_mounted", devnode=devnode, target=str(target_dir), options=options)
+    return Mount(devnode=devnode, fs_type=fs_type, target=target_dir, options=options)
+
+
 def unmount(target: Path, *, lazy: bool = False) -> None:
     """Unmount ``target`` (``lazy``: detach now, finish when the last file closes), remove it.
 
@@ -171,9 +188,10 @@ def _mount(devnode: str, target: Path, fs_type: str, options: str) -> None:
         )
 
 
-def _check_flags(target: Path) -> None:
-    """Undo and refuse a mount that is not read-only, nosuid, nodev and noexec."""
-    missing = _REQUIRED_STATVFS & ~os.statvfs(target).f_flag
+def _check_flags(target: Path, *, required: int = _REQUIRED_STATVFS) -> None:
+    """Undo and refuse a mount without the ``required`` flags (default: read-only, nosuid,
+    nodev and noexec)."""
+    missing = required & ~os.statvfs(target).f_flag
     if missing:
         _LIBC.umount2(os.fsencode(target), MNT_DETACH)
         raise MediaMountFailed(

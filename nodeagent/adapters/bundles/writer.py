@@ -27,7 +27,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -282,15 +282,11 @@ async def create_bundle(
     platform = client.platform
     blobs_dir = await asyncio.to_thread(prepare_output, output_dir)
     fetcher = ImageFetcher(client, auth, blobs_dir, progress)
-    carried, payload_count, extra = None, 0, dict[str, bytes]()
-    if release is not None:
-        refs, sets, carried, extra = await _with_release(fetcher, release, refs, sets)
-        payload_count = len(sets[-1].images) - 1  # the release set: its image, then payload
-    sets_json = [set_object(s) for s in sets]
-    bundle_id = check_bundle_id(
-        bundle_id or default_bundle_id(platform.architecture, refs, sets_json, target)
+    planned = await plan_bundle(
+        fetcher, refs, sets, bundle_id=bundle_id, target=target, release=release
     )
-    images = [await fetcher.plan(ref, platform) for ref in refs]
+    bundle_id, images, sets = planned.bundle_id, list(planned.images), planned.sets
+    carried, payload_count, extra = planned.release, planned.payload_count, planned.extra
     await fetcher.fetch_layers(images, output_dir)
     signatures = [await fetch_signature(fetcher, i) for i in images] if with_signatures else []
     carried_signatures = tuple(s for s in signatures if s is not None)
@@ -299,7 +295,7 @@ async def create_bundle(
     freshness = freshness or Freshness(bundle.DEFAULT_CHANNEL, int(when.timestamp()), None)
     doc = manifest_doc(
         bundle_id=bundle_id, created=created, architecture=platform.architecture,
-        images=images, files=_layout_files(images) | extra, sets=sets, target=target,
+        images=images, files=layout_files(images) | extra, sets=sets, target=target,
         freshness=freshness, release=carried, signatures=carried_signatures,
         served_tags=served_tags,
     )  # fmt: skip
@@ -325,6 +321,49 @@ async def create_bundle(
         bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target,
         carried, payload_count, carried_signatures, tuple(served_tags),
     )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedBundle:
+    """``plan_bundle``'s answer: what the bundle will hold, before a layer is fetched."""
+
+    bundle_id: str
+    images: tuple[PlannedImage, ...]
+    sets: tuple[PinnedImageSet, ...]
+    release: releases.BundleRelease | None = None
+    payload_count: int = 0
+    extra: dict[str, bytes] = field(default_factory=dict)
+    """Files beside the layout (the release's signature files), path → bytes."""
+
+    @property
+    def blobs(self) -> dict[str, int]:
+        """Digest → size of every blob of the images, each once."""
+        return {b.digest: b.size_bytes for i in self.images for b in i.blobs}
+
+
+async def plan_bundle(
+    fetcher: ImageFetcher,
+    refs: Sequence[PinnedImageRef],
+    sets: Sequence[PinnedImageSet],
+    *,
+    bundle_id: str | None,
+    target: BundleTarget | None,
+    release: ReleaseRequest | None,
+) -> PlannedBundle:
+    """Step 2 (the module's docstring): the release's images and set added, the bundle id,
+    and each image's plan (its manifests and config fetched into ``fetcher.blobs_dir``).
+    ``bundle create`` and ``bundle create --dry-run`` (``adapters.bundles.dry_run``) share it."""
+    platform = fetcher.client.platform
+    carried, payload_count, extra = None, 0, dict[str, bytes]()
+    if release is not None:
+        refs, sets, carried, extra = await _with_release(fetcher, release, refs, sets)
+        payload_count = len(sets[-1].images) - 1  # the release set: its image, then payload
+    sets_json = [set_object(s) for s in sets]
+    bundle_id = check_bundle_id(
+        bundle_id or default_bundle_id(platform.architecture, refs, sets_json, target)
+    )
+    images = tuple([await fetcher.plan(ref, platform) for ref in refs])
+    return PlannedBundle(bundle_id, images, tuple(sets), carried, payload_count, extra)
 
 
 async def _with_release(
@@ -364,7 +403,7 @@ async def _with_release(
     return list(all_refs), [*sets, release_set], carried, files
 
 
-def _layout_files(images: Sequence[PlannedImage]) -> dict[str, bytes]:
+def layout_files(images: Sequence[PlannedImage]) -> dict[str, bytes]:
     return {"oci-layout": OCI_LAYOUT_BYTES, "index.json": index_doc(images)}
 
 
@@ -384,7 +423,7 @@ def _finish(
     blobs_dir = output_dir / "blobs" / "sha256"
     _remove_unlisted(blobs_dir, {digest.removeprefix("sha256:") for digest in keep})
     _fsync_dir(blobs_dir)
-    for name, data in (_layout_files(images) | extra).items():
+    for name, data in (layout_files(images) | extra).items():
         (output_dir / name).parent.mkdir(exist_ok=True)
         write_atomic(output_dir / name, data)
     bundle_media.check_signed_bundle(output_dir, bundle.parse_manifest(doc), platform)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodeagent.cluster.clusterversion import Release
-from nodeagent.cluster.retirement import Plan, plan, semver_key, space_note
+from nodeagent.cluster.retirement import Plan, by_hand, plan, semver_key, space_note
 from nodeagent.cluster.rollout import Rollout, Waiting
 from nodeagent.releases import HeldRelease
 
@@ -188,3 +188,33 @@ def test_the_space_note_names_the_releases_kept_and_when_an_older_one_goes() -> 
     waiting = plan(Waiting("PoolPaused", "paused"), [V1], keep_releases=2)
     assert space_note(waiting) == ""  # nothing judged kept yet: nothing said
     assert space_note(None) == ""
+
+
+# ---------------------------------------------------------------- by hand (decision 0072)
+def test_by_hand_never_the_current_desired_or_requested_release() -> None:
+    current, older, newer = held("4.16.2", 2), held("4.16.1", 1), held("4.16.3", 3)
+    state = finished(current, older)
+    refusal = by_hand(state, current)
+    assert refusal is not None and refusal[0] == "ReleaseInUse"
+    desired = Rollout(release(current), release(older), (release(current), release(newer)))
+    refusal = by_hand(desired, newer)
+    assert refusal is not None and refusal[0] == "ReleaseInUse"
+    assert by_hand(state, older) is None  # the previous one: the technician decides
+    assert by_hand(state, newer) is None
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("UpgradeNotCompleted", "ReleaseInUse"),
+        ("UpgradeRequested", "ReleaseInUse"),
+        ("PoolsUnknown", "ReleaseStateUnknown"),
+        ("PoolNotUpdated", "ReleaseStateUnknown"),
+        ("ClusterVersionInvalid", "ReleaseStateUnknown"),
+    ],
+)
+def test_by_hand_refuses_every_release_while_the_state_is_not_finished(
+    reason: str, expected: str
+) -> None:
+    refusal = by_hand(Waiting(reason, "why"), held("4.16.1", 1))
+    assert refusal is not None and refusal[0] == expected and "why" in refusal[1]
