@@ -52,7 +52,7 @@ DEBIAN_PACKAGES = (
     "python3", "python3-venv", "python3-pip", "ca-certificates", "libudev1", "procps", "mount",
     "git", "udev",  # tools/fuzz_report.py lists the tree with git; the udev probe asks udevadm
 )  # fmt: skip
-PYTEST = ("-q", "-p", "no:cacheprovider")
+PYTEST = ("-q", "-p", "no:cacheprovider", "--color=no")
 
 
 def project() -> dict[str, object]:
