@@ -15,7 +15,8 @@ Two runs, each printing the versions it ran with:
     Debian 13's own ``python3`` (3.13) in a root made by debootstrap
     (``tests/testenv/rootfs.py``, suite trixie, cached), run under ``systemd-nspawn`` with the
     current dependencies from PyPI (the lowest aiohttp has no wheels for 3.13), over a copy
-    of the working tree. It runs the unit and service suites.
+    of the working tree. It runs the unit and service suites (the HTTP suite needs the test
+    peers, CRI-O built with Go among them, which the root does not have).
 
 ``make compat`` runs both (about 6 minutes once cached, 10 the first time);
 ``tests/compat/test_lowest.py`` runs the service and HTTP suites of ``lowest`` inside ``make
