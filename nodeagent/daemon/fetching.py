@@ -35,7 +35,7 @@ from nodeagent.site.discovery import PeerDirectory, PeerView, StaticPeers, poll_
 from nodeagent.site.fetcher import BundleFetcher
 from nodeagent.site.fetching import SignedBundle
 from nodeagent.site.follow import FollowSetting, NodeFacts
-from nodeagent.site.transfer import FetcherPorts
+from nodeagent.site.transfer import FetcherPorts, FetchTimings
 from nodeagent.status import BundleReport
 
 log = structlog.get_logger("nodeagent.site.fetcher")
@@ -133,6 +133,8 @@ async def follow_peers(wiring: Wiring) -> None:
         state=wiring.state,
         # only a configured name: host names may repeat (cloned images, one test machine)
         own_node=config.cluster.node_name,
+        # a straggler is moved only under the rate at which the client would cut it anyway
+        timings=FetchTimings(straggler_below_bytes_s=site.fetch_min_rate_bytes),
     )
     fetcher = BundleFetcher(ports, concurrency=site.fetch_concurrency)
     own = own_addresses(config)

@@ -233,6 +233,13 @@ class FetchSchedule:
         tied = sorted((p for key, p in keyed if key == best), key=lambda p: p.address)
         return self.rng.choice(tied)
 
+    def has_other_holder(self, digest: str, address: str) -> bool:
+        """Whether a peer other than ``address``, not dropped, holds ``digest``."""
+        return any(
+            p.address != address and p.dropped is None and digest in p.have
+            for p in self.peers.values()
+        )
+
     def _others_answered(self, now_s: float) -> bool:
         """Whether every peer not dropped nor demoted told its ``have`` at least once."""
         return all(

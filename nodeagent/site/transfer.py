@@ -10,6 +10,12 @@ peer's standing); a 429/503 (``PeerBusy``) defers its peer until ``Retry-After``
 fault (``PEER_FAULTS``: it failed, stalled, was too slow, answered garbage or sent wrong
 bytes) drops the peer for this bundle (``bundle_fetch_peer_dropped``) and demotes it
 (``standing``); any other error (the store's: no space, a write error) stops the fetch.
+A straggler is moved (``check_stragglers``): a request that has run ``straggler_s``, is
+under the client's minimum rate (``straggler_below_bytes_s``: it would be cut at the end of
+its 5 s window anyway) and under ``1/straggler_ratio`` of the rate another peer gives in
+this fetch, for a blob another peer holds, is cancelled, its peer dropped as too slow, and
+the blob goes to another peer from where it stopped (the store keeps the partial). A peer
+sending 1 byte a second costs about ``straggler_s`` instead of the 5 s window.
 No peer left, or no progress for ``stall_s`` with nothing in flight: ``BundleFetchFailed``
 (``NoPeerLeft``).
 """
@@ -31,6 +37,7 @@ from nodeagent.errors import (
     NodeAgentError,
     PeerAnswerInvalid,
     PeerBusy,
+    PeerTooSlow,
     PeerUnreachable,
     StoreSourceMismatch,
 )
@@ -125,6 +132,15 @@ class FetchTimings:
     retry_after_s: tuple[float, float] = (10.0, 300.0)
     """A failed fetch is tried again after the first, doubling up to the second."""
     recheck_s: float = 300.0
+    straggler_s: float = 1.0
+    """A blob request is judged a straggler once it has run this long (a healthy one of a
+    few MB on a site's link has ended by then)."""
+    straggler_ratio: float = 16.0
+    """... has received less than this fraction of the best rate another peer gives ..."""
+    straggler_below_bytes_s: float = 64 << 10
+    """... and less than this rate: the client's minimum (``[site] fetch_min_rate_bytes``),
+    under which the request would be cut at the end of its window anyway. A peer merely
+    slower than the best (a busy link, a shared CPU) is never moved."""
 
 
 @dataclass
@@ -167,6 +183,10 @@ class FetchRun:
         self.ordered = sorted(signed.manifest.blobs)
         self.tasks: dict[asyncio.Task[None], tuple[str, str, float]] = {}
         """Blob task → (digest, peer, started at)."""
+        self.got: dict[str, int] = {}
+        """Digest → bytes its request in flight has received."""
+        self.moved: dict[asyncio.Task[None], str] = {}
+        """Straggling blob task cancelled → why (``check_stragglers``)."""
         self.refreshing: dict[str, asyncio.Task[None]] = {}
         """Peer → its refresh under way (one at a time per peer)."""
         self.received = 0
@@ -184,6 +204,7 @@ class FetchRun:
                     self.refresh()
                     next_refresh_s = self.ports.clock() + timings.have_refresh_s
                 self.start_blobs()
+                self.check_stragglers()
                 self.check_blocked()
                 wait_s = max(0.05, next_refresh_s - self.ports.clock())
                 retry_s = self.schedule.next_retry_s(now_s)
@@ -267,15 +288,47 @@ class FetchRun:
 
     def start_blobs(self) -> None:
         for digest, address in self.schedule.assign(self.ports.clock()):
+            self.got[digest] = 0
             task = asyncio.create_task(self.fetch_blob(digest, address))
             self.tasks[task] = (digest, address, self.ports.clock())
+
+    def check_stragglers(self) -> None:
+        """Cancel each request far slower than another peer's, for a blob another holds."""
+        timings, now_s = self.ports.timings, self.ports.clock()
+        rates: dict[str, float] = {}
+        for digest, address, started_s in self.tasks.values():
+            rate = self.got.get(digest, 0) / max(now_s - started_s, 1e-3)
+            rates[address] = max(rates.get(address, 0.0), rate)
+        for peer in self.schedule.peers.values():  # and what whole blobs came at
+            measured = self.schedule.standings.measured([peer.address])
+            if peer.dropped is None and measured:
+                rates[peer.address] = max(rates.get(peer.address, 0.0), measured[0])
+        for task, (digest, address, started_s) in self.tasks.items():
+            elapsed_s = now_s - started_s
+            if task in self.moved or elapsed_s < timings.straggler_s:
+                continue
+            rate = self.got.get(digest, 0) / elapsed_s
+            best = max((r for a, r in rates.items() if a != address), default=0.0)
+            if rate >= timings.straggler_below_bytes_s or rate * timings.straggler_ratio >= best:
+                continue
+            if not self.schedule.has_other_holder(digest, address):
+                continue
+            self.moved[task] = (
+                f"peer {address} sent {format_bytes(int(rate))}/s of blob {digest[:19]} "
+                f"while another peer sends {format_bytes(int(best))}/s: moved there"
+            )
+            task.cancel()
 
     async def fetch_blob(self, digest: str, address: str) -> None:
         size = self.signed.manifest.blobs[digest].size_bytes
 
         async def download(offset: int, write: Callable[[bytes], Awaitable[None]]) -> int:
+            async def counted(chunk: bytes) -> None:
+                self.got[digest] = self.got.get(digest, 0) + len(chunk)
+                await write(chunk)
+
             got = await self.ports.client.blob(
-                address, digest, offset=offset, size_bytes=size, write=write
+                address, digest, offset=offset, size_bytes=size, write=counted
             )
             self.received += got
             return got
@@ -302,6 +355,13 @@ class FetchRun:
             self.settle(task, digest, address, started_s)
 
     def settle(self, task: asyncio.Task[None], digest: str, address: str, started_s: float) -> None:
+        self.got.pop(digest, None)
+        moved = self.moved.pop(task, None)
+        if task.cancelled():  # a straggler moved (the fetch's own end reaps, never settles)
+            self.schedule.returned(digest)
+            if moved is not None:
+                self.drop(address, PeerTooSlow(moved))
+            return
         err = task.exception()
         if err is None:
             self.schedule.stored(digest)

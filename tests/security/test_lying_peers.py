@@ -88,6 +88,7 @@ class Kit:
         *,
         port: int = SITE_PORT,
         armed_by: Path | None = None,
+        drip_s: float = 2.0,
     ) -> ScriptedPeer:
         addr = host.address if host is not None else "127.0.0.1"
         pem = write_pem_bundle(self.tmp / f"{name}.pem", issue_node_cert(self.ca, name, [addr]))
@@ -101,6 +102,7 @@ class Kit:
             mode=mode,
             prefix=host.exec_prefix if host is not None else None,
             armed_by=armed_by,
+            drip_s=drip_s,
         )
 
 

@@ -607,3 +607,95 @@ async def test_a_bundle_older_than_one_the_node_holds_is_not_fetched(site: Site)
     assert node.imported == [] and served(site) == [0]
     assert not (node.store / layout.bundle_dir(BUNDLE_ID)).exists()
     await node.client.close()
+
+
+# ------------------------------------------------------------------ a straggler moved
+class DrippingProxy(FlippingProxy):
+    """TLS in front of a real peer with a valid node certificate: relays everything at once
+    but the body of a blob answer, which it sends one byte a second (a peer that says it is
+    idle and drips)."""
+
+    def __init__(self, site: Site, upstream: str) -> None:
+        super().__init__(site, upstream)
+        self.dripped = 0
+        self.handlers: set[asyncio.Task[Any]] = set()
+
+    async def close(self) -> None:
+        for task in self.handlers:  # a drip still going after the fetcher hung up
+            task.cancel()
+        await asyncio.gather(*self.handlers, return_exceptions=True)
+        await super().close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        pem = self.site.tmp / "node-9-client.pem"
+        self.site.ca.client("node-9").write_pair(pem, pem)
+        context = ssl.create_default_context(cafile=str(self.site.ca_file))
+        context.load_cert_chain(pem)
+        host, port = self.upstream.split(":")
+        up_reader, up_writer = await asyncio.open_connection(host, int(port), ssl=context)
+        blob_asked = asyncio.Event()
+
+        async def upward() -> None:
+            while data := await reader.read(65536):
+                if data.startswith(b"GET ") and b"/blobs/" in data.split(b"\r\n", 1)[0]:
+                    blob_asked.set()
+                up_writer.write(data)
+                await up_writer.drain()
+
+        try:
+            with contextlib.suppress(Exception):
+                await asyncio.gather(upward(), self._downward(up_reader, writer, blob_asked))
+        finally:
+            for stream in (up_writer, writer):
+                stream.close()
+
+    async def _downward(
+        self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, blob: asyncio.Event
+    ) -> None:
+        head, dripping = b"", False
+        while data := await up_reader.read(65536):
+            if dripping:
+                await self._drip(writer, data)
+            elif not blob.is_set():
+                writer.write(data)
+                await writer.drain()
+            elif (end := (head := head + data).find(b"\r\n\r\n")) >= 0:
+                writer.write(head[: end + 4])
+                await writer.drain()
+                dripping = True
+                await self._drip(writer, head[end + 4 :])
+
+    async def _drip(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        for byte in data:  # a byte a second, as long as the fetcher listens
+            writer.write(bytes([byte]))
+            await writer.drain()
+            self.dripped += 1
+            await asyncio.sleep(1.0)
+
+
+async def test_a_dripping_peer_s_blob_is_moved_to_a_healthy_peer_within_a_second_or_two(
+    site: Site,
+) -> None:
+    honest = await site.serve("node-0", site.node_store("node-0"))
+    proxy = DrippingProxy(site, honest)
+    dripper = await proxy.start()
+    node = fetching_node(site)
+    started = asyncio.get_running_loop().time()
+    try:
+        with capture_logs() as logs:
+            await node.look(dripper, honest)
+    finally:
+        await node.client.close()
+        await proxy.close()
+    seconds = asyncio.get_running_loop().time() - started
+    assert proxy.dripped >= 1  # it was asked for a blob, and dripped
+    dropped = events(logs, "bundle_fetch_peer_dropped")
+    assert [(d["peer"], d["reason"]) for d in dropped] == [(dripper, "PeerTooSlow")]
+    assert "moved there" in dropped[0]["error"]
+    assert node.imported == [BUNDLE_ID]
+    assert_store_holds_only_verified_blobs(node.store, site.bundle)
+    # moved after about 1 s (straggler_s), not after the client's 5 s minimum-rate window
+    assert seconds < 4.5, seconds
