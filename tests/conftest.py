@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import structlog
 
 from nodeagent.adapters.cri.client import CriClient
 from tests import capabilities
@@ -139,6 +140,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         write(f"  skipped {skip.nodeid} [{skip.probe or 'NO PROBE'}]")
     for problem in config.stash.get(_PROBLEMS, []):
         terminalreporter.write_line(f"SKIP PROBLEM: {problem}", red=True, bold=True)
+
+
+@pytest.fixture(autouse=True)
+def _structlog_as_it_was() -> Iterator[None]:
+    """A test that runs a command in-process (``cli.main.main``) configures structlog onto
+    that test's captured stderr, which pytest closes after it: the next test logging
+    in-process wrote to a closed file. The configuration is put back after each test."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture(scope="session")
