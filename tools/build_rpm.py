@@ -1,7 +1,8 @@
 """Build nodeagent's RPMs with rpmbuild (``make rpm``): the noarch component and its deps.
 
-    python tools/build_rpm.py [--output DIR] [--nocheck] [--node-python PATH] [--dist .el9]
-                              [--component-only]
+    python tools/build_rpm.py [--output DIR] [--nocheck] [--python3-pkgversion 3.11]
+                              [--node-python PATH] [--dist .el9] [--component-only]
+                              [--without-bundled-deps]
 
 1. The source tarball: every file git tracks or would track in the working tree (so
    uncommitted edits are built too), under ``nodeagent-<version>/``.
@@ -13,7 +14,13 @@
 
 The build runs with this interpreter (``sys.executable``: it needs pip, setuptools, pytest
 and nodeagent's dependencies, as the project's .venv has), while the packaged launcher
-names ``--node-python`` (default /usr/bin/python3), the interpreter on the node.
+names the interpreter on the node: ``/usr/bin/python%{python3_pkgversion}``, that is
+``/usr/bin/python3`` unless ``--python3-pkgversion`` says otherwise (``3.11`` for RHEL 9,
+whose python3 is 3.9), or ``--node-python`` exactly when given. The spec's
+``python3_pkgversion`` also names the packages required (``python3.11-...``), so the one
+option sets both: a build for RHEL 9 can no longer name 3.11 packages and a 3.9 launcher.
+``--without-bundled-deps`` builds the flavour that requires the distribution's modules
+(``rpmbuild --without bundled_deps``; decision 0076) and not nodeagent-bundled-deps.
 On a machine whose rpm database is empty (Debian's rpm), BuildRequires cannot be
 checked and ``--nodeps`` is passed.
 """
@@ -115,7 +122,11 @@ def rpm_db_is_empty() -> bool:
 def rpmbuild(spec: Path, topdir: Path, args: argparse.Namespace) -> str:
     cmd = ["rpmbuild", "-ba", str(spec), "--define", f"_topdir {topdir}"]
     cmd += ["--define", f"__python3 {sys.executable}"]
-    cmd += ["--define", f"nodeagent_python {args.node_python}"]
+    if args.python3_pkgversion:
+        cmd += ["--define", f"python3_pkgversion {args.python3_pkgversion}"]
+    cmd += ["--define", f"nodeagent_python {node_python(args)}"]
+    if args.without_bundled_deps:
+        cmd += ["--without", "bundled_deps"]
     if args.dist:
         cmd += ["--define", f"dist {args.dist}"]
     if args.nocheck:
@@ -130,6 +141,13 @@ def rpmbuild(spec: Path, topdir: Path, args: argparse.Namespace) -> str:
     if result.returncode != 0:
         raise SystemExit(f"rpmbuild {spec.name} failed; log: {log}\n{result.stderr[-4000:]}")
     return result.stdout
+
+
+def node_python(args: argparse.Namespace) -> str:
+    """The launcher's interpreter: --node-python, else the one python3_pkgversion names."""
+    if args.node_python:
+        return str(args.node_python)
+    return "/usr/bin/python%{python3_pkgversion}"
 
 
 def built_rpms(output: str) -> list[Path]:
@@ -149,7 +167,8 @@ def build(args: argparse.Namespace) -> list[Path]:
     write_wheelhouse_tarball(sources / f"nodeagent-wheelhouse-{version}.tar", wheelhouse())
     shutil.copy2(LOCK, sources / LOCK.name)
     rpms: list[Path] = []
-    for spec in SPECS[-1:] if args.component_only else SPECS:
+    only_component = args.component_only or args.without_bundled_deps
+    for spec in SPECS[-1:] if only_component else SPECS:
         rpms += built_rpms(rpmbuild(PACKAGING / spec, topdir, args))
     copied = []
     for rpm in rpms:
@@ -163,10 +182,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "rpm")
     parser.add_argument("--nocheck", action="store_true", help="skip %%check (the unit tests)")
-    parser.add_argument("--node-python", default="/usr/bin/python3")
+    parser.add_argument(
+        "--python3-pkgversion",
+        default="",
+        help="the target's python3_pkgversion (3.11 on RHEL 9); default: the spec's (3)",
+    )
+    parser.add_argument(
+        "--node-python",
+        default="",
+        help="the launcher's interpreter; default /usr/bin/python%%{python3_pkgversion}",
+    )
     parser.add_argument("--dist", default="", help="release suffix, e.g. .el9 (%%{dist})")
     parser.add_argument(
         "--component-only", action="store_true", help="nodeagent only, not its bundled deps"
+    )
+    parser.add_argument(
+        "--without-bundled-deps",
+        action="store_true",
+        help="the flavour requiring the distribution's modules (no nodeagent-bundled-deps)",
     )
     args = parser.parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)
