@@ -2,7 +2,7 @@
 
     python tools/build_rpm.py [--output DIR] [--nocheck] [--python3-pkgversion 3.11]
                               [--node-python PATH] [--dist .el9] [--component-only]
-                              [--without-bundled-deps]
+                              [--without-bundled-deps [--test-system-modules]]
 
 1. The source tarball: every file git tracks or would track in the working tree (so
    uncommitted edits are built too), under ``nodeagent-<version>/``.
@@ -20,7 +20,9 @@ whose python3 is 3.9), or ``--node-python`` exactly when given. The spec's
 ``python3_pkgversion`` also names the packages required (``python3.11-...``), so the one
 option sets both: a build for RHEL 9 can no longer name 3.11 packages and a 3.9 launcher.
 ``--without-bundled-deps`` builds the flavour that requires the distribution's modules
-(``rpmbuild --without bundled_deps``; decision 0076) and not nodeagent-bundled-deps.
+(``rpmbuild --without bundled_deps``; decision 0076) and not nodeagent-bundled-deps;
+``--test-system-modules`` adds tests/testenv/nodeagent-test-system-modules.spec, the
+wheelhouse posing as the distribution's modules for the e2e node (TEST ONLY, labelled so).
 On a machine whose rpm database is empty (Debian's rpm), BuildRequires cannot be
 checked and ``--nodeps`` is passed.
 """
@@ -46,6 +48,7 @@ CACHE_ROOT = Path(
     os.environ.get("NODEAGENT_TESTENV_CACHE", "~/.cache/nodeagent-testenv")
 ).expanduser()
 SPECS = ("nodeagent-bundled-deps.spec", "nodeagent.spec")
+TEST_SYSTEM_MODULES = ROOT / "tests" / "testenv" / "nodeagent-test-system-modules.spec"
 WHEEL_FLAGS = [
     "--only-binary=:all:",
     "--python-version",
@@ -170,6 +173,8 @@ def build(args: argparse.Namespace) -> list[Path]:
     only_component = args.component_only or args.without_bundled_deps
     for spec in SPECS[-1:] if only_component else SPECS:
         rpms += built_rpms(rpmbuild(PACKAGING / spec, topdir, args))
+    if args.test_system_modules:
+        rpms += built_rpms(rpmbuild(TEST_SYSTEM_MODULES, topdir, args))
     copied = []
     for rpm in rpms:
         if rpm.name.endswith(".src.rpm"):
@@ -200,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         "--without-bundled-deps",
         action="store_true",
         help="the flavour requiring the distribution's modules (no nodeagent-bundled-deps)",
+    )
+    parser.add_argument(
+        "--test-system-modules",
+        action="store_true",
+        help="also the wheelhouse as system modules (TEST ONLY: the e2e node)",
     )
     args = parser.parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)

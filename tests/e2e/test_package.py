@@ -117,6 +117,10 @@ async def test_erase_stops_the_service_and_unpins_without_a_dangling_link(
     node = package_node
     ref = pushed.ref(pushed.base_a)
     assert (node.root / LINK).is_symlink()
+    # as an import leaves it when it is cut short (the daemon writes it, decision 0042)
+    sigstore_dropin = node.root / "etc/containers/registries.d/99-nodeagent-bundle-mirror.yaml"
+    sigstore_dropin.parent.mkdir(parents=True, exist_ok=True)
+    sigstore_dropin.write_text("docker: {}\n")
     rpm(node, "-e", "nodeagent")
 
     for name in ("nodeagent.service", "nodeagent-mirror.socket", "nodeagent-mirror.service"):
@@ -124,6 +128,9 @@ async def test_erase_stops_the_service_and_unpins_without_a_dangling_link(
         assert unit == {"LoadState": "not-found", "ActiveState": "inactive"}, name
     assert not (node.root / LINK).is_symlink()
     assert not node.container.live(TARGET).exists()
+    assert not sigstore_dropin.exists()
+    # the store and the anti-rollback marks outlive the package
+    assert (node.root / "var/lib/nodeagent/ledger.json").exists()
     assert LOCAL_CHANGE in (node.root / f"{CONFIG}.rpmsave").read_text()
     node.wait_active("crio.service")
     async with CriClient(node.cri_endpoint) as cri:
