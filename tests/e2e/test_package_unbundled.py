@@ -38,6 +38,7 @@ def unbundled_rpms(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     )
     assert sorted(p.name.split("-0.1.0")[0] for p in built) == [
         "nodeagent",
+        "nodeagent-cli",
         "nodeagent-test-system-modules",
     ]
     return built
@@ -64,14 +65,16 @@ def test_every_python_requirement_is_met_by_the_system_modules(
     unbundled_node: Node, unbundled_rpms: list[Path]
 ) -> None:
     node = unbundled_node
-    (component,) = [p for p in unbundled_rpms if p.name.startswith("nodeagent-0.1.0")]
-    (node.root / "var/tmp" / component.name).write_bytes(component.read_bytes())
-    requires = rpm(node, "-q", "--requires", "nodeagent")
+    components = [p for p in unbundled_rpms if "system-modules" not in p.name]
+    for component in components:
+        (node.root / "var/tmp" / component.name).write_bytes(component.read_bytes())
+    requires = rpm(node, "-q", "--requires", "nodeagent-cli")
     assert "(python3dist(aiohttp) >= 3.9 with python3dist(aiohttp) < 4)" in requires
-    assert "nodeagent-bundled-deps" not in requires
-    # A dependency check of the same package again: what rpm cannot find among the installed
+    assert "nodeagent-bundled-deps" not in requires + rpm(node, "-q", "--requires", "nodeagent")
+    # A dependency check of the same packages again: what rpm cannot find among the installed
     # packages' provides. Debian's python3, sh and the bound-in cri-o are not in rpm's database.
-    checked = rpm(node, "-U", "--test", "--replacepkgs", f"/var/tmp/{component.name}", check=False)
+    paths = [f"/var/tmp/{p.name}" for p in components]
+    checked = rpm(node, "-U", "--test", "--replacepkgs", *paths, check=False)
     unmet = set(re.findall(r"^\s+(.+?) is needed by ", checked, re.M))
     assert unmet <= DPKG_HELD, unmet
     provides = rpm(node, "-q", "--provides", "nodeagent-test-system-modules")

@@ -1,5 +1,6 @@
 """The RPM's distribution flavour (``--without bundled_deps``) requires exactly what
-pyproject.toml's dependencies say, with their bounds (tools/rpm_requires.py; decision 0076)."""
+pyproject.toml's dependencies say, with their bounds (tools/rpm_requires.py; decision 0076),
+and the command line's package (nodeagent-cli) is the one that requires them."""
 
 from __future__ import annotations
 
@@ -31,8 +32,11 @@ def test_the_spec_requires_what_pyproject_says() -> None:
     assert rpm_requires.spec_block(text) == rpm_requires.block(), (
         "run: python tools/rpm_requires.py --write"
     )
-    without = text.split("%if %{with bundled_deps}", 1)[1].split("%endif", 1)[0]
-    assert rpm_requires.spec_block(text) in without.split("%else", 1)[1]
+    # in the command line's package (the node's requires it), in the flavour's branch
+    cli = text.split("%package cli\n", 1)[1].split("%description cli", 1)[0]
+    flavour = cli.split("%if %{with bundled_deps}\n", 1)[1].split("%endif", 1)[0]
+    assert flavour.startswith("Requires:       nodeagent-bundled-deps = %{version}\n%else\n")
+    assert flavour.split("%else\n", 1)[1] == rpm_requires.spec_block(text)
 
 
 def test_every_dependency_is_required_with_its_bounds() -> None:
@@ -64,3 +68,25 @@ def test_a_dependency_renders_as_fedora_names_it(dependency: str, line: str) -> 
 def test_a_dependency_without_a_lower_bound_or_plain_form_is_refused(dependency: str) -> None:
     with pytest.raises(ValueError, match=r"lower bound|plain"):
         rpm_requires.requirement(dependency)
+
+
+def section(text: str, header: str) -> str:
+    """A package's preamble: from its header to its %description."""
+    name = header.removeprefix("%package ").strip()
+    body = text.split(header, 1)[1] if header else text.split("\n%description\n", 1)[0]
+    return body.split(f"%description {name}", 1)[0] if header else body
+
+
+def test_the_workstation_package_needs_no_runtime_and_enables_nothing() -> None:
+    """nodeagent-cli: the command and the code, no cri-o, no unit, no scriptlet."""
+    text = SPEC.read_text()
+    cli = section(text, "%package cli\n")
+    requires = [line for line in cli.splitlines() if line.startswith("Requires:")]
+    assert requires and not [r for r in requires if "cri-o" in r or "systemd" in r]
+    files = text.split("%files cli\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert "%{_bindir}/nodeagent" in files and "%{appdir}/site-packages" in files
+    assert not [f for f in files if "unit" in f or "preset" in f or "sysconfdir" in f]
+    assert not re.search(r"^%(?:pre|post|preun|postun) cli\b", text, re.M)
+    node = section(text, "")
+    assert "Requires:       %{name}-cli = %{version}-%{release}\n" in node
+    assert "Requires:       cri-o >= " in node
