@@ -123,6 +123,21 @@ def rpm_db_is_empty() -> bool:
 
 
 def rpmbuild(spec: Path, topdir: Path, args: argparse.Namespace) -> str:
+    cmd = rpmbuild_command(spec, topdir, args)
+    if rpm_db_is_empty():
+        cmd.append("--nodeps")
+        # Debian's brp-compress needs bash (`read -d`) but starts with #!/bin/sh (dash).
+        cmd += ["--define", "__brp_compress /bin/bash %{_rpmconfigdir}/brp-compress %{?_prefix}"]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    log = topdir / f"{spec.stem}.log"
+    log.write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise SystemExit(f"rpmbuild {spec.name} failed; log: {log}\n{result.stderr[-4000:]}")
+    return result.stdout
+
+
+def rpmbuild_command(spec: Path, topdir: Path, args: argparse.Namespace) -> list[str]:
+    """rpmbuild's command line, whatever machine it runs on."""
     cmd = ["rpmbuild", "-ba", str(spec), "--define", f"_topdir {topdir}"]
     cmd += ["--define", f"__python3 {sys.executable}"]
     if args.python3_pkgversion:
@@ -134,16 +149,7 @@ def rpmbuild(spec: Path, topdir: Path, args: argparse.Namespace) -> str:
         cmd += ["--define", f"dist {args.dist}"]
     if args.nocheck:
         cmd.append("--nocheck")
-    if rpm_db_is_empty():
-        cmd.append("--nodeps")
-        # Debian's brp-compress needs bash (`read -d`) but starts with #!/bin/sh (dash).
-        cmd += ["--define", "__brp_compress /bin/bash %{_rpmconfigdir}/brp-compress %{?_prefix}"]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    log = topdir / f"{spec.stem}.log"
-    log.write_text(result.stdout + result.stderr)
-    if result.returncode != 0:
-        raise SystemExit(f"rpmbuild {spec.name} failed; log: {log}\n{result.stderr[-4000:]}")
-    return result.stdout
+    return cmd
 
 
 def node_python(args: argparse.Namespace) -> str:
@@ -183,7 +189,7 @@ def build(args: argparse.Namespace) -> list[Path]:
     return copied
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "rpm")
     parser.add_argument("--nocheck", action="store_true", help="skip %%check (the unit tests)")
@@ -211,7 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also the wheelhouse as system modules (TEST ONLY: the e2e node)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     for rpm in build(args):
