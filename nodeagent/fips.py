@@ -42,7 +42,8 @@ class CryptoPosture:
     backend: str
     """The crypto backend: ``cryptography`` VERSION with OpenSSL VERSION, or ``not loaded``."""
     backend_fips: bool | None
-    """The backend's own FIPS mode (``cryptography``'s ``is_fips_enabled``); None: not loaded."""
+    """The backend's own FIPS mode (``cryptography``'s backend says it); None: not loaded, or a
+    ``cryptography`` that does not say."""
     ed25519: Ed25519State
     """The known-answer test: ``verifies``, ``refused`` or ``not-checked`` (the daemon checks
     only on a FIPS host, so that an idle node does not load the backend; decision 0069)."""
@@ -92,7 +93,16 @@ def posture_line(posture: CryptoPosture) -> str:
 
 
 def probe(host_fips: bool | None) -> CryptoPosture:
-    """Load ``cryptography`` and run the Ed25519 known-answer test through it."""
+    """Load ``cryptography`` and run the Ed25519 known-answer test through it; a library that
+    cannot be loaded (a distribution without it, a broken install) refuses too."""
+    try:
+        return _probe(host_fips)
+    except ImportError as err:
+        detail = f"cannot load cryptography: {err}"[:MAX_DETAIL_CHARS]
+        return CryptoPosture(host_fips, "cryptography not loadable", None, "refused", detail)
+
+
+def _probe(host_fips: bool | None) -> CryptoPosture:
     from cryptography import __version__ as version  # noqa: PLC0415  (loaded here only)
     from cryptography.exceptions import (  # noqa: PLC0415
         InternalError,
@@ -105,7 +115,9 @@ def probe(host_fips: bool | None) -> CryptoPosture:
     )
 
     described = f"cryptography {version} with {backend.openssl_version_text()}"
-    backend_fips = bool(backend._fips_enabled)  # cryptography has no public one
+    # cryptography has no public one; an older or newer release without it: unknown
+    own = getattr(backend, "_fips_enabled", None)
+    backend_fips = None if own is None else bool(own)
     state: Ed25519State = "verifies"
     detail = ""
     try:

@@ -61,3 +61,24 @@ def test_a_refusal_carries_its_reason_and_what_to_do() -> None:
     assert doc["reason"] == "Ed25519Refused"
     assert "FIPS-mode host" in doc["message"] and "decision 0075" in doc["message"]
     assert posture_line(refused).startswith("crypto: FIPS mode on; Ed25519 REFUSED with")
+
+
+def test_a_library_that_cannot_be_loaded_refuses(tmp_path: Path) -> None:
+    """A child whose ``cryptography`` import fails (a stub that raises ImportError first on
+    the path): the posture says refused with the cause, the node OS task goes on."""
+    import os
+    import subprocess
+    import sys
+
+    import nodeagent
+
+    stub = tmp_path / "cryptography"
+    stub.mkdir()
+    (stub / "__init__.py").write_text("raise ImportError('no OpenSSL here')\n")
+    code = "from nodeagent.fips import probe; p = probe(True); print(p.ed25519, p.reason, p.detail)"
+    path = f"{tmp_path}{os.pathsep}{Path(nodeagent.__file__).resolve().parents[1]}"
+    shown = subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=path),
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    assert shown.strip() == "refused Ed25519Refused cannot load cryptography: no OpenSSL here"
