@@ -339,6 +339,8 @@ class Reporter:
         if posture.reason is not None:
             log.warning("ed25519_refused", reason=posture.reason, error=refusal_message(posture))
         self.crypto = posture
+        if self.last is not None:
+            self.save()
 
     def os_image_read(self, image: OsImage) -> None:
         """The node's OS image was read: it joins the status (republished if it changed)."""

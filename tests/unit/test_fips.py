@@ -7,9 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from nodeagent.adapters.fips import read_host_fips, read_posture
 from nodeagent.fips import CryptoPosture, posture_line, probe
+from nodeagent.reporting import Reporter
+from nodeagent.status import NodeStatus
+from tests.fakes.ports import MemoryStore, RecordingLine
 
 
 @pytest.mark.parametrize(
@@ -82,3 +86,22 @@ def test_a_library_that_cannot_be_loaded_refuses(tmp_path: Path) -> None:
         capture_output=True, text=True, check=True, timeout=30,
     ).stdout  # fmt: skip
     assert shown.strip() == "refused Ed25519Refused cannot load cryptography: no OpenSSL here"
+
+
+def test_the_reporter_journals_a_refusal_and_every_status_carries_the_posture() -> None:
+    store = MemoryStore()
+    reporter = Reporter(line=RecordingLine(), store=store)
+    refused = CryptoPosture(True, "cryptography 1 with OpenSSL 3", True, "refused", "ValueError")
+    with capture_logs() as logs:
+        reporter.crypto_read(refused)
+        reporter.crypto_read(CryptoPosture(False, "not loaded", None, "not-checked"))
+    events = [(e["event"], e["log_level"]) for e in logs]
+    assert events == [
+        ("crypto_posture_read", "info"), ("ed25519_refused", "warning"),
+        ("crypto_posture_read", "info"),
+    ]  # fmt: skip
+    assert logs[1]["reason"] == "Ed25519Refused"
+    reporter.sync_finished(NodeStatus(sets=(), conditions=()))
+    assert store.docs["status"]["crypto"]["ed25519"] == "not-checked"
+    reporter.crypto_read(refused)  # read after a sync: the status file says it at once
+    assert store.docs["status"]["crypto"]["reason"] == "Ed25519Refused"
