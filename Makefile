@@ -70,9 +70,10 @@ fuzz: $(VENV)/.installed
 	$(BIN)/python tools/fuzz_report.py --budget $(FUZZ_BUDGET) --budget-s $(FUZZ_BUDGET_S) \
 	  --jobs $(FUZZ_JOBS) --cache-dir $(FUZZ_CACHE) $(FUZZ_ARGS)
 
-## e2e: the RPM installed in a Debian root booted under systemd-nspawn (tests/e2e)
+## e2e: the RPM installed in a Debian root booted under systemd-nspawn (tests/e2e);
+## E2E_FLAVOUR=distribution: the flavour built --without bundled_deps (decision 0076)
 e2e: deps
-	$(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
+	NODEAGENT_E2E_FLAVOUR=$(or $(E2E_FLAVOUR),bundled) $(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
 
 ## rpm: build nodeagent's RPMs with rpmbuild into build/rpm (%check runs the unit tests);
 ## RHEL 9: make rpm PYTHON3_PKGVERSION=3.11 (its python3 is 3.9; the launcher and the

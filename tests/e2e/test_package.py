@@ -15,7 +15,7 @@ import pytest
 
 from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
-from tests.e2e.conftest import booted_node, build_rpms
+from tests.e2e.conftest import FLAVOUR, MODULES_DIR, MODULES_PACKAGE, booted_node, build_rpms
 from tests.testenv.agent import set_state
 from tests.testenv.node import DB_PATH, Node
 from tests.testenv.registry import Registry
@@ -100,7 +100,7 @@ def test_cluster_mode_is_installed_whole(package_node: Node) -> None:
         "import nodeagent.adapters.kube, lightkube; print(lightkube.__file__)"
     )
     where = node.container.run("python3", "-I", "-c", code).stdout.strip()
-    assert where.startswith("/usr/lib/nodeagent/vendor/lightkube/"), where
+    assert where.startswith(f"{MODULES_DIR[FLAVOUR]}/lightkube/"), where
     shipped = set(rpm(node, "-ql", "nodeagent", "nodeagent-cli").split())
     deploy = "/usr/share/nodeagent/deploy"
     assert {
@@ -151,7 +151,7 @@ async def test_erase_stops_the_service_and_unpins_without_a_dangling_link(
 
     # the command line stays for whoever still uses it; then it goes with its modules
     assert (node.root / "usr/bin/nodeagent").exists()
-    rpm(node, "-e", "nodeagent-cli", "nodeagent-bundled-deps")
+    rpm(node, "-e", "nodeagent-cli", MODULES_PACKAGE[FLAVOUR])
     assert not (node.root / "usr/lib/nodeagent").exists()
     node.container.reboot()
     node.wait_active("crio.service")  # nothing left behind that CRI-O fails to load
