@@ -32,8 +32,10 @@ LOCAL_CHANGE = 'level = "info"  # set on this node'
 def upgrade_rpms(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """The same nodeagent and nodeagent-cli, one release later (0.1.0-1.e2e2 sorts after
     0.1.0-1)."""
+    flavour = ("--without-bundled-deps",) if FLAVOUR == "distribution" else ()
     built = build_rpms(
-        tmp_path_factory.mktemp("upgrade"), "--nocheck", "--component-only", "--dist", ".e2e2"
+        tmp_path_factory.mktemp("upgrade"),
+        *("--nocheck", "--component-only", "--dist", ".e2e2", *flavour),
     )
     assert sorted(p.name for p in built) == [
         "nodeagent-0.1.0-1.e2e2.noarch.rpm",
