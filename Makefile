@@ -77,13 +77,17 @@ fuzz: $(VENV)/.installed
 compat: deps
 	$(BIN)/python -m tests.testenv.compat all -- $(PYTEST_ARGS)
 
-## e2e: the RPM installed in a Debian root booted under systemd-nspawn (tests/e2e)
+## e2e: the RPM installed in a Debian root booted under systemd-nspawn (tests/e2e);
+## E2E_FLAVOUR=distribution: the flavour built --without bundled_deps (decision 0076)
 e2e: deps
-	$(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
+	NODEAGENT_E2E_FLAVOUR=$(or $(E2E_FLAVOUR),bundled) $(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
 
-## rpm: build nodeagent's RPMs with rpmbuild into build/rpm (%check runs the unit tests)
+## rpm: build nodeagent's RPMs with rpmbuild into build/rpm (%check runs the unit tests);
+## RHEL 9: make rpm PYTHON3_PKGVERSION=3.11 (its python3 is 3.9; the launcher and the
+## Requires then name python3.11)
 rpm: deps
-	$(BIN)/python tools/build_rpm.py --output build/rpm
+	$(BIN)/python tools/build_rpm.py --output build/rpm \
+		$(if $(PYTHON3_PKGVERSION),--python3-pkgversion $(PYTHON3_PKGVERSION))
 
 ## image: nodeagent's OCI image (tools/build_image.py) into build/image, with the layout as one
 ## tar for a stick (build/image/nodeagent-<version>.oci.tar); prints the manifest's digest

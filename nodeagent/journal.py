@@ -152,10 +152,12 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
     "session_socket_missing": "6b983633eef142938113b6e9497b3bc7",
     "session_spec_not_read": "a52766501ae9471495cb99755b8e4fa8",
     "session_spec_refused": "dbb6a14ae26f485a801ebb46e64ffcd8",
+    "ed25519_refused": "346db82843b24dddbfa6bcaaef34ddaf",
 }
 """Event name -> MESSAGE_ID (128-bit, hex). Never change an id once released."""
 
 SUMMARIES: Final[Mapping[str, str]] = {
+    "ed25519_refused": "This node cannot verify signed bundles: its crypto refuses Ed25519",
     "bundle_media_detected": "An upgrade bundle was plugged in",
     "bundle_media_refused": "A plugged-in medium was not taken for an import",
     "udev_not_running": "udev is not running: plugged-in sticks are not seen",

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import structlog
 
 from nodeagent.errors import NodeAgentError, is_transient_reason
+from nodeagent.fips import CryptoPosture, refusal_message
 from nodeagent.ledger import save_repairing
 from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.nodeos import OsImage
@@ -230,6 +231,8 @@ class Reporter:
         """The node's OS image as last read (``nodeos``), added to every status."""
         self.mirror: MirrorStatus | None = None
         """The node mirror as the peer process last reported it, added to every status."""
+        self.crypto: CryptoPosture | None = None
+        """FIPS mode and Ed25519 as read at start (``fips``), added to every status."""
         self.store = store
         self.cluster = cluster
         self.tally = tally or PullTally()
@@ -327,6 +330,20 @@ class Reporter:
             retry_in_s=None,
         )
         self._publish(status, is_final=True)
+
+    def crypto_read(self, posture: CryptoPosture) -> None:
+        """The crypto posture was read (once, at start): journal it, add it to the status."""
+        log.info(
+            "crypto_posture_read",
+            host_fips=posture.host_fips,
+            backend=posture.backend,
+            ed25519=posture.ed25519,
+        )
+        if posture.reason is not None:
+            log.warning("ed25519_refused", reason=posture.reason, error=refusal_message(posture))
+        self.crypto = posture
+        if self.last is not None:
+            self.save()
 
     def os_image_read(self, image: OsImage) -> None:
         """The node's OS image was read: it joins the status (republished if it changed)."""
@@ -489,6 +506,8 @@ class Reporter:
             status = replace(status, releases=self.releases_source())
         if self.mirror is not None:
             status = replace(status, mirror=self.mirror)
+        if self.crypto is not None:
+            status = replace(status, crypto=self.crypto)
         if not self.board.reports:
             return status
         return replace(status, bundles=tuple(self.board.reports.values()))

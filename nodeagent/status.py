@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nodeagent.fips import CryptoPosture
 from nodeagent.nodeos import OsImage
 
 MAX_FAILED_IMAGES = 20
@@ -184,6 +185,8 @@ class NodeStatus:
     """The node's OS release and booted image (``nodeos``), added by the reporter."""
     mirror: MirrorStatus | None = None
     """The node mirror as the peer process last reported it, added by the reporter."""
+    crypto: CryptoPosture | None = None
+    """FIPS mode and Ed25519 (``fips``), read at start, added by the reporter."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -219,6 +222,8 @@ class NodeStatus:
             doc["osImage"] = self.os_image.to_json()
         if self.mirror is not None:
             doc["nodeMirror"] = self.mirror.to_json()
+        if self.crypto is not None:
+            doc["crypto"] = self.crypto.to_json()
         return doc
 
     def image_totals(self) -> dict[str, int]:

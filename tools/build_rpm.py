@@ -1,7 +1,8 @@
 """Build nodeagent's RPMs with rpmbuild (``make rpm``): the noarch component and its deps.
 
-    python tools/build_rpm.py [--output DIR] [--nocheck] [--node-python PATH] [--dist .el9]
-                              [--component-only]
+    python tools/build_rpm.py [--output DIR] [--nocheck] [--python3-pkgversion 3.11]
+                              [--node-python PATH] [--dist .el9] [--component-only]
+                              [--without-bundled-deps [--test-system-modules]]
 
 1. The source tarball: every file git tracks or would track in the working tree (so
    uncommitted edits are built too), under ``nodeagent-<version>/``.
@@ -13,7 +14,15 @@
 
 The build runs with this interpreter (``sys.executable``: it needs pip, setuptools, pytest
 and nodeagent's dependencies, as the project's .venv has), while the packaged launcher
-names ``--node-python`` (default /usr/bin/python3), the interpreter on the node.
+names the interpreter on the node: ``/usr/bin/python%{python3_pkgversion}``, that is
+``/usr/bin/python3`` unless ``--python3-pkgversion`` says otherwise (``3.11`` for RHEL 9,
+whose python3 is 3.9), or ``--node-python`` exactly when given. The spec's
+``python3_pkgversion`` also names the packages required (``python3.11-...``), so the one
+option sets both: a build for RHEL 9 can no longer name 3.11 packages and a 3.9 launcher.
+``--without-bundled-deps`` builds the flavour that requires the distribution's modules
+(``rpmbuild --without bundled_deps``; decision 0076) and not nodeagent-bundled-deps;
+``--test-system-modules`` adds tests/testenv/nodeagent-test-system-modules.spec, the
+wheelhouse posing as the distribution's modules for the e2e node (TEST ONLY, labelled so).
 On a machine whose rpm database is empty (Debian's rpm), BuildRequires cannot be
 checked and ``--nodeps`` is passed.
 """
@@ -39,6 +48,7 @@ CACHE_ROOT = Path(
     os.environ.get("NODEAGENT_TESTENV_CACHE", "~/.cache/nodeagent-testenv")
 ).expanduser()
 SPECS = ("nodeagent-bundled-deps.spec", "nodeagent.spec")
+TEST_SYSTEM_MODULES = ROOT / "tests" / "testenv" / "nodeagent-test-system-modules.spec"
 WHEEL_FLAGS = [
     "--only-binary=:all:",
     "--python-version",
@@ -113,13 +123,7 @@ def rpm_db_is_empty() -> bool:
 
 
 def rpmbuild(spec: Path, topdir: Path, args: argparse.Namespace) -> str:
-    cmd = ["rpmbuild", "-ba", str(spec), "--define", f"_topdir {topdir}"]
-    cmd += ["--define", f"__python3 {sys.executable}"]
-    cmd += ["--define", f"nodeagent_python {args.node_python}"]
-    if args.dist:
-        cmd += ["--define", f"dist {args.dist}"]
-    if args.nocheck:
-        cmd.append("--nocheck")
+    cmd = rpmbuild_command(spec, topdir, args)
     if rpm_db_is_empty():
         cmd.append("--nodeps")
         # Debian's brp-compress needs bash (`read -d`) but starts with #!/bin/sh (dash).
@@ -130,6 +134,29 @@ def rpmbuild(spec: Path, topdir: Path, args: argparse.Namespace) -> str:
     if result.returncode != 0:
         raise SystemExit(f"rpmbuild {spec.name} failed; log: {log}\n{result.stderr[-4000:]}")
     return result.stdout
+
+
+def rpmbuild_command(spec: Path, topdir: Path, args: argparse.Namespace) -> list[str]:
+    """rpmbuild's command line, whatever machine it runs on."""
+    cmd = ["rpmbuild", "-ba", str(spec), "--define", f"_topdir {topdir}"]
+    cmd += ["--define", f"__python3 {sys.executable}"]
+    if args.python3_pkgversion:
+        cmd += ["--define", f"python3_pkgversion {args.python3_pkgversion}"]
+    cmd += ["--define", f"nodeagent_python {node_python(args)}"]
+    if args.without_bundled_deps:
+        cmd += ["--without", "bundled_deps"]
+    if args.dist:
+        cmd += ["--define", f"dist {args.dist}"]
+    if args.nocheck:
+        cmd.append("--nocheck")
+    return cmd
+
+
+def node_python(args: argparse.Namespace) -> str:
+    """The launcher's interpreter: --node-python, else the one python3_pkgversion names."""
+    if args.node_python:
+        return str(args.node_python)
+    return "/usr/bin/python%{python3_pkgversion}"
 
 
 def built_rpms(output: str) -> list[Path]:
@@ -149,8 +176,11 @@ def build(args: argparse.Namespace) -> list[Path]:
     write_wheelhouse_tarball(sources / f"nodeagent-wheelhouse-{version}.tar", wheelhouse())
     shutil.copy2(LOCK, sources / LOCK.name)
     rpms: list[Path] = []
-    for spec in SPECS[-1:] if args.component_only else SPECS:
+    only_component = args.component_only or args.without_bundled_deps
+    for spec in SPECS[-1:] if only_component else SPECS:
         rpms += built_rpms(rpmbuild(PACKAGING / spec, topdir, args))
+    if args.test_system_modules:
+        rpms += built_rpms(rpmbuild(TEST_SYSTEM_MODULES, topdir, args))
     copied = []
     for rpm in rpms:
         if rpm.name.endswith(".src.rpm"):
@@ -159,16 +189,39 @@ def build(args: argparse.Namespace) -> list[Path]:
     return copied
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "rpm")
     parser.add_argument("--nocheck", action="store_true", help="skip %%check (the unit tests)")
-    parser.add_argument("--node-python", default="/usr/bin/python3")
+    parser.add_argument(
+        "--python3-pkgversion",
+        default="",
+        help="the target's python3_pkgversion (3.11 on RHEL 9); default: the spec's (3)",
+    )
+    parser.add_argument(
+        "--node-python",
+        default="",
+        help="the launcher's interpreter; default /usr/bin/python%%{python3_pkgversion}",
+    )
     parser.add_argument("--dist", default="", help="release suffix, e.g. .el9 (%%{dist})")
     parser.add_argument(
         "--component-only", action="store_true", help="nodeagent only, not its bundled deps"
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--without-bundled-deps",
+        action="store_true",
+        help="the flavour requiring the distribution's modules (no nodeagent-bundled-deps)",
+    )
+    parser.add_argument(
+        "--test-system-modules",
+        action="store_true",
+        help="also the wheelhouse as system modules (TEST ONLY: the e2e node)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     for rpm in build(args):

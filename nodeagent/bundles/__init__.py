@@ -7,7 +7,9 @@ every image is complete for this node (``content``), admits it against the disk,
 serves it on loopback and points the runtime at it with a registries.conf mirror
 (``mirror``), pulls every missing image through CRI, then writes the bundle's
 PinnedImageSets where the pin path reads them. ``media`` decides which
-udev events are bundle media. The format is docs/bundle-format.md.
+udev events are bundle media. The format is docs/bundle-format.md. ``ecdsa_signature``
+verifies the FIPS-approved ECDSA signature of a manifest and combines it with minisign's
+(decision 0075); imports do not read it yet.
 
 Host interfaces this feature needs (implemented in ``nodeagent.adapters``, wired by
 ``nodeagent.daemon``):

@@ -39,6 +39,7 @@ from nodeagent.bundles.minisign_kdf import (
     scrypt_stream,
 )
 from nodeagent.errors import (
+    Ed25519Refused,
     KeyMalformed,
     PermanentError,
     SecretKeyLocked,
@@ -358,11 +359,20 @@ def _checksum(key_id: bytes, secret: bytes) -> bytes:
 # cryptography is imported on first use: the idle daemon, which verifies only when a
 # stick is plugged in, stays about 7 MiB smaller.
 def _ed25519_public(public_bytes: bytes) -> Ed25519PublicKey:
+    from cryptography.exceptions import UnsupportedAlgorithm  # noqa: PLC0415
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (  # noqa: PLC0415
         Ed25519PublicKey,
     )
 
-    return Ed25519PublicKey.from_public_bytes(public_bytes)
+    try:
+        return Ed25519PublicKey.from_public_bytes(public_bytes)
+    # An OpenSSL FIPS provider (decision 0075); ValueError for the 32 bytes parsed is what
+    # cryptography raises when its properties ask for FIPS and no provider offers Ed25519.
+    except (UnsupportedAlgorithm, ValueError) as err:
+        raise Ed25519Refused(
+            f"the crypto backend refuses Ed25519 ({err}): no minisign signature can be "
+            "verified on this node; `nodeagent check-config` shows its FIPS mode"
+        ) from err
 
 
 def _ed25519_private(seed: bytes) -> Ed25519PrivateKey:

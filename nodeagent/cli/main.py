@@ -156,16 +156,20 @@ def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
     missing or does not load, ``adapters.config_files``) and every set file (65 when one is
     refused)."""
     from nodeagent.adapters.config_files import check_referenced_files  # noqa: PLC0415
+    from nodeagent.adapters.fips import read_posture  # noqa: PLC0415
+    from nodeagent.fips import posture_line, refusal_message  # noqa: PLC0415
 
     load = load_spec_dirs(config.spec_dirs())
     files = [str(f) for f in config.files]
     referenced = check_referenced_files(config)
+    crypto = read_posture(always_probe=True)
     if args.json:
         output.print_json("check-config", {
             "configFiles": files,
             "configDefaults": not files,
             "trustedKeys": referenced.trusted_keys,
             "notes": list(referenced.notes),
+            "crypto": crypto.to_json(),
             "referencedFiles": [
                 {"reason": f.reason, "message": f.message, "whatToDo": output.hint_for(f.reason)}
                 for f in referenced.problems
@@ -194,6 +198,9 @@ def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
             print(f"trusted keys: {keys} in {config.bundles.trusted_keys_dir}")
         for note in referenced.notes:
             print(f"note: {note}")
+        print(posture_line(crypto))
+        if crypto.reason is not None:
+            output.print_error(crypto.reason, refusal_message(crypto), prefix="warning")
         for found in referenced.problems:
             output.print_error(found.reason, found.message)
         if config.bundles.session_socket is None:

@@ -103,6 +103,8 @@ HINTS: Final[Mapping[str, str]] = {
     "BundleUnsigned": "sign the bundle: make it again with `nodeagent bundle create --key`",
     "BundleSignatureMalformed": "make the bundle again with `nodeagent bundle create`",
     "BundleSignatureInvalid": "the bundle was changed after signing: make or copy it again",
+    "Ed25519Refused": "this node's crypto (FIPS mode) refuses minisign's Ed25519: read "
+    "decision 0075 for what a FIPS site does; `nodeagent check-config` shows the FIPS mode",
     "BundleSignedByUnknownKey": "put the signer's .pub key in the trusted keys directory, "
     "or pass it with --trusted-keys",
     "BundleManifestInvalid": "make the bundle again with `nodeagent bundle create`",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from nodeagent.adapters.files import remove_file
+from nodeagent.adapters.fips import read_posture
 from nodeagent.adapters.inotify import DirectoryWatcher
 from nodeagent.adapters.nodeos import NodeOsReader
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
@@ -144,7 +145,9 @@ def metrics_loop(recorder: Recorder, config: Config) -> Callable[[], Awaitable[N
 
 
 async def node_os_loop(wiring: Wiring) -> None:
-    """Read the node's OS image at start and every ``[node_os] interval_s`` (docs/operations.md)."""
+    """Read the node's FIPS posture at start (decision 0075), and its OS image at start and
+    every ``[node_os] interval_s`` (docs/operations.md)."""
+    wiring.reporter.crypto_read(await asyncio.to_thread(read_posture, always_probe=False))
     settings = wiring.config.node_os
     reader = NodeOsReader(
         os_release=settings.os_release,

@@ -57,6 +57,7 @@ happened and what to do about it. Retry decisions follow the two branches::
         │   └── SignatureLegacy         BundleSignatureLegacy
         ├── UnknownSigningKey           BundleSignedByUnknownKey
         ├── SignatureInvalid            BundleSignatureInvalid
+        ├── Ed25519Refused              Ed25519Refused (the crypto backend, FIPS: decision 0075)
         ├── KeyMalformed                SigningKeyMalformed
         ├── ReleaseImageInvalid         ReleaseImageInvalid (bundle create --release input)
         │   └── ReleaseUnsigned         ReleaseUnsigned (no release signature to carry)
@@ -136,6 +137,7 @@ from nodeagent.errors.bundles import BundleTagsInvalid as BundleTagsInvalid
 from nodeagent.errors.bundles import BundleUnlistedFile as BundleUnlistedFile
 from nodeagent.errors.bundles import BundleUnsafeEntry as BundleUnsafeEntry
 from nodeagent.errors.bundles import BundleUnsafePath as BundleUnsafePath
+from nodeagent.errors.bundles import Ed25519Refused as Ed25519Refused
 from nodeagent.errors.bundles import KeyMalformed as KeyMalformed
 from nodeagent.errors.bundles import MediaMountFailed as MediaMountFailed
 from nodeagent.errors.bundles import MediaUnmountFailed as MediaUnmountFailed

@@ -43,6 +43,14 @@ class SignatureInvalid(PermanentError):
     exit_code = 65  # EX_DATAERR
 
 
+class Ed25519Refused(PermanentError):
+    """The crypto backend refuses Ed25519 (an OpenSSL FIPS provider does: decision 0075), so
+    no minisign signature can be verified on this node."""
+
+    reason = "Ed25519Refused"
+    exit_code = 69  # EX_UNAVAILABLE
+
+
 class KeyMalformed(PermanentError):
     """A public or secret key text is not a minisign Ed25519 key."""
 

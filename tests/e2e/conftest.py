@@ -11,6 +11,7 @@ session registry on 127.0.0.1 is its registry, and it sees this machine's udev: 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -40,9 +41,26 @@ def build_rpms(output: Path, *args: str) -> list[Path]:
     return [Path(line) for line in built.stdout.splitlines() if line.endswith(".rpm")]
 
 
+FLAVOUR = os.environ.get("NODEAGENT_E2E_FLAVOUR", "bundled")
+"""Which RPM flavour the e2e node runs (decision 0076): ``bundled`` (the default, with
+nodeagent-bundled-deps) or ``distribution`` (built --without bundled_deps, with the test
+system modules standing in for the distribution's: ``make e2e E2E_FLAVOUR=distribution``)."""
+FLAVOUR_ARGS = {"bundled": (), "distribution": ("--without-bundled-deps", "--test-system-modules")}
+MODULES_PACKAGE = {
+    "bundled": "nodeagent-bundled-deps",
+    "distribution": "nodeagent-test-system-modules",
+}
+MODULES_DIR = {
+    "bundled": "/usr/lib/nodeagent/vendor",
+    "distribution": "/usr/local/lib/python3.11/dist-packages",
+}
+
+
 @pytest.fixture(scope="session")
 def rpms(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return build_rpms(tmp_path_factory.mktemp("rpms"))
+    if FLAVOUR not in FLAVOUR_ARGS:
+        raise pytest.UsageError(f"NODEAGENT_E2E_FLAVOUR={FLAVOUR!r}: bundled or distribution")
+    return build_rpms(tmp_path_factory.mktemp("rpms"), *FLAVOUR_ARGS[FLAVOUR])
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import pytest
 
 from nodeagent.adapters.cri.client import CriClient
 from tests.conftest import Pushed
-from tests.e2e.conftest import booted_node, build_rpms
+from tests.e2e.conftest import FLAVOUR, MODULES_DIR, MODULES_PACKAGE, booted_node, build_rpms
 from tests.testenv.agent import set_state
 from tests.testenv.node import DB_PATH, Node
 from tests.testenv.registry import Registry
@@ -29,13 +29,19 @@ LOCAL_CHANGE = 'level = "info"  # set on this node'
 
 
 @pytest.fixture(scope="module")
-def upgrade_rpm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same nodeagent, one release later (0.1.0-1.e2e2 sorts after 0.1.0-1)."""
+def upgrade_rpms(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The same nodeagent and nodeagent-cli, one release later (0.1.0-1.e2e2 sorts after
+    0.1.0-1)."""
+    flavour = ("--without-bundled-deps",) if FLAVOUR == "distribution" else ()
     built = build_rpms(
-        tmp_path_factory.mktemp("upgrade"), "--nocheck", "--component-only", "--dist", ".e2e2"
+        tmp_path_factory.mktemp("upgrade"),
+        *("--nocheck", "--component-only", "--dist", ".e2e2", *flavour),
     )
-    (rpm,) = built
-    return rpm
+    assert sorted(p.name for p in built) == [
+        "nodeagent-0.1.0-1.e2e2.noarch.rpm",
+        "nodeagent-cli-0.1.0-1.e2e2.noarch.rpm",
+    ]
+    return built
 
 
 @pytest.fixture(scope="module")
@@ -62,17 +68,19 @@ async def pinned(node: Node, ref: str) -> bool | None:
 
 
 async def test_upgrade_restarts_the_service_and_keeps_config_and_state(
-    package_node: Node, upgrade_rpm: Path, pushed: Pushed
+    package_node: Node, upgrade_rpms: list[Path], pushed: Pushed
 ) -> None:
     node = package_node
     config = node.root / CONFIG
     config.write_text(config.read_text().replace('# level = "info"', LOCAL_CHANGE))
     before = node.show("nodeagent.service", "InvocationID")["InvocationID"]
-    shutil.copy2(upgrade_rpm, node.root / "var/tmp" / upgrade_rpm.name)
+    for upgrade_rpm in upgrade_rpms:
+        shutil.copy2(upgrade_rpm, node.root / "var/tmp" / upgrade_rpm.name)
 
-    rpm(node, "-U", "--nodeps", f"/var/tmp/{upgrade_rpm.name}")
+    rpm(node, "-U", "--nodeps", *(f"/var/tmp/{p.name}" for p in upgrade_rpms))
 
     assert rpm(node, "-q", "nodeagent").strip() == "nodeagent-0.1.0-1.e2e2.noarch"
+    assert rpm(node, "-q", "nodeagent-cli").strip() == "nodeagent-cli-0.1.0-1.e2e2.noarch"
     node.wait_active("nodeagent.service")
     after = node.show("nodeagent.service", "InvocationID", "NRestarts")
     assert after["InvocationID"] != before, "the upgrade did not restart the service"
@@ -94,8 +102,8 @@ def test_cluster_mode_is_installed_whole(package_node: Node) -> None:
         "import nodeagent.adapters.kube, lightkube; print(lightkube.__file__)"
     )
     where = node.container.run("python3", "-I", "-c", code).stdout.strip()
-    assert where.startswith("/usr/lib/nodeagent/vendor/lightkube/"), where
-    shipped = set(rpm(node, "-ql", "nodeagent").split())
+    assert where.startswith(f"{MODULES_DIR[FLAVOUR]}/lightkube/"), where
+    shipped = set(rpm(node, "-ql", "nodeagent", "nodeagent-cli").split())
     deploy = "/usr/share/nodeagent/deploy"
     assert {
         f"{deploy}/rbac.yaml",
@@ -117,6 +125,10 @@ async def test_erase_stops_the_service_and_unpins_without_a_dangling_link(
     node = package_node
     ref = pushed.ref(pushed.base_a)
     assert (node.root / LINK).is_symlink()
+    # as an import leaves it when it is cut short (the daemon writes it, decision 0042)
+    sigstore_dropin = node.root / "etc/containers/registries.d/99-nodeagent-bundle-mirror.yaml"
+    sigstore_dropin.parent.mkdir(parents=True, exist_ok=True)
+    sigstore_dropin.write_text("docker: {}\n")
     rpm(node, "-e", "nodeagent")
 
     for name in ("nodeagent.service", "nodeagent-mirror.socket", "nodeagent-mirror.service"):
@@ -124,6 +136,9 @@ async def test_erase_stops_the_service_and_unpins_without_a_dangling_link(
         assert unit == {"LoadState": "not-found", "ActiveState": "inactive"}, name
     assert not (node.root / LINK).is_symlink()
     assert not node.container.live(TARGET).exists()
+    assert not sigstore_dropin.exists()
+    # the store and the anti-rollback marks outlive the package
+    assert (node.root / "var/lib/nodeagent/ledger.json").exists()
     assert LOCAL_CHANGE in (node.root / f"{CONFIG}.rpmsave").read_text()
     node.wait_active("crio.service")
     async with CriClient(node.cri_endpoint) as cri:
@@ -136,7 +151,9 @@ async def test_erase_stops_the_service_and_unpins_without_a_dangling_link(
         # The scriptlet reloaded CRI-O: the image stays, unpinned.
         await wait_for_async(is_unpinned, timeout_s=30, what="the image unpinned by the erase")
 
-    rpm(node, "-e", "nodeagent-bundled-deps")
+    # the command line stays for whoever still uses it; then it goes with its modules
+    assert (node.root / "usr/bin/nodeagent").exists()
+    rpm(node, "-e", "nodeagent-cli", MODULES_PACKAGE[FLAVOUR])
     assert not (node.root / "usr/lib/nodeagent").exists()
     node.container.reboot()
     node.wait_active("crio.service")  # nothing left behind that CRI-O fails to load
