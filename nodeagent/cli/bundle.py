@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from nodeagent import logs
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.bundles.target import describe_target
-from nodeagent.cli import bundle_create, bundle_keys, output
+from nodeagent.cli import bundle_create, bundle_keys, bundle_medium, output
 from nodeagent.cli import release as release_cli
 from nodeagent.cli.bundle_create import parse_platform
 from nodeagent.cli.terminal import TerminalProgress, out
@@ -58,7 +59,11 @@ def add_parser(sub: Subparsers) -> Subparsers:
         help="the node's platform, which the bundle must be for (default: the bundle's own)",
     )  # fmt: skip
     imports = commands.add_parser("import", help="import a bundle directory now and pin its sets")
-    imports.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
+    imports.add_argument(
+        "path", type=Path,
+        help="the bundle's directory, or the stick itself: a device (/dev/sdb1) or "
+        "LABEL=NAME, mounted read-only by the command and unmounted after",
+    )  # fmt: skip
     imports.add_argument(
         "--ignore-target", action="store_true",
         help="import even when the bundle's target selector leaves this node out "
@@ -144,10 +149,15 @@ EXIT_INTERRUPTED = 75
 
 def cmd_import(config: Config, args: argparse.Namespace) -> int:
     """Import, holding the daemon's pin lock (decision 0044): a by-hand import beside a
-    running daemon raced it for the pins; it is refused now (``DaemonRunning``, 75)."""
-    logs.configure(config.log.level)
-    root = args.path.resolve()
+    running daemon raced it for the pins; it is refused now (``DaemonRunning``, 75).
+
+    ``path`` may be a block device or ``LABEL=NAME``: the command mounts it read-only
+    itself and unmounts it after (``cli.bundle_medium``). The daemon's log lines are
+    printed when the import succeeds; a failure is one ``error:`` line (decision 0073)."""
+    lines = io.StringIO()
+    logs.configure(config.log.level, stream=lines)
     overrides = Overrides(args.ignore_target, args.allow_rollback, args.allow_expired)
+    device = bundle_medium.device_of(str(args.path))
     lock = PinsLock(config.state.run_dir / PINS_LOCK_NAME)
     if not lock.try_acquire():
         busy = DaemonRunning(
@@ -157,13 +167,24 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
         output.print_error(busy.reason, busy.message)
         return busy.exit_code
     try:
-        report = asyncio.run(_import(config, root, overrides, is_json=args.json))
+        if device is None:
+            report = asyncio.run(_import(config, args.path.resolve(), overrides, is_json=args.json))
+        else:
+            with bundle_medium.mounted(config, device) as root:
+                report = asyncio.run(_import(config, root, overrides, is_json=args.json))
     finally:
         lock.release()
-    if args.json:
+    return _said(report, lines.getvalue(), is_json=args.json)
+
+
+def _said(report: BundleReport, lines: str, *, is_json: bool) -> int:
+    """The import's outcome: its JSON and log lines, or one ``error:`` line."""
+    if is_json:
         output.print_json("bundle-import", report.to_json())
     if report.state == "imported":
+        sys.stderr.write(lines)
         return 0
+    output.print_error(report.reason or "BundleIncomplete", report.message or report.state)
     return EXIT_INTERRUPTED if report.state == "interrupted" else EXIT_REFUSED
 
 

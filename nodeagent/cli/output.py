@@ -93,6 +93,10 @@ HINTS: Final[Mapping[str, str]] = {
     "BundleNotInTarget": "pass --ignore-target to import it on this node anyway",
     "BundleRollback": "pass --allow-rollback to go back on purpose",
     "BundleExpired": "make a new bundle, or pass --allow-expired",
+    "MediaMountFailed": "check the device or label (lsblk -f lists them), or plug the stick "
+    "into another port; an ext4 or vfat stick labelled NODEAGENT is what nodeagent mounts",
+    "MediaUnmountFailed": "close what still reads the stick, then pull it; it was detached, "
+    "so the node is not harmed",
     "StoreBlobCorrupt": "plug the bundle's medium in again to restore the blobs; check the disk",
     "InsufficientDiskSpace": "free space on the image filesystem, or lower [disk] reserve",
     "NoSpaceLeft": "free space on the named filesystem, then try again",
