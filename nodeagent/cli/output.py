@@ -97,6 +97,11 @@ HINTS: Final[Mapping[str, str]] = {
     "into another port; an ext4 or vfat stick labelled NODEAGENT is what nodeagent mounts",
     "MediaUnmountFailed": "close what still reads the stick, then pull it; it was detached, "
     "so the node is not harmed",
+    "UsageInvalid": "run the command with --help: it lists what it takes",
+    "InternalError": "this is a defect in nodeagent: report the command line and this line, "
+    "with `nodeagent status --json`",
+    "StatusMissing": "check that the service runs (systemctl status nodeagent); the first "
+    "status is written once its first sync ends",
     "StoreBlobCorrupt": "plug the bundle's medium in again to restore the blobs; check the disk",
     "InsufficientDiskSpace": "free space on the image filesystem, or lower [disk] reserve",
     "NoSpaceLeft": "free space on the named filesystem, then try again",
