@@ -23,15 +23,15 @@ SITE_VIEW = {"cli/site.py", "cluster/one_touch.py", "cluster/starting.py", "clus
 """Modules that may tell an admin to start an upgrade: the site view and the one-touch starter."""
 
 
-def _report(**kwargs: object) -> BundleReport:
+def _report(release: ReleaseReport | None = RELEASE) -> BundleReport:
     return BundleReport(
-        "/m", "imported", "b1", sets=("release-4.16.3", "apps"), next_steps=STEPS, **kwargs
-    )  # type: ignore[arg-type]
+        "/m", "imported", "b1", sets=("release-4.16.3", "apps"), next_steps=STEPS, release=release
+    )
 
 
 def test_the_next_steps_appear_when_the_release_set_is_pinned() -> None:
     board = BundleBoard()
-    board.update(_report(release=RELEASE))
+    board.update(_report())
     assert "nextSteps" not in board.to_json()[0]
     with structlog.testing.capture_logs() as logs:
         board.mark_pinned({"release-4.16.3"})  # not yet: apps is not pinned
@@ -46,14 +46,14 @@ def test_the_next_steps_appear_when_the_release_set_is_pinned() -> None:
 def test_the_site_count_is_read_at_each_status_and_by_digest() -> None:
     counts = {DIGEST: SiteReadiness(2, 3, "NodeImageStatuses")}
     board = BundleBoard(site_readiness=counts.get)
-    board.update(_report(release=RELEASE))
+    board.update(_report())
     with structlog.testing.capture_logs() as logs:
         board.mark_pinned({"release-4.16.3", "apps"})
     said = "this node is ready; 2 of 3 nodes ready (NodeImageStatuses)"
     assert logs[1]["site"] == said
-    assert board.to_json()[0]["nextSteps"][1] == said
+    assert board.current()[0].next_steps[1] == said
     counts[DIGEST] = SiteReadiness(3, 3, "NodeImageStatuses")
-    assert board.to_json()[0]["nextSteps"][1].endswith("; 3 of 3 nodes ready (NodeImageStatuses)")
+    assert board.current()[0].next_steps[1].endswith("; 3 of 3 nodes ready (NodeImageStatuses)")
 
 
 def test_a_bundle_without_a_release_says_no_next_step() -> None:
