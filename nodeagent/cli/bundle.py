@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TextIO, TypeAlias
 
 from nodeagent import logs
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
@@ -168,10 +168,14 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
         return busy.exit_code
     try:
         if device is None:
-            report = asyncio.run(_import(config, args.path.resolve(), overrides, is_json=args.json))
+            report = asyncio.run(
+                _import(config, args.path.resolve(), overrides, is_json=args.json, said=lines)
+            )
         else:
             with bundle_medium.mounted(config, device) as root:
-                report = asyncio.run(_import(config, root, overrides, is_json=args.json))
+                report = asyncio.run(
+                    _import(config, root, overrides, is_json=args.json, said=lines)
+                )
     finally:
         lock.release()
     return _said(report, lines.getvalue(), is_json=args.json)
@@ -198,9 +202,10 @@ class Overrides:
 
 
 async def _import(
-    config: Config, root: Path, overrides: Overrides, *, is_json: bool = False
+    config: Config, root: Path, overrides: Overrides, *, is_json: bool = False, said: TextIO
 ) -> BundleReport:
-    """The import, then one sync; its line on stdout, or stderr when stdout is for JSON."""
+    """The import, then one sync; its line on stdout, or stderr when stdout is for JSON.
+    ``said``: where the journal's lines and the 'stored' line go until the outcome is known."""
     from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (see the imports)
     from nodeagent.daemon.wiring import build  # noqa: PLC0415  (see the imports)
 
@@ -211,7 +216,7 @@ async def _import(
         if progress is not None:
             progress.bundle(report)
         elif report.state == "stored":
-            sys.stderr.write(f"{bundle_line(report)}\n")
+            said.write(f"{bundle_line(report)}\n")
 
     try:
         labels = None
