@@ -27,7 +27,7 @@ from nodeagent.errors import MediaMountFailed, MediaUnmountFailed
 from nodeagent.strict import clip
 
 BY_LABEL: Final = Path("/dev/disk/by-label")
-_LABEL: Final = re.compile(r"[A-Za-z0-9._+-]{1,64}")
+_LABEL: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 """A label nodeagent's media carry (``NODEAGENT*``); udev escapes anything else."""
 
 
@@ -37,7 +37,10 @@ def device_of(given: str, *, by_label: Path = BY_LABEL) -> str | None:
     if given.startswith("LABEL="):
         label = given.removeprefix("LABEL=")
         if not _LABEL.fullmatch(label):
-            raise MediaMountFailed(f"{clip(given, 80)}: a label is 1 to 64 of A-Z a-z 0-9 . _ + -")
+            raise MediaMountFailed(
+                f"{clip(given, 80)}: a label is 1 to 64 of A-Z a-z 0-9 . _ + -, starting with "
+                "a letter or digit"
+            )
         link = by_label / label
         if not link.exists():
             raise MediaMountFailed(
