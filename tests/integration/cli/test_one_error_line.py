@@ -81,6 +81,8 @@ def cases(tmp: Path) -> list[Case]:
     (damaged / "state" / "status.json").write_text("{bad")
     damaged_conf = tmp / "damaged.toml"
     damaged_conf.write_text(f'[state]\ndir = "{damaged / "state"}"\n')
+    fresh = tmp / "fresh.toml"  # a state directory no import writes a status into
+    fresh.write_text(f'[state]\ndir = "{tmp / "fresh"}"\nrun_dir = "{tmp / "fresh-run"}"\n')
     g, b = ("--config", str(good)), ("--config", str(bad))
 
     def case(
@@ -93,7 +95,7 @@ def cases(tmp: Path) -> list[Case]:
         *(case(name, ["--no-such-option"], "UsageInvalid", 2) for name in DAEMONS),
         case("render-pins", [], "ConfigInvalid", 78, b),
         case("render-mirror-dropin", [], "ConfigInvalid", 78, b),
-        case("status", [], "StatusMissing", 1),
+        case("status", [], "StatusMissing", 1, ("--config", str(fresh))),
         case("status", [], "StateFileDamaged", 74, ("--config", str(damaged_conf))),
         case("runtime", [], "RuntimeUnreachable", 69),
         case("pull", [f"q.example/a@sha256:{'a' * 64}"], "RuntimeUnreachable", 69),
@@ -146,9 +148,14 @@ def test_every_command_has_a_failure_case(tmp_path: Path) -> None:
 
 
 def test_every_failure_is_one_error_line_with_its_reason_and_exit_code(tmp_path: Path) -> None:
-    found = cases(tmp_path)
+    everything = cases(tmp_path)
+    # the imports take the pin lock of one run_dir: one at a time, or one says DaemonRunning
+    locking = [c for c in everything if c.command == "bundle import"]
+    found = [*locking, *(c for c in everything if c.command != "bundle import")]
     with ThreadPoolExecutor(2) as pool:
-        done = list(pool.map(lambda c: _run(c.argv), found))
+        imports = pool.submit(lambda: [_run(c.argv) for c in locking])
+        rest = list(pool.map(lambda c: _run(c.argv), found[len(locking) :]))
+        done = [*imports.result(), *rest]
     wrong = []
     for case, result in zip(found, done, strict=True):
         lines = result.stderr.splitlines()
