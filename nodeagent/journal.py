@@ -247,7 +247,7 @@ SUMMARIES: Final[Mapping[str, str]] = {
     "site_holdings_not_published": "This node's holdings could not be published",
     "site_holdings_watch_failed": "The other nodes' holdings cannot be followed",
     "site_address_unknown": "Other nodes cannot be told where this node serves",
-    "release_pinned": "An OpenShift release is pinned on this node; the upgrade may start",
+    "release_pinned": "An OpenShift release is pinned on this node",
     "release_signatures_applied": (
         "The release's signatures were given to the cluster-version operator"
     ),

@@ -119,3 +119,30 @@ def releases_json(rows: Sequence[ReleaseRow]) -> list[dict[str, Any]]:
             item |= {"reason": row.reason, "message": message}
         items.append(item)
     return items
+
+
+# ---------------------------------------------------------------- the site, as a node knows it
+@dataclass(frozen=True, slots=True)
+class SiteReadiness:
+    """How many nodes have pinned a release, as this node can see it (decision 0073)."""
+
+    ready: int
+    nodes: int
+    source: str
+    """Where the count comes from, for the reader: ``"NodeImageStatuses"``."""
+
+
+SITE_UNKNOWN: Final = (
+    "how many other nodes are ready is not known to this node (it may not list the other "
+    "nodes' NodeImageStatuses: deploy/opt-in/upgrade-start.yaml grants it)"
+)
+
+
+def site_line(readiness: SiteReadiness | None) -> str:
+    """'this node is ready; 2 of 3 nodes ready (NodeImageStatuses)', or why it cannot know."""
+    if readiness is None:
+        return f"this node is ready; {SITE_UNKNOWN}"
+    return (
+        f"this node is ready; {readiness.ready} of {readiness.nodes} nodes ready "
+        f"({readiness.source})"
+    )

@@ -32,7 +32,7 @@ from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.nodeos import OsImage
 from nodeagent.ports import PullEvent, PullStep, StateStore, StatusLine
 from nodeagent.progress import ProgressLog, new_blob_bytes
-from nodeagent.releases import release_rows
+from nodeagent.releases import SiteReadiness, release_rows, site_line
 from nodeagent.status import (
     BundleReport,
     Condition,
@@ -163,6 +163,9 @@ class BundleBoard:
     """The latest report per bundle source, for the status file."""
 
     reports: dict[str, BundleReport] = field(default_factory=dict)
+    site_readiness: Callable[[str], SiteReadiness | None] = lambda _digest: None
+    """How many nodes have pinned the release of this digest, where this node can know it
+    (the one-touch starter's NodeImageStatuses); None: it cannot (decision 0073)."""
 
     def update(self, report: BundleReport) -> None:
         self.reports[report.source] = report
@@ -175,12 +178,28 @@ class BundleBoard:
             if report.state == "imported" and set(report.sets) <= pinned_sets:
                 self.reports[source] = replace(report, state="pinned")
                 log.info("bundle_pinned", bundle=report.bundle_id, sets=list(report.sets))
-                if report.next_steps:  # a release: what the technician does next
-                    log.info("release_pinned", bundle=report.bundle_id, next=report.next_steps[0],
-                             then=" ".join(report.next_steps[1:]))  # fmt: skip
+                if report.next_steps:  # a release: this node is ready, and the site?
+                    steps = self._steps(report)
+                    log.info("release_pinned", bundle=report.bundle_id, next=steps[0],
+                             site=steps[1], then=" ".join(steps[2:]))  # fmt: skip
+
+    def _steps(self, report: BundleReport) -> list[str]:
+        """The release's next steps with the site's readiness second, as of now."""
+        digest = report.release.digest if report.release is not None else ""
+        site = site_line(self.site_readiness(digest) if digest else None)
+        return [report.next_steps[0], site, *report.next_steps[1:]]
+
+    def current(self) -> tuple[BundleReport, ...]:
+        """The reports as the status shows them: a pinned release's site readiness as of now."""
+        return tuple(
+            replace(r, next_steps=tuple(self._steps(r)))
+            if r.state == "pinned" and r.next_steps
+            else r
+            for r in self.reports.values()
+        )
 
     def to_json(self) -> list[dict[str, object]]:
-        return [report.to_json() for report in self.reports.values()]
+        return [report.to_json() for report in self.current()]
 
 
 def log_pull(event: PullEvent, *, source: str | None = None) -> None:
@@ -510,7 +529,7 @@ class Reporter:
             status = replace(status, crypto=self.crypto)
         if not self.board.reports:
             return status
-        return replace(status, bundles=tuple(self.board.reports.values()))
+        return replace(status, bundles=self.board.current())
 
     def _publish(self, status: NodeStatus, *, is_final: bool, is_sync: bool = True) -> None:
         self.last = status

@@ -13,8 +13,10 @@ A release image (``oc adm release info``) carries two files this module reads
 with a PinnedImageSet ``release-<version>``, and carries the release's signatures as files;
 ``bundle.json`` names them in its ``release`` object (format version 3,
 docs/bundle-format.md#release). On the node, ``signature_config_map`` renders the ConfigMap
-the cluster-version operator reads the signatures from, and ``next_steps`` the upgrade
-command a technician runs once the release set is pinned.
+the cluster-version operator reads the signatures from, and ``next_steps`` what a node says
+once the release set is pinned: that this node is ready, and where the site's admin sees
+every node. A node never tells its reader to start the upgrade: only the site view does
+(``nodeagent site status``, the one-touch starter, docs/upgrade.md; decision 0073).
 
 Reading the layers is ``nodeagent.adapters.bundles.release``; everything here is pure.
 """
@@ -49,7 +51,6 @@ MAX_SIGNATURE_BYTES: Final = 64 * 1024
 SIGNATURES_DIR: Final = "release-signatures"
 SIGNATURE_NAMESPACE: Final = "openshift-config-managed"
 SIGNATURE_LABEL: Final = "release.openshift.io/verification-signatures"
-UPGRADE_ALLOW_FLAG: Final = "--allow-explicit-upgrade"
 
 _VERSION = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,62}$")
 _TAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -446,15 +447,13 @@ def _yaml_lines(value: Mapping[str, Any], indent: int, out: list[str]) -> None:
             out.append(f"{pad}{json.dumps(key)}: {json.dumps(item)}")
 
 
-def upgrade_command(release: BundleRelease) -> str:
-    return f"oc adm upgrade --to-image={release.image} {UPGRADE_ALLOW_FLAG}"
-
-
 def next_steps(release: BundleRelease, bundle_id: str) -> Sequence[str]:
-    """What a technician does once the release set is pinned on the nodes."""
+    """What a node says once the release set is pinned here (decision 0073): this node is
+    ready, and where the site's admin sees every node. ``BundleBoard`` adds how many nodes
+    are ready where this node can know it (``status.site_line``)."""
     return (
-        f"release {clip(release.version, 64)} is pinned (PinnedImageSet {release.set_name}); "
-        f"to upgrade, run: {upgrade_command(release)}",
-        f"to wait until every node holds it first: nodeagent site wait --bundle {bundle_id} "
-        f"--set {release.set_name}",
+        f"release {clip(release.version, 64)} is pinned on this node "
+        f"(PinnedImageSet {release.set_name})",
+        f"the site's admin sees every node with: nodeagent site status --bundle {bundle_id} "
+        f"--set {release.set_name} (docs/upgrade.md)",
     )

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TextIO, TypeAlias
 
 from nodeagent import logs
 from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.bundles.target import describe_target
-from nodeagent.cli import bundle_create, bundle_keys, lifecycle, output
+from nodeagent.cli import bundle_create, bundle_keys, bundle_medium, lifecycle, output
 from nodeagent.cli import release as release_cli
 from nodeagent.cli.bundle_create import parse_platform
 from nodeagent.cli.terminal import TerminalProgress, out
@@ -58,7 +59,11 @@ def add_parser(sub: Subparsers) -> Subparsers:
         help="the node's platform, which the bundle must be for (default: the bundle's own)",
     )  # fmt: skip
     imports = commands.add_parser("import", help="import a bundle directory now and pin its sets")
-    imports.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
+    imports.add_argument(
+        "path", type=Path,
+        help="the bundle's directory, or the stick itself: a device (/dev/sdb1) or "
+        "LABEL=NAME, mounted read-only by the command and unmounted after",
+    )  # fmt: skip
     imports.add_argument(
         "--ignore-target", action="store_true",
         help="import even when the bundle's target selector leaves this node out "
@@ -145,10 +150,15 @@ EXIT_INTERRUPTED = 75
 
 def cmd_import(config: Config, args: argparse.Namespace) -> int:
     """Import, holding the daemon's pin lock (decision 0044): a by-hand import beside a
-    running daemon raced it for the pins; it is refused now (``DaemonRunning``, 75)."""
-    logs.configure(config.log.level)
-    root = args.path.resolve()
+    running daemon raced it for the pins; it is refused now (``DaemonRunning``, 75).
+
+    ``path`` may be a block device or ``LABEL=NAME``: the command mounts it read-only
+    itself and unmounts it after (``cli.bundle_medium``). The daemon's log lines are
+    printed when the import succeeds; a failure is one ``error:`` line (decision 0073)."""
+    lines = io.StringIO()
+    logs.configure(config.log.level, stream=lines)
     overrides = Overrides(args.ignore_target, args.allow_rollback, args.allow_expired)
+    device = bundle_medium.device_of(str(args.path))
     lock = PinsLock(config.state.run_dir / PINS_LOCK_NAME)
     if not lock.try_acquire():
         busy = DaemonRunning(
@@ -158,13 +168,28 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
         output.print_error(busy.reason, busy.message)
         return busy.exit_code
     try:
-        report = asyncio.run(_import(config, root, overrides, is_json=args.json))
+        if device is None:
+            report = asyncio.run(
+                _import(config, args.path.resolve(), overrides, is_json=args.json, said=lines)
+            )
+        else:
+            with bundle_medium.mounted(config, device) as root:
+                report = asyncio.run(
+                    _import(config, root, overrides, is_json=args.json, said=lines)
+                )
     finally:
         lock.release()
-    if args.json:
+    return _said(report, lines.getvalue(), is_json=args.json)
+
+
+def _said(report: BundleReport, lines: str, *, is_json: bool) -> int:
+    """The import's outcome: its JSON and log lines, or one ``error:`` line."""
+    if is_json:
         output.print_json("bundle-import", report.to_json())
     if report.state == "imported":
+        sys.stderr.write(lines)
         return 0
+    output.print_error(report.reason or "BundleIncomplete", report.message or report.state)
     return EXIT_INTERRUPTED if report.state == "interrupted" else EXIT_REFUSED
 
 
@@ -178,9 +203,10 @@ class Overrides:
 
 
 async def _import(
-    config: Config, root: Path, overrides: Overrides, *, is_json: bool = False
+    config: Config, root: Path, overrides: Overrides, *, is_json: bool = False, said: TextIO
 ) -> BundleReport:
-    """The import, then one sync; its line on stdout, or stderr when stdout is for JSON."""
+    """The import, then one sync; its line on stdout, or stderr when stdout is for JSON.
+    ``said``: where the journal's lines and the 'stored' line go until the outcome is known."""
     from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (see the imports)
     from nodeagent.daemon.wiring import build  # noqa: PLC0415  (see the imports)
 
@@ -191,7 +217,7 @@ async def _import(
         if progress is not None:
             progress.bundle(report)
         elif report.state == "stored":
-            sys.stderr.write(f"{bundle_line(report)}\n")
+            said.write(f"{bundle_line(report)}\n")
 
     try:
         labels = None

@@ -15,7 +15,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from nodeagent import logs
 from nodeagent.adapters.crio_config import CrioDropins
@@ -26,7 +26,7 @@ from nodeagent.adapters.pins_lock import PINS_LOCK_NAME, PinsLock
 from nodeagent.adapters.systemd import RuntimeReloader
 from nodeagent.cli import options, output
 from nodeagent.config import Config, load_config
-from nodeagent.errors import NodeAgentError, SpecInvalid
+from nodeagent.errors import HostFileError, NodeAgentError, SpecInvalid
 from nodeagent.ledger import LedgerStore
 from nodeagent.pins import foreign_pins, render_dropin
 from nodeagent.ports import StoredImage
@@ -55,6 +55,8 @@ MODULE_OF = {
 """Commands whose module is not named after them."""
 
 DAEMON_COMMANDS = ("run", "serve-peers", "serve-mirror", "serve-session")
+INTERNAL_ERROR_EXIT = 70
+"""EX_SOFTWARE: a defect in nodeagent, said in one ``error: InternalError`` line."""
 """The commands systemd runs for the lifetime of a unit: parsed without the others'."""
 
 
@@ -64,10 +66,18 @@ def _command_of(argv: Sequence[str] | None) -> str | None:
     return str(known.command) if known.command else None
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage error is one ``error: UsageInvalid: …`` line (decision 0073);
+    its subcommands' parsers are of this class too (argparse's ``parser_class``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, output.error_line("UsageInvalid", f"{self.prog}: {message}") + "\n")
+
+
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; for ``run``, without the other commands' modules. Every
     global option is accepted before and after every command (``cli.options``)."""
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = OneLineParser(
         prog="nodeagent", description="Pin and pre-load container images on a CRI-O node."
     )
     options.add_global_options(parser, is_top=True)
@@ -452,6 +462,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # a file or device the command met, not one a layer wrapped
+        if args.command in DAEMON_COMMANDS:
+            raise
+        output.print_error(HostFileError.reason, f"{exc.filename or ''}: {exc.strerror or exc}")
+        return HostFileError.exit_code
+    except Exception as exc:  # a defect: one line, never a traceback, for a person
+        if args.command in DAEMON_COMMANDS:
+            raise  # the daemon's crash is the journal's (and systemd's) to record whole
+        output.print_error("InternalError", f"{type(exc).__name__}: {exc}")
+        return INTERNAL_ERROR_EXIT
 
 
 if __name__ == "__main__":

@@ -114,6 +114,15 @@ HINTS: Final[Mapping[str, str]] = {
     "BundleNotInTarget": "pass --ignore-target to import it on this node anyway",
     "BundleRollback": "pass --allow-rollback to go back on purpose",
     "BundleExpired": "make a new bundle, or pass --allow-expired",
+    "MediaMountFailed": "check the device or label (lsblk -f lists them), or plug the stick "
+    "into another port; an ext4 or vfat stick labelled NODEAGENT is what nodeagent mounts",
+    "MediaUnmountFailed": "close what still reads the stick, then pull it; it was detached, "
+    "so the node is not harmed",
+    "UsageInvalid": "run the command with --help: it lists what it takes",
+    "InternalError": "this is a defect in nodeagent: report the command line and this line, "
+    "with `nodeagent status --json`",
+    "StatusMissing": "check that the service runs (systemctl status nodeagent); the first "
+    "status is written once its first sync ends",
     "StoreBlobCorrupt": "plug the bundle's medium in again to restore the blobs; check the disk",
     "InsufficientDiskSpace": "free space on the image filesystem, or lower [disk] reserve",
     "NoSpaceLeft": "free space on the named filesystem, then try again",

@@ -53,10 +53,9 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
         return watch(config)
     doc = JsonStateStore(config.state.dir).load("status")  # StateFileDamaged: exit 74
     if doc is None:
-        sys.stderr.write(
-            "no status yet: nodeagent has not finished a sync; what to do: check that the "
-            "service runs (systemctl status nodeagent)\n"
-        )
+        where = config.state.dir / "status.json"
+        output.print_error("StatusMissing", f"no status yet in {where}: nodeagent has not "
+                           "finished a sync")  # fmt: skip
         return 1
     if args.json:
         output.print_json("status", doc)

@@ -139,6 +139,18 @@ def _laggards(
     return found
 
 
+def count_ready(
+    digest: str, nodes: Iterable[str], statuses: Mapping[str, Mapping[str, Any]], *, this_node: str
+) -> tuple[int, int]:
+    """(nodes that pinned the release of ``digest`` cleanly, all nodes): what a node says
+    once it pinned the release itself (decision 0073). This node counts as ready: its own
+    NodeImageStatus may not say so yet when it says it."""
+    names = sorted({*nodes, this_node})
+    held = HeldRelease("", "", digest, "")
+    ready = sum(1 for n in names if n == this_node or not _node_verdict(held, statuses.get(n)))
+    return ready, len(names)
+
+
 def _node_verdict(release: HeldRelease, status_object: Mapping[str, Any] | None) -> str:
     if status_object is None:
         return "no status"

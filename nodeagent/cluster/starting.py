@@ -38,11 +38,11 @@ from nodeagent.cluster import kinds
 from nodeagent.cluster.api import Obj
 from nodeagent.cluster.clusterversion import CLUSTER_VERSION_NAME
 from nodeagent.cluster.objects import NodeEvent, NodeIdentity, event_object
-from nodeagent.cluster.one_touch import SITE_READY, StartDecision, decide
+from nodeagent.cluster.one_touch import SITE_READY, StartDecision, count_ready, decide
 from nodeagent.cluster.retiring import ReleaseStore
 from nodeagent.cluster.tasks import Backoff, Connection
 from nodeagent.errors import ApiUnreachable, NodeAgentError
-from nodeagent.releases import HeldRelease
+from nodeagent.releases import HeldRelease, SiteReadiness
 from nodeagent.status import Condition
 from nodeagent.strict import clip
 
@@ -163,6 +163,16 @@ class UpgradeStarter:
             self.changed.clear()
             if {"cv", "nodes", "statuses"} <= set(self.snapshots):
                 await self.judge()
+
+    def readiness(self, digest: str) -> SiteReadiness | None:
+        """How many nodes have pinned the release of ``digest``, from the Nodes and
+        NodeImageStatuses it follows (None until both were listed; decision 0073)."""
+        if not {"nodes", "statuses"} <= set(self.snapshots):
+            return None
+        statuses = self.snapshots["statuses"]
+        nodes = {*self.snapshots["nodes"], *statuses}
+        ready, total = count_ready(digest, nodes, statuses, this_node=self.node)
+        return SiteReadiness(ready, total, "NodeImageStatuses")
 
     async def _decide(self, cluster_version: Obj | None) -> StartDecision:
         held = await asyncio.to_thread(self.store.held)

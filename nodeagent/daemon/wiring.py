@@ -41,8 +41,8 @@ from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.offline.drill import OfflineDrill
 from nodeagent.pins import PinService
 from nodeagent.prepull import PrePuller, PullResult
-from nodeagent.releases import release_reports
-from nodeagent.reporting import PullTally, Reporter
+from nodeagent.releases import SiteReadiness, release_reports
+from nodeagent.reporting import BundleBoard, PullTally, Reporter
 from nodeagent.specs import load_spec_dirs
 from nodeagent.status import DiskStatus, ReleaseReport
 from nodeagent.sync import Reconciler
@@ -86,6 +86,14 @@ class Wiring:
         await self.cri.close()
 
 
+def _site_readiness(cluster: ClusterMode | None) -> Callable[[str], SiteReadiness | None]:
+    """Where this node can know how many nodes pinned a release: the one-touch starter's
+    Nodes and NodeImageStatuses (their RBAC is its opt-in); else it cannot (decision 0073)."""
+    if cluster is not None and cluster.starter is not None:
+        return cluster.starter.readiness
+    return lambda _digest: None
+
+
 def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     """Every adapter and service, wired once."""
     if config.cluster.enabled:
@@ -119,6 +127,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         metrics=metrics,
         releases_source=_release_reports(releases, _cluster_version(cluster)),
         boot_id=boot_id,
+        board=BundleBoard(site_readiness=_site_readiness(cluster)),
     )
     if cluster is not None and cluster.version_watch is not None:
         cluster.version_watch.listeners.append(lambda _obj: reporter.releases_changed())

@@ -43,6 +43,7 @@ from nodeagent.bundles.media import (
     MediaKind,
     MediaTracker,
 )
+from nodeagent.errors import MediaMountFailed
 from nodeagent.errors import MediaWatchFailed as MediaWatchFailed
 
 log = structlog.get_logger(__name__)
@@ -60,6 +61,17 @@ class _Closed:
 
 def _properties(device: Any) -> dict[str, str]:
     return {str(key): str(value) for key, value in device.properties.items()}
+
+
+def filesystem_of(devnode: str) -> tuple[str, str]:
+    """(``ID_FS_TYPE``, ``ID_FS_LABEL``) of a block device, from the udev database: what
+    ``bundle import DEVICE`` mounts it as (``nodeagent.cli.bundle_medium``)."""
+    try:
+        device = pyudev.Devices.from_device_file(pyudev.Context(), devnode)
+    except (pyudev.DeviceNotFoundError, OSError, ValueError) as err:
+        raise MediaMountFailed(f"{devnode} is no block device udev knows: {err}") from err
+    props = _properties(device)
+    return props.get("ID_FS_TYPE", ""), props.get("ID_FS_LABEL", "")
 
 
 class MediaWatcher:

@@ -229,13 +229,17 @@ async def test_imported_with_no_registry_pinned_and_the_next_steps_said(
         release_image = await cri.image_status(made.release.ref)
     assert all(image is not None and image.is_pinned for image in found)
     assert release_image is not None and release_image.is_pinned
-    command = f"oc adm upgrade --to-image={made.release.ref} --allow-explicit-upgrade"
-    assert command in imported.stderr  # the journal line (release_pinned), on stderr here
+    # The journal line (release_pinned), on stderr here: this node is ready; a standalone
+    # node cannot know the others, and never says to start the upgrade (decision 0073).
+    ready = "this node is ready; how many other nodes are ready is not known to this node"
+    assert ready in imported.stderr
+    assert "oc adm upgrade" not in imported.stderr + imported.stdout
     assert "release_signatures_not_applied" in imported.stderr  # standalone: by hand
     shown = agent.cli("status")
-    assert f"next: release {VERSION} is pinned" in shown.stdout
-    assert command in shown.stdout
-    assert "nodeagent site wait --bundle release-test --set release-4.99.1" in shown.stdout
+    assert f"next: release {VERSION} is pinned on this node" in shown.stdout
+    assert f"next: {ready}" in shown.stdout, shown.stdout
+    assert "oc adm upgrade" not in shown.stdout
+    assert "nodeagent site status --bundle release-test --set release-4.99.1" in shown.stdout
     # The node store keeps the signatures: the ConfigMap from the bundle id alone.
     by_id = agent.cli("bundle", "release-signatures", "release-test", "--json")
     assert by_id.returncode == 0, by_id.stderr

@@ -165,6 +165,14 @@ async def test_one_agent_starts_the_upgrade_once_every_node_pinned_the_release(
         await wait_for_async(lambda: all_said("SiteNotReady"), timeout_s=30, what="not ready")
         assert "'touch-2' (not pinned yet)" in (starters[0].said or ("", ""))[1]
         assert "desiredUpdate" not in cvo.get()["spec"]
+        # What each node says once it pinned the release (decision 0073): read from the real
+        # NodeImageStatuses under the node's own identity; touch-2 counts itself ready.
+        total = len(NODES) + len(others)
+        seen = [s.readiness(digest) for s in starters]
+        assert [(r.ready, r.nodes) if r else None for r in seen] == [
+            (total - 1, total),
+            (total, total),
+        ]
 
         publish(kube, "touch-2", digest, pinned=True)
 

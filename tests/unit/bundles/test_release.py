@@ -334,7 +334,8 @@ def test_the_additions_name_every_key_and_remove_none() -> None:
     assert None not in [*patch["binaryData"].values(), *patch["metadata"]["labels"].values()]
 
 
-def test_the_next_steps_name_the_upgrade_command_and_the_site_gate() -> None:
+def test_the_next_steps_say_this_node_is_ready_and_name_the_site_view() -> None:
     steps = release.next_steps(carried(), "release-4.16.3")
-    assert f"oc adm upgrade --to-image={RELEASE} --allow-explicit-upgrade" in steps[0]
-    assert "nodeagent site wait --bundle release-4.16.3 --set release-4.16.3" in steps[1]
+    assert steps[0] == "release 4.16.3 is pinned on this node (PinnedImageSet release-4.16.3)"
+    assert "nodeagent site status --bundle release-4.16.3 --set release-4.16.3" in steps[1]
+    assert not any("oc adm upgrade" in step or RELEASE in step for step in steps)

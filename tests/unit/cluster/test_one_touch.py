@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.cluster.one_touch import decide
+from nodeagent.cluster.one_touch import count_ready, decide
 from nodeagent.cluster.starting import lease_is_fresh
 from nodeagent.releases import HeldRelease
 
@@ -156,3 +156,16 @@ def test_a_node_lease_is_fresh_only_within_its_duration() -> None:
         {},
     ):
         assert not lease_is_fresh(odd, now)
+
+
+def test_count_ready_counts_clean_pins_and_this_node() -> None:
+    statuses = {
+        "edge-1": nis(entry(NEW)),
+        "edge-2": nis(entry(NEW, pinned=False)),
+        "edge-3": nis(entry(NEW, reason="ReleaseNotAnUpgrade")),
+    }
+    nodes = ["edge-1", "edge-2", "edge-3", "edge-4"]
+    # edge-4 has no status yet but is this node: it knows itself ready before its status says
+    assert count_ready(NEW, nodes, statuses, this_node="edge-4") == (2, 4)
+    assert count_ready(NEW, nodes, statuses, this_node="edge-2") == (2, 4)
+    assert count_ready(OLD, nodes, statuses, this_node="edge-5") == (1, 5)
