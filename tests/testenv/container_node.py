@@ -46,6 +46,18 @@ Environment=NODEAGENT_IMAGE_DRIVER={E2E_DRIVER}
 """
 
 
+PODMAN_UNITS = (
+    "nodeagent.service",
+    "nodeagent-peer.service",
+    "nodeagent-image-load.service",
+    "nodeagent-mirror.service",
+    "nodeagent-session@.service",
+    "nodeagent-foreign-pins.service",
+    "nodeagent-mirror-dropin.service",
+)
+"""The MachineConfig's units that run podman: each gets the e2e drop-in."""
+
+
 def machine_config() -> dict[str, Any]:
     render = load_tool("render_machineconfig")
     config: dict[str, Any] = render.render(ROOT / "deploy/machineconfig/nodeagent.bu", ROOT)
@@ -79,6 +91,6 @@ def make_container_node_root(base: Path, registry_host: str, image_key_pem: Path
     (root / "etc/nodeagent/trusted-keys.d/bundle-key.pub").unlink()
     _write(root, "/etc/nodeagent/config.d/50-e2e.toml", E2E_CONFIG)
     _write(root, "/etc/containers/containers.conf", CONTAINERS_CONF)
-    for unit in ("nodeagent.service", "nodeagent-peer.service", "nodeagent-image-load.service"):
+    for unit in PODMAN_UNITS:
         _write(root, f"/etc/systemd/system/{unit}.d/90-e2e.conf", E2E_DROPIN)
     return root
