@@ -53,7 +53,9 @@ class SignedArchive:
     statement: Path
 
 
-def tiny_archive(directory: Path, key: Path, version: str = "9.9.9") -> SignedArchive:
+def tiny_archive(
+    directory: Path, key: Path, version: str = "9.9.9", sequence: int = 1000
+) -> SignedArchive:
     """A one-layer image (a text file: never run, only loaded) as a signed oci-archive in
     ``directory``/nodeagent-image/, as a stick carries it."""
     tool = build_image_tool()
@@ -68,8 +70,45 @@ def tiny_archive(directory: Path, key: Path, version: str = "9.9.9") -> SignedAr
     stick.mkdir(parents=True)
     archive = stick / f"nodeagent-{version}.oci.tar"
     tool.write_archive(layout, archive, 1_700_000_000)
-    statement: Path = tool.sign_archive(archive, digest, key)
+    statement: Path = tool.sign_archive(archive, digest, key, sequence=sequence, version=version)
     return SignedArchive(archive=archive, digest=digest, statement=statement)
+
+
+def tiny_layout(directory: Path, version: str) -> tuple[Path, str]:
+    """A one-layer image (a text file) as an OCI layout: (layout, manifest digest)."""
+    tool = build_image_tool()
+    tree = directory / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc/nodeagent-image-test").write_text(f"version {version}\n")
+    layer = tool.make_layer(tree, 1_700_000_000)
+    config = tool.canonical_json(tool.image_config([layer], 1_700_000_000, version))
+    layout = directory / "layout"
+    digest: str = tool.write_layout(layout, [layer], config, version)
+    return layout, digest
+
+
+def signed_statement(
+    target: Path, key: Path, digest: str, sequence: int, version: str = "9.9.9"
+) -> bytes:
+    """A bundle's statement (no archive lines) signed with ``key``: the statement's bytes;
+    the signature is ``<target>.sig``."""
+    tool = build_image_tool()
+    text: bytes = tool.statement(None, digest, sequence, version)
+    tool.sign_statement(target, text, key)
+    return text
+
+
+def staged_update(
+    directory: Path, key: Path, *, version: str = "9.9.9", sequence: int = 2000
+) -> tuple[Path, str]:
+    """What the daemon stages for the host's loader (decision 0074): ``statement``,
+    ``statement.sig`` and ``layout/``; returns (the staged directory, the digest)."""
+    made, digest = tiny_layout(directory / "made", version)
+    staged = directory / "staged"
+    staged.mkdir(parents=True)
+    made.rename(staged / "layout")
+    signed_statement(staged / "statement", key, digest, sequence, version)
+    return staged, digest
 
 
 @dataclass(frozen=True)
@@ -102,10 +141,12 @@ class LoaderPaths:
         return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
-def run_loader(paths: LoaderPaths, *devices: str) -> subprocess.CompletedProcess[str]:
+def run_loader(
+    paths: LoaderPaths, *devices: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(LOADER), *devices],
-        env=paths.env(),
+        env=paths.env() | (env or {}),
         capture_output=True,
         text=True,
         timeout=120,

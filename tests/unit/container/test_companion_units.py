@@ -141,9 +141,7 @@ def test_written_only_where_the_rpm_unit_may_write(unit: str) -> None:
     rpm = directives(RPM / unit)
     assert rpm.get("ProtectSystem") == ["strict"], unit
     writable = [
-        PurePosixPath(p.lstrip("-"))
-        for line in rpm.get("ReadWritePaths", [])
-        for p in line.split()
+        PurePosixPath(p.lstrip("-")) for line in rpm.get("ReadWritePaths", []) for p in line.split()
     ]
     for target, (_, opts) in volumes(run_words(unit)).items():
         if "ro" in opts or str(target) in SOCKETS:
