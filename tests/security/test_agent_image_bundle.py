@@ -13,9 +13,10 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -108,7 +109,7 @@ class Node:
         for name in ("bundle.json", "bundle.json.minisig"):
             shutil.copy(bundle / name, record / name)
 
-    def stage(self) -> tuple[Path | None, list[dict[str, object]]]:
+    def stage(self) -> tuple[Path | None, list[MutableMapping[str, Any]]]:
         with structlog.testing.capture_logs() as logs:
             staged = stage_self_update(self.stager, BUNDLE_ID, RUNNING)
         return staged, logs
@@ -133,7 +134,7 @@ def node(tmp_path: Path, factory: Factory) -> Iterator[Node]:
         yield Node(tmp_path / "node", factory, Path(runroot))
 
 
-def refused(logs: list[dict[str, object]]) -> str:
+def refused(logs: list[MutableMapping[str, Any]]) -> str:
     (line,) = [e for e in logs if e["event"] == "agent_image_refused"]
     assert line["log_level"] == "warning"
     return str(line["reason"])
