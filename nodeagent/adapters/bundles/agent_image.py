@@ -62,6 +62,12 @@ def running_digest(environ: Mapping[str, str]) -> str | None:
     return digest if name == REPOSITORY and _DIGEST.fullmatch(digest) else None
 
 
+def self_digests(environ: Mapping[str, str]) -> frozenset[str]:
+    """The digests the set ``nodeagent-self`` keeps in the store: the image running now."""
+    running = running_digest(environ)
+    return frozenset() if running is None else frozenset({running})
+
+
 def load_image_keys(directory: Path) -> dict[str, Ed25519PublicKey]:
     """The Ed25519 public keys (``*.pem``) of ``directory``, by file name; a file that is no
     such key is skipped (it can sign nothing). None when the directory is missing."""
