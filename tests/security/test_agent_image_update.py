@@ -151,3 +151,19 @@ def test_without_a_running_image_there_is_no_base(
     code, out = host.run()
     assert code == 1 and "reason=ImageBaseUnknown" in out, out
     host.assert_untouched()
+
+
+def test_the_update_in_effect_is_kept_to_go_back_to(
+    tmp_path: Path, host: Host, agent_key: Path
+) -> None:
+    """A second self-update over a first: the first's drop-in is what a rollback restores
+    (nodeagent-image-rollback), not the image the node started from."""
+    host.dropin.parent.mkdir(parents=True)
+    first = "[Service]\nEnvironment=NODEAGENT_IMAGE_NEXT=sha256:" + "c" * 64 + "\n"
+    host.dropin.write_text(first)
+    staged, digest = staged_update(tmp_path / "u", agent_key, sequence=3001)
+    host.stage(staged)
+    code, out = host.run()
+    assert code == 0, out
+    assert (host.paths.state / "previous-self-update.conf").read_text() == first
+    assert f"NODEAGENT_IMAGE_NEXT={digest}" in host.dropin.read_text()

@@ -6,6 +6,7 @@ run against a private podman storage in the test's directory."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -85,6 +86,35 @@ def tiny_layout(directory: Path, version: str) -> tuple[Path, str]:
     layout = directory / "layout"
     digest: str = tool.write_layout(layout, [layer], config, version)
     return layout, digest
+
+
+def derived_layout(layout: Path, directory: Path, version: str) -> tuple[Path, str]:
+    """The image of ``layout`` (tools/build_image.py's) with one more small layer marking
+    ``version``: a next nodeagent image that runs as the first does, with another digest,
+    for the price of one tiny layer. Returns (its layout, its manifest digest)."""
+    tool = build_image_tool()
+    index = json.loads((layout / "index.json").read_text())
+    manifest = json.loads(_blob(layout, index["manifests"][0]["digest"]))
+    config = json.loads(_blob(layout, manifest["config"]["digest"]))
+    layers = [
+        tool.Layer(_blob(layout, part["digest"]), diff_id)
+        for part, diff_id in zip(manifest["layers"], config["rootfs"]["diff_ids"], strict=True)
+    ]
+    tree = directory / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc/nodeagent-image-test").write_text(f"version {version}\n")
+    marker = tool.make_layer(tree, 1_700_000_000)
+    layers.append(marker)
+    config["rootfs"]["diff_ids"].append(marker.diff_id)
+    config["history"].append({"created": config["created"], "created_by": f"test: {version}"})
+    config["config"]["Labels"]["org.opencontainers.image.version"] = version
+    out = directory / "layout"
+    digest: str = tool.write_layout(out, layers, tool.canonical_json(config), version)
+    return out, digest
+
+
+def _blob(layout: Path, digest: str) -> bytes:
+    return (layout / "blobs" / "sha256" / digest.removeprefix("sha256:")).read_bytes()
 
 
 def signed_statement(
