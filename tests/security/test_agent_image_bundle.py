@@ -11,7 +11,6 @@ import json
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
@@ -26,7 +25,9 @@ from nodeagent.bundles import minisign
 from nodeagent.daemon.bundles import stage_self_update
 from tests.testenv.agent_image import (
     LoaderPaths,
+    agent_bundle,
     ed25519_key,
+    push_layout,
     run_loader,
     signed_statement,
     tiny_layout,
@@ -34,25 +35,12 @@ from tests.testenv.agent_image import (
 from tests.testenv.registry import Registry
 
 RUNNING = "sha256:" + "b" * 64
-BUNDLE_ID = "agent-update"
 
 
 @dataclass
 class Pushed:
     ref: str
     digest: str
-
-
-def push_layout(registry: Registry, layout: Path, version: str) -> Pushed:
-    """The layout's image in the registry under the same manifest digest."""
-    target = f"{registry.host}/nodeagent:{version}"
-    cmd = ["skopeo", "copy", "--quiet", "--preserve-digests", "--dest-tls-verify=false"]
-    subprocess.run([*cmd, f"oci:{layout}", f"docker://{target}"], check=True)
-    inspect = ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}"]
-    digest = subprocess.run(
-        [*inspect, f"docker://{target}"], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    return Pushed(f"{registry.host}/nodeagent@{digest}", digest)
 
 
 class Factory:
@@ -68,19 +56,13 @@ class Factory:
 
     def image(self, version: str) -> Pushed:
         layout, _ = tiny_layout(self.work / f"image-{version}", version)
-        return push_layout(self.registry, layout, version)
+        return Pushed(*push_layout(self.registry.host, layout, version))
 
     def bundle(self, image: Pushed, statement: Path, name: str) -> Path:
-        out = self.work / name
-        cmd = [
-            sys.executable, "-m", "nodeagent", "--config", str(self.work / "none.toml"),
-            "bundle", "create", "--image", image.ref, "--key", str(self.work / "bundle.key"),
-            "--output", str(out), "--insecure-registry", self.registry.host,
-            "--id", BUNDLE_ID, "--agent-image-statement", str(statement),
-        ]  # fmt: skip
-        made = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        assert made.returncode == 0, made.stderr
-        return out
+        secret = (self.work / "bundle.key").read_text()
+        return agent_bundle(
+            self.work, self.registry.host, image.ref, statement, bundle_id=name, secret=secret
+        )
 
 
 class Node:
@@ -99,11 +81,13 @@ class Node:
         self.systemctl = base / "systemctl"
         self.systemctl.write_text(f'#!/bin/sh\necho "$*" >> {base / "systemctl.calls"}\n')
         self.systemctl.chmod(self.systemctl.stat().st_mode | stat.S_IXUSR)
+        self.bundle_id = ""
         self.stager = AgentImageStager(self.store, self.trusted, self.paths.keys, self.paths.state)
 
     def holds(self, bundle: Path) -> None:
         shutil.copytree(bundle / "blobs", self.store / "blobs", dirs_exist_ok=True)
-        record = self.store / "bundles" / BUNDLE_ID
+        self.bundle_id = bundle.name  # agent_bundle names the directory after the id
+        record = self.store / "bundles" / self.bundle_id
         shutil.rmtree(record, ignore_errors=True)
         record.mkdir(parents=True)
         for name in ("bundle.json", "bundle.json.minisig"):
@@ -111,7 +95,7 @@ class Node:
 
     def stage(self) -> tuple[Path | None, list[MutableMapping[str, Any]]]:
         with structlog.testing.capture_logs() as logs:
-            staged = stage_self_update(self.stager, BUNDLE_ID, RUNNING)
+            staged = stage_self_update(self.stager, self.bundle_id, RUNNING)
         return staged, logs
 
     def host_load(self) -> subprocess.CompletedProcess[str]:

@@ -141,6 +141,39 @@ def staged_update(
     return staged, digest
 
 
+def push_layout(registry_host: str, layout: Path, version: str) -> tuple[str, str]:
+    """The layout's image into the test registry under the same manifest digest; returns
+    (``host/nodeagent@digest``, digest)."""
+    target = f"{registry_host}/nodeagent:{version}"
+    cmd = ["skopeo", "copy", "--quiet", "--preserve-digests", "--dest-tls-verify=false"]
+    subprocess.run([*cmd, f"oci:{layout}", f"docker://{target}"], check=True)
+    inspect = ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}"]
+    found = subprocess.run(
+        [*inspect, f"docker://{target}"], check=True, capture_output=True, text=True
+    )
+    digest = found.stdout.strip()
+    return f"{registry_host}/nodeagent@{digest}", digest
+
+
+def agent_bundle(
+    work: Path, registry_host: str, ref: str, statement: Path, *, bundle_id: str, secret: str
+) -> Path:
+    """``bundle create --image REF --agent-image-statement STATEMENT`` (a real subprocess),
+    signed with the minisign ``secret``; the bundle's directory."""
+    key = work / f"{bundle_id}.key"
+    key.write_text(secret)
+    out = work / bundle_id
+    cmd = [
+        sys.executable, "-m", "nodeagent", "--config", str(work / "none.toml"),
+        "bundle", "create", "--image", ref, "--key", str(key), "--output", str(out),
+        "--insecure-registry", registry_host, "--id", bundle_id,
+        "--agent-image-statement", str(statement),
+    ]  # fmt: skip
+    made = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    return out
+
+
 @dataclass(frozen=True)
 class LoaderPaths:
     state: Path
