@@ -210,6 +210,7 @@ NEXT_SEQUENCE = 2**40
 
 def plug(cnode: Node, tree: Path, work: Path) -> LoopMedia:
     """``tree`` on an ext4 stick labelled NODEAGENT1 in the node, seen through udev."""
+    work.mkdir(parents=True, exist_ok=True)
     media = ext4_media(work, tree)
     devnode = free_loop_device()
     rdev = Path(devnode).stat().st_rdev
