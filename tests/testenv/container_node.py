@@ -50,6 +50,7 @@ PODMAN_UNITS = (
     "nodeagent.service",
     "nodeagent-peer.service",
     "nodeagent-image-load.service",
+    "nodeagent-image-update.service",
     "nodeagent-mirror.service",
     "nodeagent-session@.service",
     "nodeagent-foreign-pins.service",
