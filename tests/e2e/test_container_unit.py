@@ -10,6 +10,7 @@ tests/unit/container)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -312,6 +313,12 @@ def test_a_bundle_carrying_the_next_image_updates_the_agent(
     )
     sequence = (cnode.root / "var/lib/nodeagent/image/sequence").read_text()
     assert sequence == f"{NEXT_SEQUENCE} {digest}\n"
+    # The store keeps the bundle holding the running image, pinned by nodeagent-self.
+    podman = E2E_PODMAN.split()
+    shown = cnode.container.run(*podman, "exec", "nodeagent", "nodeagent", "store", "--json")
+    view = json.loads(shown.stdout[shown.stdout.index("{") :])
+    (bundle,) = [b for b in view["bundles"] if b["bundleId"] == "agent-next"]
+    assert bundle["kept"] and "nodeagent-self" in bundle["pinnedSets"], bundle
 
 
 @long_case
@@ -390,6 +397,29 @@ def test_a_broken_self_update_is_rolled_back_to_the_previous_digest(
     cnode.wait_active("nodeagent.service", timeout_s=300)
     env = cnode.container.live("/run/nodeagent/image.env").read_text()
     assert f"localhost/nodeagent@{built.digest}" in env
+
+
+@long_case
+@pytest.mark.timeout(600)
+def test_the_rpm_units_counterparts_run_from_the_image(cnode: Node, loaded: str) -> None:
+    """foreign-pins and mirror-dropin run the RPM units' commands from the daemon's image;
+    the node mirror starts from systemd's socket through podman (LISTEN_FDS to PID 1 of
+    its container) and answers on 127.0.0.1:22626."""
+    cnode.wait_active("nodeagent.service", timeout_s=300)
+    for unit in ("nodeagent-foreign-pins.service", "nodeagent-mirror-dropin.service"):
+        cnode.container.systemctl("start", unit)
+        shown = cnode.show(unit, "Result", "ExecMainStatus")
+        assert shown == {"Result": "success", "ExecMainStatus": "0"}, cnode.unit_status(unit)
+    asked = cnode.container.run(
+        "bash", "-c",
+        "exec 3<>/dev/tcp/127.0.0.1/22626; printf 'GET /v2/ HTTP/1.0\\r\\n\\r\\n' >&3;"
+        " head -1 <&3",
+        timeout_s=180,
+    )  # fmt: skip
+    assert asked.stdout.startswith("HTTP/1.1 "), asked.stdout + asked.stderr
+    assert cnode.show("nodeagent-mirror.service", "ActiveState")["ActiveState"] == "active"
+    mirror = cnode.journal_entries("-u", "nodeagent-mirror.service")
+    assert any(e.get("_SYSTEMD_UNIT") == "nodeagent-mirror.service" for e in mirror)
 
 
 def test_the_node_root_carries_what_the_machine_config_installs(tmp_path: Path) -> None:
