@@ -33,7 +33,9 @@ PODMAN = (
 # are off. So the e2e runs `--cgroups=disabled` with crun, which podman allows only with a
 # private PID namespace, and which takes every rlimit podman sets (the node's own NPROC
 # limit). --cgroups=split and --pid=host are therefore not exercised here. nspawn's
-# system call filter refuses session keyrings: containers.conf turns them off.
+# system call filter refuses session keyrings: containers.conf turns them off. nspawn keeps
+# CAP_NET_ADMIN from the node, so crun cannot bring a new network namespace's loopback up:
+# the units that run with no network (--network=none) run with the node's here.
 NPROC = resource.getrlimit(resource.RLIMIT_NPROC)[1]
 RUN_OPTS = f"--cgroups=disabled --pid=private --ulimit nproc={NPROC}:{NPROC}"
 CONTAINERS_CONF = "[containers]\nkeyring = false\n"
@@ -43,6 +45,7 @@ Environment="NODEAGENT_PODMAN={PODMAN}"
 Environment="NODEAGENT_PODMAN_RUN_OPTS={RUN_OPTS}"
 Environment=NODEAGENT_IMAGE_PINNED=
 Environment=NODEAGENT_IMAGE_DRIVER={E2E_DRIVER}
+Environment=NODEAGENT_NO_NETWORK=host
 """
 
 

@@ -169,11 +169,26 @@ def test_the_mirror_takes_systemds_socket_as_pid_1_with_no_network() -> None:
     namespace (docs/runtime-facts.md), and needs no network (the socket is the host's)."""
     words = run_words("nodeagent-mirror.service")
     assert not any(w.startswith("--pid") for w in words)
-    assert "--network=none" in words
+    assert "--network=$NODEAGENT_NO_NETWORK" in words
+    assert found_env("nodeagent-mirror.service")["NODEAGENT_NO_NETWORK"] == "none"
     assert "--sdnotify=container" in words
     found = directives(CONTAINER / "nodeagent-mirror.service")
     assert found["Type"] == ["notify"] and found["NotifyAccess"] == ["all"]
     assert found["Requires"] == ["nodeagent-mirror.socket"]
+
+
+def found_env(unit: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in directives(CONTAINER / unit).get("Environment", []))
+    return {key: value for key, value in pairs}
+
+
+@pytest.mark.parametrize(
+    "unit", ["nodeagent-foreign-pins.service", "nodeagent-mirror-dropin.service"]
+)
+def test_the_one_shot_renderers_have_no_network(unit: str) -> None:
+    """The RPM's units have PrivateNetwork=yes: no network namespace of the host's."""
+    assert "--network=$NODEAGENT_NO_NETWORK" in run_words(unit)
+    assert found_env(unit)["NODEAGENT_NO_NETWORK"] == "none"
 
 
 def test_a_session_reads_its_connection_on_standard_input() -> None:
