@@ -108,7 +108,8 @@ image-twice: deps
 	cmp build/image-twice/digest1 build/image-twice/digest2
 
 ## container-e2e: the container variant under systemd-nspawn with Debian's podman: first image
-## from a stick, READY, journal, pins, kill and restart (tests/e2e/test_container_unit.py)
+## from a stick, READY, journal, pins, kill and restart, the RPM units' counterparts, a
+## self-update from a bundle and a broken one rolled back (tests/e2e/test_container_unit.py)
 container-e2e: deps
 	$(BIN)/python -m pytest tests/e2e/test_container_unit.py -m container_long $(PYTEST_ARGS)
 

@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from typing import Final
 
 MESSAGE_IDS: Final[Mapping[str, str]] = {
+    "agent_image_refused": "79de2889ab1d4d4697b57cd296245765",
+    "agent_image_stage_failed": "7bd4700c44504935b1a49a8d07d72353",
+    "agent_image_staged": "4e5ab2d861964e30bbf1a59d9c3ea2e8",
     "bundle_media_detected": "2bef3c816d034df1948ae136b5af10b6",
     "bundle_media_refused": "f1f0a02dc1544c24a780905f9af92eb9",
     "udev_not_running": "24d2f310b36b43ffa12abff42eb685b3",
@@ -158,6 +161,9 @@ MESSAGE_IDS: Final[Mapping[str, str]] = {
 
 SUMMARIES: Final[Mapping[str, str]] = {
     "ed25519_refused": "This node cannot verify signed bundles: its crypto refuses Ed25519",
+    "agent_image_refused": "A newer nodeagent image in a bundle was not switched to",
+    "agent_image_stage_failed": "A newer nodeagent image could not be handed to the host",
+    "agent_image_staged": "A newer nodeagent image was handed to the host to run",
     "bundle_media_detected": "An upgrade bundle was plugged in",
     "bundle_media_refused": "A plugged-in medium was not taken for an import",
     "udev_not_running": "udev is not running: plugged-in sticks are not seen",

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from nodeagent.errors import ImageReferenceInvalid, SpecInvalid
 from nodeagent.references import PinnedImageRef, parse_pinned_image_ref
@@ -124,6 +124,18 @@ def load_spec_dirs(dirs: Sequence[tuple[Path, bool]]) -> SpecLoad:
             continue
         loads.extend(_load_file(path, is_persistent=is_persistent) for path in files)
     return _deduplicate(loads)
+
+
+SELF_SET: Final = "nodeagent-self"
+"""The set that keeps nodeagent's own image (the container variant, decision 0074): the
+store keeps the bundle holding the image the daemon runs as pinned by it, always. No spec
+file, bundle or cluster object may name a set so (it would pose as nodeagent's own)."""
+
+
+def is_kept_always(name: str) -> bool:
+    """A set nothing unpins nor retires (``nodeagent-self``); ``unpin``, ``bundle remove``
+    and the retirement of old releases leave it alone."""
+    return name == SELF_SET
 
 
 def parse_set_object(obj: Any, *, source: str, is_persistent: bool) -> PinnedImageSet:
@@ -237,6 +249,8 @@ def _parse_object(obj: Any, *, source: str, is_persistent: bool) -> PinnedImageS
     metadata = _mapping(obj.get("metadata"), "metadata", where)
     name = _object_name(metadata, where)
     where = f"{shown}: PinnedImageSet {name!r}"
+    if is_kept_always(name):
+        raise SpecInvalid(f"{where}: the name {SELF_SET} is nodeagent's own set; use another")
     spec = _mapping(obj.get("spec"), "spec", where)
     _check_fields(spec, ("pinnedImages",), "spec.", where)
     return PinnedImageSet(

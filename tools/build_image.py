@@ -1,6 +1,7 @@
 """Build nodeagent's container image (``make image``): an OCI layout, no registry, no base image.
 
-    python tools/build_image.py [--output build/image] [--archive] [--sign-key KEY.pem]
+    python tools/build_image.py [--output build/image] [--archive]
+                                [--sign-key KEY.pem [--sequence N]]
 
 The image is assembled here from three layers, each a tar written by this tool in a fixed
 order with fixed owners and clamped times, gzip'ed with no name and no time
@@ -28,9 +29,10 @@ The result: ``<output>/`` is an OCI image layout (``index.json`` names the manif
 ``org.opencontainers.image.ref.name`` = ``localhost/nodeagent:<version>``) and, with ``--archive``,
 ``<output>/nodeagent-<version>.oci.tar``, the same layout as one tar (what a stick carries,
 ``podman load`` and ``skopeo copy oci-archive:`` read it); with ``--sign-key``, also its
-signed statement (``.statement``, ``.statement.sig``: decision 0071). The digest is printed
-last. Two builds of the same commit from empty caches give the same digest
-(``make image-twice``), as long as Debian's archive served the same packages.
+signed statement (``.statement``, ``.statement.sig``, with the sequence that orders images:
+decisions 0071 and 0074). The digest is printed last. Two builds of the same commit from
+empty caches give the same digest (``make image-twice``), as long as Debian's archive served
+the same packages.
 """
 
 from __future__ import annotations
@@ -412,26 +414,51 @@ def write_archive(layout: Path, target: Path, epoch: int) -> None:
                 tar.addfile(info, stream)
 
 
-def statement(archive: Path, digest: str) -> bytes:
-    """What the image's signature covers: the archive's bytes and the manifest it holds
-    (systemd/container/nodeagent-image-load checks both)."""
-    archive_sum = hashlib.sha256(archive.read_bytes()).hexdigest()
-    lines = ["nodeagent-image-statement-v1", f"archive-sha256={archive_sum}"]
-    lines += [f"manifest-digest={digest}", f"archive={archive.name}"]
+STATEMENT_HEADER = "nodeagent-image-statement-v2"
+"""The first line of what an agent image key signs (decisions 0071, 0074)."""
+MAX_SEQUENCE = 2**53 - 1
+"""A sequence is a JSON-safe integer, as a bundle's (docs/bundle-format.md)."""
+
+
+def statement(archive: Path | None, digest: str, sequence: int, version: str) -> bytes:
+    """What the image's signature covers: the manifest it holds, its place in the order
+    images are accepted in (``sequence``: a node never loads one lower than it has), its
+    version, and for a stick's archive the archive's bytes (systemd/container/
+    nodeagent-image-load checks each; the daemon, for an image a bundle carries, all but
+    the archive: the bundle's blobs are checked against the manifest digest)."""
+    if not 0 <= sequence <= MAX_SEQUENCE:
+        raise ValueError(f"sequence {sequence} is not in 0..2^53-1")
+    lines = [STATEMENT_HEADER, f"manifest-digest={digest}", f"sequence={sequence}"]
+    lines.append(f"version={version}")
+    if archive is not None:
+        archive_sum = hashlib.sha256(archive.read_bytes()).hexdigest()
+        lines += [f"archive-sha256={archive_sum}", f"archive={archive.name}"]
     return ("\n".join(lines) + "\n").encode()
 
 
-def sign_archive(archive: Path, digest: str, key: Path) -> Path:
-    """``<archive>.statement`` and its Ed25519 signature ``.statement.sig``, made with
-    openssl (the tool that checks it on the node); returns the statement's path."""
-    target = archive.with_name(archive.name.removesuffix(".oci.tar") + ".statement")
-    target.write_bytes(statement(archive, digest))
+def sign_statement(target: Path, text: bytes, key: Path) -> Path:
+    """``target`` holding ``text`` and its raw Ed25519 signature ``<target>.sig``, made with
+    openssl (the tool that checks it on the node); returns ``target``."""
+    target.write_bytes(text)
     cmd = ["openssl", "pkeyutl", "-sign", "-inkey", str(key), "-rawin", "-in", str(target)]
     subprocess.run([*cmd, "-out", f"{target}.sig"], check=True)
     return target
 
 
-def build(output: Path, *, archive: bool, sign_key: Path | None = None) -> str:
+def sign_archive(
+    archive: Path, digest: str, key: Path, *, sequence: int | None = None, version: str = ""
+) -> Path:
+    """``<archive>.statement`` and its signature ``.statement.sig``; the sequence defaults
+    to ``SOURCE_DATE_EPOCH`` (the commit's time: later commits, higher sequences)."""
+    target = archive.with_name(archive.name.removesuffix(".oci.tar") + ".statement")
+    seq = source_date_epoch() if sequence is None else sequence
+    text = statement(archive, digest, seq, version or project_version())
+    return sign_statement(target, text, key)
+
+
+def build(
+    output: Path, *, archive: bool, sign_key: Path | None = None, sequence: int | None = None
+) -> str:
     version = project_version()
     epoch = source_date_epoch()
     with tempfile.TemporaryDirectory(prefix="nodeagent-image.") as tmp:
@@ -451,7 +478,7 @@ def build(output: Path, *, archive: bool, sign_key: Path | None = None) -> str:
         tar = output / f"nodeagent-{version}.oci.tar"
         write_archive(output, tar, epoch)
         if sign_key is not None:
-            sign_archive(tar, digest, sign_key)
+            sign_archive(tar, digest, sign_key, sequence=sequence, version=version)
     sizes = ", ".join(f"{len(layer.blob) / 1e6:.1f}" for layer in layers)
     print(f"layers (MB, compressed): {sizes}; total {sum(len(x.blob) for x in layers) / 1e6:.1f}")
     print(digest)
@@ -467,8 +494,16 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="Ed25519 private key (PEM) of the agent image keys: sign the archive",
     )
+    parser.add_argument(
+        "--sequence",
+        type=int,
+        help="the signed statement's sequence (default: SOURCE_DATE_EPOCH, the commit's time);"
+        " a node never loads an image of a lower sequence than one it has",
+    )
     args = parser.parse_args(argv)
-    build(args.output.resolve(), archive=args.archive, sign_key=args.sign_key)
+    build(
+        args.output.resolve(), archive=args.archive, sign_key=args.sign_key, sequence=args.sequence
+    )
     return 0
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from nodeagent.bundles.agent_image import AgentImage, agent_image_of
 from nodeagent.bundles.freshness import DEFAULT_CHANNEL as DEFAULT_CHANNEL
 from nodeagent.bundles.freshness import TIME_FORM, Stamp, freshness_of
 from nodeagent.bundles.release import BundleRelease, release_of
@@ -142,6 +143,9 @@ class BundleManifest:
     served_tags: tuple[ServedTag, ...] = ()
     """Format 3, ``bundle create --serve-tags``: tags the node's mirrors answer with exactly
     their signed digest, frozen while served (``bundles.tags``)."""
+    agent_image: AgentImage | None = None
+    """Format 3, ``agentImage``: nodeagent's own image and its signed statement, the
+    container variant's self-update (``bundles.agent_image``)."""
 
     @property
     def total_size_bytes(self) -> int:
@@ -422,5 +426,6 @@ def parse_manifest(data: bytes) -> BundleManifest:
         target=target,
         image_signatures=image_signatures_of(doc, [i.ref for i in images], listed),
         served_tags=served_tags_of(doc, [i.ref for i in images]),
+        agent_image=agent_image_of(doc, [(i.ref, i.manifest_digest) for i in images]),
     )
     return replace(manifest, release=release_of(doc, manifest))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from nodeagent.authfile import AuthStore, parse_auth_file
+from nodeagent.bundles.agent_image import MAX_STATEMENT_BYTES
 from nodeagent.bundles.freshness import (
     DEFAULT_CHANNEL,
     MAX_SEQUENCE,
@@ -41,6 +42,8 @@ from nodeagent.config import Config
 from nodeagent.errors import (
     AuthFileInvalid,
     BundleManifestInvalid,
+    HostFileError,
+    ImageStatementInvalid,
     KeyMalformed,
     SecretKeyLocked,
     SpecInvalid,
@@ -131,6 +134,12 @@ def add_parser(commands: Subparsers) -> None:
         "--with-signatures", action="store_true",
         help="carry each image's sigstore signature (tag sha256-<hex>.sig) when its registry "
         "has one, for nodes whose signature policy requires them",
+    )  # fmt: skip
+    create.add_argument(
+        "--agent-image-statement", type=Path, metavar="FILE",
+        help="carry nodeagent's own image (one of the --image values) for the container "
+        "variant's self-update: FILE is its statement signed by an agent image key "
+        "(tools/build_image.py --sign-key), FILE.sig beside it (docs/install-rhcos.md)",
     )  # fmt: skip
     create.add_argument(
         "--serve-tags", action="store_true",
@@ -244,6 +253,23 @@ def _read_text(path: Path, what: str) -> str:
         raise KeyMalformed(f"cannot read the {what} {path}: {why(err)}") from err
 
 
+def read_agent_statement(path: Path | None) -> tuple[bytes, bytes] | None:
+    """``--agent-image-statement FILE``: FILE and FILE.sig, each bounded, or None."""
+    if path is None:
+        return None
+    found = []
+    for source in (path, path.with_name(path.name + ".sig")):
+        try:
+            with source.open("rb") as stream:
+                found.append(stream.read(MAX_STATEMENT_BYTES + 1))
+        except OSError as err:
+            raise HostFileError(f"cannot read {source}: {why(err)}") from err
+    statement, signature = found
+    if len(statement) > MAX_STATEMENT_BYTES:
+        raise ImageStatementInvalid(f"{path} is larger than {MAX_STATEMENT_BYTES} bytes")
+    return statement, signature
+
+
 def read_auth(path: Path | None) -> AuthStore:
     """Credentials from ``path`` (or $REGISTRY_AUTH_FILE); none: anonymous pulls."""
     from_env = os.environ.get("REGISTRY_AUTH_FILE")
@@ -303,6 +329,7 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
                 progress=progress.blobs if progress else None, release=release,
                 now=now, freshness=freshness, with_signatures=args.with_signatures,
                 served_tags=served_tags,
+                agent_statement=read_agent_statement(args.agent_image_statement),
             )
         )  # fmt: skip
     finally:

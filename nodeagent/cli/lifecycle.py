@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from nodeagent.errors import (
     ApiUnreachable,
     BundleSetsPinned,
     DaemonRunning,
+    LifecycleRefused,
     NodeAgentError,
     ReleaseInUse,
     ReleaseStateUnknown,
@@ -42,13 +44,14 @@ from nodeagent.errors import (
     SetFromApi,
     SetNotFound,
 )
-from nodeagent.specs import load_spec_dirs
+from nodeagent.specs import SELF_SET, is_kept_always, load_spec_dirs
 from nodeagent.strict import clip
 from nodeagent.units import format_bytes
 
 if TYPE_CHECKING:
     from nodeagent.cluster.rollout import Rollout, Waiting
     from nodeagent.releases import HeldRelease
+    from nodeagent.store.layout import BundleRecord
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -84,6 +87,11 @@ def find_set(config: Config, name: str) -> SetFile:
     from nodeagent.adapters.store.records import StoreRecords  # noqa: PLC0415
     from nodeagent.bundles.handover import set_file_name  # noqa: PLC0415
 
+    if is_kept_always(name):
+        raise LifecycleRefused(
+            f"PinnedImageSet {name} keeps the nodeagent image this node runs (decision 0074): "
+            "it is never unpinned"
+        )
     load = load_spec_dirs(config.spec_dirs())
     found = [s for s in load.sets if s.name == name]
     if not found:
@@ -229,6 +237,19 @@ async def _sync(config: Config) -> str:
 
 
 # ---------------------------------------------------------------- bundle remove
+def refuse_running_image(record: BundleRecord) -> None:
+    """``LifecycleRefused`` for the bundle holding the image nodeagent runs now (the set
+    ``nodeagent-self`` keeps it, decision 0074)."""
+    from nodeagent.adapters.bundles.agent_image import self_digests  # noqa: PLC0415
+
+    running = self_digests(os.environ)
+    if any(image.digest in running for image in record.images):
+        raise LifecycleRefused(
+            f"bundle {record.bundle_id} holds the nodeagent image this node runs "
+            f"(kept by {SELF_SET}, decision 0074): it is never removed"
+        )
+
+
 def cmd_remove(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.adapters.store import removing  # noqa: PLC0415
     from nodeagent.cli.store import pinned_sets  # noqa: PLC0415
@@ -242,6 +263,7 @@ def cmd_remove(config: Config, args: argparse.Namespace) -> int:
         )
     try:
         record = removing.stored_bundle(config.store_dir, args.bundle_id)
+        refuse_running_image(record)
         in_files = {s.name for s in load_spec_dirs(config.spec_dirs()).sets}
         now_pinned = pinned_sets(config) | in_files
         pinned = sorted(set(record.sets) & now_pinned)

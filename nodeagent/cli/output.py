@@ -100,6 +100,15 @@ HINTS: Final[Mapping[str, str]] = {
     "--signature-dir DIR (a release signature store); --require-signatures refuses without",
     "ReleaseNotAnUpgrade": "bundle the release the update graph gives for the cluster's version "
     "(oc get clusterversion; docs/upgrade.md)",
+    "ImageRefused": "read the line's reason; the bundle's other images are imported and pinned",
+    "ImageSignatureInvalid": "sign the image's statement with an agent image key "
+    "(tools/build_image.py --sign-key) whose .pem is in /etc/nodeagent/image-keys.d",
+    "ImageStatementInvalid": "make the statement again with tools/build_image.py --sign-key",
+    "ImageDigestMismatch": "sign the statement of the image the bundle carries "
+    "(its manifest digest)",
+    "ImageRollback": "carry an image of a higher sequence (tools/build_image.py --sequence)",
+    "ImageStageFailed": "check the disk under /var/lib/nodeagent and the store "
+    "(nodeagent store verify); import the bundle again",
     "BundleUnsigned": "sign the bundle: make it again with `nodeagent bundle create --key`",
     "BundleSignatureMalformed": "make the bundle again with `nodeagent bundle create`",
     "BundleSignatureInvalid": "the bundle was changed after signing: make or copy it again",

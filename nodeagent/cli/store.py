@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, TypeAlias
@@ -62,9 +63,12 @@ def cmd_store(config: Config, args: argparse.Namespace) -> int:
     logs.configure(config.log.level)  # journal-style lines on stderr; stdout is the report
     if args.store_command == "verify":
         return cmd_verify(config, args)
+    from nodeagent.adapters.bundles.agent_image import self_digests  # noqa: PLC0415
+
     view = keeper.inspect_store(
-        config.store_dir, pinned_sets(config), rules_of(config), time.time(), with_tags=True
-    )
+        config.store_dir, pinned_sets(config), rules_of(config), time.time(), with_tags=True,
+        self_digests=self_digests(os.environ),
+    )  # fmt: skip
     if args.json:
         output.print_json("store", view.to_json())
         return 0

@@ -204,6 +204,19 @@ class BundleSettings:
     Default usb. Range: 1 to 7 distinct names among those."""
     trusted_keys_dir: Path = Path("/etc/nodeagent/trusted-keys.d")
     """minisign public keys (``*.pub``) whose signatures make a bundle authentic."""
+    image_keys_dir: Path = Path("/etc/nodeagent/image-keys.d")
+    """Agent image keys: Ed25519 public keys (``*.pem``) that sign nodeagent's own image
+    (its statement, ``tools/build_image.py --sign-key``). Only the container variant's
+    self-update reads them: a bundle's ``agentImage`` runs only when one of these signed it,
+    whatever key signed the bundle (decisions 0071, 0074). Separate from
+    ``trusted_keys_dir`` on purpose. Default ``/etc/nodeagent/image-keys.d`` (the
+    MachineConfig installs it); at most 64 keys of 16 KiB each are read."""
+    agent_image_dir: Path = Path("/var/lib/nodeagent/image")
+    """The container variant's image state, shared with the host's scripts
+    (systemd/container/): ``sequence`` (the newest image accepted), ``rejected`` (digests
+    rolled back), and ``incoming/`` where the daemon stages a bundle's newer nodeagent image
+    for ``nodeagent-image-load --incoming``. Default ``/var/lib/nodeagent/image``, where
+    those scripts look; with the RPM nothing is written there."""
     media_dir: Path = Path("/run/nodeagent/media")
     """Where media are mounted read-only (nosuid, nodev, noexec) while being imported."""
     mirror_dropin_name: str = "99-nodeagent-bundle-mirror.conf"

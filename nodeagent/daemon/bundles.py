@@ -8,6 +8,7 @@ the registry sets' fetcher (``[store] registry_sets``) are built here too, when 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from nodeagent.adapters.bundles.agent_image import AgentImageStager, running_digest
 from nodeagent.adapters.bundles.intake import SpecDirs, check_for_import
 from nodeagent.adapters.bundles.mirror import MirrorDropin
 from nodeagent.adapters.bundles.registries_d import RegistriesD
@@ -43,7 +45,13 @@ from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MirrorPullPorts
 from nodeagent.config import Config
 from nodeagent.daemon.policies import Policies
-from nodeagent.errors import BundleServerFailed
+from nodeagent.errors import (
+    BundleServerFailed,
+    HostFileError,
+    ImageStageFailed,
+    NodeAgentError,
+    StoreError,
+)
 from nodeagent.metrics import NO_METRICS, Metrics
 from nodeagent.metrics.series import Transfer
 from nodeagent.ports import PullEvent, RegistryCredentials, Reloader
@@ -190,6 +198,66 @@ def with_release_signatures(
             spawn(f"release-signatures {found.bundle_id}", publish(found.bundle_id))
 
     return on_report
+
+
+def with_self_update(
+    config: Config,
+    report: Callable[[BundleReport], None],
+    spawn: Callable[..., object],
+    environ: Mapping[str, str] = os.environ,
+) -> Callable[[BundleReport], None]:
+    """``report``, and for a bundle just imported that carries a newer nodeagent image, that
+    image checked and staged for the host's loader (the container variant, decision 0074).
+    The RPM's daemon (no ``NODEAGENT_IMAGE``) never stages anything."""
+    running = running_digest(environ)
+    if running is None:
+        return report
+    bundles = config.bundles
+    stager = AgentImageStager(
+        config.store_dir, bundles.trusted_keys_dir, bundles.image_keys_dir, bundles.agent_image_dir
+    )
+
+    async def update(bundle_id: str) -> None:
+        await asyncio.to_thread(stage_self_update, stager, bundle_id, running)
+
+    def on_report(found: BundleReport) -> None:
+        report(found)
+        if found.state == "imported" and not found.is_already_imported:
+            spawn(f"self-update {found.bundle_id}", update(found.bundle_id))
+
+    return on_report
+
+
+def stage_self_update(stager: AgentImageStager, bundle_id: str, running: str) -> Path | None:
+    """Check a stored bundle's ``agentImage`` and stage it; every outcome is one journal line
+    (``agent_image_staged``, ``agent_image_current``, ``agent_image_refused``,
+    ``agent_image_stage_failed``). The staged directory, or None."""
+    try:
+        agent = stager.agent_image(bundle_id)
+        if agent is None:
+            return None
+        checked = stager.check(agent, running)
+        if checked is None:
+            log.info("agent_image_current", bundle=bundle_id, image=agent.manifest_digest)
+            return None
+        statement, key = checked
+        staged = stager.stage(agent, statement)
+    except (ImageStageFailed, StoreError, HostFileError) as exc:
+        log.error("agent_image_stage_failed", bundle=bundle_id, reason=exc.reason, error=str(exc))
+        return None
+    except NodeAgentError as exc:
+        log.warning("agent_image_refused", bundle=bundle_id, reason=exc.reason, error=str(exc))
+        return None
+    log.info(
+        "agent_image_staged",
+        bundle=bundle_id,
+        image=agent.manifest_digest,
+        version=statement.version,
+        sequence=statement.sequence,
+        key=key,
+        staged=str(staged),
+    )
+    return staged
 
 
 def build_registry_store(

@@ -257,12 +257,19 @@ async def store_gc_loop(wiring: Wiring) -> None:
         await asyncio.sleep(interval_s)
         if not await asyncio.to_thread(has_bundles, wiring.config.store_dir):
             continue
+        from nodeagent.adapters.bundles.agent_image import self_digests  # noqa: PLC0415
         from nodeagent.adapters.store import keeper  # noqa: PLC0415  (a stored bundle)
         from nodeagent.store.keeping import KeepRules  # noqa: PLC0415
 
         rules = KeepRules(store.gc_grace_s, store.keep_newest_per_channel)
         pinned = wiring.reconciler.pinned_sets()
-        collected = await asyncio.to_thread(keeper.collect, wiring.config.store_dir, pinned, rules)
+        collected = await asyncio.to_thread(
+            keeper.collect,
+            wiring.config.store_dir,
+            pinned,
+            rules,
+            self_digests=self_digests(os.environ),
+        )
         wiring.metrics.store_measured(collected.view.stored_bytes)
 
 

@@ -180,15 +180,26 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
     def make_importer(
         is_present: Callable[[Path], bool], release: Callable[[Path], None]
     ) -> Importer:
-        from nodeagent.daemon.bundles import build_importer, with_release_signatures  # noqa: PLC0415
+        from nodeagent.daemon.bundles import (  # noqa: PLC0415
+            build_importer,
+            with_release_signatures,
+            with_self_update,
+        )
 
         return build_importer(
             config,
             policies,
             cri,
             reloader,
-            report=with_release_signatures(
-                config, reporter.bundle_report, cluster.api if cluster else None, supervisor.spawn
+            report=with_self_update(
+                config,
+                with_release_signatures(
+                    config,
+                    reporter.bundle_report,
+                    cluster.api if cluster else None,
+                    supervisor.spawn,
+                ),
+                supervisor.spawn,
             ),
             is_present=is_present,
             release=release,

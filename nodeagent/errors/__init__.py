@@ -62,6 +62,12 @@ happened and what to do about it. Retry decisions follow the two branches::
         ├── ReleaseImageInvalid         ReleaseImageInvalid (bundle create --release input)
         │   └── ReleaseUnsigned         ReleaseUnsigned (no release signature to carry)
         ├── ReleaseNotAnUpgrade         ReleaseNotAnUpgrade (not from the cluster's version)
+        ├── AgentImageRefused           (a bundle's nodeagent image, decision 0074)
+        │   ├── ImageSignatureInvalid   ImageSignatureInvalid (no agent image key signed it)
+        │   ├── ImageStatementInvalid   ImageStatementInvalid
+        │   ├── ImageDigestMismatch     ImageDigestMismatch (the statement signs another image)
+        │   ├── ImageRollback           ImageRollback (older than the newest taken, or rejected)
+        │   └── ImageStageFailed        ImageStageFailed (not handed to the host's loader)
         ├── SecretKeyLocked             SigningKeyLocked
         ├── MediaMountFailed            MediaMountFailed
         ├── BundleMediaRefused          BundleMediaRefused (a filesystem or bus not allowed)
@@ -115,6 +121,7 @@ from nodeagent.errors.base import PermanentError as PermanentError
 from nodeagent.errors.base import TransientError as TransientError
 from nodeagent.errors.base import is_transient_reason as is_transient_reason
 from nodeagent.errors.base import transient_reasons as transient_reasons
+from nodeagent.errors.bundles import AgentImageRefused as AgentImageRefused
 from nodeagent.errors.bundles import BundleArchitectureMismatch as BundleArchitectureMismatch
 from nodeagent.errors.bundles import BundleDigestMismatch as BundleDigestMismatch
 from nodeagent.errors.bundles import BundleError as BundleError
@@ -138,6 +145,11 @@ from nodeagent.errors.bundles import BundleUnlistedFile as BundleUnlistedFile
 from nodeagent.errors.bundles import BundleUnsafeEntry as BundleUnsafeEntry
 from nodeagent.errors.bundles import BundleUnsafePath as BundleUnsafePath
 from nodeagent.errors.bundles import Ed25519Refused as Ed25519Refused
+from nodeagent.errors.bundles import ImageDigestMismatch as ImageDigestMismatch
+from nodeagent.errors.bundles import ImageRollback as ImageRollback
+from nodeagent.errors.bundles import ImageSignatureInvalid as ImageSignatureInvalid
+from nodeagent.errors.bundles import ImageStageFailed as ImageStageFailed
+from nodeagent.errors.bundles import ImageStatementInvalid as ImageStatementInvalid
 from nodeagent.errors.bundles import KeyMalformed as KeyMalformed
 from nodeagent.errors.bundles import MediaMountFailed as MediaMountFailed
 from nodeagent.errors.bundles import MediaUnmountFailed as MediaUnmountFailed

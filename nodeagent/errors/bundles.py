@@ -129,6 +129,46 @@ class ReleaseNotAnUpgrade(PermanentError):
     exit_code = 65  # EX_DATAERR
 
 
+class AgentImageRefused(PermanentError):
+    """A bundle's nodeagent image (``agentImage``) is not switched to (decision 0074); the
+    bundle's other images are imported and pinned all the same."""
+
+    reason = "ImageRefused"
+    exit_code = 65  # EX_DATAERR
+
+
+class ImageSignatureInvalid(AgentImageRefused):
+    """No agent image key (``[bundles] image_keys_dir``) signed the image's statement."""
+
+    reason = "ImageSignatureInvalid"
+
+
+class ImageStatementInvalid(AgentImageRefused):
+    """The image's statement is not a ``nodeagent-image-statement-v2``."""
+
+    reason = "ImageStatementInvalid"
+
+
+class ImageDigestMismatch(AgentImageRefused):
+    """The statement signs another image than the one the bundle carries."""
+
+    reason = "ImageDigestMismatch"
+
+
+class ImageRollback(AgentImageRefused):
+    """Older than (or another under the same sequence as) the newest image this node took,
+    or rolled back on this node before."""
+
+    reason = "ImageRollback"
+
+
+class ImageStageFailed(AgentImageRefused):
+    """The image could not be handed to the host's loader (its blobs, the disk)."""
+
+    reason = "ImageStageFailed"
+    exit_code = 74  # EX_IOERR
+
+
 class BundleReleaseInvalid(BundleError):
     """``bundle.json``'s ``release`` object breaks a rule (docs/bundle-format.md R31, R32)."""
 

@@ -8,6 +8,9 @@ Keep rules (docs/store.md), over the bundle records and the sets pinned now:
 - with ``keep_newest_per_channel``, the newest bundle (its signed sequence, the order nodes
   accept bundles in) of each signing key and channel is kept (``newest``), for peers and
   to re-pin without a stick;
+- a bundle holding the image nodeagent itself runs (the container variant, ``self_digests``)
+  is kept as pinned by the set ``nodeagent-self`` (``specs.SELF_SET``), always: peers and a
+  restore find the agent's image, and nothing unpins it (decision 0074);
 - the signed manifest, signature and record of every accepted bundle are always kept
   (small; anti-rollback needs them): only blobs are ever removed.
 
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from nodeagent.errors import StoreFull
+from nodeagent.specs import SELF_SET
 from nodeagent.store.layout import BundleRecord
 from nodeagent.units import format_bytes
 
@@ -104,14 +108,21 @@ def newest_per_channel(records: Iterable[BundleRecord]) -> set[str]:
 
 
 def decide(
-    records: Sequence[BundleRecord], pinned_sets: Iterable[str], rules: KeepRules, now_s: float
+    records: Sequence[BundleRecord],
+    pinned_sets: Iterable[str],
+    rules: KeepRules,
+    now_s: float,
+    self_digests: frozenset[str] = frozenset(),
 ) -> tuple[BundleVerdict, ...]:
-    """One verdict per record, in the records' order."""
+    """One verdict per record, in the records' order; ``self_digests``: the manifest
+    digests of nodeagent's own image (kept by ``nodeagent-self``)."""
     pinned = set(pinned_sets)
     newest = newest_per_channel(records) if rules.keep_newest_per_channel else set()
     verdicts = []
     for record in records:
         sets = tuple(name for name in record.sets if name in pinned)
+        if any(image.digest in self_digests for image in record.images):
+            sets += (SELF_SET,)
         reasons: list[KeepReason] = ["pinned"] if sets else []
         if now_s - record.accepted_at_s < rules.gc_grace_s:
             reasons.append("recent")

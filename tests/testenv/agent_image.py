@@ -6,6 +6,7 @@ run against a private podman storage in the test's directory."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -53,7 +54,9 @@ class SignedArchive:
     statement: Path
 
 
-def tiny_archive(directory: Path, key: Path, version: str = "9.9.9") -> SignedArchive:
+def tiny_archive(
+    directory: Path, key: Path, version: str = "9.9.9", sequence: int = 1000
+) -> SignedArchive:
     """A one-layer image (a text file: never run, only loaded) as a signed oci-archive in
     ``directory``/nodeagent-image/, as a stick carries it."""
     tool = build_image_tool()
@@ -68,8 +71,107 @@ def tiny_archive(directory: Path, key: Path, version: str = "9.9.9") -> SignedAr
     stick.mkdir(parents=True)
     archive = stick / f"nodeagent-{version}.oci.tar"
     tool.write_archive(layout, archive, 1_700_000_000)
-    statement: Path = tool.sign_archive(archive, digest, key)
+    statement: Path = tool.sign_archive(archive, digest, key, sequence=sequence, version=version)
     return SignedArchive(archive=archive, digest=digest, statement=statement)
+
+
+def tiny_layout(directory: Path, version: str) -> tuple[Path, str]:
+    """A one-layer image (a text file) as an OCI layout: (layout, manifest digest)."""
+    tool = build_image_tool()
+    tree = directory / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc/nodeagent-image-test").write_text(f"version {version}\n")
+    layer = tool.make_layer(tree, 1_700_000_000)
+    config = tool.canonical_json(tool.image_config([layer], 1_700_000_000, version))
+    layout = directory / "layout"
+    digest: str = tool.write_layout(layout, [layer], config, version)
+    return layout, digest
+
+
+def derived_layout(layout: Path, directory: Path, version: str) -> tuple[Path, str]:
+    """The image of ``layout`` (tools/build_image.py's) with one more small layer marking
+    ``version``: a next nodeagent image that runs as the first does, with another digest,
+    for the price of one tiny layer. Returns (its layout, its manifest digest)."""
+    tool = build_image_tool()
+    index = json.loads((layout / "index.json").read_text())
+    manifest = json.loads(_blob(layout, index["manifests"][0]["digest"]))
+    config = json.loads(_blob(layout, manifest["config"]["digest"]))
+    layers = [
+        tool.Layer(_blob(layout, part["digest"]), diff_id)
+        for part, diff_id in zip(manifest["layers"], config["rootfs"]["diff_ids"], strict=True)
+    ]
+    tree = directory / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc/nodeagent-image-test").write_text(f"version {version}\n")
+    marker = tool.make_layer(tree, 1_700_000_000)
+    layers.append(marker)
+    config["rootfs"]["diff_ids"].append(marker.diff_id)
+    config["history"].append({"created": config["created"], "created_by": f"test: {version}"})
+    config["config"]["Labels"]["org.opencontainers.image.version"] = version
+    out = directory / "layout"
+    digest: str = tool.write_layout(out, layers, tool.canonical_json(config), version)
+    return out, digest
+
+
+def _blob(layout: Path, digest: str) -> bytes:
+    return (layout / "blobs" / "sha256" / digest.removeprefix("sha256:")).read_bytes()
+
+
+def signed_statement(
+    target: Path, key: Path, digest: str, sequence: int, version: str = "9.9.9"
+) -> bytes:
+    """A bundle's statement (no archive lines) signed with ``key``: the statement's bytes;
+    the signature is ``<target>.sig``."""
+    tool = build_image_tool()
+    text: bytes = tool.statement(None, digest, sequence, version)
+    tool.sign_statement(target, text, key)
+    return text
+
+
+def staged_update(
+    directory: Path, key: Path, *, version: str = "9.9.9", sequence: int = 2000
+) -> tuple[Path, str]:
+    """What the daemon stages for the host's loader (decision 0074): ``statement``,
+    ``statement.sig`` and ``layout/``; returns (the staged directory, the digest)."""
+    made, digest = tiny_layout(directory / "made", version)
+    staged = directory / "staged"
+    staged.mkdir(parents=True)
+    made.rename(staged / "layout")
+    signed_statement(staged / "statement", key, digest, sequence, version)
+    return staged, digest
+
+
+def push_layout(registry_host: str, layout: Path, version: str) -> tuple[str, str]:
+    """The layout's image into the test registry under the same manifest digest; returns
+    (``host/nodeagent@digest``, digest)."""
+    target = f"{registry_host}/nodeagent:{version}"
+    cmd = ["skopeo", "copy", "--quiet", "--preserve-digests", "--dest-tls-verify=false"]
+    subprocess.run([*cmd, f"oci:{layout}", f"docker://{target}"], check=True)
+    inspect = ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}"]
+    found = subprocess.run(
+        [*inspect, f"docker://{target}"], check=True, capture_output=True, text=True
+    )
+    digest = found.stdout.strip()
+    return f"{registry_host}/nodeagent@{digest}", digest
+
+
+def agent_bundle(
+    work: Path, registry_host: str, ref: str, statement: Path, *, bundle_id: str, secret: str
+) -> Path:
+    """``bundle create --image REF --agent-image-statement STATEMENT`` (a real subprocess),
+    signed with the minisign ``secret``; the bundle's directory."""
+    key = work / f"{bundle_id}.key"
+    key.write_text(secret)
+    out = work / bundle_id
+    cmd = [
+        sys.executable, "-m", "nodeagent", "--config", str(work / "none.toml"),
+        "bundle", "create", "--image", ref, "--key", str(key), "--output", str(out),
+        "--insecure-registry", registry_host, "--id", bundle_id,
+        "--agent-image-statement", str(statement),
+    ]  # fmt: skip
+    made = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    return out
 
 
 @dataclass(frozen=True)
@@ -102,10 +204,12 @@ class LoaderPaths:
         return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
-def run_loader(paths: LoaderPaths, *devices: str) -> subprocess.CompletedProcess[str]:
+def run_loader(
+    paths: LoaderPaths, *devices: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(LOADER), *devices],
-        env=paths.env(),
+        env=paths.env() | (env or {}),
         capture_output=True,
         text=True,
         timeout=120,

@@ -33,7 +33,9 @@ PODMAN = (
 # are off. So the e2e runs `--cgroups=disabled` with crun, which podman allows only with a
 # private PID namespace, and which takes every rlimit podman sets (the node's own NPROC
 # limit). --cgroups=split and --pid=host are therefore not exercised here. nspawn's
-# system call filter refuses session keyrings: containers.conf turns them off.
+# system call filter refuses session keyrings: containers.conf turns them off. nspawn keeps
+# CAP_NET_ADMIN from the node, so crun cannot bring a new network namespace's loopback up:
+# the units that run with no network (--network=none) run with the node's here.
 NPROC = resource.getrlimit(resource.RLIMIT_NPROC)[1]
 RUN_OPTS = f"--cgroups=disabled --pid=private --ulimit nproc={NPROC}:{NPROC}"
 CONTAINERS_CONF = "[containers]\nkeyring = false\n"
@@ -43,7 +45,21 @@ Environment="NODEAGENT_PODMAN={PODMAN}"
 Environment="NODEAGENT_PODMAN_RUN_OPTS={RUN_OPTS}"
 Environment=NODEAGENT_IMAGE_PINNED=
 Environment=NODEAGENT_IMAGE_DRIVER={E2E_DRIVER}
+Environment=NODEAGENT_NO_NETWORK=host
 """
+
+
+PODMAN_UNITS = (
+    "nodeagent.service",
+    "nodeagent-peer.service",
+    "nodeagent-image-load.service",
+    "nodeagent-image-update.service",
+    "nodeagent-mirror.service",
+    "nodeagent-session@.service",
+    "nodeagent-foreign-pins.service",
+    "nodeagent-mirror-dropin.service",
+)
+"""The MachineConfig's units that run podman: each gets the e2e drop-in."""
 
 
 def machine_config() -> dict[str, Any]:
@@ -79,6 +95,6 @@ def make_container_node_root(base: Path, registry_host: str, image_key_pem: Path
     (root / "etc/nodeagent/trusted-keys.d/bundle-key.pub").unlink()
     _write(root, "/etc/nodeagent/config.d/50-e2e.toml", E2E_CONFIG)
     _write(root, "/etc/containers/containers.conf", CONTAINERS_CONF)
-    for unit in ("nodeagent.service", "nodeagent-peer.service", "nodeagent-image-load.service"):
+    for unit in PODMAN_UNITS:
         _write(root, f"/etc/systemd/system/{unit}.d/90-e2e.conf", E2E_DROPIN)
     return root

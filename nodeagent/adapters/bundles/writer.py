@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +42,7 @@ from nodeagent.authfile import AuthStore
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles import minisign
 from nodeagent.bundles import release as releases
+from nodeagent.bundles.agent_image import AGENT_IMAGE_KEY, agent_image_doc
 from nodeagent.bundles.freshness import Freshness
 from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
 from nodeagent.bundles.tags import TAGS_KEY, ServedTag, image_option, tags_doc
@@ -156,13 +157,14 @@ def manifest_doc(
     release: releases.BundleRelease | None = None,
     signatures: Sequence[CarriedSignature] = (),
     served_tags: Sequence[ServedTag] = (),
+    agent_image: Mapping[str, str] | None = None,
 ) -> bytes:
     """``bundle.json``: images, every blob once, layout files, PinnedImageSets; format 3 with
     a ``freshness`` (channel, sequence, expiry: what ``bundle create`` writes) and optionally
     a ``release`` (``bundles.release``) and ``imageSignatures`` (the blobs of each signature
     listed with the others), else format 1, or 2 with a ``target`` (a reader of an older
     format refuses a newer one)."""
-    if (release is not None or signatures or served_tags) and freshness is None:
+    if (release is not None or signatures or served_tags or agent_image) and freshness is None:
         raise ValueError("a release, signatures or tags are format 3, which needs a sequence")
     blobs = {blob.digest: blob.size_bytes for image in images for blob in image.blobs}
     blobs |= {blob.digest: blob.size_bytes for s in signatures for blob in s.blobs}
@@ -198,6 +200,8 @@ def manifest_doc(
         doc[SIGNATURES_KEY] = signatures_doc(s.signature for s in signatures)
     if served_tags:
         doc[TAGS_KEY] = tags_doc(served_tags)
+    if agent_image:
+        doc[AGENT_IMAGE_KEY] = dict(agent_image)
     return json.dumps(doc, indent=2).encode() + b"\n"
 
 
@@ -270,6 +274,7 @@ async def create_bundle(
     freshness: Freshness | None = None,
     with_signatures: bool = False,
     served_tags: Sequence[ServedTag] = (),
+    agent_statement: tuple[bytes, bytes] | None = None,
 ) -> CreatedBundle:
     """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle.
 
@@ -278,6 +283,8 @@ async def create_bundle(
     of its target, is what its images are. With a ``release``, the release image is read
     first and its payload images and set are added to ``refs`` and ``sets``.
     ``served_tags`` (``--serve-tags``): tags of images in ``refs``, signed in ``servedTags``.
+    ``agent_statement`` (``--agent-image-statement``): (statement, raw signature) of the
+    nodeagent image among ``refs``, carried in ``agentImage`` (``bundles.agent_image``).
     """
     platform = client.platform
     blobs_dir = await asyncio.to_thread(prepare_output, output_dir)
@@ -287,6 +294,7 @@ async def create_bundle(
     )
     bundle_id, images, sets = planned.bundle_id, list(planned.images), planned.sets
     carried, payload_count, extra = planned.release, planned.payload_count, planned.extra
+    agent_image = agent_image_doc(*agent_statement, refs) if agent_statement is not None else None
     await fetcher.fetch_layers(images, output_dir)
     signatures = [await fetch_signature(fetcher, i) for i in images] if with_signatures else []
     carried_signatures = tuple(s for s in signatures if s is not None)
@@ -297,7 +305,7 @@ async def create_bundle(
         bundle_id=bundle_id, created=created, architecture=platform.architecture,
         images=images, files=layout_files(images) | extra, sets=sets, target=target,
         freshness=freshness, release=carried, signatures=carried_signatures,
-        served_tags=served_tags,
+        served_tags=served_tags, agent_image=agent_image,
     )  # fmt: skip
     comment = f"nodeagent bundle {bundle_id} created {created}"
     keep = {b.digest for i in images for b in i.blobs} | {

@@ -136,13 +136,15 @@ def inspect_store(
     *,
     is_repairing: bool = False,
     with_tags: bool = False,
+    self_digests: frozenset[str] = frozenset(),
 ) -> StoreView:
     """What is kept and why: read only (nothing marked, removed or repaired) unless
     ``is_repairing`` (the caller holds the store lock). ``with_tags``: each bundle's signed
-    manifest is read for the tags it serves (``frozen_tags``)."""
+    manifest is read for the tags it serves (``frozen_tags``). ``self_digests``: nodeagent's
+    own image, kept by the set ``nodeagent-self`` (``keeping.decide``)."""
     blobs, records = BlobStore(root), StoreRecords(root)
     loaded = records.load(is_repairing=is_repairing)
-    verdicts = decide(loaded.records, pinned_sets, rules, now_s)
+    verdicts = decide(loaded.records, pinned_sets, rules, now_s, self_digests)
     stored = blobs.stored()
     fetching = fetching_digests(root)
     keep = referenced(verdicts) | fetching
@@ -165,13 +167,19 @@ class Collected:
 
 
 def collect(
-    root: Path, pinned_sets: Iterable[str], rules: KeepRules, now_s: float | None = None
+    root: Path,
+    pinned_sets: Iterable[str],
+    rules: KeepRules,
+    now_s: float | None = None,
+    self_digests: frozenset[str] = frozenset(),
 ) -> Collected:
     """Mark unreferenced blobs, remove those marked a grace period ago, rewrite the index."""
     now_s = time.time() if now_s is None else now_s
     blobs, records = BlobStore(root), StoreRecords(root)
     with StoreLock(root):
-        view = inspect_store(root, pinned_sets, rules, now_s, is_repairing=True)
+        view = inspect_store(
+            root, pinned_sets, rules, now_s, is_repairing=True, self_digests=self_digests
+        )
         freed = 0
         for digest in view.removals.remove:
             if blobs.remove(digest):

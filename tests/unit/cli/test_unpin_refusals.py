@@ -55,3 +55,5 @@ def test_a_set_from_the_api_a_shared_file_and_an_unknown_set_are_refused(
     assert shared.is_file()
     code, line = unpin(tmp_path, "nowhere", capsys)
     assert code == 66 and line.startswith("error: SetNotFound: ")
+    code, line = unpin(tmp_path, "nodeagent-self", capsys)  # decision 0074: never unpinned
+    assert code == 65 and line.startswith("error: LifecycleRefused: PinnedImageSet nodeagent-self")

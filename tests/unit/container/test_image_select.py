@@ -68,4 +68,19 @@ def test_write_replaces_the_environment_file(tmp_path: Path) -> None:
     subprocess.run(cmd, env=environ, check=True, capture_output=True)
     assert target.read_text() == (
         f"NODEAGENT_IMAGE=localhost/nodeagent@{A}\nNODEAGENT_IMAGE_REASON=machineconfig\n"
+        f"NODEAGENT_IMAGE_BASE={A}\n"
     )
+
+
+def test_the_written_file_names_what_a_self_update_is_based_on(tmp_path: Path) -> None:
+    """NODEAGENT_IMAGE_BASE: the pinned digest (else the loaded one), even while an update
+    runs: nodeagent-image-load --incoming bases the next update on it."""
+    target = tmp_path / "image.env"
+    environ = {"PATH": os.environ["PATH"], "NODEAGENT_IMAGE_STATE": str(tmp_path)}
+    environ |= {"NODEAGENT_IMAGE_PINNED": A, "NODEAGENT_IMAGE_NEXT": B}
+    environ |= {"NODEAGENT_IMAGE_NEXT_BASE": A}
+    cmd = ["bash", str(SELECT), "--write", str(target)]
+    subprocess.run(cmd, env=environ, check=True, capture_output=True)
+    lines = target.read_text().splitlines()
+    assert f"NODEAGENT_IMAGE=localhost/nodeagent@{B}" in lines
+    assert f"NODEAGENT_IMAGE_BASE={A}" in lines

@@ -74,3 +74,20 @@ def test_an_unknown_butane_key_is_refused(tmp_path: Path) -> None:
     source.write_text(SOURCE.read_text().replace("storage:\n", "passwd: {}\nstorage:\n", 1))
     with pytest.raises(render_machineconfig.ButaneError, match="passwd"):
         render_machineconfig.render(source, ROOT)
+
+
+def test_every_rpm_unit_has_its_counterpart_installed(machine_config: dict[str, Any]) -> None:
+    """Each unit the RPM installs is in the MachineConfig: its container counterpart
+    (systemd/container/) where it runs nodeagent, else the RPM's own bytes (sockets, paths:
+    systemd alone runs them). None runs /usr/bin/nodeagent, which RHCOS does not have."""
+    units = {u["name"]: u["contents"] for u in machine_config["spec"]["config"]["systemd"]["units"]}
+    rpm_units = [
+        p for p in (ROOT / "systemd").iterdir() if p.suffix in {".service", ".socket", ".path"}
+    ]
+    assert len(rpm_units) >= 10
+    for path in rpm_units:
+        counterpart = ROOT / "systemd/container" / path.name
+        assert path.name in units, f"{path.name}: not installed by the MachineConfig"
+        expected = counterpart if counterpart.exists() else path
+        assert units[path.name] == expected.read_text(), path.name
+        assert not re.search(r"^Exec\w*=\S*/usr/bin/nodeagent\b", units[path.name], re.M), path
