@@ -7,6 +7,7 @@ CRI over the container's socket), never nodeagent's own word for it alone.
 from __future__ import annotations
 
 import re
+import tarfile
 from dataclasses import dataclass
 
 import pytest
@@ -106,6 +107,19 @@ def test_journal_carries_fields_and_the_catalog_explains(node: Node, pinned_set:
     explained = node.journal("-x", "-u", "nodeagent", f"MESSAGE_ID={MESSAGE_IDS['set_pinned']}")
     assert "Subject: The images of a PinnedImageSet are pinned" in explained
     assert f"Every image of PinnedImageSet {pinned_set.name} is stored" in explained
+
+
+def test_support_dump_holds_the_units_journal(node: Node, pinned_set: PinnedSet) -> None:
+    # issue 28 item 7: the excerpt comes from the real journald of a node under systemd
+    node.container.run("nodeagent", "support-dump", "--output", "/root/support.tar.gz")
+    with tarfile.open(node.container.live("/root/support.tar.gz")) as archive:
+        names = set(archive.getnames())
+        member = archive.extractfile("journal.txt")
+        assert member is not None, names
+        journal = member.read().decode()
+    assert {"README.txt", "status.json", "journal.txt"} <= names, names
+    assert "set_pinned" in journal and pinned_set.name in journal, journal[-2000:]
+    assert "nodeagent" in journal.splitlines()[-1], journal[-500:]
 
 
 def test_reloads_went_through_systemd_not_sighup(node: Node, pinned_set: PinnedSet) -> None:
