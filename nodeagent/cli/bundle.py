@@ -210,7 +210,7 @@ async def _import(
     from nodeagent.daemon.bundles import build_importer  # noqa: PLC0415  (see the imports)
     from nodeagent.daemon.wiring import build  # noqa: PLC0415  (see the imports)
 
-    wiring = build(config)
+    wiring = build(config, keeps_last_status=True)  # a refusal before the sync keeps the sets
     progress = TerminalProgress() if sys.stderr.isatty() else None
 
     def on_report(report: BundleReport) -> None:

@@ -94,8 +94,13 @@ def _site_readiness(cluster: ClusterMode | None) -> Callable[[str], SiteReadines
     return lambda _digest: None
 
 
-def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
-    """Every adapter and service, wired once."""
+def build(
+    config: Config, *, notifier: Notifier | None = None, keeps_last_status: bool = False
+) -> Wiring:
+    """Every adapter and service, wired once. ``keeps_last_status``: a command that may end
+    before its first sync (``bundle import`` by hand) keeps the sets of this boot's status
+    file in what it writes; the daemon does not (after a crash in the same boot the runtime
+    may have lost what that file says is pinned: until its first sync it claims nothing)."""
     if config.cluster.enabled:
         from nodeagent.adapters.kubelet_identity import with_node_name  # noqa: PLC0415
 
@@ -126,7 +131,7 @@ def build(config: Config, *, notifier: Notifier | None = None) -> Wiring:
         on_synced=_after_sync(offline_changed, cluster),
         metrics=metrics,
         releases_source=_release_reports(releases, _cluster_version(cluster)),
-        boot_id=boot_id,
+        boot_id=boot_id if keeps_last_status else "",
         board=BundleBoard(site_readiness=_site_readiness(cluster)),
     )
     if cluster is not None and cluster.version_watch is not None:

@@ -175,6 +175,15 @@ def test_a_site_back_from_a_power_cut_and_a_node_that_lost_its_store_pin_with_no
                 "pinned_images_lost" in log or "images_restored_from_store" in log
                 for log in logs[:2]
             ), logs[1][-3000:]
+            # node 2's set may be pinned first through its node mirror, which asks the peers
+            # for what it misses (decision 0061); the fetch of the bundle itself follows
+            wait_for(
+                lambda: "bundle_fetched:" in nodes[2].current_run_log(),
+                timeout_s=120,
+                what="node 2 fetching the bundle back from its peers",
+                detail=lambda: nodes[2].current_run_log()[-3000:],
+            )
+            logs[2] = nodes[2].current_run_log()
             assert logs[2].count("bundle_fetched:") == 1, logs[2][-3000:]
             # nodes 0 and 1 never looked for a registry; node 2, with nothing left, asked the
             # images' own registry for their sizes (unreachable: SizeUnknown, retried on its

@@ -174,5 +174,7 @@ async def test_a_newest_manifest_that_stops_verifying_keeps_its_mark(
     assert (code, report.get("reason")) == (65, "BundleRollback"), output
     assert "lower than bundle k-9 (sequence 9)" in str(report["message"])
     assert await in_runtime(fresh_crio, older) == []
-    [warning] = [line for line in output.splitlines() if "bundle_manifest_unverified" in line]
-    assert "bundle=k-9" in warning and "is_mark_kept=True" in warning, warning
+    # the mark of k-9 holds through the marks file; a by-hand import that fails prints one
+    # error line (issue 28), so the warning that says so goes with the held-back lines
+    marks = (store / ROLLBACK_MARKS_NAME).read_text()
+    assert '"k-9"' in marks and '"sequence": 9' in marks.replace('"sequence":9', '"sequence": 9')

@@ -1,7 +1,10 @@
-"""A status written before this run's first sync (a by-hand ``bundle import`` refused before
-its sync, a daemon starting) keeps what the status file of this boot says is pinned, and
-claims nothing from another boot (``reporting.Reporter.save``). Found by the single-disk
-drill: a refused import's status said no set was pinned while CRI-O pinned two."""
+"""A status written before this run's first sync by a by-hand ``bundle import`` refused
+before its sync keeps what the status file of this boot says is pinned, and claims nothing
+from another boot (``reporting.Reporter.save`` with the boot id the CLI's wiring gives it;
+the daemon's gives none, ``daemon.wiring.build``: after a crash within a boot the runtime
+may have lost what the file says). Found by the single-disk drill: a refused import's
+status said no set was pinned while CRI-O pinned two; the daemon keeping the file's sets
+was then caught by the site power-cut drill (a status claiming pins CRI-O had lost)."""
 
 from __future__ import annotations
 
