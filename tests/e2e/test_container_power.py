@@ -69,5 +69,5 @@ async def test_a_power_cut_with_crio_storage_lost_is_recovered_without_a_registr
         status = await cri.image_status(ref)
     assert status is not None and status.is_pinned, ref
     booted = cnode.journal("-u", "nodeagent", "-b", "-o", "cat")
-    assert "restore_started" in booted and "source=\"local store\"" in booted, booted[-3000:]
+    assert "restore_started" in booted and 'source="local store"' in booted, booted[-3000:]
     assert "images_restored_from_store" in booted, booted[-3000:]
