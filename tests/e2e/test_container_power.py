@@ -26,6 +26,21 @@ from tests.testenv.node import Node
 from tests.testenv.signed_bundles import Keys, image, signed_bundle
 
 SET = "power-drill"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_agents_storage_is_where_crio_never_looks() -> None:
+    """What the drill relies on, checked in the unit the MachineConfig installs (fast: make
+    test runs it): podman keeps nodeagent's image under /var/lib/nodeagent, never in the
+    containers-storage CRI-O wipes after an unclean shutdown (decision 0070)."""
+    unit = (REPO / "systemd/container/nodeagent.service").read_text()
+    [podman] = [
+        line for line in unit.splitlines() if line.startswith("Environment=NODEAGENT_PODMAN=")
+    ]
+    words = podman.split()
+    root = words[words.index("--root") + 1]
+    assert root.startswith("/var/lib/nodeagent/image/"), podman
+    assert not root.startswith("/var/lib/containers"), podman
 
 
 @long_case
