@@ -20,12 +20,9 @@ cgroupfs (tests/unit/testenv/test_blkio.py), not on a real v2 host here.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
-
-from tests.testenv.waiting import wait_for
 
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -101,7 +98,9 @@ def _v1(blkio: Path, pid: int, device: str, bytes_per_s: int) -> Iterator[None]:
         (group / "cgroup.procs").write_text(f"{pid}\n")
         yield
     finally:
-        _release(group, blkio / "cgroup.procs")
+        with contextlib.suppress(ProcessLookupError, OSError):
+            (blkio / "cgroup.procs").write_text(f"{pid}\n")
+        group.rmdir()
 
 
 @contextlib.contextmanager
@@ -116,25 +115,7 @@ def _v2(root: Path, pid: int, device: str, bytes_per_s: int, came_from: str) -> 
         (group / "cgroup.procs").write_text(f"{pid}\n")
         yield
     finally:
-        _release(group, root / came_from.lstrip("/") / "cgroup.procs")
-
-
-def _release(group: Path, back: Path) -> None:
-    """Move every process still in ``group`` back (the throttled one, and what it started
-    while throttled: an import's session process), then remove the group; a process still
-    leaving keeps it busy (EBUSY) for a moment."""
-
-    def removed() -> bool:
-        with contextlib.suppress(OSError):
-            for pid in (group / "cgroup.procs").read_text().split():
-                with contextlib.suppress(ProcessLookupError, OSError):
-                    back.write_text(f"{pid}\n")
-        try:
-            group.rmdir()
-        except OSError as err:
-            if err.errno != errno.EBUSY:
-                raise
-            return False
-        return True
-
-    wait_for(removed, timeout_s=10, interval_s=0.05, what=f"{group} emptied and removed")
+        back = root / came_from.lstrip("/") / "cgroup.procs"
+        with contextlib.suppress(ProcessLookupError, OSError):
+            back.write_text(f"{pid}\n")
+        group.rmdir()
