@@ -337,6 +337,7 @@ def image_config(layers: list[Layer], epoch: int, version: str) -> dict[str, obj
                 "LANG=C.UTF-8",
                 "PYTHONDONTWRITEBYTECODE=1",
                 "MALLOC_ARENA_MAX=2",
+                "PYTHONOPTIMIZE=2",
             ],
             "Labels": {
                 "org.opencontainers.image.title": "nodeagent",

@@ -1,11 +1,15 @@
 """The OpenMetrics endpoint: the recorder's snapshot in prometheus_client's exposition.
 
-``MetricsEndpoint`` serves ``/metrics`` with prometheus_client's own WSGI server in a
-thread (``start_http_server``), which answers in the OpenMetrics format when the scraper's
-``Accept`` header asks for it and in Prometheus text otherwise. A thread, not aiohttp: the
-server is the standard library's (wsgiref), so metrics on add prometheus_client alone to
-the process, not aiohttp's 9 MiB (docs/decisions/0046, docs/performance.md). Each scrape
-reads ``Recorder.snapshot()`` (one lock, the recorder's own): it never waits on a sync.
+``MetricsEndpoint`` serves ``/metrics`` on the daemon's event loop (asyncio streams, no
+thread, nothing woken between scrapes): each connection gets one answer and is closed. The
+body is prometheus_client's exposition (``choose_encoder``: OpenMetrics when the scraper's
+``Accept`` header asks for it, Prometheus text otherwise; gzip when ``Accept-Encoding``
+allows it). The request's head is read within ``HEAD_TIMEOUT_S`` and parsed strictly
+(``strict.http.parse_request_head``: 400 otherwise); ``GET`` and ``HEAD`` of ``/metrics``
+only (404, 405); at most ``MAX_CONNECTIONS`` at once (more are closed unanswered). Each
+scrape reads ``Recorder.snapshot()`` (one lock, held only while a number is added, never
+across an await): a scrape never waits on a sync. A wedged event loop stops answering,
+which the scraper sees as the target down (docs/decisions/0078).
 
 Imported only when ``[metrics] enabled`` (prometheus_client is loaded here alone).
 """
@@ -13,27 +17,37 @@ Imported only when ``[metrics] enabled`` (prometheus_client is loaded here alone
 from __future__ import annotations
 
 import asyncio
-import threading
+import contextlib
+import gzip
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from nodeagent.errors import MetricsListenFailed
 from nodeagent.metrics.series import Histogram, Snapshot, Transfer, Work
+from nodeagent.strict import MalformedInput
+from nodeagent.strict.http import MAX_HEAD_BYTES, RequestHead, parse_request_head
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from nodeagent.metrics.recorder import Recorder
+
+HEAD_TIMEOUT_S: Final = 10.0
+"""A scraper sends its request at once; a connection still silent after this is closed."""
+WRITE_TIMEOUT_S: Final = 30.0
+"""An answer the scraper does not take within this is dropped with its connection."""
+MAX_CONNECTIONS: Final = 16
+"""Connections served at once; Prometheus opens one per scrape."""
+PATH: Final = "/metrics"
 
 PREFIX = "nodeagent_"
 
@@ -221,13 +235,13 @@ class MetricsEndpoint:
         self.registry.register(SnapshotCollector(recorder))
         self.host = host
         self.port = port
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
 
     async def __aenter__(self) -> MetricsEndpoint:
         try:
-            self._server, self._thread = await asyncio.to_thread(
-                start_http_server, self.port, self.host, self.registry
+            self._server = await asyncio.start_server(
+                self._serve, self.host, self.port, limit=MAX_HEAD_BYTES, reuse_address=True
             )
         except OSError as exc:
             raise MetricsListenFailed(
@@ -241,7 +255,7 @@ class MetricsEndpoint:
         """The port listened on (the one asked for, or the kernel's choice for port 0)."""
         if self._server is None:
             raise RuntimeError("the endpoint is not started")
-        return int(self._server.server_address[1])
+        return int(self._server.sockets[0].getsockname()[1])
 
     async def __aexit__(
         self,
@@ -249,14 +263,84 @@ class MetricsEndpoint:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        if server is None or thread is None:
+        server, self._server = self._server, None
+        if server is None:
             return
-        await asyncio.to_thread(_stop, server, thread)
+        server.close()
+        for writer in self._open:  # their handlers end at their next read or write
+            writer.close()
+        await server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open.add(writer)
+        try:
+            if len(self._open) <= MAX_CONNECTIONS:
+                await self._answer(reader, writer)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            pass  # the scraper went away or stayed silent: nothing to answer, nothing to log
+        finally:
+            self._open.discard(writer)
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            writer.write(answer_bytes(431, "request header fields too large\n"))
+        else:
+            try:
+                request = parse_request_head(head)
+            except MalformedInput as exc:
+                writer.write(answer_bytes(400, f"bad request: {exc}\n"))
+            else:
+                writer.write(self.answer(request))
+        async with asyncio.timeout(WRITE_TIMEOUT_S):
+            await writer.drain()
+
+    def answer(self, request: RequestHead) -> bytes:
+        """The whole response to ``request`` (one snapshot of the recorder when it is a scrape)."""
+        if request.path != PATH:
+            return answer_bytes(404, f"not found; the metrics are at {PATH}\n")
+        if request.method not in ("GET", "HEAD"):
+            return answer_bytes(405, "method not allowed\n", extra=(("Allow", "GET, HEAD"),))
+        encoder, content_type = choose_encoder(request.fields.get("accept", ""))
+        body = encoder(self.registry)
+        extra: tuple[tuple[str, str], ...] = ()
+        if gzip_accepted(request.fields.get("accept-encoding", "")):
+            body = gzip.compress(body, mtime=0)
+            extra = (("Content-Encoding", "gzip"),)
+        return answer_bytes(
+            200, body, content_type=content_type, extra=extra, head_only=request.method == "HEAD"
+        )
 
 
-def _stop(server: WSGIServer, thread: threading.Thread) -> None:
-    server.shutdown()
-    server.server_close()
-    thread.join()
+def answer_bytes(
+    status: int,
+    body: str | bytes,
+    *,
+    content_type: str = "text/plain; charset=utf-8",
+    extra: tuple[tuple[str, str], ...] = (),
+    head_only: bool = False,
+) -> bytes:
+    """An HTTP/1.1 response that closes its connection."""
+    data = body.encode() if isinstance(body, str) else body
+    lines = [
+        f"HTTP/1.1 {status} {_REASONS[status]}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(data)}",
+        "Connection: close",
+        *(f"{name}: {value}" for name, value in extra),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (b"" if head_only else data)
+
+
+_REASONS: Final = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+}

@@ -13,6 +13,11 @@
   seconds or an HTTP-date (IMF-fixdate, and the obsolete RFC 850 and asctime forms a
   recipient must accept), as seconds from ``now_s``, between 0 and
   ``MAX_RETRY_AFTER_S``; anything else is ``None`` (the caller keeps its own delay).
+- ``parse_request_head``: the head of a request a scraper sends to the metrics endpoint
+  (RFC 9112, sections 2-5): the request line and header fields as a ``RequestHead``, at
+  most ``MAX_HEAD_BYTES`` and ``MAX_HEADER_FIELDS`` fields, ASCII, no obsolete line
+  folding, no field name twice among the ones the endpoint reads; anything else raises
+  ``MalformedInput`` (the endpoint answers 400).
 
 Every step consumes characters from left to right; no pattern can backtrack over more
 than the characters it matched, so a hostile 64 KiB value costs microseconds.
@@ -233,3 +238,62 @@ def _http_date_s(text: str, now_s: float) -> float | None:
     if day > calendar.monthrange(year, month)[1]:
         return None
     return float(calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)))
+
+
+# ---------------------------------------------------------------- a request's head
+MAX_HEAD_BYTES: Final = 8 * 1024
+"""A longer request line and header block is refused (Prometheus sends about 300 bytes)."""
+MAX_HEADER_FIELDS: Final = 64
+"""More header fields in one request are refused."""
+_REQUEST_LINE: Final = re.compile(
+    r"(?P<method>[!#$%&'*+.^_`|~0-9A-Za-z-]{1,16}) (?P<target>[\x21-\x7e]{1,2048}) "
+    r"HTTP/(?P<version>1\.[01])"
+)
+_FIELD: Final = re.compile(
+    r"(?P<name>[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}):[ \t]*+(?P<value>[\x20-\x7e\t]*+)"
+)
+_SINGLE_FIELDS: Final = frozenset({"accept", "accept-encoding", "content-length", "host"})
+"""Fields the endpoint reads or must not see twice (RFC 9112, section 6.3: two lengths)."""
+
+
+@dataclass(frozen=True)
+class RequestHead:
+    """A request's method, target path (its query cut off) and the fields named in
+    ``_SINGLE_FIELDS``, by lower-case name, their values without surrounding blanks."""
+
+    method: str
+    path: str
+    version: str
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_request_head(data: bytes) -> RequestHead:
+    """``data``: everything up to and including the blank line that ends the head."""
+    if len(data) > MAX_HEAD_BYTES:
+        raise MalformedInput(f"a request head of {len(data)} bytes (at most {MAX_HEAD_BYTES})")
+    if not data.endswith(b"\r\n\r\n"):
+        raise MalformedInput("a request head that does not end with an empty line")
+    try:
+        text = data[:-4].decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise MalformedInput(f"a request head with a non-ASCII byte at {exc.start}") from None
+    lines = text.split("\r\n")
+    request_line = _REQUEST_LINE.fullmatch(lines[0])
+    if request_line is None:
+        raise MalformedInput(f"not an HTTP/1 request line: {quoted(lines[0], 120)}")
+    if len(lines) - 1 > MAX_HEADER_FIELDS:
+        raise MalformedInput(f"{len(lines) - 1} header fields (at most {MAX_HEADER_FIELDS})")
+    fields: dict[str, str] = {}
+    for line in lines[1:]:
+        found = _FIELD.fullmatch(line)
+        if found is None:  # obsolete folding (a leading blank) and bare CR or LF end here
+            raise MalformedInput(f"not a header field: {quoted(line, 120)}")
+        name = found["name"].lower()
+        if name not in _SINGLE_FIELDS:
+            continue
+        if name in fields:
+            raise MalformedInput(f"the header field {quoted(name)} given twice")
+        fields[name] = found["value"].rstrip(" \t")
+    target = request_line["target"]
+    path = target.split("?", 1)[0]
+    return RequestHead(request_line["method"], path, request_line["version"], fields)

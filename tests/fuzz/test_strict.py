@@ -2,7 +2,8 @@
 
 Contract: ``loads_json``, ``load_yaml`` and ``loads_toml`` return plain values or raise
 ``MalformedInput`` (clipped message), in linear time; ``clip`` never raises and returns
-short, safe text.
+short, safe text; ``http.parse_request_head`` (what a scraper sends the metrics endpoint)
+returns a head whose fields are the ones it reads, or ``MalformedInput``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from nodeagent.strict import CLIP_CHARS, MalformedInput, clip, load_yaml, loads_json, loads_toml
+from nodeagent.strict.http import MAX_HEAD_BYTES, RequestHead, parse_request_head
 from tests.fuzz import strategies as s
 from tests.fuzz.contract import check_text, outcome
 
@@ -157,3 +159,24 @@ def test_clip(value: object, limit: int) -> None:
     shown = result.partition("…(")[0]
     assert len(shown) <= limit
     check_text(result, "strict.clip")
+
+
+_HEADS = [
+    b"GET /metrics HTTP/1.1\r\nHost: node:9446\r\nAccept: application/openmetrics-text;"
+    b"version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1\r\n"
+    b"Accept-Encoding: gzip\r\nUser-Agent: Prometheus/2.53.0\r\n\r\n",
+    b"HEAD /metrics?name[]=x HTTP/1.0\r\n\r\n",
+]
+
+
+@given(st.one_of(s.raw_bytes, s.mutated(st.sampled_from(_HEADS))))
+@example(b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 2000 + b"\r\n")
+@example(b"GET / HTTP/1.1\r\nX: " + b"a" * (MAX_HEAD_BYTES + 10) + b"\r\n\r\n")
+@example(b"GET / HTTP/1.1\r\nAccept: a\r\naccept: b\r\n\r\n")
+@example(b"GET / HTTP/1.1\r\n folded\r\n\r\n")
+def test_parse_request_head(data: bytes) -> None:
+    result = outcome("strict.parse_request_head", lambda: parse_request_head(data), allowed=_STRICT)
+    if isinstance(result, RequestHead):
+        assert result.method in data.decode("ascii")
+        assert set(result.fields) <= {"accept", "accept-encoding", "content-length", "host"}
+        assert len(data) <= MAX_HEAD_BYTES

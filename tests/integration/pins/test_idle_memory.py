@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import compileall
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,10 +48,12 @@ def bundled_distributions() -> list[str]:
     return re.findall(r"^([A-Za-z0-9_.\-]+)==", text, re.MULTILINE)
 
 
-def runtime_site(target: Path) -> Path:
+def runtime_site(target: Path, *, optimize: int) -> Path:
     """This checkout's ``nodeagent`` and links to the bundled distributions' files, byte-
-    compiled as the RPM installs them (``PYTHONDONTWRITEBYTECODE`` is set here: a module
-    compiled at each import costs resident memory a node never pays, 0.6 MiB)."""
+    compiled as the RPM installs them, at the unit's ``PYTHONOPTIMIZE`` level
+    (``PYTHONDONTWRITEBYTECODE`` is set here: a module compiled at each import costs
+    resident memory a node never pays, 0.6 MiB). Each file is linked on its own, in
+    directories of this tree, so that the byte code lands here, not in the venv."""
     target.mkdir(parents=True)
     shutil.copytree(REPO / "nodeagent", target / "nodeagent")
     for name in bundled_distributions():
@@ -58,11 +62,26 @@ def runtime_site(target: Path) -> Path:
         for top in tops:
             source = Path(str(dist.locate_file(top)))
             if source.exists() and not (target / top).exists():
-                (target / top).symlink_to(source)
-    assert compileall.compile_dir(target / "nodeagent", quiet=1)
-    for module in target.glob("*.py"):  # single-file modules (their __pycache__ is here)
-        assert compileall.compile_file(module, quiet=1)
+                _link_tree(source, target / top)
+    assert compileall.compile_dir(target, quiet=1, optimize=optimize, workers=0)
     return target
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    if not source.is_dir():
+        target.symlink_to(source)
+        return
+    for directory, subdirs, files in _walk(source):
+        subdirs[:] = [d for d in subdirs if d != "__pycache__"]
+        here = target / directory.relative_to(source)
+        here.mkdir(parents=True, exist_ok=True)
+        for file in files:
+            (here / file).symlink_to(directory / file)
+
+
+def _walk(source: Path) -> Iterator[tuple[Path, list[str], list[str]]]:
+    for directory, subdirs, files in os.walk(source):
+        yield Path(directory), subdirs, files
 
 
 def unit_environment() -> dict[str, str]:
@@ -74,7 +93,8 @@ def unit_environment() -> dict[str, str]:
 
 def runtime_python(base: Path) -> str:
     """An interpreter command that sees the standard library, this checkout and the bundle."""
-    site = runtime_site(base / "runtime-site")
+    optimize = int(unit_environment().get("PYTHONOPTIMIZE", "0"))
+    site = runtime_site(base / "runtime-site", optimize=optimize)
     wrapper = base / "runtime-python"
     # the malloc settings (MALLOC_*): as systemd/nodeagent.service sets them for the daemon
     env = " ".join([f'PYTHONPATH="{site}"', *(f"{k}={v}" for k, v in unit_environment().items())])

@@ -1,4 +1,5 @@
-"""Unit tests of nodeagent.strict.http: WWW-Authenticate challenges and Retry-After.
+"""Unit tests of nodeagent.strict.http: WWW-Authenticate challenges, Retry-After and the head
+of a request to the metrics endpoint.
 
 The crash inputs of issue 13 are regression cases: a registry's 32-64 KB challenge took
 7-30 s of CPU on the event loop with the regex parser this one replaced.
@@ -13,9 +14,13 @@ import pytest
 from nodeagent.strict import MalformedInput
 from nodeagent.strict.http import (
     MAX_CHALLENGE_CHARS,
+    MAX_HEAD_BYTES,
+    MAX_HEADER_FIELDS,
     MAX_RETRY_AFTER_S,
     Challenge,
+    RequestHead,
     parse_challenges,
+    parse_request_head,
     parse_retry_after,
 )
 
@@ -168,3 +173,47 @@ NOW_S = 1445412390.0
 )
 def test_retry_after(value: str, expected: float | None) -> None:
     assert parse_retry_after(value, now_s=NOW_S) == expected
+
+
+def test_a_scrapers_head_gives_its_method_path_and_the_fields_read() -> None:
+    head = parse_request_head(
+        b"GET /metrics?x=1 HTTP/1.1\r\nHost: n:9446\r\nACCEPT:  text/plain ;q=0.5 \t\r\n"
+        b"User-Agent: Prometheus/2.53.0\r\nAccept-Encoding:gzip\r\n\r\n"
+    )
+    assert head == RequestHead(
+        "GET",
+        "/metrics",
+        "1.1",
+        {"host": "n:9446", "accept": "text/plain ;q=0.5", "accept-encoding": "gzip"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"GET /metrics HTTP/1.1\r\n", "does not end with an empty line"),
+        (b"GET /metrics HTTP/1.1\n\n", "does not end with an empty line"),
+        (b"GET /m\xc3\xa9 HTTP/1.1\r\n\r\n", "non-ASCII byte at 6"),
+        (b"GET /metrics HTTP/2\r\n\r\n", "not an HTTP/1 request line: 'GET /metrics HTTP/2'"),
+        (b"GET  /metrics HTTP/1.1\r\n\r\n", "not an HTTP/1 request line"),
+        (b"GET /metrics HTTP/1.1\r\n folded: x\r\n\r\n", "not a header field: ' folded: x'"),
+        (b"GET /metrics HTTP/1.1\r\nNo colon\r\n\r\n", "not a header field"),
+        (b"GET /metrics HTTP/1.1\r\nX: a\rb\r\n\r\n", "not a header field: 'X: a\\x0db'"),
+        (b"GET /metrics HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", "'host' given twice"),
+        (
+            b"GET /metrics HTTP/1.1\r\n" + b"X: y\r\n" * (MAX_HEADER_FIELDS + 1) + b"\r\n",
+            f"{MAX_HEADER_FIELDS + 1} header fields",
+        ),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n", "a request head of"),
+    ],
+)
+def test_what_is_not_a_request_head_says_why(data: bytes, says: str) -> None:
+    with pytest.raises(MalformedInput) as raised:
+        parse_request_head(data)
+    assert says in str(raised.value)
+
+
+def test_fields_the_endpoint_ignores_may_repeat() -> None:
+    head = parse_request_head(b"GET / HTTP/1.0\r\nX-A: 1\r\nx-a: 2\r\n\r\n")
+    assert head.fields == {}
+    assert head.version == "1.0"
