@@ -18,6 +18,7 @@ import yaml
 from nodeagent.config import MetricsSettings
 from nodeagent.config.addresses import parse_address
 from nodeagent.journal import MESSAGE_IDS
+from nodeagent.specs import parse_spec_text
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
@@ -49,6 +50,7 @@ def test_every_manifest_loads_and_lives_in_the_monitoring_namespace() -> None:
     assert [p.name for p in files] == [
         "daemonset.yaml",
         "namespace.yaml",
+        "pinnedimagesets.yaml",
         "prometheusrule.yaml",
         "rbac.yaml",
         "service.yaml",
@@ -57,8 +59,56 @@ def test_every_manifest_loads_and_lives_in_the_monitoring_namespace() -> None:
     for path in files:
         for doc in load(path.name):
             assert doc["apiVersion"] and doc["kind"], path
-            is_cluster_scoped = doc["kind"] in ("Namespace", "ClusterRole", "ClusterRoleBinding")
+            is_cluster_scoped = doc["kind"] in (
+                "Namespace",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "PinnedImageSet",
+            )
             assert is_cluster_scoped or doc["metadata"]["namespace"] == name, (path, doc["kind"])
+
+
+_BY_DIGEST = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[a-f0-9]{64}$")
+
+
+def images_in(doc: Any) -> list[str]:
+    """Every ``image`` value of a pod template anywhere in ``doc``."""
+    found: list[str] = []
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found.extend(v for k, v in item.items() if k == "image" and isinstance(v, str))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def test_every_image_deploy_runs_is_by_digest_and_pinned_on_every_pool() -> None:
+    """A site without a registry runs the proxy only if every node holds it: the image is
+    named by digest and is in a set for each pool role the DaemonSet runs on."""
+    deploy = ROOT / "deploy"
+    images = {
+        image
+        for path in sorted(deploy.rglob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") in ("DaemonSet", "Deployment", "Pod", "Job", "StatefulSet")
+        for image in images_in(doc)
+    }
+    assert images, "no workload in deploy/"
+    for image in images:
+        assert _BY_DIGEST.match(image), f"{image}: not by digest"
+    text = (MONITORING / "pinnedimagesets.yaml").read_text()
+    loaded = parse_spec_text(text, source="pinnedimagesets.yaml", is_persistent=True)
+    assert loaded.problems == ()
+    roles = {s.name.rsplit("-", 1)[-1] for s in loaded.sets}
+    assert roles == {"master", "worker"}
+    for doc in load("pinnedimagesets.yaml"):
+        role = doc["metadata"]["name"].rsplit("-", 1)[-1]
+        assert doc["metadata"]["labels"]["machineconfiguration.openshift.io/role"] == role
+    for image_set in loaded.sets:
+        assert {str(ref) for ref in image_set.images} == images, image_set.name
 
 
 def test_the_proxy_forwards_to_the_default_loopback_endpoint_and_listens_on_its_port() -> None:
