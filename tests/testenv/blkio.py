@@ -20,9 +20,12 @@ cgroupfs (tests/unit/testenv/test_blkio.py), not on a real v2 host here.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.testenv.waiting import wait_for
 
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -98,9 +101,7 @@ def _v1(blkio: Path, pid: int, device: str, bytes_per_s: int) -> Iterator[None]:
         (group / "cgroup.procs").write_text(f"{pid}\n")
         yield
     finally:
-        with contextlib.suppress(ProcessLookupError, OSError):
-            (blkio / "cgroup.procs").write_text(f"{pid}\n")
-        group.rmdir()
+        _release(group, blkio / "cgroup.procs", pid)
 
 
 @contextlib.contextmanager
@@ -115,7 +116,27 @@ def _v2(root: Path, pid: int, device: str, bytes_per_s: int, came_from: str) -> 
         (group / "cgroup.procs").write_text(f"{pid}\n")
         yield
     finally:
-        back = root / came_from.lstrip("/") / "cgroup.procs"
-        with contextlib.suppress(ProcessLookupError, OSError):
-            back.write_text(f"{pid}\n")
-        group.rmdir()
+        _release(group, root / came_from.lstrip("/") / "cgroup.procs", pid)
+
+
+def _release(group: Path, back: Path, pid: int) -> None:
+    """Move ``pid`` back, then whatever else is still in ``group`` (what the throttled
+    process started meanwhile: an import's session process), then remove the group. A
+    process on its way out keeps the group busy (EBUSY) for a moment: retried."""
+    with contextlib.suppress(ProcessLookupError, OSError):
+        back.write_text(f"{pid}\n")
+
+    def removed() -> bool:
+        with contextlib.suppress(OSError):  # gone with the group's files, or never there
+            for other in (group / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError, OSError):
+                    back.write_text(f"{other}\n")
+        try:
+            group.rmdir()
+        except OSError as err:
+            if err.errno != errno.EBUSY:
+                raise
+            return False
+        return True
+
+    wait_for(removed, timeout_s=10, interval_s=0.05, what=f"{group} emptied and removed")
