@@ -100,6 +100,7 @@ def cmd_verify(config: Config, args: argparse.Namespace) -> int:
             keys_dir,
             platform=args.arch,
             on_progress=progress.hashed if progress else None,
+            fips_switch=config.bundles.fips_switch,
         )
     finally:
         if progress is not None:
@@ -123,6 +124,7 @@ def print_report(report: bundle_media.VerifyReport) -> None:
         name = f" ({clip(verified.key_name, 100)})" if verified.key_name else ""
         comment = clip(verified.trusted_comment, 200)
         out(f"  signed by key {verified.key_id_hex}{name}: {comment}")
+        out(f"  signatures verified: {', '.join(verified.schemes)}")
     if manifest is None:
         return
     out(

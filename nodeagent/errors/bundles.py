@@ -52,7 +52,8 @@ class Ed25519Refused(PermanentError):
 
 
 class KeyMalformed(PermanentError):
-    """A public or secret key text is not a minisign Ed25519 key."""
+    """A public or secret key text is not a minisign Ed25519 key, nor an ECDSA P-256 or P-384
+    key in PEM (decision 0075)."""
 
     reason = "SigningKeyMalformed"
     exit_code = 78  # EX_CONFIG
