@@ -159,26 +159,52 @@ def verify(
 
 def sign(message: bytes, private_pem: bytes, *, trusted_comment: str) -> str:
     """A signature file (``bundle create --ecdsa-key``; the tests)."""
-    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives import hashes  # noqa: PLC0415
     from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
 
-    key = serialization.load_pem_private_key(private_pem, password=None)
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise KeyMalformed("the ECDSA signing key is not an EC private key")
-    algorithm = next((a for a, (c, _) in ALGORITHMS.items() if c == key.curve.name), None)
-    if algorithm is None:
-        raise KeyMalformed(f"curve {key.curve.name}, not P-256 or P-384")
+    key, public = _private_key(private_pem)
+    algorithm = _algorithm_of(public)
     digest: Any = hashes.SHA256() if algorithm.endswith("sha256") else hashes.SHA384()
-    der = key.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
     first = key.sign(message, ec.ECDSA(digest))
     second = key.sign(first + trusted_comment.encode(), ec.ECDSA(digest))
     return (
         "untrusted comment: ECDSA signature of a nodeagent bundle\n"
-        f"{algorithm}:{key_id_of(der).hex()}:{base64.b64encode(first).decode()}\n"
+        f"{algorithm}:{public.key_id_hex}:{base64.b64encode(first).decode()}\n"
         f"trusted comment: {trusted_comment}\n{base64.b64encode(second).decode()}\n"
     )
+
+
+def public_key_of(private_pem: bytes, *, name: str = "") -> EcdsaKey:
+    """The public half of a signing key (``bundle create`` shows its id), checked as
+    ``sign`` checks it."""
+    return _private_key(private_pem, name=name)[1]
+
+
+def _private_key(private_pem: bytes, *, name: str = "") -> tuple[Any, EcdsaKey]:
+    """The EC private key of a PEM (PKCS#8 or SEC1, unencrypted) and its public key;
+    anything else is ``KeyMalformed``."""
+    from cryptography.exceptions import UnsupportedAlgorithm  # noqa: PLC0415
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
+    what = f"the ECDSA signing key {clip(name, 200)}".rstrip()
+    if len(private_pem) > MAX_KEY_BYTES:
+        raise KeyMalformed(f"{what} is larger than {MAX_KEY_BYTES} bytes for a private key")
+    try:
+        key = serialization.load_pem_private_key(private_pem, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as err:
+        raise KeyMalformed(
+            f"{what} is not an unencrypted PEM private key ({clip(str(err), 200)}); make one "
+            "with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`"
+        ) from err
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise KeyMalformed(f"{what} is not an EC private key")
+    if key.curve.name not in {curve for curve, _ in ALGORITHMS.values()}:
+        raise KeyMalformed(f"{what}: curve {clip(key.curve.name)}, not P-256 or P-384")
+    der = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return key, EcdsaKey(key_id_of(der), key.curve.name, der, name)
 
 
 @dataclass(frozen=True, slots=True)

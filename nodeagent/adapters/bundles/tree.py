@@ -374,8 +374,9 @@ class VerifyReport:
         doc["seconds"] = round(self.seconds, 3)
         if self.verified is not None:
             by = self.verified
-            doc["signedBy"] = {"keyId": by.key_id_hex, "keyName": by.key_name}
-            doc["signatures"] = list(by.schemes)
+            doc["signedBy"] = {
+                "keyId": by.key_id_hex, "keyName": by.key_name, "signatures": list(by.schemes),
+            }  # fmt: skip
             doc["trustedComment"] = self.verified.trusted_comment
         if self.manifest is not None:
             doc.update(_manifest_json(self.manifest))
