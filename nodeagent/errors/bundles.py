@@ -45,7 +45,8 @@ class SignatureInvalid(PermanentError):
 
 class Ed25519Refused(PermanentError):
     """The crypto backend refuses Ed25519 (an OpenSSL FIPS provider does: decision 0075), so
-    no minisign signature can be verified on this node."""
+    no minisign signature can be verified on this node; or the host is in FIPS mode and the
+    bundle has no ECDSA signature, the only one that counts there."""
 
     reason = "Ed25519Refused"
     exit_code = 69  # EX_UNAVAILABLE

@@ -71,6 +71,15 @@ def _read_key(path: Path) -> str:
         return stream.read(MAX_KEY_TEXT_BYTES + 1).decode("utf-8", errors="replace")
 
 
+def kept_signatures(
+    verified: ecdsa_signature.ManifestVerified, minisig: bytes | None, ecdsa: bytes | None
+) -> tuple[bytes | None, bytes | None]:
+    """The signature files to keep beside a stored manifest: those the rule verified (on a
+    host in FIPS mode minisign's is not looked at, so not kept: nothing unverified is)."""
+    has_ecdsa = any(s != "minisign" for s in verified.schemes)
+    return (minisig if "minisign" in verified.schemes else None), (ecdsa if has_ecdsa else None)
+
+
 def verify_signed(
     data: bytes, minisig: bytes | None, ecdsa: bytes | None, keys: TrustedKeys
 ) -> ecdsa_signature.ManifestVerified:

@@ -45,6 +45,7 @@ from nodeagent.adapters.bundles.tree import (
     release_signatures,
     verify_signed,
 )
+from nodeagent.adapters.bundles.trust import kept_signatures
 from nodeagent.adapters.files import statvfs_free
 from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.adapters.store.accepted import record_accepted
@@ -165,7 +166,8 @@ def disk_order(
 
 @dataclass(frozen=True, slots=True)
 class SignedFiles:
-    """``bundle.json`` and its signature files as bytes, verified, and the manifest."""
+    """``bundle.json`` and its signature files as bytes, verified, and the manifest (the
+    signature files: those verified, ``trust.kept_signatures``)."""
 
     manifest: BundleManifest
     verified: ManifestVerified
@@ -184,7 +186,9 @@ def read_signed(
         raise BundleIncomplete(f"{medium_root} lost its bundle.json") from None
     keys = load_trusted_keys_dir(trusted_keys_dir, fips_switch=fips_switch)
     verified = verify_signed(data, minisig, ecdsa, keys)
-    return SignedFiles(parse_manifest(data), verified, data, minisig, ecdsa)
+    return SignedFiles(
+        parse_manifest(data), verified, data, *kept_signatures(verified, minisig, ecdsa)
+    )
 
 
 class _Committer:

@@ -2,9 +2,9 @@
 
 In order (docs/site.md, "Fetch"; docs/store.md):
 
-1. ``verify``: the ``bundle.json`` and signature a peer sent are checked against this
-   node's own trusted keys, exactly as a stick's (``minisign.verify``, no legacy
-   signatures, then ``parse_manifest``): a peer is never trusted;
+1. ``verify``: the ``bundle.json`` and signature files a peer sent are checked against this
+   node's own trusted keys, exactly as a stick's (``trust.verify_signed``: decision 0075's
+   rule, no legacy minisign signatures; then ``parse_manifest``): a peer is never trusted;
 2. ``begin``, under the store lock: the store's admission (``copier.admit_copy``: the size
    cap, ``StoreFull``, then the filesystem's free space above the reserve,
    ``InsufficientDiskSpace``), then ``bundle.json`` and its signature are written. From
@@ -43,6 +43,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from nodeagent.adapters.bundles.tree import load_trusted_keys_dir, verify_signed
+from nodeagent.adapters.bundles.trust import kept_signatures
 from nodeagent.adapters.files import STORE_FILE_MODE, write_atomic
 from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.adapters.store.accepted import accepted_stamps, record_accepted
@@ -151,10 +152,10 @@ class FetchStore:
         verified = verify_signed(data, signature, ecdsa, keys)
         manifest = parse_manifest(data)
         digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
-        kept = signature if "minisign" in verified.schemes else None
+        kept, kept_ecdsa = kept_signatures(verified, signature, ecdsa)
         return SignedBundle(
             manifest, digest, data, kept, verified.key_id_hex, verified.key_name or "",
-            ecdsa if len(verified.schemes) > 1 or kept is None else None, verified.linked,
+            kept_ecdsa, verified.linked,
         )  # fmt: skip
 
     def held(self) -> dict[str, tuple[str, bool]]:

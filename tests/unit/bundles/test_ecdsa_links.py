@@ -43,7 +43,7 @@ def test_with_links_adds_the_other_key_once_and_never_the_key_itself() -> None:
     assert with_links((), "A", ("A",)) == ()
 
 
-def test_a_linked_stamp_holds_the_mark_for_either_key() -> None:
+def test_R44_a_linked_stamp_holds_the_mark_for_either_key() -> None:
     """Accepted: bundle 5 signed by minisign key M and ECDSA key E (stamped under M, linked
     to E). Bundle 3 signed by E alone (its minisign signature stripped) is a rollback; so is
     bundle 3 signed by both after an E-only bundle 5 (the candidate's own link)."""

@@ -381,7 +381,9 @@ def test_report_of_a_good_bundle(root: Path, keys: Keys) -> None:
     assert report.is_ok and report.error is None
     doc = report.to_json()
     assert doc["ok"] is True and doc["seconds"] == 2.5
-    assert doc["signedBy"] == {"keyId": keys.public.key_id_hex, "keyName": "factory"}
+    assert doc["signedBy"] == {
+        "keyId": keys.public.key_id_hex, "keyName": "factory", "signatures": ["minisign"]
+    }  # fmt: skip
     assert doc["hashedBytes"] == doc["totalSizeBytes"] == report.hashed_bytes > len(LAYER)
     assert [i["name"] for i in doc["images"]] == [IMAGE]
 

@@ -100,7 +100,7 @@ def test_an_ecdsa_only_bundle_verifies_by_its_pem_key(
     assert verified.key_id_hex == f"{int.from_bytes(key.key_id, 'little'):X}"
 
 
-def test_both_signatures_link_both_keys_and_a_fips_host_looks_only_at_ecdsa(
+def test_R43_both_signatures_verify_and_a_fips_host_looks_only_at_ecdsa(
     tmp_path: Path, keys: Keys, ecdsa_keys: EcdsaKeys
 ) -> None:
     root = tmp_path / "bundle"
