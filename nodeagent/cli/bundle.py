@@ -52,7 +52,7 @@ def add_parser(sub: Subparsers) -> Subparsers:
     verify = commands.add_parser("verify", help="check a bundle's signature and every byte")
     verify.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
     verify.add_argument(
-        "--trusted-keys", type=Path, help="directory of trusted *.pub keys (default: config)"
+        "--trusted-keys", type=Path, help="directory of trusted *.pub/*.pem keys (default: config)"
     )
     verify.add_argument(
         "--arch", type=parse_platform, default=None,

@@ -76,7 +76,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("bundle", metavar="BUNDLE", help="a bundle directory or a stored id")
     parser.add_argument("--output", type=Path, help="write it here (default: standard output)")
     parser.add_argument(
-        "--trusted-keys", type=Path, help="directory of trusted *.pub keys (default: config)"
+        "--trusted-keys", type=Path, help="directory of trusted *.pub/*.pem keys (default: config)"
     )
 
 
