@@ -39,6 +39,7 @@ from tests.integration.adapters.http.test_fetcher import (
     served,
     site_of,
 )
+from tests.testenv.lying_peer import ScriptedPeer
 from tests.testenv.signed_bundles import (
     EcdsaKeys,
     Keys,
@@ -246,6 +247,33 @@ async def test_an_oversized_ecdsa_sig_in_a_peers_store_is_never_served_nor_taken
     (refused,) = events(logs, "bundle_fetch_refused")
     assert refused["reason"] == "BundleSignedByUnknownKey", refused
     assert served(site) == [0]
+
+
+async def test_a_lying_peer_sending_an_oversized_ecdsa_sig_is_cut_off_and_demoted(
+    site: Site, ecdsa_keys: EcdsaKeys
+) -> None:
+    """A scripted peer (its certificate the site's) answers ``bundle.json.ecdsa-sig`` with
+    64 KiB: the client reads at most the 1 KiB bound (and one byte), the peer is demoted for
+    a bad answer, and nothing is stored."""
+    pem = site.tmp / "liar-server.pem"
+    site.ca.serving("liar").write_pair(pem, pem)
+    liar = ScriptedPeer(
+        site.tmp / "liar", [site.bundle.root], pem, site.ca_file,
+        addr="127.0.0.1", port=0, mode="big-ecdsa-sig",
+    )  # fmt: skip
+    try:
+        node = fetching_node(site, trusted_dir=ecdsa_only_trust(site, ecdsa_keys))
+        with capture_logs() as logs:
+            await node.look(liar.address)
+        await node.client.close()
+    finally:
+        liar.close()
+    assert liar.requests("bundle.json.ecdsa-sig"), liar.requests()
+    assert node.imported == []
+    assert not (node.store / layout.bundle_dir(BUNDLE_ID)).exists()
+    (demoted,) = events(logs, "peer_demoted")
+    assert (demoted["peer"], demoted["reason"]) == (liar.address, "PeerAnswerInvalid")
+    assert not liar.requests("/blobs/")
 
 
 async def test_an_ecdsa_only_bundle_is_fetched_and_kept_without_a_minisign_file(
