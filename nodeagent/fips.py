@@ -77,7 +77,8 @@ def refusal_message(posture: CryptoPosture) -> str:
     said = f" ({posture.detail})" if posture.detail else ""
     return (
         f"the crypto backend ({posture.backend}) refuses Ed25519 on {where}{said}: no "
-        "minisign-signed bundle can be verified here; decision 0075 says what a FIPS site does"
+        "minisign-signed bundle can be verified here; bundles signed with ECDSA too (`bundle "
+        "create --ecdsa-key`) are, by a trusted .pem key (decision 0075)"
     )
 
 

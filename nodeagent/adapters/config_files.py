@@ -4,8 +4,9 @@ A configuration can be valid and still useless: a trusted key that is garbage, c
 on with no kubeconfig, a site role with no certificate. The daemon would find out at its
 start or at the first bundle; ``check-config`` finds out now, with the same loaders:
 
-* the trusted keys (``[bundles] trusted_keys_dir``): every ``*.pub`` parsed as minisign
-  keys, counted (none is said: no bundle would be accepted);
+* the trusted keys (``[bundles] trusted_keys_dir``): every ``*.pub`` parsed as a minisign
+  key and every ``*.pem`` as an ECDSA one (P-256, P-384), counted (none is said: no bundle
+  would be accepted; on a host in FIPS mode, no ``*.pem`` is said too: decision 0075);
 * with ``[cluster] enabled``: the kubeconfig loaded by lightkube, its current context
   resolved (as ``adapters.kube`` does);
 * with ``[site] serve``: the serving certificate, its key and the CA loaded into a TLS
@@ -43,10 +44,18 @@ def check_referenced_files(config: Config) -> ReferencedFiles:
     keys_dir = config.bundles.trusted_keys_dir
     count: int | None
     try:
-        count = len(load_trusted_keys_dir(keys_dir))
+        keys = load_trusted_keys_dir(keys_dir, fips_switch=config.bundles.fips_switch)
     except NodeAgentError as err:
         problems.append(err)
         count = None
+    else:
+        count = len(keys)
+        if count and keys.host_fips and not keys.ecdsa:
+            notes.append(
+                f"this host is in FIPS mode and {keys_dir} holds no ECDSA key (*.pem): every "
+                "bundle would be refused (Ed25519Refused); install the factory's ECDSA public "
+                "key there (decision 0075)"
+            )
     if count == 0:
         notes.append(
             f"no trusted key in {keys_dir}: every bundle would be refused "

@@ -231,7 +231,12 @@ class HostFacts:
         from nodeagent.adapters.store.node_store import NodeImageStore  # noqa: PLC0415
 
         config = self.config
-        store = NodeImageStore(config.store_dir, config.bundles.trusted_keys_dir, StoreLimits())
+        store = NodeImageStore(
+            config.store_dir,
+            config.bundles.trusted_keys_dir,
+            StoreLimits(),
+            fips_switch=config.bundles.fips_switch,
+        )
         try:
             return frozenset(store.restorable(refs).refs)
         except (NodeAgentError, OSError) as exc:
@@ -249,7 +254,12 @@ class HostFacts:
         from nodeagent.adapters.store.node_store import NodeImageStore  # noqa: PLC0415
 
         config = self.config
-        store = NodeImageStore(config.store_dir, config.bundles.trusted_keys_dir, StoreLimits())
+        store = NodeImageStore(
+            config.store_dir,
+            config.bundles.trusted_keys_dir,
+            StoreLimits(),
+            fips_switch=config.bundles.fips_switch,
+        )
         try:
             carried = store.carried_signatures(refs)
         except (NodeAgentError, OSError) as exc:

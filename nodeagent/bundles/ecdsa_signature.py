@@ -1,7 +1,8 @@
 """ECDSA signatures of a bundle's manifest: the FIPS-approved alternative to minisign's
 Ed25519 (docs/decisions/0075-fips-and-bundle-signatures.md, "The FIPS-approved bundle
-signature"). Verification and the rule that combines it with minisign are here; the
-importer does not read ``bundle.json.ecdsa-sig`` yet (decision 0075 says what is left).
+signature"). Verification and the rule that combines it with minisign
+(``verify_signatures``) are here; every reader of a bundle's manifest (a medium, the store,
+a peer) goes through ``adapters.bundles.tree.verify_signed``, which calls it.
 
 The signature file, UTF-8, at most ``MAX_SIGNATURE_BYTES``, four lines as minisign's::
 
@@ -91,9 +92,11 @@ def load_public_key(pem: str, *, name: str) -> EcdsaKey:
 
     if len(pem.encode()) > MAX_KEY_BYTES:
         raise KeyMalformed(f"{clip(name)}: larger than {MAX_KEY_BYTES} bytes for a public key")
+    from cryptography.exceptions import UnsupportedAlgorithm  # noqa: PLC0415
+
     try:
         key = serialization.load_pem_public_key(pem.encode())
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, UnsupportedAlgorithm) as err:  # a FIPS backend: Ed25519
         raise KeyMalformed(f"{clip(name)}: not a PEM public key ({clip(str(err))})") from err
     if not isinstance(key, ec.EllipticCurvePublicKey):
         raise KeyMalformed(f"{clip(name)}: not an ECDSA key")
@@ -156,25 +159,107 @@ def verify(
 
 def sign(message: bytes, private_pem: bytes, *, trusted_comment: str) -> str:
     """A signature file (``bundle create --ecdsa-key``; the tests)."""
-    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives import hashes  # noqa: PLC0415
     from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
 
-    key = serialization.load_pem_private_key(private_pem, password=None)
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise KeyMalformed("the ECDSA signing key is not an EC private key")
-    algorithm = next((a for a, (c, _) in ALGORITHMS.items() if c == key.curve.name), None)
-    if algorithm is None:
-        raise KeyMalformed(f"curve {key.curve.name}, not P-256 or P-384")
+    key, public = _private_key(private_pem)
+    algorithm = _algorithm_of(public)
     digest: Any = hashes.SHA256() if algorithm.endswith("sha256") else hashes.SHA384()
-    der = key.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
     first = key.sign(message, ec.ECDSA(digest))
     second = key.sign(first + trusted_comment.encode(), ec.ECDSA(digest))
     return (
         "untrusted comment: ECDSA signature of a nodeagent bundle\n"
-        f"{algorithm}:{key_id_of(der).hex()}:{base64.b64encode(first).decode()}\n"
+        f"{algorithm}:{public.key_id_hex}:{base64.b64encode(first).decode()}\n"
         f"trusted comment: {trusted_comment}\n{base64.b64encode(second).decode()}\n"
+    )
+
+
+def public_key_of(private_pem: bytes, *, name: str = "") -> EcdsaKey:
+    """The public half of a signing key (``bundle create`` shows its id), checked as
+    ``sign`` checks it."""
+    return _private_key(private_pem, name=name)[1]
+
+
+def _private_key(private_pem: bytes, *, name: str = "") -> tuple[Any, EcdsaKey]:
+    """The EC private key of a PEM (PKCS#8 or SEC1, unencrypted) and its public key;
+    anything else is ``KeyMalformed``."""
+    from cryptography.exceptions import UnsupportedAlgorithm  # noqa: PLC0415
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
+    what = f"the ECDSA signing key {clip(name, 200)}".rstrip()
+    if len(private_pem) > MAX_KEY_BYTES:
+        raise KeyMalformed(f"{what} is larger than {MAX_KEY_BYTES} bytes for a private key")
+    try:
+        key = serialization.load_pem_private_key(private_pem, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as err:
+        raise KeyMalformed(
+            f"{what} is not an unencrypted PEM private key ({clip(str(err), 200)}); make one "
+            "with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`"
+        ) from err
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise KeyMalformed(f"{what} is not an EC private key")
+    if key.curve.name not in {curve for curve, _ in ALGORITHMS.values()}:
+        raise KeyMalformed(f"{what}: curve {clip(key.curve.name)}, not P-256 or P-384")
+    der = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return key, EcdsaKey(key_id_of(der), key.curve.name, der, name)
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestVerified:
+    """Who signed a manifest, as the rest of the node sees it (``verify_signatures``)."""
+
+    key_id_hex: str
+    """The key the anti-rollback marks are held under, shown as minisign shows key ids
+    (``minisign.key_id_hex``; an ECDSA key's 8-byte id likewise): minisign's key when its
+    signature was verified, else the ECDSA key."""
+    key_name: str | None
+    trusted_comment: str
+    schemes: tuple[str, ...]
+    """``minisign``, the ECDSA algorithm, or both (minisign first)."""
+    linked: tuple[str, ...] = ()
+    """The other key that signed the same bytes (both verified: the ECDSA key). The stamp
+    links the two (``freshness.with_links``), so stripping one signature from an older
+    bundle never escapes the other key's high-water mark."""
+
+
+def verify_signatures(
+    message: bytes,
+    *,
+    minisig: str | bytes | None,
+    ecdsa: str | bytes | None,
+    minisign_keys: Mapping[bytes, minisign.PublicKey],
+    ecdsa_keys: Mapping[bytes, EcdsaKey],
+    host_fips: bool | None,
+) -> ManifestVerified:
+    """Decision 0075's rule. On a host in FIPS mode the ECDSA signature is required and
+    minisign's is not looked at; elsewhere either one by a trusted key is enough, and when
+    both are there both must verify and carry the same trusted comment (never half-trusted).
+    minisign's must be prehashed (a bundle's always is)."""
+    if host_fips:
+        if not ecdsa:
+            raise Ed25519Refused(
+                "this host is in FIPS mode and the bundle has no ECDSA signature: only its "
+                "minisign (Ed25519) one, which FIPS does not approve; re-make it with "
+                "`bundle create --ecdsa-key`"
+            )
+        return _ecdsa_verified(verify(message, ecdsa, ecdsa_keys))
+    if not ecdsa:
+        by = minisign.verify(message, minisig, minisign_keys, is_legacy_allowed=False)
+        return ManifestVerified(by.key_id_hex, by.key_name, by.trusted_comment, ("minisign",))
+    verified = verify(message, ecdsa, ecdsa_keys)
+    if not minisig:
+        return _ecdsa_verified(verified)
+    by = minisign.verify(message, minisig, minisign_keys, is_legacy_allowed=False)
+    if by.trusted_comment != verified.trusted_comment:
+        raise SignatureInvalid("the minisign and ECDSA signatures carry different comments")
+    ecdsa_id = minisign.key_id_hex(verified.key.key_id)
+    algorithm = _algorithm_of(verified.key)
+    linked = (ecdsa_id,) if ecdsa_id != by.key_id_hex else ()
+    return ManifestVerified(
+        by.key_id_hex, by.key_name, by.trusted_comment, ("minisign", algorithm), linked
     )
 
 
@@ -187,23 +272,38 @@ def verify_manifest(
     ecdsa_keys: Mapping[bytes, EcdsaKey],
     host_fips: bool | None,
 ) -> str:
-    """Decision 0075's rule; returns the trusted comment. On a host in FIPS mode the ECDSA
-    signature is required and minisign's is not looked at; elsewhere either one by a trusted
-    key is enough, and when both are there both must verify (never half-trusted)."""
-    if host_fips:
-        if not ecdsa:
-            raise Ed25519Refused(
-                "this host is in FIPS mode and the bundle has no ECDSA signature: only its "
-                "minisign (Ed25519) one, which FIPS does not approve; re-make it with "
-                "`bundle create --ecdsa-key`"
+    """``verify_signatures``' trusted comment."""
+    return verify_signatures(
+        message, minisig=minisig, ecdsa=ecdsa, minisign_keys=minisign_keys,
+        ecdsa_keys=ecdsa_keys, host_fips=host_fips,
+    ).trusted_comment  # fmt: skip
+
+
+def load_trusted_keys(texts: Mapping[str, str]) -> dict[bytes, EcdsaKey]:
+    """Named PEM public keys into a key-id index; two names for one key id is an error."""
+    keys: dict[bytes, EcdsaKey] = {}
+    for name, text in texts.items():
+        key = load_public_key(text, name=name)
+        other = keys.get(key.key_id)
+        if other is not None:
+            raise KeyMalformed(
+                f"trusted keys '{clip(other.name, 100)}' and '{clip(name, 100)}' have the "
+                f"same key id {key.key_id_hex}: remove one of them"
             )
-        return verify(message, ecdsa, ecdsa_keys).trusted_comment
-    if not ecdsa:
-        return minisign.verify(message, minisig, minisign_keys).trusted_comment
-    comment = verify(message, ecdsa, ecdsa_keys).trusted_comment
-    if minisig and minisign.verify(message, minisig, minisign_keys).trusted_comment != comment:
-        raise SignatureInvalid("the minisign and ECDSA signatures carry different comments")
-    return comment
+        keys[key.key_id] = key
+    return keys
+
+
+def _ecdsa_verified(verified: EcdsaVerified) -> ManifestVerified:
+    key = verified.key
+    return ManifestVerified(
+        minisign.key_id_hex(key.key_id), key.name, verified.trusted_comment,
+        (_algorithm_of(key),),
+    )  # fmt: skip
+
+
+def _algorithm_of(key: EcdsaKey) -> str:
+    return next(a for a, (curve, _) in ALGORITHMS.items() if curve == key.curve)
 
 
 def _b64(text: str) -> bytes:

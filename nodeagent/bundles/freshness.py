@@ -85,12 +85,25 @@ def is_key_id(text: object) -> bool:
     return isinstance(text, str) and _KEY_ID.match(text) is not None
 
 
-def supersedes_of(value: object) -> tuple[str, ...]:
+def with_links(
+    supersedes: tuple[str, ...], key_id: str, linked: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A stamp's ``supersedes`` with ``linked``: the other key that signed the same manifest
+    (a bundle signed with minisign and ECDSA, decision 0075). ``lineage`` follows the links
+    both ways, so both keys' marks hold for the bundle, and an older bundle stripped of one
+    signature is still judged against the other key's mark."""
+    if not linked:
+        return supersedes
+    return tuple(sorted({*supersedes, *linked} - {key_id}))
+
+
+def supersedes_of(value: object, *, limit: int = MAX_SUPERSEDED) -> tuple[str, ...]:
     """``supersedes``: a list of 1 to 8 distinct key ids (upper-case hex, as minisign and
-    ``nodeagent bundle verify`` show them)."""
-    if not isinstance(value, list) or not 1 <= len(value) <= MAX_SUPERSEDED:
+    ``nodeagent bundle verify`` show them). ``limit``: a stamp's may hold one more, the
+    other key of a bundle signed with both schemes (``ecdsa_signature.linked_stamp``)."""
+    if not isinstance(value, list) or not 1 <= len(value) <= limit:
         raise BundleManifestInvalid(
-            f"bundle.json: supersedes must be a list of 1 to {MAX_SUPERSEDED} key ids"
+            f"bundle.json: supersedes must be a list of 1 to {limit} key ids"
         )
     for item in value:
         if not is_key_id(item):

@@ -37,6 +37,11 @@ class VerifiedBundle(Protocol):
         """``sha256:<hex>`` of the ``bundle.json`` verified."""
         ...
 
+    @property
+    def linked(self) -> tuple[str, ...]:
+        """The other key that signed it (a bundle signed with minisign and ECDSA)."""
+        ...
+
 
 class ImageStorePort(Protocol):
     """The node's image store (``adapters.store.node_store.NodeImageStore``); blocking calls

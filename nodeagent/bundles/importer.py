@@ -112,7 +112,9 @@ class Importer:
                 check_node_in_target(manifest.target, labels, bundle_id=manifest.bundle_id)
             except NodeAgentError as exc:
                 return self._reject(replace(report, bundle_id=manifest.bundle_id), exc)
-        stale = await self._stale(manifest, checked.key_id_hex, checked.manifest_digest)
+        stale = await self._stale(
+            manifest, checked.key_id_hex, checked.manifest_digest, checked.linked
+        )
         if stale is not None:
             return self._reject(replace(report, bundle_id=manifest.bundle_id), stale)
         report = replace(
@@ -140,7 +142,14 @@ class Importer:
         return await wait()
 
     async def import_stored(
-        self, manifest: BundleManifest, *, signed_by: str, key_id_hex: str, digest: str, source: str
+        self,
+        manifest: BundleManifest,
+        *,
+        signed_by: str,
+        key_id_hex: str,
+        digest: str,
+        source: str,
+        linked: tuple[str, ...] = (),
     ) -> BundleReport:
         """A bundle already in the store (fetched from peers, its signature verified and its
         target checked by the fetcher): import and hand over as after a stick's copy, unless
@@ -149,18 +158,18 @@ class Importer:
         report = BundleReport(
             source, "stored", manifest.bundle_id, signed_by, len(manifest.images), bytes_total=total
         )
-        stale = await self._stale(manifest, key_id_hex, digest)
+        stale = await self._stale(manifest, key_id_hex, digest, linked)
         if stale is not None:
             return self._reject(report, stale)
         return await self._import_verified(None, manifest, report)
 
     async def _stale(
-        self, manifest: BundleManifest, key_id_hex: str, digest: str
+        self, manifest: BundleManifest, key_id_hex: str, digest: str, linked: tuple[str, ...] = ()
     ) -> NodeAgentError | None:
         """Expiry and anti-rollback (``bundles.freshness.check``): the refusal, or None to go
         on; a rule set aside by hand is logged as a warning naming what it let in."""
         ports, bundle_id, sequence = self.ports, manifest.bundle_id, manifest.sequence
-        candidate = manifest.stamp(key_id_hex, digest)
+        candidate = manifest.stamp(key_id_hex, digest, linked)
         checked = check(
             candidate, manifest.expires, await asyncio.to_thread(ports.accepted),
             dt.datetime.fromtimestamp(ports.wall_clock(), dt.UTC),

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 from nodeagent.bundles.agent_image import AgentImage, agent_image_of
 from nodeagent.bundles.freshness import DEFAULT_CHANNEL as DEFAULT_CHANNEL
-from nodeagent.bundles.freshness import TIME_FORM, Stamp, freshness_of
+from nodeagent.bundles.freshness import TIME_FORM, Stamp, freshness_of, with_links
 from nodeagent.bundles.release import BundleRelease, release_of
 from nodeagent.bundles.signatures import ImageSignature, image_signatures_of
 from nodeagent.bundles.tags import ServedTag, served_tags_of
@@ -58,6 +58,9 @@ FORMAT_VERSIONS: Final = (FORMAT_VERSION, TARGET_FORMAT_VERSION, FRESHNESS_FORMA
 _VERSIONS: Final = f"{', '.join(map(str, FORMAT_VERSIONS[:-1]))} or {FORMAT_VERSIONS[-1]}"
 MANIFEST_NAME: Final = "bundle.json"
 SIGNATURE_NAME: Final = "bundle.json.minisig"
+ECDSA_SIGNATURE_NAME: Final = "bundle.json.ecdsa-sig"
+"""The FIPS-approved signature of ``bundle.json`` (``bundles.ecdsa_signature``), beside or
+instead of the minisign one."""
 MAX_MANIFEST_BYTES: Final = 16 * 1024 * 1024
 """Read at most this much of ``bundle.json`` before its signature is checked."""
 MAX_MANIFEST_DEPTH: Final = 16
@@ -151,8 +154,9 @@ class BundleManifest:
     def total_size_bytes(self) -> int:
         return sum(f.size_bytes for f in self.files)
 
-    def stamp(self, key_id_hex: str, manifest_digest: str) -> Stamp:
-        """What the anti-rollback rule sees of this manifest, signed by ``key_id_hex``."""
+    def stamp(self, key_id_hex: str, manifest_digest: str, linked: tuple[str, ...] = ()) -> Stamp:
+        """What the anti-rollback rule sees of this manifest, signed by ``key_id_hex`` (and
+        ``linked``, the other key when both schemes signed it: ``freshness.with_links``)."""
         return Stamp(
             key_id_hex,
             self.channel,
@@ -160,7 +164,7 @@ class BundleManifest:
             manifest_digest,
             self.bundle_id,
             format_version=self.format_version,
-            supersedes=self.supersedes,
+            supersedes=with_links(self.supersedes, key_id_hex, linked),
         )
 
 
@@ -306,7 +310,7 @@ def _files(
         hex_part = _need(item, "sha256", str, where)
         if not _HEX.match(hex_part):
             raise BundleManifestInvalid(f"{where}: sha256 must be 64 lowercase hex digits")
-        if path in (MANIFEST_NAME, SIGNATURE_NAME) or path in files:
+        if path in (MANIFEST_NAME, SIGNATURE_NAME, ECDSA_SIGNATURE_NAME) or path in files:
             raise BundleManifestInvalid(f"{where}: {path} is listed twice")
         if path.startswith(blob_dir):
             raise BundleManifestInvalid(f"{where}: {path} is a blob's place; list it in blobs")

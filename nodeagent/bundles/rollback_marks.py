@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from nodeagent.bundles.freshness import (
     MAX_SEQUENCE,
+    MAX_SUPERSEDED,
     Stamp,
     format_mark,
     freshness_of,
@@ -104,7 +105,8 @@ def _stamp(item: object, where: str) -> Stamp:
         raise StateFileDamaged(f"{where}: must hold exactly {', '.join(sorted(_FIELDS))}")
     _check(item, where)
     try:
-        supersedes = supersedes_of(item["supersedes"]) if item["supersedes"] else ()
+        links = item["supersedes"]
+        supersedes = supersedes_of(links, limit=MAX_SUPERSEDED + 1) if links else ()
     except BundleManifestInvalid as err:
         raise StateFileDamaged(f"{where}: {err.message}") from None
     return Stamp(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from nodeagent.bundles.manifest import (
+    ECDSA_SIGNATURE_NAME,
     MANIFEST_NAME,
     SIGNATURE_NAME,
     BundleDigestMismatch,
@@ -49,7 +50,7 @@ def check_tree(entries: Iterable[TreeEntry], manifest: BundleManifest) -> None:
     a rule raises, so memory stays bounded by the manifest, whatever the medium holds.
     """
     expected = {f.path: f for f in manifest.files}
-    allowed = set(expected) | {MANIFEST_NAME, SIGNATURE_NAME}
+    allowed = set(expected) | {MANIFEST_NAME, SIGNATURE_NAME, ECDSA_SIGNATURE_NAME}
     parents = {"/".join(p.split("/")[:i]) for p in allowed for i in range(1, p.count("/") + 1)}
     seen: set[str] = set()
     for entry in entries:

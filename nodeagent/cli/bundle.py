@@ -52,7 +52,7 @@ def add_parser(sub: Subparsers) -> Subparsers:
     verify = commands.add_parser("verify", help="check a bundle's signature and every byte")
     verify.add_argument("path", type=Path, help="the bundle's directory (a mounted medium)")
     verify.add_argument(
-        "--trusted-keys", type=Path, help="directory of trusted *.pub keys (default: config)"
+        "--trusted-keys", type=Path, help="directory of trusted *.pub/*.pem keys (default: config)"
     )
     verify.add_argument(
         "--arch", type=parse_platform, default=None,
@@ -100,6 +100,7 @@ def cmd_verify(config: Config, args: argparse.Namespace) -> int:
             keys_dir,
             platform=args.arch,
             on_progress=progress.hashed if progress else None,
+            fips_switch=config.bundles.fips_switch,
         )
     finally:
         if progress is not None:
@@ -123,6 +124,7 @@ def print_report(report: bundle_media.VerifyReport) -> None:
         name = f" ({clip(verified.key_name, 100)})" if verified.key_name else ""
         comment = clip(verified.trusted_comment, 200)
         out(f"  signed by key {verified.key_id_hex}{name}: {comment}")
+        out(f"  signatures verified: {', '.join(verified.schemes)}")
     if manifest is None:
         return
     out(

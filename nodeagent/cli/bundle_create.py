@@ -33,6 +33,7 @@ from nodeagent.bundles.freshness import (
     is_key_id,
     supersedes_of,
 )
+from nodeagent.bundles.manifest import ECDSA_SIGNATURE_NAME
 from nodeagent.bundles.tags import served_tags_of_images
 from nodeagent.bundles.target import BundleTarget, describe_target, parse_selector_text
 from nodeagent.cli import output
@@ -79,8 +80,14 @@ def add_parser(commands: Subparsers) -> None:
         help="PinnedImageSet YAML file to carry (validated as the daemon validates it)",
     )  # fmt: skip
     create.add_argument(
-        "--key", type=Path, help="minisign secret key file (required, but with --dry-run)"
-    )
+        "--key", type=Path,
+        help="minisign secret key file (--key, --ecdsa-key or both; none with --dry-run)",
+    )  # fmt: skip
+    create.add_argument(
+        "--ecdsa-key", type=Path, metavar="FILE.pem",
+        help="also (or instead) sign with this ECDSA P-256/P-384 private key (PEM, "
+        "unencrypted), as nodes in FIPS mode need (bundle.json.ecdsa-sig)",
+    )  # fmt: skip
     create.add_argument(
         "--dry-run", action="store_true",
         help="write nothing: print the images, the blob count, the bytes and what the output's "
@@ -253,6 +260,36 @@ def _read_text(path: Path, what: str) -> str:
         raise KeyMalformed(f"cannot read the {what} {path}: {why(err)}") from err
 
 
+def signing_keys(args: argparse.Namespace) -> tuple[minisign.SecretKey | None, bytes | None]:
+    """``--key`` (read and unlocked) and ``--ecdsa-key`` (its bytes): one of them at least,
+    but with ``--dry-run`` (which reads neither)."""
+    if args.dry_run:
+        return None, None
+    if args.key is None and args.ecdsa_key is None:
+        raise KeyMalformed(
+            "bundle create needs --key (the minisign secret key file to sign with), "
+            "--ecdsa-key (an ECDSA P-256/P-384 private key, PEM) or both"
+        )
+    secret_key = read_secret_key(args.key, args.password_file) if args.key else None
+    return secret_key, read_ecdsa_key(args.ecdsa_key)
+
+
+def read_ecdsa_key(path: Path | None) -> bytes | None:
+    """``--ecdsa-key FILE.pem``: the private key's bytes (bounded; checked where it is used)."""
+    from nodeagent.bundles.ecdsa_signature import MAX_KEY_BYTES  # noqa: PLC0415
+
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(MAX_KEY_BYTES + 1)
+    except OSError as err:
+        raise HostFileError(f"cannot read {path}: {why(err)}") from err
+    if len(data) > MAX_KEY_BYTES:
+        raise KeyMalformed(f"{path} is larger than {MAX_KEY_BYTES} bytes for an ECDSA key")
+    return data
+
+
 def read_agent_statement(path: Path | None) -> tuple[bytes, bytes] | None:
     """``--agent-image-statement FILE``: FILE and FILE.sig, each bounded, or None."""
     if path is None:
@@ -294,9 +331,7 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
     from nodeagent.adapters.bundles import writer as bundle_writer  # noqa: PLC0415  (see the imports)
     from nodeagent.adapters.registry.access import registry_access  # noqa: PLC0415
 
-    if args.key is None and not args.dry_run:
-        raise KeyMalformed("bundle create needs --key (the minisign secret key file to sign with)")
-    secret_key = None if args.dry_run else read_secret_key(args.key, args.password_file)
+    secret_key, ecdsa_key = signing_keys(args)
     auth = read_auth(args.auth_file)
     sets = load_set_files(args.pinned_image_set, is_persistent=not args.transient)
     release = release_cli.release_request(args)
@@ -312,14 +347,14 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
         config.runtime, auth.credentials_for, extra_insecure=args.insecure_registry,
         platform=args.arch, timeout_s=BUNDLE_TIMEOUT_S,
     ).client  # fmt: skip
-    if secret_key is None:
+    if args.dry_run:
         from nodeagent.cli import bundle_plan  # noqa: PLC0415  (only for --dry-run)
 
         return bundle_plan.cmd_dry_run(
             args, refs, sets, client=client, auth=auth, now=now, freshness=freshness,
             release=release, served_tags=served_tags,
         )  # fmt: skip
-    check_supersedes(freshness, secret_key.public_key().key_id_hex)
+    check_supersedes(freshness, bundle_writer.signing_key_id(secret_key, ecdsa_key))
     progress = TerminalProgress() if sys.stderr.isatty() else None
     try:
         created = asyncio.run(
@@ -330,6 +365,7 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
                 now=now, freshness=freshness, with_signatures=args.with_signatures,
                 served_tags=served_tags,
                 agent_statement=read_agent_statement(args.agent_image_statement),
+                ecdsa_key=ecdsa_key,
             )
         )  # fmt: skip
     finally:
@@ -343,6 +379,9 @@ def cmd_create(config: Config, args: argparse.Namespace) -> int:
         f"{created.blob_count} blobs, {format_bytes(created.size_bytes)}, "
         f"signed by key {created.key_id_hex}"
     )
+    if args.ecdsa_key is not None:
+        both = "beside the minisign one" if args.key is not None else "only (no minisign)"
+        out(f"  ECDSA signature ({ECDSA_SIGNATURE_NAME}) {both}")
     out(f"  for {describe_target(args.arch.architecture, created.target)}")
     if created.release is not None:
         out(

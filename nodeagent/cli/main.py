@@ -172,7 +172,7 @@ def cmd_check_config(config: Config, args: argparse.Namespace) -> int:
     load = load_spec_dirs(config.spec_dirs())
     files = [str(f) for f in config.files]
     referenced = check_referenced_files(config)
-    crypto = read_posture(always_probe=True)
+    crypto = read_posture(always_probe=True, path=config.bundles.fips_switch)
     if args.json:
         output.print_json("check-config", {
             "configFiles": files,

@@ -55,7 +55,8 @@ HINTS: Final[Mapping[str, str]] = {
     "`nodeagent check-config` again",
     "AuthFileInvalid": 'fix the file (a docker config.json: {"auths": {HOST: {"auth": '
     "base64(user:password)}}}) or pass another with --auth-file",
-    "SigningKeyMalformed": "pass the minisign secret key file that `minisign -G` wrote",
+    "SigningKeyMalformed": "pass the minisign key file as `minisign -G` wrote it, or an ECDSA "
+    "P-256/P-384 key in PEM (a trusted .pem: the public key; --ecdsa-key: the private one)",
     "SigningKeyLocked": "pass the key's password with --password-file, or run on a terminal",
     "BundleIncomplete": "copy the bundle again with `nodeagent bundle create`, or name a "
     "bundle directory or a stored id (`nodeagent store` lists them)",
@@ -112,10 +113,11 @@ HINTS: Final[Mapping[str, str]] = {
     "BundleUnsigned": "sign the bundle: make it again with `nodeagent bundle create --key`",
     "BundleSignatureMalformed": "make the bundle again with `nodeagent bundle create`",
     "BundleSignatureInvalid": "the bundle was changed after signing: make or copy it again",
-    "Ed25519Refused": "this node's crypto (FIPS mode) refuses minisign's Ed25519: read "
-    "decision 0075 for what a FIPS site does; `nodeagent check-config` shows the FIPS mode",
-    "BundleSignedByUnknownKey": "put the signer's .pub key in the trusted keys directory, "
-    "or pass it with --trusted-keys",
+    "Ed25519Refused": "this node (FIPS mode) needs the bundle's ECDSA signature: make it with "
+    "`bundle create --ecdsa-key` and trust the key's .pem (decision 0075); `nodeagent "
+    "check-config` shows the FIPS mode",
+    "BundleSignedByUnknownKey": "put the signer's .pub (minisign) or .pem (ECDSA) key in the "
+    "trusted keys directory, or pass it with --trusted-keys",
     "BundleManifestInvalid": "make the bundle again with `nodeagent bundle create`",
     "BundleDigestMismatch": "copy the bundle again: a file's bytes are not the signed ones",
     "BundleSizeMismatch": "copy the bundle again: a file's size is not the signed one",

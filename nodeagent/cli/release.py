@@ -76,7 +76,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("bundle", metavar="BUNDLE", help="a bundle directory or a stored id")
     parser.add_argument("--output", type=Path, help="write it here (default: standard output)")
     parser.add_argument(
-        "--trusted-keys", type=Path, help="directory of trusted *.pub keys (default: config)"
+        "--trusted-keys", type=Path, help="directory of trusted *.pub/*.pem keys (default: config)"
     )
 
 
@@ -140,7 +140,8 @@ def config_map_of(config: Config, text: str, keys_dir: Path | None) -> dict[str,
     from nodeagent.adapters.bundles import release as adapter  # noqa: PLC0415  (heavy)
 
     root = bundle_root(config, text)
-    return adapter.config_map_at(root, keys_dir or config.bundles.trusted_keys_dir)
+    keys = keys_dir or config.bundles.trusted_keys_dir
+    return adapter.config_map_at(root, keys, fips_switch=config.bundles.fips_switch)
 
 
 def cmd_release_signatures(config: Config, args: argparse.Namespace) -> int:

@@ -203,7 +203,13 @@ class BundleSettings:
     ``nvme``, ``virtio`` (virtual disks). Another is refused before anything is mounted.
     Default usb. Range: 1 to 7 distinct names among those."""
     trusted_keys_dir: Path = Path("/etc/nodeagent/trusted-keys.d")
-    """minisign public keys (``*.pub``) whose signatures make a bundle authentic."""
+    """Public keys whose signatures make a bundle authentic: minisign's (``*.pub``) and ECDSA
+    P-256 or P-384 ones (``*.pem``, PEM SubjectPublicKeyInfo; decision 0075). At most 256
+    files of 4 KiB each; a malformed one is ``SigningKeyMalformed``."""
+    fips_switch: Path = Path("/proc/sys/crypto/fips_enabled")
+    """The kernel's FIPS switch: where it reads 1, a bundle needs its ECDSA signature
+    (``bundle.json.ecdsa-sig``) and minisign's is not looked at (decision 0075). Default
+    ``/proc/sys/crypto/fips_enabled``; another path only for tests."""
     image_keys_dir: Path = Path("/etc/nodeagent/image-keys.d")
     """Agent image keys: Ed25519 public keys (``*.pem``) that sign nodeagent's own image
     (its statement, ``tools/build_image.py --sign-key``). Only the container variant's

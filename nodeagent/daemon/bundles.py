@@ -98,7 +98,10 @@ def node_store(config: Config) -> NodeImageStore:
     """The node's image store, with the ``[store]`` caps and the ``[disk]`` reserve."""
     store, disk = config.store, config.disk
     limits = StoreLimits(store.max_bytes, store.max_percent, disk.reserve_bytes)
-    return NodeImageStore(config.store_dir, config.bundles.trusted_keys_dir, limits)
+    bundles = config.bundles
+    return NodeImageStore(
+        config.store_dir, bundles.trusted_keys_dir, limits, fips_switch=bundles.fips_switch
+    )
 
 
 def _local_puller(cri: CriClient, policies: Policies) -> PrePuller:
@@ -138,7 +141,9 @@ def build_importer(
     transient = config.specs_transient_dirs[0] if config.specs_transient_dirs else None
     platform = node_platform(os.uname().machine)
     ports = ImporterPorts(
-        verify=lambda root: check_for_import(root, config.bundles.trusted_keys_dir, platform),
+        verify=lambda root: check_for_import(
+            root, config.bundles.trusted_keys_dir, platform, fips_switch=config.bundles.fips_switch
+        ),
         runtime=cri,
         make_server=served_bundle(config),
         mirror=mirror_dropin(config),
@@ -157,7 +162,11 @@ def build_importer(
         cluster_version=cluster_version,
         space_note=space_note,
         is_ignoring_target=is_ignoring_target,
-        accepted=lambda: accepted_stamps(config.store_dir, config.bundles.trusted_keys_dir),
+        accepted=lambda: accepted_stamps(
+            config.store_dir,
+            config.bundles.trusted_keys_dir,
+            fips_switch=config.bundles.fips_switch,
+        ),
         is_allowing_rollback=is_allowing_rollback,
         is_allowing_expired=is_allowing_expired,
         make_signed_server=served_bundle(config),
@@ -176,7 +185,10 @@ def mirror_dropin(config: Config) -> MirrorDropin:
 def signature_publisher(config: Config, api: Any | None) -> SignaturePublisher:
     """A release bundle's signatures to the CVO: applied with ``api`` (cluster mode), else
     a journal line that says how to apply them by hand."""
-    source = StoredSignatures(config.store_dir, config.bundles.trusted_keys_dir)
+    bundles = config.bundles
+    source = StoredSignatures(
+        config.store_dir, bundles.trusted_keys_dir, fips_switch=bundles.fips_switch
+    )
     return SignaturePublisher(source, ConfigMaps(api) if api is not None else None)
 
 
@@ -214,7 +226,11 @@ def with_self_update(
         return report
     bundles = config.bundles
     stager = AgentImageStager(
-        config.store_dir, bundles.trusted_keys_dir, bundles.image_keys_dir, bundles.agent_image_dir
+        config.store_dir,
+        bundles.trusted_keys_dir,
+        bundles.image_keys_dir,
+        bundles.agent_image_dir,
+        fips_switch=bundles.fips_switch,
     )
 
     async def update(bundle_id: str) -> None:

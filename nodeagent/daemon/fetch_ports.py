@@ -60,6 +60,11 @@ class LazyPeerClient:
     async def bundle_file(self, address: str, bundle_id: str, name: str, max_bytes: int) -> bytes:
         return await self._get().bundle_file(address, bundle_id, name, max_bytes)
 
+    async def signature_file(
+        self, address: str, bundle_id: str, name: str, max_bytes: int
+    ) -> bytes | None:
+        return await self._get().signature_file(address, bundle_id, name, max_bytes)
+
     async def blob(
         self,
         address: str,
@@ -96,6 +101,7 @@ class LazyFetchStore:
                 config.bundles.trusted_keys_dir,
                 node_store(config).limits,
                 fills=config.site.fetch_concurrency,
+                fips_switch=config.bundles.fips_switch,
             )
         return self._store
 
@@ -114,8 +120,10 @@ class LazyFetchStore:
         except OSError:
             return False
 
-    def verify(self, data: bytes, signature: bytes) -> SignedBundle:
-        return self._get().verify(data, signature)
+    def verify(
+        self, data: bytes, signature: bytes | None, ecdsa: bytes | None = None
+    ) -> SignedBundle:
+        return self._get().verify(data, signature, ecdsa)
 
     def held(self) -> dict[str, tuple[str, bool]]:
         return {} if self._is_empty() else self._get().held()

@@ -118,6 +118,7 @@ async def follow_peers(wiring: Wiring) -> None:
                 key_id_hex=signed.key_id_hex,
                 digest=signed.manifest_digest,
                 source=source,
+                linked=signed.linked,
             )
         if report.state == "imported":
             wiring.reconciler.request_sync()

@@ -147,7 +147,9 @@ def metrics_loop(recorder: Recorder, config: Config) -> Callable[[], Awaitable[N
 async def node_os_loop(wiring: Wiring) -> None:
     """Read the node's FIPS posture at start (decision 0075), and its OS image at start and
     every ``[node_os] interval_s`` (docs/operations.md)."""
-    wiring.reporter.crypto_read(await asyncio.to_thread(read_posture, always_probe=False))
+    switch = wiring.config.bundles.fips_switch
+    posture = await asyncio.to_thread(read_posture, always_probe=False, path=switch)
+    wiring.reporter.crypto_read(posture)
     settings = wiring.config.node_os
     reader = NodeOsReader(
         os_release=settings.os_release,

@@ -45,14 +45,16 @@ class SignatureInvalid(PermanentError):
 
 class Ed25519Refused(PermanentError):
     """The crypto backend refuses Ed25519 (an OpenSSL FIPS provider does: decision 0075), so
-    no minisign signature can be verified on this node."""
+    no minisign signature can be verified on this node; or the host is in FIPS mode and the
+    bundle has no ECDSA signature, the only one that counts there."""
 
     reason = "Ed25519Refused"
     exit_code = 69  # EX_UNAVAILABLE
 
 
 class KeyMalformed(PermanentError):
-    """A public or secret key text is not a minisign Ed25519 key."""
+    """A public or secret key text is not a minisign Ed25519 key, nor an ECDSA P-256 or P-384
+    key in PEM (decision 0075)."""
 
     reason = "SigningKeyMalformed"
     exit_code = 78  # EX_CONFIG

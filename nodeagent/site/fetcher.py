@@ -42,7 +42,7 @@ from typing import Final
 
 import structlog
 
-from nodeagent.bundles import minisign
+from nodeagent.bundles import ecdsa_signature, minisign
 from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES
 from nodeagent.errors import (
     BundleFetchFailed,
@@ -72,6 +72,7 @@ from nodeagent.units import format_bytes
 log = structlog.get_logger(__name__)
 
 SIGNATURE_NAME: Final = "bundle.json.minisig"
+ECDSA_SIGNATURE_NAME: Final = "bundle.json.ecdsa-sig"
 MANIFEST_NAME: Final = "bundle.json"
 MAX_DIGESTS: Final = 4096
 """Manifest digests remembered as verified, bad, or failed from given peers."""
@@ -195,7 +196,9 @@ class BundleFetcher:
             return
         accepted = await asyncio.to_thread(self.ports.store.accepted)
         facts = replace(self.ports.facts(held), accepted=accepted, now_s=self.ports.wall_clock())
-        decision = decide(signed.manifest, signed.manifest_digest, facts, signed.key_id_hex)
+        decision = decide(
+            signed.manifest, signed.manifest_digest, facts, signed.key_id_hex, signed.linked
+        )
         if not decision.is_following:
             self._skip(key, decision)
             return
@@ -250,10 +253,13 @@ class BundleFetcher:
     async def _signed_from(self, address: str, bundle_id: str) -> SignedBundle:
         client = self.ports.client
         data = await client.bundle_file(address, bundle_id, MANIFEST_NAME, MAX_MANIFEST_BYTES)
-        signature = await client.bundle_file(
+        signature = await client.signature_file(
             address, bundle_id, SIGNATURE_NAME, minisign.MAX_SIGNATURE_BYTES
         )
-        signed = await asyncio.to_thread(self.ports.store.verify, data, signature)
+        ecdsa = await client.signature_file(
+            address, bundle_id, ECDSA_SIGNATURE_NAME, ecdsa_signature.MAX_SIGNATURE_BYTES
+        )
+        signed = await asyncio.to_thread(self.ports.store.verify, data, signature, ecdsa)
         if signed.manifest.bundle_id != bundle_id:
             raise PeerAnswerInvalid(f"peer {address} sent the manifest of another bundle id")
         return signed

@@ -50,9 +50,15 @@ class SignedBundle:
     manifest_digest: str
     """``sha256:<hex>`` of ``data``."""
     data: bytes
-    signature: bytes
+    signature: bytes | None
+    """``bundle.json.minisig`` as verified; None when the bundle has none (or, on a host in
+    FIPS mode, when it was not looked at: decision 0075)."""
     key_id_hex: str
     key_name: str
+    ecdsa_signature: bytes | None = None
+    """``bundle.json.ecdsa-sig`` as verified; None when the bundle has none."""
+    linked: tuple[str, ...] = ()
+    """The other key that signed it (``ecdsa_signature.ManifestVerified.linked``)."""
 
     @property
     def signed_by(self) -> str:

@@ -95,10 +95,15 @@ def is_follow_on(follow: FollowSetting, *, is_cluster_mode: bool, has_peers: boo
 
 
 def decide(
-    manifest: BundleManifest, manifest_digest: str, node: NodeFacts, key_id_hex: str | None = None
+    manifest: BundleManifest,
+    manifest_digest: str,
+    node: NodeFacts,
+    key_id_hex: str | None = None,
+    linked: tuple[str, ...] = (),
 ) -> FollowDecision:
     """Follow ``manifest`` (signed, verified; ``manifest_digest`` the sha256 of its bytes;
-    ``key_id_hex`` its signing key's id: without it the anti-rollback rule is not applied)?"""
+    ``key_id_hex`` its signing key's id: without it the anti-rollback rule is not applied;
+    ``linked`` the other key that signed it, ``freshness.with_links``)?"""
     bundle = clip(manifest.bundle_id, 128)
     if not is_follow_on(
         node.follow, is_cluster_mode=node.is_cluster_mode, has_peers=node.has_peers
@@ -115,7 +120,7 @@ def decide(
         return _skip("NotInTarget", _not_in_target(manifest, node, part), part=part)
     held = node.held.get(manifest.bundle_id)
     if held is None:
-        return _fresh(manifest, manifest_digest, node, key_id_hex)
+        return _fresh(manifest, manifest_digest, node, key_id_hex, linked)
     if held != manifest_digest:
         return _skip(
             "DifferentManifestHeld",
@@ -127,12 +132,16 @@ def decide(
 
 
 def _fresh(
-    manifest: BundleManifest, manifest_digest: str, node: NodeFacts, key_id_hex: str | None
+    manifest: BundleManifest,
+    manifest_digest: str,
+    node: NodeFacts,
+    key_id_hex: str | None,
+    linked: tuple[str, ...] = (),
 ) -> FollowDecision:
     """``Expired`` or ``Rollback`` when the import would refuse it, else follow (without the
     key's id only the expiry can be judged)."""
     now = None if node.now_s is None else dt.datetime.fromtimestamp(node.now_s, dt.UTC)
-    candidate = manifest.stamp(key_id_hex or "", manifest_digest)
+    candidate = manifest.stamp(key_id_hex or "", manifest_digest, linked if key_id_hex else ())
     refusal = check(candidate, manifest.expires, node.accepted if key_id_hex else (), now).refusal
     if refusal is None:
         return FOLLOW

@@ -18,7 +18,7 @@ from typing import Final, Literal
 
 from nodeagent.bundles.mirror import ErrorAnswer, Request, is_repository_name, route
 from nodeagent.bundles.release import SIGNATURES_DIR
-from nodeagent.store.layout import MANIFEST_NAME, SIGNATURE_NAME, is_bundle_id
+from nodeagent.store.layout import MANIFEST_NAME, SIGNATURE_NAMES, is_bundle_id
 
 HOLDINGS_PATH: Final = "/nodeagent/v1/holdings"
 _BUNDLE_PATH: Final = re.compile(r"^/nodeagent/v1/bundles/(?P<id>[^/]*)/(?P<file>[^/]*)$")
@@ -29,7 +29,7 @@ _RELEASE_SIGNATURE_PATH: Final = re.compile(
 _SIGNATURE_TAG: Final = re.compile(
     r"^/v2/(?P<name>.+)/manifests/sha256-(?P<hex>[a-f0-9]{64})\.sig$"
 )
-BUNDLE_FILES: Final = (MANIFEST_NAME, SIGNATURE_NAME)
+BUNDLE_FILES: Final = (MANIFEST_NAME, *SIGNATURE_NAMES)
 
 Kind = Literal[
     "base", "manifests", "blobs", "signature", "tag", "holdings", "bundle-file", "have",
@@ -44,8 +44,8 @@ class PeerTarget:
     """Manifests and blobs: the digest asked for; signature: the digest the tag signs."""
     bundle_id: str = ""
     file: str = ""
-    """``bundle.json`` or ``bundle.json.minisig``, for ``bundle-file``; for
-    ``release-signature``, ``release-signatures/sha256-<hex>-<n>``."""
+    """``bundle.json``, ``bundle.json.minisig`` or ``bundle.json.ecdsa-sig``, for
+    ``bundle-file``; for ``release-signature``, ``release-signatures/sha256-<hex>-<n>``."""
     name: str = ""
     """A signature's ``<repository>/sha256-<hex>.sig`` (``signatures.served_tags``' key), or
     a served tag's ``<repository>/<tag>`` (``tags.tag_names``' key)."""

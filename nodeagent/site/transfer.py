@@ -71,6 +71,12 @@ class PeerClientPort(Protocol):
         self, address: str, bundle_id: str, name: str, max_bytes: int
     ) -> bytes: ...
 
+    async def signature_file(
+        self, address: str, bundle_id: str, name: str, max_bytes: int
+    ) -> bytes | None:
+        """A bundle's signature file; None when the peer has none of that name (404)."""
+        ...
+
     async def blob(
         self,
         address: str,
@@ -88,7 +94,11 @@ Download = Callable[[int, Callable[[bytes], Awaitable[None]]], Awaitable[int]]
 class FetchStorePort(Protocol):
     """The store as the fetcher writes it; blocking calls except ``fill``."""
 
-    def verify(self, data: bytes, signature: bytes) -> SignedBundle: ...
+    def verify(
+        self, data: bytes, signature: bytes | None, ecdsa: bytes | None = None
+    ) -> SignedBundle:
+        """A peer's manifest and signature files, checked against this node's keys."""
+        ...
 
     def held(self) -> dict[str, tuple[str, bool]]:
         """Bundle id → (digest of its stored ``bundle.json``, whether it has a record)."""

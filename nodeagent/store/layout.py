@@ -8,7 +8,8 @@ reading the layout ignore::
     index.json                          every stored image's top manifest, named by reference
     blobs/sha256/<hex>                  every blob, once, complete and verified (or absent)
     bundles/<bundle-id>/bundle.json     the signed manifest, byte for byte
-    bundles/<bundle-id>/bundle.json.minisig
+    bundles/<bundle-id>/bundle.json.minisig   the signatures: minisign's, ECDSA's, or both
+    bundles/<bundle-id>/bundle.json.ecdsa-sig
     bundles/<bundle-id>/record.json     ``BundleRecord``: key, channel, sets, images, blobs
     sets/<set-name>/record.json         a registry set's record (``[store] registry_sets``):
                                         a ``BundleRecord`` with ``source`` "registry"
@@ -46,6 +47,9 @@ ROLLBACK_MARKS_NAME: Final = "rollback-marks.json"
 RECORD_NAME: Final = "record.json"
 MANIFEST_NAME: Final = "bundle.json"
 SIGNATURE_NAME: Final = "bundle.json.minisig"
+ECDSA_SIGNATURE_NAME: Final = "bundle.json.ecdsa-sig"
+"""The ECDSA signature (decision 0075), kept beside or instead of the minisign one."""
+SIGNATURE_NAMES: Final = (SIGNATURE_NAME, ECDSA_SIGNATURE_NAME)
 PARTIAL_SUFFIX: Final = ".partial"
 REF_NAME_ANNOTATION: Final = "org.opencontainers.image.ref.name"
 INDEX_MEDIA_TYPE: Final = "application/vnd.oci.image.index.v1+json"

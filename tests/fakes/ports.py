@@ -224,6 +224,7 @@ class FakeVerified:
     signed_by: str = "factory"
     key_id_hex: str = "F00D"
     manifest_digest: str = "sha256:" + "f" * 64
+    linked: tuple[str, ...] = ()
 
 
 class FakeServer:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodeagent.bundles import ecdsa_signature
 from tests.testenv.bundle_corpus import (
     HOST,
     MAX_MANIFEST_BYTES,
@@ -38,6 +39,7 @@ from tests.testenv.images import MEDIA_TYPE_INDEX, canonical_json
 
 Flaw = Callable[[Draft], None]
 OnDisk = Callable[[Path], None]
+ECDSA_SIGNATURE = "bundle.json.ecdsa-sig"
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,16 @@ def _remove(path: str) -> OnDisk:
     return lambda root: (root / path).unlink()
 
 
+def _untrusted_ecdsa(root: Path) -> None:
+    """A valid ECDSA signature of the bundle's own bundle.json by a key no node trusts,
+    beside its good minisign one: both must verify (decision 0075)."""
+    from tests.testenv.signed_bundles import EcdsaKeys
+
+    data = (root / "bundle.json").read_bytes()
+    text = ecdsa_signature.sign(data, EcdsaKeys.make().private_pem, trusted_comment="corpus")
+    (root / ECDSA_SIGNATURE).write_text(text)
+
+
 def _deep(data: bytes) -> bytes:
     return data.replace(b"{", b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b",", 1)
 
@@ -203,6 +215,11 @@ _TABLE: list[tuple[str, str, str, Flaw]] = [
      on_disk(resize(SIGNATURE, 17 << 10))),
     ("signature", "signature is a symbolic link", "BundleUnsafeEntry",
      on_disk(link_out(SIGNATURE))),
+    ("signature", "an ECDSA signature file over 1 KiB beside a good minisign one",
+     "BundleSignatureMalformed",
+     on_disk(lambda root: _ignore((root / ECDSA_SIGNATURE).write_bytes(b"A" * 2048)))),
+    ("signature", "an ECDSA signature by a key that is not trusted beside a good minisign one",
+     "BundleSignedByUnknownKey", on_disk(_untrusted_ecdsa)),
     ("signature", "bundle.json missing", "BundleIncomplete", on_disk(_remove("bundle.json"))),
     ("signature", "bundle.json over 16 MiB", "BundleManifestInvalid",
      on_disk(resize("bundle.json", MAX_MANIFEST_BYTES))),

@@ -17,6 +17,8 @@ certificate of the site required), for the signed bundles in the ``BUNDLE_DIR``s
 * ``bad-blob``: publishes the honest bundle, complete and idle (so it is preferred), and
   sends each blob with its honest length and one byte changed (a peer that sends one bad
   blob, which failed a whole pull when peers were listed in registries.conf: decision 0061).
+* ``big-ecdsa-sig``: publishes the honest bundle, complete and idle, and answers its
+  ``bundle.json.ecdsa-sig`` with 64 KiB (the format's bound is 1 KiB: decision 0075).
 * ``many-fakes``: publishes ``--count`` bundle ids, each under a digest that changes with
   every holdings request (a peer inventing digests to grow a fetcher's memory).
 
@@ -44,7 +46,7 @@ from nodeagent.bundles.manifest import parse_manifest
 from nodeagent.site.holdings import BundleHolding, Holdings, have_of, render_have, render_holdings
 from tests.testenv.waiting import wait_for
 
-MODES = ("fake-digest", "drip", "drip-all", "bad-blob", "many-fakes")
+MODES = ("fake-digest", "drip", "drip-all", "bad-blob", "many-fakes", "big-ecdsa-sig")
 
 
 def digest_of(data: bytes) -> str:
@@ -111,12 +113,9 @@ class Peer:
             offered = self.bundles.get(parts[4]) or (
                 self.first if self.mode == "many-fakes" else None
             )
-            if offered is not None and parts[5] == "have":
-                have = have_of(digest_of(offered.served), offered.blobs, set(offered.blobs))
-                return 200, render_have(have), False
-            if offered is not None and parts[5] in ("bundle.json", "bundle.json.minisig"):
-                body = offered.served if parts[5] == "bundle.json" else offered.signature
-                return 200, body, False
+            answered = self.bundle_file(offered, parts[5]) if offered is not None else None
+            if answered is not None:
+                return answered
         digest = path.rpartition("/blobs/")[2]
         found = next((o.blobs[digest] for o in self.bundles.values() if digest in o.blobs), None)
         if self.mode.startswith("drip") and found is not None:
@@ -126,6 +125,20 @@ class Peer:
             data[len(data) // 2] ^= 0xFF
             return 200, bytes(data), False
         return 404, b'{"errors":[{"code":"NOT_FOUND"}]}', False
+
+    def bundle_file(self, offered: Offered, name: str) -> tuple[int, bytes, bool] | None:
+        """A bundle's ``have`` or one of its files; None for anything else."""
+        if name == "have":
+            have = have_of(digest_of(offered.served), offered.blobs, set(offered.blobs))
+            return 200, render_have(have), False
+        if name == "bundle.json.ecdsa-sig":
+            if self.mode == "big-ecdsa-sig":
+                return 200, b"A" * (64 << 10), False
+            return 404, b'{"errors":[{"code":"NOT_FOUND"}]}', False
+        if name in ("bundle.json", "bundle.json.minisig"):
+            body = offered.served if name == "bundle.json" else offered.signature
+            return 200, body, False
+        return None
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):

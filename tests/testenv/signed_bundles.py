@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodeagent.bundles import minisign
+from nodeagent.bundles import ecdsa_signature, minisign
 from nodeagent.bundles.manifest import BundleManifest, parse_manifest
 from nodeagent.bundles.signatures import signature_tag
 from nodeagent.specs import API_VERSION, KIND
@@ -43,6 +43,46 @@ class Signed:
 
     def blob_file(self, digest: str) -> Path:
         return self.root / "blobs" / "sha256" / digest.removeprefix("sha256:")
+
+
+@dataclass(frozen=True)
+class EcdsaKeys:
+    """An ECDSA signing key (PEM PKCS#8) and its public key (PEM SubjectPublicKeyInfo), as a
+    FIPS site's factory holds them (decision 0075)."""
+
+    private_pem: bytes
+    public_pem: bytes
+
+    @classmethod
+    def make(cls, curve: str = "secp256r1") -> EcdsaKeys:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        key = ec.generate_private_key(ec.SECP384R1() if curve == "secp384r1" else ec.SECP256R1())
+        private = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        public = key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return cls(private, public)
+
+    def install(self, trusted_dir: Path, name: str = "factory-fips") -> None:
+        trusted_dir.mkdir(parents=True, exist_ok=True)
+        (trusted_dir / f"{name}.pem").write_bytes(self.public_pem)
+
+
+def with_ecdsa(signed: Signed, keys: EcdsaKeys, *, keep_minisign: bool = True) -> Signed:
+    """``signed`` carrying ``bundle.json.ecdsa-sig`` over the same bytes and trusted comment
+    as its minisign signature; without ``keep_minisign``, that one removed (ECDSA only)."""
+    data = (signed.root / "bundle.json").read_bytes()
+    text = ecdsa_signature.sign(data, keys.private_pem, trusted_comment="t")
+    (signed.root / "bundle.json.ecdsa-sig").write_text(text)
+    if not keep_minisign:
+        (signed.root / "bundle.json.minisig").unlink()
+    return signed
 
 
 def image(name: str, sizes: Sequence[tuple[int, int]], cache: Path) -> BuiltImage:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from nodeagent.adapters.bundles.tree import load_trusted_keys_dir, read_signed_manifest
+from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.bundles.agent_image import (
     AgentImage,
     ImageStatement,
@@ -128,15 +129,23 @@ class AgentImageStager:
     """Checks a stored bundle's ``agentImage`` and stages it for the host's loader."""
 
     def __init__(
-        self, store_dir: Path, trusted_keys_dir: Path, image_keys_dir: Path, image_dir: Path
+        self,
+        store_dir: Path,
+        trusted_keys_dir: Path,
+        image_keys_dir: Path,
+        image_dir: Path,
+        *,
+        fips_switch: Path = FIPS_ENABLED_FILE,
     ) -> None:
         self.store_dir, self.trusted_keys_dir = store_dir, trusted_keys_dir
+        self.fips_switch = fips_switch
         self.image_keys_dir, self.image_dir = image_keys_dir, image_dir
 
     def agent_image(self, bundle_id: str) -> AgentImage | None:
         """The stored bundle's ``agentImage``, its signature checked again."""
         root = self.store_dir / "bundles" / bundle_id
-        manifest, _ = read_signed_manifest(root, load_trusted_keys_dir(self.trusted_keys_dir))
+        keys = load_trusted_keys_dir(self.trusted_keys_dir, fips_switch=self.fips_switch)
+        manifest, _ = read_signed_manifest(root, keys)
         return manifest.agent_image
 
     def check(self, agent: AgentImage, running: str) -> tuple[ImageStatement, str] | None:

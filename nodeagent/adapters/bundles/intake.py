@@ -11,6 +11,7 @@ from nodeagent.adapters.bundles.tree import (
     read_signed,
 )
 from nodeagent.adapters.files import write_atomic
+from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.bundles.manifest import BundleManifest, BundleUnsafePath, check_file_name
 from nodeagent.registries import Platform
 from nodeagent.strict import quoted
@@ -25,18 +26,25 @@ class CheckedBundle:
     key_id_hex: str
     manifest_digest: str
     """``sha256:<hex>`` of the ``bundle.json`` verified."""
+    linked: tuple[str, ...] = ()
+    """The other key that signed it (``ecdsa_signature.ManifestVerified.linked``)."""
 
 
-def check_for_import(root: Path, trusted_keys_dir: Path, platform: Platform) -> CheckedBundle:
+def check_for_import(
+    root: Path, trusted_keys_dir: Path, platform: Platform, *, fips_switch: Path = FIPS_ENABLED_FILE
+) -> CheckedBundle:
     """Signature first, then the architecture, the tree and each image's completeness.
 
     Only manifests, configs and layout files are read here; layers are hashed while the
     runtime pulls them (one read of the medium), and a blob that fails is never sent whole.
     """
-    manifest, verified, digest = read_signed(root, load_trusted_keys_dir(trusted_keys_dir))
+    manifest, verified, digest = read_signed(
+        root, load_trusted_keys_dir(trusted_keys_dir, fips_switch=fips_switch)
+    )
     check_signed_bundle(root, manifest, platform)
     key_id = verified.key_id_hex
-    return CheckedBundle(manifest, f"{verified.key_name or key_id} ({key_id})", key_id, digest)
+    signed_by = f"{verified.key_name or key_id} ({key_id})"
+    return CheckedBundle(manifest, signed_by, key_id, digest, verified.linked)
 
 
 class SpecDirs:

@@ -32,6 +32,7 @@ from nodeagent.adapters.bundles.tree import (
     read_signed_manifest,
     release_signatures,
 )
+from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.bundles import release
 from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.cluster.kinds import CONFIG_MAP, ResourceKind
@@ -188,16 +189,23 @@ class StoredSignatures:
     """``bundles.release_signatures.SignatureSource``: a bundle's directory in the node
     store (or any bundle directory), its signature checked against the trusted keys."""
 
-    def __init__(self, store_dir: Path, trusted_keys_dir: Path) -> None:
+    def __init__(
+        self, store_dir: Path, trusted_keys_dir: Path, *, fips_switch: Path = FIPS_ENABLED_FILE
+    ) -> None:
         self.store_dir, self.trusted_keys_dir = store_dir, trusted_keys_dir
+        self.fips_switch = fips_switch
 
     def config_map(self, bundle_id: str) -> dict[str, Any]:
-        return config_map_at(self.store_dir / "bundles" / bundle_id, self.trusted_keys_dir)
+        root = self.store_dir / "bundles" / bundle_id
+        return config_map_at(root, self.trusted_keys_dir, fips_switch=self.fips_switch)
 
 
-def config_map_at(root: Path, trusted_keys_dir: Path) -> dict[str, Any]:
+def config_map_at(
+    root: Path, trusted_keys_dir: Path, *, fips_switch: Path = FIPS_ENABLED_FILE
+) -> dict[str, Any]:
     """The signature ConfigMap of the bundle at ``root``, every byte checked first."""
-    manifest, _ = read_signed_manifest(root, load_trusted_keys_dir(trusted_keys_dir))
+    keys = load_trusted_keys_dir(trusted_keys_dir, fips_switch=fips_switch)
+    manifest, _ = read_signed_manifest(root, keys)
     if manifest.release is None or not manifest.release.signatures:
         raise ReleaseImageInvalid(
             f"bundle {manifest.bundle_id} carries no release signatures (made without "

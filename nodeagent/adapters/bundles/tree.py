@@ -2,10 +2,11 @@
 
 The order is the trust order of docs/bundle-format.md:
 
-1. ``read_signed_manifest``: read ``bundle.json`` (at most 16 MiB) and its signature, both
-   regular files opened without following links, and verify the signature (prehashed
-   only) against the trusted keys (``load_trusted_keys_dir``) before a byte of the
-   manifest is parsed; then the architecture (``content.check_architecture``);
+1. ``read_signed_manifest``: read ``bundle.json`` (at most 16 MiB) and its signatures
+   (``bundle.json.minisig``, ``bundle.json.ecdsa-sig``), all regular files opened without
+   following links, and verify them (``trust.verify_signed``: decision 0075's rule) against
+   the trusted keys (``load_trusted_keys_dir``) before a byte of the manifest is parsed;
+   then the architecture (``content.check_architecture``);
 2. ``walk_tree`` + ``tree_rules.check_tree``: every entry lstat'ed, none followed, checked as
    the walk yields it (memory bounded by the manifest, not by the medium); unlisted,
    unsafe, missing or wrongly sized entries are refused before anything is read;
@@ -38,7 +39,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from nodeagent.bundles import content, minisign, tree_rules
+from nodeagent.adapters.bundles.trust import TrustedKeys as TrustedKeys
+from nodeagent.adapters.bundles.trust import load_trusted_keys_dir as load_trusted_keys_dir
+from nodeagent.adapters.bundles.trust import verify_signed as verify_signed
+from nodeagent.adapters.fips import FIPS_ENABLED_FILE
+from nodeagent.bundles import content, ecdsa_signature, minisign, tree_rules
 from nodeagent.bundles import manifest as bundle
 from nodeagent.bundles.manifest import (
     BundleIncomplete,
@@ -51,14 +56,13 @@ from nodeagent.bundles.manifest import (
 from nodeagent.bundles.signatures import signatures_doc
 from nodeagent.bundles.target import target_doc
 from nodeagent.bundles.tree_rules import TreeEntry
-from nodeagent.errors import HostFileError, NodeAgentError, SignatureMalformed
+from nodeagent.errors import HostFileError, NodeAgentError
 from nodeagent.registries import Platform
 from nodeagent.strict import clip
 
 READ_CHUNK_BYTES = 1 << 20
 MAX_SIGNATURE_BYTES = minisign.MAX_SIGNATURE_BYTES
 """The format's bound on a signature file (``bundles.minisign``), re-exported for readers."""
-TRUSTED_KEY_SUFFIX = ".pub"
 
 Progress = Callable[[int, int], None]
 """``on_progress(bytes_done, bytes_total)``, called after every chunk hashed."""
@@ -66,27 +70,6 @@ Progress = Callable[[int, int], None]
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO planted under a listed name must not hang; fstat then refuses it.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-
-
-# ---------------------------------------------------------------- trusted keys
-def load_trusted_keys_dir(directory: Path) -> dict[bytes, minisign.PublicKey]:
-    """The ``*.pub`` minisign keys in ``directory``, named by file stem; none if it is missing."""
-    try:
-        paths = sorted(p for p in directory.iterdir() if p.name.endswith(TRUSTED_KEY_SUFFIX))
-        texts = {p.name.removesuffix(TRUSTED_KEY_SUFFIX): _read_key(p) for p in paths}
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError) as err:
-        raise HostFileError(
-            f"cannot read the trusted keys in {directory}: {err}; check the files' permissions"
-        ) from err
-    return minisign.load_trusted_keys(texts)
-
-
-def _read_key(path: Path) -> str:
-    """A key file's text; a file over the bound is read only far enough to be refused."""
-    with path.open("rb") as stream:
-        return stream.read(minisign.MAX_KEY_TEXT_BYTES + 1).decode("utf-8", errors="replace")
 
 
 # ---------------------------------------------------------------- opening files safely
@@ -215,20 +198,31 @@ def _read_bounded(stream: io.FileIO, path: str, limit_bytes: int) -> bytes:
 
 # ---------------------------------------------------------------- 1. the signed manifest
 def read_signed_manifest(
-    root: Path, trusted_keys: dict[bytes, minisign.PublicKey]
-) -> tuple[BundleManifest, minisign.Verified]:
-    """Read ``bundle.json``, verify its signature, and only then parse it."""
+    root: Path, trusted_keys: TrustedKeys
+) -> tuple[BundleManifest, ecdsa_signature.ManifestVerified]:
+    """Read ``bundle.json``, verify its signatures, and only then parse it."""
     manifest, verified, _digest = read_signed(root, trusted_keys)
     return manifest, verified
 
 
 def read_signed(
-    root: Path, trusted_keys: dict[bytes, minisign.PublicKey]
-) -> tuple[BundleManifest, minisign.Verified, str]:
+    root: Path, trusted_keys: TrustedKeys
+) -> tuple[BundleManifest, ecdsa_signature.ManifestVerified, str]:
     """``read_signed_manifest``, and the ``sha256:<hex>`` of the bytes verified."""
+    data, minisig, ecdsa = read_signature_files(root)
+    verified = verify_signed(data, minisig, ecdsa, trusted_keys)
+    return bundle.parse_manifest(data), verified, f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def read_signature_files(root: Path) -> tuple[bytes, bytes | None, bytes | None]:
+    """``bundle.json`` (bounded) and its signature files (each None when absent; read at most
+    one byte past their bound, so ``verify_signed`` refuses an oversized one)."""
     with BundleDir(root) as directory:
         data = directory.read_small(bundle.MANIFEST_NAME, bundle.MAX_MANIFEST_BYTES)
-        signature = directory.read_small(bundle.SIGNATURE_NAME, MAX_SIGNATURE_BYTES)
+        minisig = directory.read_small(bundle.SIGNATURE_NAME, MAX_SIGNATURE_BYTES)
+        ecdsa = directory.read_small(
+            bundle.ECDSA_SIGNATURE_NAME, ecdsa_signature.MAX_SIGNATURE_BYTES
+        )
     if data is None:
         raise BundleIncomplete(
             f"{root} holds no {bundle.MANIFEST_NAME}: it is not a bundle, or it was not "
@@ -238,10 +232,7 @@ def read_signed(
         raise BundleManifestInvalid(
             f"{bundle.MANIFEST_NAME} is larger than {bundle.MAX_MANIFEST_BYTES} bytes"
         )
-    if signature is not None and len(signature) > MAX_SIGNATURE_BYTES:
-        raise SignatureMalformed(f"{bundle.SIGNATURE_NAME} is larger than a minisign signature")
-    verified = minisign.verify(data, signature, trusted_keys, is_legacy_allowed=False)
-    return bundle.parse_manifest(data), verified, f"sha256:{hashlib.sha256(data).hexdigest()}"
+    return data, minisig, ecdsa
 
 
 # ---------------------------------------------------------------- 2. the tree
@@ -370,7 +361,7 @@ class VerifyReport:
     seconds: float
     manifest: BundleManifest | None = None
     """Set once the signature verified."""
-    verified: minisign.Verified | None = None
+    verified: ecdsa_signature.ManifestVerified | None = None
     error: NodeAgentError | None = None
     hashed_bytes: int = 0
 
@@ -382,7 +373,10 @@ class VerifyReport:
         doc: dict[str, Any] = {"path": str(self.path), "ok": self.is_ok, "full": self.is_full}
         doc["seconds"] = round(self.seconds, 3)
         if self.verified is not None:
-            doc["signedBy"] = {"keyId": self.verified.key_id_hex, "keyName": self.verified.key_name}
+            by = self.verified
+            doc["signedBy"] = {
+                "keyId": by.key_id_hex, "keyName": by.key_name, "signatures": list(by.schemes),
+            }  # fmt: skip
             doc["trustedComment"] = self.verified.trusted_comment
         if self.manifest is not None:
             doc.update(_manifest_json(self.manifest))
@@ -425,19 +419,22 @@ def verify_bundle(
     is_full: bool = True,
     on_progress: Progress | None = None,
     clock: Callable[[], float] = time.monotonic,
+    fips_switch: Path = FIPS_ENABLED_FILE,
 ) -> VerifyReport:
     """Signature, tree, images and (when ``is_full``) every byte of the bundle at ``root``.
 
     ``platform``: the node's, whose architecture the bundle must have; None: the bundle's
-    own architecture (linux), for which its images must be complete.
+    own architecture (linux), for which its images must be complete. ``fips_switch``: the
+    kernel's FIPS switch (``[bundles] fips_switch``).
     """
     started_s = clock()
     state = _Progress(on_progress)
     manifest: BundleManifest | None = None
-    verified: minisign.Verified | None = None
+    verified: ecdsa_signature.ManifestVerified | None = None
     error: NodeAgentError | None = None
     try:
-        manifest, verified = read_signed_manifest(root, load_trusted_keys_dir(trusted_keys_dir))
+        keys = load_trusted_keys_dir(trusted_keys_dir, fips_switch=fips_switch)
+        manifest, verified = read_signed_manifest(root, keys)
         check_signed_bundle(root, manifest, platform or Platform("linux", manifest.architecture))
         if is_full:
             hash_files(root, manifest, state)

@@ -39,8 +39,8 @@ from nodeagent.adapters.bundles.sigstore import CarriedSignature, fetch_signatur
 from nodeagent.adapters.files import write_atomic
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.authfile import AuthStore
+from nodeagent.bundles import ecdsa_signature, minisign
 from nodeagent.bundles import manifest as bundle
-from nodeagent.bundles import minisign
 from nodeagent.bundles import release as releases
 from nodeagent.bundles.agent_image import AGENT_IMAGE_KEY, agent_image_doc
 from nodeagent.bundles.freshness import Freshness
@@ -48,7 +48,7 @@ from nodeagent.bundles.signatures import SIGNATURES_KEY, signatures_doc
 from nodeagent.bundles.tags import TAGS_KEY, ServedTag, image_option, tags_doc
 from nodeagent.bundles.target import FRESHNESS_FORMAT_VERSION, BundleTarget, target_doc
 from nodeagent.bundles.tree_rules import METADATA_DIRS
-from nodeagent.errors import HostFileError, ReleaseNotAnUpgrade, SpecInvalid
+from nodeagent.errors import HostFileError, KeyMalformed, ReleaseNotAnUpgrade, SpecInvalid
 from nodeagent.references import PinnedImageRef
 from nodeagent.registries import MEDIA_TYPE_OCI_INDEX, Platform
 from nodeagent.specs import PinnedImageSet
@@ -207,8 +207,11 @@ def manifest_doc(
 
 # ---------------------------------------------------------------- the output directory
 _RESUMABLE: Final = frozenset(
-    {"blobs", "oci-layout", "index.json", bundle.SIGNATURE_NAME, releases.SIGNATURES_DIR}
-)
+    {
+        "blobs", "oci-layout", "index.json", bundle.SIGNATURE_NAME, bundle.ECDSA_SIGNATURE_NAME,
+        releases.SIGNATURES_DIR,
+    }
+)  # fmt: skip
 
 
 def prepare_output(output_dir: Path) -> Path:
@@ -230,7 +233,8 @@ def prepare_output(output_dir: Path) -> Path:
         others.remove(name)  # an empty one is ignored (every ext4 medium has lost+found)
     if others:
         raise HostFileError(f"{output_dir} is not empty (it holds {others[0]}); give an empty one")
-    (output_dir / bundle.SIGNATURE_NAME).unlink(missing_ok=True)  # an interrupted run's
+    for name in (bundle.SIGNATURE_NAME, bundle.ECDSA_SIGNATURE_NAME):  # an interrupted run's
+        (output_dir / name).unlink(missing_ok=True)
     blobs_dir = output_dir / "blobs" / "sha256"
     blobs_dir.mkdir(parents=True, exist_ok=True)
     return blobs_dir
@@ -261,7 +265,7 @@ def _fsync_dir(directory: Path) -> None:
 async def create_bundle(
     refs: Sequence[PinnedImageRef],
     sets: Sequence[PinnedImageSet],
-    secret_key: minisign.SecretKey,
+    secret_key: minisign.SecretKey | None,
     output_dir: Path,
     *,
     client: RegistryClient,
@@ -275,6 +279,7 @@ async def create_bundle(
     with_signatures: bool = False,
     served_tags: Sequence[ServedTag] = (),
     agent_statement: tuple[bytes, bytes] | None = None,
+    ecdsa_key: bytes | None = None,
 ) -> CreatedBundle:
     """Fetch ``refs`` for ``client.platform`` into ``output_dir`` and sign the bundle.
 
@@ -285,7 +290,10 @@ async def create_bundle(
     ``served_tags`` (``--serve-tags``): tags of images in ``refs``, signed in ``servedTags``.
     ``agent_statement`` (``--agent-image-statement``): (statement, raw signature) of the
     nodeagent image among ``refs``, carried in ``agentImage`` (``bundles.agent_image``).
+    ``ecdsa_key`` (``--ecdsa-key``): an EC P-256/P-384 private key (PEM) that signs the
+    manifest too, or instead of ``secret_key`` (``bundle.json.ecdsa-sig``, decision 0075).
     """
+    key_id = signing_key_id(secret_key, ecdsa_key)  # a bad key fails before any fetch
     platform = client.platform
     blobs_dir = await asyncio.to_thread(prepare_output, output_dir)
     fetcher = ImageFetcher(client, auth, blobs_dir, progress)
@@ -321,10 +329,10 @@ async def create_bundle(
         platform=platform,
         extra=extra,
         keep=keep,
+        ecdsa_key=ecdsa_key,
     )
     size_bytes = bundle.parse_manifest(doc).total_size_bytes
     blob_count = len(keep)
-    key_id = secret_key.public_key().key_id_hex
     return CreatedBundle(
         bundle_id, output_dir, tuple(images), blob_count, size_bytes, key_id, comment, target,
         carried, payload_count, carried_signatures, tuple(served_tags),
@@ -411,6 +419,18 @@ async def _with_release(
     return list(all_refs), [*sets, release_set], carried, files
 
 
+def signing_key_id(secret_key: minisign.SecretKey | None, ecdsa_key: bytes | None) -> str:
+    """The key a bundle is shown as signed by (minisign's when both sign, as the nodes'
+    anti-rollback marks hold it: ``ecdsa_signature.ManifestVerified``); the ECDSA key is
+    checked here, before anything is fetched."""
+    ecdsa_public = ecdsa_signature.public_key_of(ecdsa_key) if ecdsa_key is not None else None
+    if secret_key is not None:
+        return secret_key.public_key().key_id_hex
+    if ecdsa_public is None:
+        raise KeyMalformed("a bundle needs a signing key: a minisign key, an ECDSA key or both")
+    return minisign.key_id_hex(ecdsa_public.key_id)
+
+
 def layout_files(images: Sequence[PlannedImage]) -> dict[str, bytes]:
     return {"oci-layout": OCI_LAYOUT_BYTES, "index.json": index_doc(images)}
 
@@ -419,12 +439,13 @@ def _finish(
     output_dir: Path,
     images: Sequence[PlannedImage],
     doc: bytes,
-    secret_key: minisign.SecretKey,
+    secret_key: minisign.SecretKey | None,
     comment: str,
     *,
     platform: Platform,
     extra: dict[str, bytes],
     keep: set[str],
+    ecdsa_key: bytes | None = None,
 ) -> None:
     """Layout files, a check of the bundle as the verifier sees it, the signature, bundle.json;
     ``keep``: every listed blob's digest (others an interrupted run left are removed)."""
@@ -435,6 +456,10 @@ def _finish(
         (output_dir / name).parent.mkdir(exist_ok=True)
         write_atomic(output_dir / name, data)
     bundle_media.check_signed_bundle(output_dir, bundle.parse_manifest(doc), platform)
-    signature = minisign.sign(doc, secret_key, trusted_comment=comment)
-    write_atomic(output_dir / bundle.SIGNATURE_NAME, signature.encode())
+    if secret_key is not None:
+        signature = minisign.sign(doc, secret_key, trusted_comment=comment)
+        write_atomic(output_dir / bundle.SIGNATURE_NAME, signature.encode())
+    if ecdsa_key is not None:  # the same trusted comment: both must carry it (decision 0075)
+        signature = ecdsa_signature.sign(doc, ecdsa_key, trusted_comment=comment)
+        write_atomic(output_dir / bundle.ECDSA_SIGNATURE_NAME, signature.encode())
     write_atomic(output_dir / bundle.MANIFEST_NAME, doc)  # last: now it is a bundle

@@ -165,11 +165,29 @@ class PeerClient:
         """``bundle.json`` or its signature, as the peer stores them (verified by the caller)."""
         return await self._small(address, f"/nodeagent/v1/bundles/{bundle_id}/{name}", max_bytes)
 
+    async def signature_file(
+        self, address: str, bundle_id: str, name: str, max_bytes: int
+    ) -> bytes | None:
+        """A signature file of a bundle the peer stores; None when it answers 404 (a bundle
+        carries minisign's, ECDSA's or both: decision 0075). Verified by the caller."""
+        path = f"/nodeagent/v1/bundles/{bundle_id}/{name}"
+        return await self._small_or_none(address, path, max_bytes, is_optional=True)
+
     async def _small(self, address: str, path: str, max_bytes: int) -> bytes:
+        data = await self._small_or_none(address, path, max_bytes, is_optional=False)
+        if data is None:  # only an optional file may be absent
+            raise PeerUnreachable(f"peer {address} answered nothing to {clip(path, 200)}")
+        return data
+
+    async def _small_or_none(
+        self, address: str, path: str, max_bytes: int, *, is_optional: bool
+    ) -> bytes | None:
         async with (
             self._deadline(address, path, max_bytes),
             self._request(address, path, {}) as response,
         ):
+            if is_optional and response.status == 404:
+                return None
             await _check_status(address, response, (200,))
             if (response.content_length or 0) > max_bytes:
                 raise PeerAnswerInvalid(f"peer {address}: {path} is over {max_bytes} bytes")

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import structlog
 
-from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
+from nodeagent.adapters.bundles.trust import TrustedKeys, load_trusted_keys_dir, verify_signed
 from nodeagent.adapters.files import set_aside, write_atomic
+from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.adapters.store.records import read_bundle_file
-from nodeagent.bundles import minisign
-from nodeagent.bundles.freshness import Stamp, freshness_of
+from nodeagent.bundles.freshness import Stamp, freshness_of, with_links
 from nodeagent.bundles.manifest import (
     FORMAT_VERSIONS,
     MANIFEST_NAME,
@@ -50,14 +50,14 @@ from nodeagent.strict import MalformedInput, clip, loads_json
 log = structlog.get_logger(__name__)
 
 
-def stamp_of(data: bytes, signature: bytes, keys: dict[bytes, minisign.PublicKey]) -> Stamp:
+def stamp_of(data: bytes, minisig: bytes | None, ecdsa: bytes | None, keys: TrustedKeys) -> Stamp:
     """The stamp of one signed manifest; raises the bundle's error when it does not verify.
 
     Only the fields the rule needs are read (its signature verified first, strict JSON, a
     known ``formatVersion``, then ``bundleId``, ``created`` and the freshness fields as
     ``parse_manifest`` reads them): a release's manifest of 180 images is read in about half
     the time of a whole parse, and it was parsed whole when it was accepted."""
-    verified = minisign.verify(data, signature, keys, is_legacy_allowed=False)
+    verified = verify_signed(data, minisig, ecdsa, keys)
     try:
         doc = loads_json(
             data, what=MANIFEST_NAME, max_bytes=MAX_MANIFEST_BYTES, max_depth=MAX_MANIFEST_DEPTH
@@ -77,14 +77,17 @@ def stamp_of(data: bytes, signature: bytes, keys: dict[bytes, minisign.PublicKey
         manifest_digest=f"sha256:{hashlib.sha256(data).hexdigest()}",
         bundle_id=str(bundle_id),
         format_version=doc["formatVersion"],
-        supersedes=fresh.supersedes,
+        supersedes=with_links(fresh.supersedes, verified.key_id_hex, verified.linked),
     )
 
 
-def accepted_stamps(root: Path, trusted_keys_dir: Path) -> tuple[Stamp, ...]:
+def accepted_stamps(
+    root: Path, trusted_keys_dir: Path, *, fips_switch: Path = FIPS_ENABLED_FILE
+) -> tuple[Stamp, ...]:
     """A stamp for every signed manifest in the store at ``root`` that verifies now, and
     every stamp recorded in its marks file; the marks file updated with the new ones."""
-    verified, unverified = _stored_stamps(root, trusted_keys_dir)
+    keys = load_trusted_keys_dir(trusted_keys_dir, fips_switch=fips_switch)
+    verified, unverified = _stored_stamps(root, keys)
     path = root / layout.ROLLBACK_MARKS_NAME
     recorded = _recorded(path)
     for name, error in unverified:
@@ -110,7 +113,7 @@ def _write_marks(path: Path, stamps: tuple[Stamp, ...]) -> None:
 
 
 def _stored_stamps(
-    root: Path, trusted_keys_dir: Path
+    root: Path, keys: TrustedKeys
 ) -> tuple[list[Stamp], list[tuple[str, NodeAgentError]]]:
     """The stamps of the stored manifests that verify, and the others with why."""
     directory = root / layout.BUNDLES_DIR
@@ -120,15 +123,15 @@ def _stored_stamps(
         return [], []
     except OSError as err:
         raise HostFileError(f"cannot list {directory}: {err.strerror}") from err
-    keys = load_trusted_keys_dir(trusted_keys_dir)
     stamps, unverified = [], []
     for name in names:
         data = read_bundle_file(root, name, layout.MANIFEST_NAME)
         signature = read_bundle_file(root, name, layout.SIGNATURE_NAME)
-        if data is None or signature is None:
+        ecdsa = read_bundle_file(root, name, layout.ECDSA_SIGNATURE_NAME)
+        if data is None or (signature is None and ecdsa is None):
             continue
         try:
-            stamp = stamp_of(data, signature, keys)
+            stamp = stamp_of(data, signature, ecdsa, keys)
         except NodeAgentError as err:
             unverified.append((name, err))  # the bundle itself would be refused now
             continue

@@ -39,21 +39,21 @@ from typing import Final
 import structlog
 
 from nodeagent.adapters.bundles.tree import (
-    MAX_SIGNATURE_BYTES,
     BundleDir,
     load_trusted_keys_dir,
+    read_signature_files,
     release_signatures,
+    verify_signed,
 )
+from nodeagent.adapters.bundles.trust import kept_signatures
 from nodeagent.adapters.files import statvfs_free
+from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.adapters.store.accepted import record_accepted
 from nodeagent.adapters.store.blobs import CHUNK_BYTES, BlobStore, Filled, StoreLock
 from nodeagent.adapters.store.prefetch import Planned, Prefetcher
 from nodeagent.adapters.store.records import StoreRecords, record_for
-from nodeagent.bundles import minisign
+from nodeagent.bundles.ecdsa_signature import ManifestVerified
 from nodeagent.bundles.manifest import (
-    MANIFEST_NAME,
-    MAX_MANIFEST_BYTES,
-    SIGNATURE_NAME,
     BundleDigestMismatch,
     BundleIncomplete,
     BundleManifest,
@@ -164,18 +164,31 @@ def disk_order(
     return [(digest, by_digest[digest]) for _, digest in sorted(keyed)]
 
 
+@dataclass(frozen=True, slots=True)
+class SignedFiles:
+    """``bundle.json`` and its signature files as bytes, verified, and the manifest (the
+    signature files: those verified, ``trust.kept_signatures``)."""
+
+    manifest: BundleManifest
+    verified: ManifestVerified
+    data: bytes
+    minisig: bytes | None
+    ecdsa: bytes | None
+
+
 def read_signed(
-    medium_root: Path, trusted_keys_dir: Path
-) -> tuple[BundleManifest, minisign.Verified, bytes, bytes]:
-    """``bundle.json`` and its signature as bytes, verified, and the manifest they hold."""
-    with BundleDir(medium_root) as medium:
-        data = medium.read_small(MANIFEST_NAME, MAX_MANIFEST_BYTES)
-        signature = medium.read_small(SIGNATURE_NAME, MAX_SIGNATURE_BYTES)
-    if data is None or signature is None:
-        raise BundleIncomplete(f"{medium_root} lost its bundle.json or signature")
-    keys = load_trusted_keys_dir(trusted_keys_dir)
-    verified = minisign.verify(data, signature, keys, is_legacy_allowed=False)
-    return parse_manifest(data), verified, data, signature
+    medium_root: Path, trusted_keys_dir: Path, *, fips_switch: Path = FIPS_ENABLED_FILE
+) -> SignedFiles:
+    """``bundle.json`` and its signatures as bytes, verified, and the manifest they hold."""
+    try:
+        data, minisig, ecdsa = read_signature_files(medium_root)
+    except BundleIncomplete:
+        raise BundleIncomplete(f"{medium_root} lost its bundle.json") from None
+    keys = load_trusted_keys_dir(trusted_keys_dir, fips_switch=fips_switch)
+    verified = verify_signed(data, minisig, ecdsa, keys)
+    return SignedFiles(
+        parse_manifest(data), verified, data, *kept_signatures(verified, minisig, ecdsa)
+    )
 
 
 class _Committer:
@@ -211,11 +224,13 @@ def copy_bundle(
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
     chunk_bytes: int = CHUNK_BYTES,
+    fips_switch: Path = FIPS_ENABLED_FILE,
 ) -> CopyResult:
     """Copy every blob of the verified ``manifest`` the store lacks from ``medium_root``."""
     started_s = clock()
-    signed, verified, data, signature = read_signed(medium_root, trusted_keys_dir)
-    if signed != manifest:
+    files = read_signed(medium_root, trusted_keys_dir, fips_switch=fips_switch)
+    verified, data = files.verified, files.data
+    if files.manifest != manifest:
         raise BundleManifestInvalid(
             f"bundle.json on {medium_root} is no longer the one verified; plug the medium in again"
         )
@@ -251,9 +266,9 @@ def copy_bundle(
             records.top_manifest_types(manifest),
             wall_clock(),
         )
-        records.write_bundle(record, data, signature, extra)
+        records.write_bundle(record, data, files.minisig, extra, ecdsa=files.ecdsa)
         digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
-        record_accepted(store_root, manifest.stamp(verified.key_id_hex, digest))
+        record_accepted(store_root, manifest.stamp(verified.key_id_hex, digest, verified.linked))
         loaded = records.load()
         records.refresh_index(loaded.records, set(store.stored()))
     final = meter.finish(clock())

@@ -2,9 +2,9 @@
 
 In order (docs/site.md, "Fetch"; docs/store.md):
 
-1. ``verify``: the ``bundle.json`` and signature a peer sent are checked against this
-   node's own trusted keys, exactly as a stick's (``minisign.verify``, no legacy
-   signatures, then ``parse_manifest``): a peer is never trusted;
+1. ``verify``: the ``bundle.json`` and signature files a peer sent are checked against this
+   node's own trusted keys, exactly as a stick's (``trust.verify_signed``: decision 0075's
+   rule, no legacy minisign signatures; then ``parse_manifest``): a peer is never trusted;
 2. ``begin``, under the store lock: the store's admission (``copier.admit_copy``: the size
    cap, ``StoreFull``, then the filesystem's free space above the reserve,
    ``InsufficientDiskSpace``), then ``bundle.json`` and its signature are written. From
@@ -42,14 +42,21 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from nodeagent.adapters.bundles.tree import load_trusted_keys_dir
+from nodeagent.adapters.bundles.tree import load_trusted_keys_dir, verify_signed
+from nodeagent.adapters.bundles.trust import kept_signatures
 from nodeagent.adapters.files import STORE_FILE_MODE, write_atomic
+from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.adapters.store.accepted import accepted_stamps, record_accepted
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
 from nodeagent.adapters.store.copier import StoreLimits, admit_copy, plan_copy
-from nodeagent.adapters.store.records import StoreRecords, read_bundle_file, record_for
+from nodeagent.adapters.store.records import (
+    StoreRecords,
+    has_signature,
+    read_bundle_file,
+    record_for,
+    write_signatures,
+)
 from nodeagent.adapters.store.registry_sets import ChunkPipe
-from nodeagent.bundles import minisign
 from nodeagent.bundles.freshness import Stamp
 from nodeagent.bundles.manifest import BundleManifest, parse_manifest
 from nodeagent.errors import HostFileError, NodeAgentError, StoreBlobMissing
@@ -81,7 +88,7 @@ def fetching_manifests(root: Path) -> dict[str, bytes]:
         directory = root / layout.bundle_dir(name) if layout.is_bundle_id(name) else None
         if directory is None or (directory / layout.RECORD_NAME).exists():
             continue
-        if not (directory / layout.SIGNATURE_NAME).is_file():
+        if not has_signature(directory):
             continue
         data = read_bundle_file(root, name, layout.MANIFEST_NAME)
         if data is not None:
@@ -112,10 +119,17 @@ class FetchStore:
     """The store at ``root`` as the fetcher writes into it."""
 
     def __init__(
-        self, root: Path, trusted_keys_dir: Path, limits: StoreLimits, *, fills: int = 4
+        self,
+        root: Path,
+        trusted_keys_dir: Path,
+        limits: StoreLimits,
+        *,
+        fills: int = 4,
+        fips_switch: Path = FIPS_ENABLED_FILE,
     ) -> None:
         self.root = root
         self.trusted_keys_dir = trusted_keys_dir
+        self.fips_switch = fips_switch
         self.limits = limits
         self.blobs = BlobStore(root)
         self.records = StoreRecords(root)
@@ -128,15 +142,21 @@ class FetchStore:
         self._threads.shutdown(wait=False)
 
     # ------------------------------------------------------------ what is held
-    def verify(self, data: bytes, signature: bytes) -> SignedBundle:
-        """The peer's manifest and signature, checked against this node's trusted keys."""
-        keys = load_trusted_keys_dir(self.trusted_keys_dir)
-        verified = minisign.verify(data, signature, keys, is_legacy_allowed=False)
+    def verify(
+        self, data: bytes, signature: bytes | None, ecdsa: bytes | None = None
+    ) -> SignedBundle:
+        """The peer's manifest and signature files, checked against this node's trusted keys
+        (``trust.verify_signed``); only the files the rule looked at are kept (on a host in
+        FIPS mode, minisign's is not)."""
+        keys = load_trusted_keys_dir(self.trusted_keys_dir, fips_switch=self.fips_switch)
+        verified = verify_signed(data, signature, ecdsa, keys)
         manifest = parse_manifest(data)
         digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+        kept, kept_ecdsa = kept_signatures(verified, signature, ecdsa)
         return SignedBundle(
-            manifest, digest, data, signature, verified.key_id_hex, verified.key_name or ""
-        )
+            manifest, digest, data, kept, verified.key_id_hex, verified.key_name or "",
+            kept_ecdsa, verified.linked,
+        )  # fmt: skip
 
     def held(self) -> dict[str, tuple[str, bool]]:
         """Bundle id → (digest of its stored ``bundle.json``, whether it has a record):
@@ -160,7 +180,7 @@ class FetchStore:
 
     def accepted(self) -> tuple[Stamp, ...]:
         """Every signed manifest the store keeps, verified again (``adapters.store.accepted``)."""
-        return accepted_stamps(self.root, self.trusted_keys_dir)
+        return accepted_stamps(self.root, self.trusted_keys_dir, fips_switch=self.fips_switch)
 
     def unfinished(self) -> list[SignedBundle]:
         """Bundles whose fetch did not finish (found at start), verified again: a manifest
@@ -168,8 +188,9 @@ class FetchStore:
         found = []
         for bundle_id, data in fetching_manifests(self.root).items():
             signature = read_bundle_file(self.root, bundle_id, layout.SIGNATURE_NAME)
+            ecdsa = read_bundle_file(self.root, bundle_id, layout.ECDSA_SIGNATURE_NAME)
             try:
-                signed = self.verify(data, signature or b"")
+                signed = self.verify(data, signature, ecdsa)
             except NodeAgentError:
                 continue
             if signed.manifest.bundle_id == bundle_id:
@@ -186,8 +207,9 @@ class FetchStore:
             return None
         data = read_bundle_file(self.root, bundle_id, layout.MANIFEST_NAME)
         signature = read_bundle_file(self.root, bundle_id, layout.SIGNATURE_NAME)
+        ecdsa = read_bundle_file(self.root, bundle_id, layout.ECDSA_SIGNATURE_NAME)
         try:
-            signed = self.verify(data or b"", signature or b"")
+            signed = self.verify(data or b"", signature, ecdsa)
         except NodeAgentError:
             return None
         return signed if signed.manifest.bundle_id == bundle_id else None
@@ -211,8 +233,11 @@ class FetchStore:
             admit_copy(self.blobs, f"bundle {manifest.bundle_id}", missing, self.limits)
             directory = self.records.bundle_path(manifest.bundle_id)
             write_atomic(directory / layout.MANIFEST_NAME, signed.data, mode=STORE_FILE_MODE)
-            write_atomic(directory / layout.SIGNATURE_NAME, signed.signature, mode=STORE_FILE_MODE)
-            record_accepted(self.root, manifest.stamp(signed.key_id_hex, signed.manifest_digest))
+            write_signatures(directory, signed.signature, signed.ecdsa_signature)
+            record_accepted(
+                self.root,
+                manifest.stamp(signed.key_id_hex, signed.manifest_digest, signed.linked),
+            )
         return missing
 
     async def fill(
@@ -285,7 +310,9 @@ class FetchStore:
                 self.records.top_manifest_types(manifest),
                 time.time(),
             )
-            self.records.write_bundle(record, signed.data, signed.signature, files)
+            self.records.write_bundle(
+                record, signed.data, signed.signature, files, ecdsa=signed.ecdsa_signature
+            )
             self.records.refresh_index(self.records.load().records, set(self.blobs.stored()))
 
 

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 from nodeagent.adapters.store.blobs import BlobStore
-from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
+from nodeagent.adapters.store.records import StoreRecords, has_signature, read_bundle_file
 from nodeagent.bundles.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from nodeagent.bundles.target import MAX_SELECTOR_CHARS
 from nodeagent.cluster.holdings import HeldBundle, HeldTarget
@@ -83,12 +83,12 @@ class StoreHoldings:
         path = directory / layout.MANIFEST_NAME
         try:
             info = path.stat(follow_symlinks=False)
-            has_signature = (directory / layout.SIGNATURE_NAME).is_file()
+            is_signed = has_signature(directory)
         except FileNotFoundError:
             return None
         except OSError as err:
             raise HostFileError(f"cannot read {path}: {err.strerror}") from err
-        if not has_signature or info.st_size > MAX_MANIFEST_BYTES:
+        if not is_signed or info.st_size > MAX_MANIFEST_BYTES:
             return None
         identity = (info.st_ino, info.st_size, info.st_mtime_ns)
         cached = self._digests.get(bundle_id)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import structlog
 
+from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.copier import CopyResult, StoreLimits, copy_bundle, plan_copy
 from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
@@ -63,9 +64,17 @@ class CarriedSignatures:
 class NodeImageStore:
     """``bundles.importer.ImageStorePort`` and ``bundles.restore.StoreSource`` over a directory."""
 
-    def __init__(self, root: Path, trusted_keys_dir: Path, limits: StoreLimits) -> None:
+    def __init__(
+        self,
+        root: Path,
+        trusted_keys_dir: Path,
+        limits: StoreLimits,
+        *,
+        fips_switch: Path = FIPS_ENABLED_FILE,
+    ) -> None:
         self.root = root
         self.trusted_keys_dir = trusted_keys_dir
+        self.fips_switch = fips_switch
         self.limits = limits
 
     def missing_bytes(self, manifest: BundleManifest) -> int:
@@ -89,6 +98,7 @@ class NodeImageStore:
             self.trusted_keys_dir,
             limits=self.limits,
             on_progress=on_progress,
+            fips_switch=self.fips_switch,
         )
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]:

@@ -16,13 +16,14 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Final
 
 import structlog
 
 from nodeagent.adapters.bundles.tree import BundleDir
 from nodeagent.adapters.files import STORE_DIR_MODE, STORE_FILE_MODE, set_aside, write_atomic
 from nodeagent.adapters.store.release_files import ReleaseSignatureFiles
-from nodeagent.bundles import minisign
+from nodeagent.bundles import ecdsa_signature, minisign
 from nodeagent.bundles.manifest import (
     MAX_MANIFEST_BYTES,
     BundleError,
@@ -63,15 +64,43 @@ def _read_bounded(path: Path, max_bytes: int) -> bytes | None:
     return data
 
 
+_BUNDLE_FILE_LIMITS: Final = {
+    layout.MANIFEST_NAME: MAX_MANIFEST_BYTES,
+    layout.SIGNATURE_NAME: minisign.MAX_SIGNATURE_BYTES,
+    layout.ECDSA_SIGNATURE_NAME: ecdsa_signature.MAX_SIGNATURE_BYTES,
+}
+"""The files kept beside a bundle's record that a peer may ask for, and their bounds."""
+
+
+def write_signatures(directory: Path, minisig: bytes | None, ecdsa: bytes | None) -> None:
+    """A bundle's signature files as verified: each one given written, each one not given
+    removed (a signature nobody verified is never kept)."""
+    for name, data in ((layout.SIGNATURE_NAME, minisig), (layout.ECDSA_SIGNATURE_NAME, ecdsa)):
+        if data is None:
+            (directory / name).unlink(missing_ok=True)
+        else:
+            write_atomic(directory / name, data, mode=STORE_FILE_MODE)
+
+
+def has_signature(directory: Path) -> bool:
+    """Whether a bundle's directory holds a signature file (either scheme's)."""
+    return any((directory / name).is_file() for name in layout.SIGNATURE_NAMES)
+
+
+def _signing_key_id(minisig: bytes | None, ecdsa: bytes | None) -> str:
+    """The key id a record names, read from the signature (a damaged record's rebuild; the
+    signature is verified wherever the bundle is used)."""
+    if minisig is not None:
+        return minisign.key_id_hex(minisign.parse_signature(minisig).key_id)
+    return minisign.key_id_hex(ecdsa_signature.parse_signature(ecdsa).key_id)
+
+
 def read_bundle_file(root: Path, bundle_id: str, name: str) -> bytes | None:
     """``bundle.json`` or its signature, read beneath the store without following links;
     None when absent or not a valid bundle id."""
-    if not layout.is_bundle_id(bundle_id) or name not in (
-        layout.MANIFEST_NAME,
-        layout.SIGNATURE_NAME,
-    ):
+    if not layout.is_bundle_id(bundle_id) or name not in _BUNDLE_FILE_LIMITS:
         return None
-    limit = MAX_MANIFEST_BYTES if name == layout.MANIFEST_NAME else minisign.MAX_SIGNATURE_BYTES
+    limit = _BUNDLE_FILE_LIMITS[name]
     with BundleDir(root) as store:
         try:
             data = store.read_small(f"{layout.bundle_dir(bundle_id)}/{name}", limit)
@@ -130,10 +159,13 @@ class StoreRecords:
         self,
         record: BundleRecord,
         manifest: bytes,
-        signature: bytes,
+        signature: bytes | None,
         extra: Mapping[str, bytes] = MappingProxyType({}),
+        *,
+        ecdsa: bytes | None = None,
     ) -> None:
-        """The signed manifest and its signature, then the record (last: it makes it count).
+        """The signed manifest and its signatures (minisign's, ECDSA's: those verified; one
+        not given is removed), then the record (last: it makes it count).
 
         ``extra``: small files the manifest lists and that were checked against it (a
         release's signatures, ``release-signatures/<name>``), kept beside it by their paths.
@@ -143,7 +175,7 @@ class StoreRecords:
             (directory / path).parent.mkdir(mode=STORE_DIR_MODE, parents=True, exist_ok=True)
             write_atomic(directory / path, data, mode=STORE_FILE_MODE)
         write_atomic(directory / layout.MANIFEST_NAME, manifest, mode=STORE_FILE_MODE)
-        write_atomic(directory / layout.SIGNATURE_NAME, signature, mode=STORE_FILE_MODE)
+        write_signatures(directory, signature, ecdsa)
         text = canonical_json(record.to_json())
         write_atomic(directory / layout.RECORD_NAME, text, mode=STORE_FILE_MODE)
 
@@ -255,9 +287,10 @@ class StoreRecords:
         try:
             manifest_bytes = _read_bounded(directory / layout.MANIFEST_NAME, 16 << 20)
             signature = _read_bounded(directory / layout.SIGNATURE_NAME, 16 << 10)
-            if manifest_bytes is None or signature is None:
+            ecdsa = _read_bounded(directory / layout.ECDSA_SIGNATURE_NAME, 1 << 10)
+            if manifest_bytes is None or (signature is None and ecdsa is None):
                 raise StoreRecordDamaged(f"{directory} lacks its bundle.json or signature")
-            key_id = minisign.key_id_hex(minisign.parse_signature(signature).key_id)
+            key_id = _signing_key_id(signature, ecdsa)
             manifest = parse_manifest(manifest_bytes)
         except NodeAgentError as err:  # BundleError, a malformed signature
             repairs.append(f"{bundle_id}: record damaged and not rebuilt ({err.reason})")
@@ -266,7 +299,7 @@ class StoreRecords:
         if not is_repairing:
             repairs.append(f"{bundle_id}: record damaged, read from its bundle.json for now")
             return record
-        self.write_bundle(record, manifest_bytes, signature)
+        self.write_bundle(record, manifest_bytes, signature, ecdsa=ecdsa)
         repairs.append(f"{bundle_id}: record damaged, rebuilt from its bundle.json")
         return record
 

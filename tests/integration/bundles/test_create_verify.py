@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from nodeagent.adapters.registry.client import RegistryClient
 from nodeagent.authfile import parse_auth_file
@@ -32,6 +34,7 @@ from tests.conftest import Pushed
 from tests.testenv.images import LayerSpec, TestImage, push
 from tests.testenv.packages import ensure_packages
 from tests.testenv.registry import Registry
+from tests.testenv.signed_bundles import EcdsaKeys
 
 pytestmark = pytest.mark.integration
 
@@ -140,7 +143,9 @@ def test_verify_accepts_it_and_reports_what_it_holds(
     assert (doc["ok"], doc["full"], doc["error"]) == (True, True, None)
     assert doc["bundleId"] == BUNDLE_ID
     assert doc["architecture"] == "amd64"
-    assert doc["signedBy"] == {"keyId": keys.key_id_hex, "keyName": "factory"}
+    assert doc["signedBy"] == {
+        "keyId": keys.key_id_hex, "keyName": "factory", "signatures": ["minisign"]
+    }  # fmt: skip
     assert doc["trustedComment"].startswith(f"nodeagent bundle {BUNDLE_ID} created 20")
     assert doc["pinnedImageSets"] == [SET_NAME]
     images = {i["name"]: i for i in doc["images"]}
@@ -398,6 +403,55 @@ def test_a_targeted_bundle_carries_its_target_signed_and_verify_shows_it(
     )  # fmt: skip
     assert "is a linux/amd64 image and the bundle is for linux/arm64" in refused.err
     assert not (tmp_path / "o" / "bundle.json").exists()
+
+
+def test_ecdsa_key_signs_beside_or_instead_of_minisign_and_verify_checks_both(
+    registry: Registry, pushed: Pushed, keys: Keys, tmp_path: Path
+) -> None:
+    """``--ecdsa-key`` (decision 0075): with ``--key`` both signatures, same trusted comment;
+    alone, an ECDSA-only bundle; either verifies by its trusted key, both when both are
+    trusted; a key that is not P-256/P-384 is refused before anything is fetched."""
+    ecdsa_keys = EcdsaKeys.make()
+    private = tmp_path / "factory-fips.key.pem"
+    private.write_bytes(ecdsa_keys.private_pem)
+    both, only = tmp_path / "both", tmp_path / "only"
+    for output, key_args in ((both, ["--key", str(keys.key)]), (only, [])):
+        result = run_cli(
+            "bundle", "create", "--image", pushed.ref(pushed.base_a), *key_args,
+            "--ecdsa-key", private, "--output", output, "--insecure-registry", registry.host,
+        )  # fmt: skip
+        assert result.code == 0, result.err
+        assert "ECDSA signature (bundle.json.ecdsa-sig)" in result.out
+    assert (both / "bundle.json.minisig").is_file() and not (only / "bundle.json.minisig").exists()
+    comment = (both / "bundle.json.ecdsa-sig").read_text().splitlines()[2]
+    assert comment in (both / "bundle.json.minisig").read_text().splitlines()
+    ecdsa_keys.install(keys.trusted_dir.parent / "ecdsa-trusted")
+    ecdsa_only = Keys(keys.pub, keys.key, keys.trusted_dir.parent / "ecdsa-trusted", "")
+    shown = verify(only, ecdsa_only, "--json")
+    assert shown.code == 0, shown.err
+    assert shown.json()["signedBy"]["signatures"] == ["ecdsa-p256-sha256"]
+    refused = verify(both, keys, "--json")  # both signatures, the ECDSA key not trusted
+    assert refused.json()["error"]["reason"] == "BundleSignedByUnknownKey"
+    ecdsa_keys.install(keys.trusted_dir, "factory-fips-test")
+    try:
+        shown = verify(both, keys, "--json")
+        assert shown.code == 0, shown.err
+        assert shown.json()["signedBy"]["signatures"] == ["minisign", "ecdsa-p256-sha256"]
+    finally:
+        (keys.trusted_dir / "factory-fips-test.pem").unlink()
+    rsa_key = tmp_path / "rsa.pem"
+    rsa_key.write_bytes(
+        rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )  # fmt: skip
+    bad = run_cli(
+        "bundle", "create", "--image", pushed.ref(pushed.base_a), "--ecdsa-key", rsa_key,
+        "--output", tmp_path / "bad", "--insecure-registry", registry.host,
+    )  # fmt: skip
+    assert bad.code == 78 and "SigningKeyMalformed" in bad.err, bad.err
+    assert not (tmp_path / "bad").exists()  # refused before the output was made
 
 
 def test_a_bad_target_is_refused_before_anything_is_fetched(keys: Keys, tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ HOST_FACILITIES = {
 IN_IMAGE = {
     "node_os.bootc": "a wrapper that runs the host's bootc (nsenter into PID 1's mounts)",
     "node_os.rpm_ostree": "a wrapper that runs the host's rpm-ostree",
+    "bundles.fips_switch": "the container's own /proc: the kernel's switch is the host's",
 }
 
 

@@ -32,6 +32,11 @@ class Peers:
     async def have(self, address: str, bundle_id: str) -> Have:
         raise NotImplementedError
 
+    async def signature_file(
+        self, address: str, bundle_id: str, name: str, max_bytes: int
+    ) -> bytes | None:
+        raise AssertionError("not asked")
+
     async def bundle_file(self, address: str, bundle_id: str, name: str, max_bytes: int) -> bytes:
         raise NotImplementedError
 

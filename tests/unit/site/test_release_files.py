@@ -67,6 +67,11 @@ class Client:
         self.answers = answers
         self.asked: list[tuple[str, str, int]] = []
 
+    async def signature_file(
+        self, address: str, bundle_id: str, name: str, max_bytes: int
+    ) -> bytes | None:
+        raise AssertionError("not asked")
+
     async def bundle_file(self, address: str, bundle_id: str, name: str, max_bytes: int) -> bytes:
         self.asked.append((address, name, max_bytes))
         answer = self.answers[address]

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from nodeagent.adapters.bundles.tree import (
     BundleDir,
     HashingReader,
+    TrustedKeys,
     check_contents,
     check_signed_bundle,
     hash_files,
@@ -63,8 +64,8 @@ class Keys:
         directory.mkdir()
         (directory / "factory.pub").write_text(public_text)
 
-    def trusted(self) -> dict[bytes, minisign.PublicKey]:
-        return load_trusted_keys_dir(self.dir)
+    def trusted(self) -> TrustedKeys:
+        return load_trusted_keys_dir(self.dir, fips_switch=self.dir / "no-fips-switch")
 
 
 @pytest.fixture
@@ -157,13 +158,13 @@ def _layer_path(root: Path) -> Path:
 
 def test_trusted_keys_are_named_by_file_stem(keys: Keys) -> None:
     (keys.dir / "notes.txt").write_text("not a key")
-    trusted = keys.trusted()
+    trusted = keys.trusted().minisign
     assert list(trusted) == [keys.public.key_id]
     assert trusted[keys.public.key_id].name == "factory"
 
 
 def test_missing_key_directory_trusts_nothing(tmp_path: Path) -> None:
-    assert load_trusted_keys_dir(tmp_path / "absent") == {}
+    assert len(load_trusted_keys_dir(tmp_path / "absent")) == 0
 
 
 def test_the_same_key_twice_is_an_error(keys: Keys) -> None:
@@ -183,7 +184,7 @@ def test_signed_manifest_reads_and_names_the_key(root: Path, keys: Keys) -> None
 
 def test_R4_no_trusted_keys_names_the_signing_key(root: Path, keys: Keys) -> None:
     with pytest.raises(UnknownSigningKey, match=keys.public.key_id_hex):
-        read_signed_manifest(root, {})
+        read_signed_manifest(root, TrustedKeys())
 
 
 def test_R5_signature_is_checked_before_parsing(root: Path, keys: Keys) -> None:
@@ -236,7 +237,9 @@ def test_R3_legacy_signature_is_refused_for_bundles(root: Path, keys: Keys) -> N
         base64.b64encode(signer.sign(legacy + b"legacy")).decode(),
     ]
     (root / "bundle.json.minisig").write_text("\n".join(lines) + "\n")
-    verified = minisign.verify(data, (root / "bundle.json.minisig").read_text(), keys.trusted())
+    verified = minisign.verify(
+        data, (root / "bundle.json.minisig").read_text(), keys.trusted().minisign
+    )
     assert not verified.is_prehashed  # a good signature, of the kind minisign -l makes
     with pytest.raises(SignatureLegacy, match="prehashed"):
         read_signed_manifest(root, keys.trusted())
@@ -378,7 +381,9 @@ def test_report_of_a_good_bundle(root: Path, keys: Keys) -> None:
     assert report.is_ok and report.error is None
     doc = report.to_json()
     assert doc["ok"] is True and doc["seconds"] == 2.5
-    assert doc["signedBy"] == {"keyId": keys.public.key_id_hex, "keyName": "factory"}
+    assert doc["signedBy"] == {
+        "keyId": keys.public.key_id_hex, "keyName": "factory", "signatures": ["minisign"]
+    }  # fmt: skip
     assert doc["hashedBytes"] == doc["totalSizeBytes"] == report.hashed_bytes > len(LAYER)
     assert [i["name"] for i in doc["images"]] == [IMAGE]
 
