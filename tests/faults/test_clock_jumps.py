@@ -25,7 +25,8 @@ which etcd, the certificates and every other process here depend on, is never to
   the fetcher's ``recheck_s``, 300 s), node 1's import by hand is taken and the set stays
   pinned.
 
-The fetch drill takes 19-25 s, the expiry drill 17-19 s (call phase, this 2-core machine).
+The fetch drill takes 19-25 s, the expiry drill 18-26 s (call phase, this 2-core machine,
+four runs each, some beside other helpers' tests).
 """
 
 from __future__ import annotations
