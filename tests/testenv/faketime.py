@@ -16,6 +16,7 @@ is not slowed).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -31,13 +32,41 @@ def ensure_libfaketime() -> Path:
     return LIBFAKETIME
 
 
+SHM = Path("/dev/shm")
+SHARED = re.compile(r"^(?:faketime_shm_|sem\.faketime_sem_)(\d+)$")
+"""What libfaketime leaves in ``/dev/shm`` for each process it was loaded in (named by its
+pid): a Python process left its two here even on a normal exit (``date`` did not)."""
+
+
+def left_behind() -> set[Path]:
+    """libfaketime's files in ``/dev/shm`` whose process is gone."""
+    found = set()
+    for entry in SHM.iterdir() if SHM.is_dir() else ():
+        named = SHARED.match(entry.name)
+        if named is not None and not Path(f"/proc/{named[1]}").exists():
+            found.add(entry)
+    return found
+
+
 class FakeClock:
-    """The wall-clock offset, in seconds, of the processes started with ``env()``."""
+    """The wall-clock offset, in seconds, of the processes started with ``env()``;
+    ``close()`` (or ``with``) removes what libfaketime left in ``/dev/shm`` for the processes
+    that have ended (a new process with the same pid would fail to start its clock)."""
 
     def __init__(self, path: Path, offset_s: int = 0) -> None:
         self.path = path
         self.offset_s = 0
         self.step_to(offset_s)
+
+    def close(self) -> None:
+        for entry in left_behind():
+            entry.unlink(missing_ok=True)
+
+    def __enter__(self) -> FakeClock:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def env(self) -> dict[str, str]:
         return {
