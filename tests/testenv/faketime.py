@@ -38,10 +38,10 @@ SHARED = re.compile(r"^(?:faketime_shm_|sem\.faketime_sem_)(\d+)$")
 pid): a Python process left its two here even on a normal exit (``date`` did not)."""
 
 
-def left_behind() -> set[Path]:
-    """libfaketime's files in ``/dev/shm`` whose process is gone."""
+def left_behind(shm: Path = SHM) -> set[Path]:
+    """libfaketime's files in ``shm`` whose process is gone."""
     found = set()
-    for entry in SHM.iterdir() if SHM.is_dir() else ():
+    for entry in shm.iterdir() if shm.is_dir() else ():
         named = SHARED.match(entry.name)
         if named is not None and not Path(f"/proc/{named[1]}").exists():
             found.add(entry)
