@@ -74,6 +74,9 @@ class PullTally:
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Pulls waiting to retry after a transient failure: ref -> (reason, message)."""
     wall_clock: Callable[[], float] = time.time
+    """Unix time, for ``startedAt`` (a date)."""
+    monotonic: Callable[[], float] = time.monotonic
+    """Seconds that a wall-clock step does not move, for the rate."""
     started_at_s: float | None = None
     """When the sync in progress started (seconds since 1970), for the status file."""
     sizes: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
@@ -82,7 +85,7 @@ class PullTally:
     bytes_done: int = 0
     """Compressed bytes of the images pulled so far (a blob two images share once)."""
     sized_at_s: float | None = None
-    """When the pulls were sized (their start), seconds since 1970: the rate counts from it."""
+    """When the pulls were sized (their start), monotonic seconds: the rate counts from it."""
     _counted: set[str] = field(default_factory=set)
 
     def start(self) -> None:
@@ -98,7 +101,7 @@ class PullTally:
     def sized(self, blobs: Mapping[str, Sequence[tuple[str, int]]]) -> None:
         """The pulls about to start, with what each fetches (disk admission's figures)."""
         self.sizes = {ref: tuple(found) for ref, found in blobs.items()}
-        self.sized_at_s = self.wall_clock()
+        self.sized_at_s = self.monotonic()
 
     def end(self) -> None:
         self.is_syncing = False
@@ -138,7 +141,7 @@ class PullTally:
         else:
             total = (sum(s.bytes_to_pull for s in last.sets) if last is not None else 0) or None
             done = None
-        elapsed_s = self.wall_clock() - self.sized_at_s if self.sized_at_s is not None else 0.0
+        elapsed_s = self.monotonic() - self.sized_at_s if self.sized_at_s is not None else 0.0
         rate = done / elapsed_s if done and elapsed_s > 0 else None
         return {
             "startedAt": started.isoformat(timespec="seconds"),

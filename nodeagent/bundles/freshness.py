@@ -300,11 +300,15 @@ def replacing_error(candidate: Stamp, mark: Stamp) -> BundleRollback:
     )
 
 
-def expired_error(bundle_id: str, expires: str | None) -> BundleExpired:
+def expired_error(bundle_id: str, expires: str | None, now: dt.datetime) -> BundleExpired:
+    """Why a bundle past its ``expires`` is refused: both times, the node's clock being the
+    judge (a clock stepped forward refuses a bundle that is still valid)."""
+    clock = now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return BundleExpired(
-        f"bundle {clip(bundle_id, 128)} expired at {clip(expires, 40)} (by this node's clock); "
-        "use a newer bundle, or import it by hand with `nodeagent bundle import "
-        "--allow-expired` if it must be taken anyway"
+        f"bundle {clip(bundle_id, 128)} expired at {clip(expires, 40)}; this node's clock says "
+        f"{clock}. Use a newer bundle, check the node's clock if the bundle should still be "
+        "valid, or import it by hand with `nodeagent bundle import --allow-expired` if it "
+        "must be taken anyway"
     )
 
 
@@ -363,8 +367,8 @@ def check(
     """Expiry (by ``now``; None: not checked), then whether storing the bundle would lower a
     mark (never allowed), then the sequence rule."""
     is_past = now is not None and is_expired(expires, now)
-    if is_past and not is_allowing_expired:
-        return Checked(expired_error(candidate.bundle_id, expires))
+    if now is not None and is_past and not is_allowing_expired:
+        return Checked(expired_error(candidate.bundle_id, expires, now))
     accepted = tuple(accepted)
     lowered = lowered_marks(candidate, accepted)
     if lowered:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
+
+_MULTIARCH = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
 
 # Package name -> a binary it provides (checked first: cheap and exact).
 PACKAGES: dict[str, str] = {
@@ -25,6 +28,8 @@ PACKAGES: dict[str, str] = {
     "etcd-server": "/usr/bin/etcd",  # storage of the test kube-apiserver (tests/testenv/kube.py)
     "iproute2": "/usr/sbin/ip",  # network namespaces and TUN links with latency (link.py)
     "prometheus": "/usr/bin/promtool",  # checks deploy/monitoring's PrometheusRule (promtool)
+    # one daemon's wall clock stepped, never the host's (tests/testenv/faketime.py)
+    "libfaketime": f"/usr/lib/{_MULTIARCH}/faketime/libfaketimeMT.so.1",
 }
 
 

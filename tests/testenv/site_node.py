@@ -55,7 +55,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,7 @@ class SiteNode:
         kubeconfig: Path | None = None,
         cluster_settings: str = "",
         extra_config: str = "",
+        daemon_env: Mapping[str, str] | None = None,
     ) -> None:
         self.root = base
         self.host = host
@@ -137,6 +138,9 @@ class SiteNode:
         self.cluster_settings = cluster_settings
         """More ``[cluster]`` lines (``set_selector = ...``)."""
         self.extra_config = extra_config
+        self.daemon_env = dict(daemon_env or {})
+        """More environment for the daemon's process alone, not its peer process or CRI-O
+        (``tests/testenv/faketime.py``: the daemon's wall clock stepped)."""
         prepare_node(base)  # as the package leaves a host: a store written now is shared
         self.crio = Crio(base / "crio", command_prefix=host.exec_prefix) if with_crio else None
         self.config_file = base / "etc/nodeagent/config.toml"
@@ -268,12 +272,15 @@ reload_timeout_s = 30.0
             *args,
         ]
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``nodeagent ARGS`` on this node; ``env``: more environment for it."""
         return subprocess.run(
             self.command(*args),
             capture_output=True,
             text=True,
-            env=self.env(),
+            env=self.env() | dict(env or {}),
             check=False,
             cwd=self.root,
         )
@@ -303,7 +310,7 @@ reload_timeout_s = 30.0
                 self.command("run"),
                 stdout=log,
                 stderr=log,
-                env=self.env(),
+                env=self.env() | self.daemon_env,
                 cwd=self.root,
                 umask=0o027,  # as systemd/nodeagent.service
             )

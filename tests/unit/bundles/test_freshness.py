@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from nodeagent.bundles import freshness
 from nodeagent.bundles.freshness import MAX_SEQUENCE, Stamp, judge
-from nodeagent.errors import BundleManifestInvalid
+from nodeagent.errors import BundleExpired, BundleManifestInvalid
 from tests.unit.bundles.test_manifest import manifest_doc, parse
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, 0, tzinfo=dt.UTC)
@@ -224,10 +224,26 @@ def test_expiry(expires: str | None, is_expired: bool) -> None:
     assert freshness.is_expired(expires, NOW) is is_expired
 
 
-def test_an_expired_bundle_says_when() -> None:
-    error = freshness.expired_error("b", "2026-11-01T00:00:00Z")
+def test_an_expired_bundle_says_when_and_by_which_clock() -> None:
+    error = freshness.expired_error("b", "2026-11-01T00:00:00Z", NOW)
     assert error.reason == "BundleExpired"
-    assert "2026-11-01T00:00:00Z" in error.message and "--allow-expired" in error.message
+    assert "expired at 2026-11-01T00:00:00Z; this node's clock says 2026-11-26T12:00:00Z" in (
+        error.message
+    )
+    assert "--allow-expired" in error.message
+
+
+def test_the_refusal_names_the_clock_it_was_judged_by() -> None:
+    """``check``'s refusal carries the time it was given: a node whose clock was stepped
+    forward says so, and the same bundle an hour earlier is taken."""
+    candidate = stamp(5)
+    later = NOW + dt.timedelta(hours=1)
+    refused = freshness.check(candidate, "2026-11-26T12:30:00Z", (), later).refusal
+    assert isinstance(refused, BundleExpired)
+    assert "expired at 2026-11-26T12:30:00Z; this node's clock says 2026-11-26T13:00:00Z" in (
+        refused.message
+    )
+    assert freshness.check(candidate, "2026-11-26T12:30:00Z", (), NOW).refusal is None
 
 
 @pytest.mark.parametrize(

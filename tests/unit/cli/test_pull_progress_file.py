@@ -73,8 +73,8 @@ def test_bytes_to_download_unknown_is_null_not_zero() -> None:
 def test_sized_pulls_count_whole_images_bytes_and_a_rate() -> None:
     wall = {"s": 100.0}
     store, clock = MemoryStore(), VirtualClock()
-    reporter = Reporter(line=RecordingLine(), store=store, clock=clock.monotonic,
-                        tally=PullTally(wall_clock=lambda: wall["s"]))  # fmt: skip
+    tally = PullTally(wall_clock=lambda: 0.0, monotonic=lambda: wall["s"])
+    reporter = Reporter(line=RecordingLine(), store=store, clock=clock.monotonic, tally=tally)
     reporter.sync_started()
     shared = ("sha256:" + "b" * 64, 3 << 20)
     reporter.pulls_sized({
@@ -99,3 +99,27 @@ def test_sized_pulls_count_whole_images_bytes_and_a_rate() -> None:
     done = pulls(store)
     assert isinstance(done, dict)
     assert done["bytes"]["done"] == done["bytes"]["total"]  # the shared blob not twice
+
+
+def test_the_rate_is_not_moved_by_a_wall_clock_step() -> None:
+    """The wall clock stepped an hour forward, then two back, while images pull (an NTP
+    step): ``startedAt`` stays the date the sync started by the clock then, and the rate is
+    bytes over monotonic seconds, which the step does not move."""
+    wall, steady = {"s": 1_790_000_000.0}, {"s": 50.0}
+    store, clock = MemoryStore(), VirtualClock()
+    tally = PullTally(wall_clock=lambda: wall["s"], monotonic=lambda: steady["s"])
+    reporter = Reporter(line=RecordingLine(), store=store, clock=clock.monotonic, tally=tally)
+    reporter.sync_started()
+    reporter.pulls_sized({REFS[0]: (("c0", 4000),), REFS[1]: (("c1", 4000),)})
+    reporter.sync_progress(node_status([pending_set(8000)], runtime=None, disk=None))
+    for step_s, ref in ((3600.0, REFS[0]), (-7200.0, REFS[1])):
+        wall["s"] += step_s + 2.0
+        steady["s"] += 2.0
+        clock.now_s += PULL_SAVE_INTERVAL_S
+        reporter.pull_event(PullEvent(PullStep.PULLED, ref, 1, seconds=2.0))
+        doc = pulls(store)
+        assert isinstance(doc, dict)
+        assert doc["startedAt"] == "2026-09-21T14:13:20+00:00"
+        done = 4000 if ref == REFS[0] else 8000
+        assert doc["bytes"] == {"total": 8000, "done": done}
+        assert doc["bytesPerSecond"] == round(done / (steady["s"] - 50.0), 1)  # 1000.0, 2000.0
