@@ -300,7 +300,7 @@ def expiry_site(
     (trusted / "factory.pub").write_text(factory.public_key)
     return ExpirySite(
         factory,
-        read_signed(factory.bundle, trusted)[0],
+        read_signed(factory.bundle, trusted).manifest,
         SiteNode(tmp_path / "node-0", net.hosts[0], name="node-0", ca=ca, trusted_keys=keys),
         SiteNode(
             tmp_path / "node-1",
