@@ -143,6 +143,7 @@ PROBES: dict[str, Probe] = {
         Probe("pods", "real containers in the test CRI-O (go, cc, runc)", _pods),
         Probe("skopeo", "Debian's skopeo", _tool("skopeo", "skopeo")),
         Probe("bash", "bash (shell completion)", _tool("bash", "bash")),
+        Probe("rpm", "rpm (the spec's macros expanded by rpm --eval)", _tool("rpm", "rpm")),
         Probe("dev-tools", "the development tools (import-linter, mypy, ruff)", _dev_tools),
         Probe("unbudgeted", "fuzz harnesses run without a time budget", _unbudgeted),
     )

@@ -49,6 +49,7 @@ def expanded(text: str, found: dict[str, str]) -> str:
         (("--python3-pkgversion", "3.11", "--node-python", "/opt/py3"), "/opt/py3"),
     ],
 )  # fmt: skip
+@pytest.mark.needs("rpm")
 def test_the_launcher_names_the_targets_interpreter(argv: tuple[str, ...], launcher: str) -> None:
     found = defines(*argv)
     assert expanded(found["nodeagent_python"], found) == launcher
