@@ -16,7 +16,11 @@ import pytest
 
 from tests.testenv.compat import REPO, lowest_constraints, lowest_venv, versions
 
-SUITES = ("tests/service", "tests/integration/adapters/http")
+SUITES = (
+    "tests/service",
+    "tests/integration/adapters/http",
+    "tests/integration/adapters/test_metrics_endpoint.py",
+)
 
 
 @pytest.mark.timeout(600)

@@ -8,7 +8,8 @@ Two runs, each printing the versions it ran with:
     ``[project] dependencies``), the development tools at their current versions. It runs the
     unit, service and HTTP suites (``tests/integration/adapters/http``: the peer server and
     the mirror subclass aiohttp's server hooks and asyncio's ``SSLProtocol``, so they are what
-    an older aiohttp would break). The virtualenv is cached under
+    an older aiohttp would break), and the metrics endpoint (prometheus_client's exposition
+    API at its bound). The virtualenv is cached under
     ``~/.cache/nodeagent-testenv/compat/lowest-<key>`` (``NODEAGENT_TESTENV_CACHE``), keyed
     by the constraints.
 ``debian13``
@@ -46,7 +47,12 @@ from tests.testenv.rootfs import rootfs_tarball, unpack
 REPO = Path(__file__).resolve().parents[2]
 COMPAT = CACHE_ROOT / "compat"
 PYTHON_311 = os.environ.get("NODEAGENT_PYTHON311", shutil.which("python3.11") or "python3.11")
-LOWEST_SUITES = ("tests/unit", "tests/service", "tests/integration/adapters/http")
+LOWEST_SUITES = (
+    "tests/unit",
+    "tests/service",
+    "tests/integration/adapters/http",
+    "tests/integration/adapters/test_metrics_endpoint.py",  # prometheus_client's exposition
+)
 DEBIAN_SUITES = ("tests/unit", "tests/service")
 DEBIAN_SUITE = "trixie"
 DEBIAN_PACKAGES = (
