@@ -31,6 +31,7 @@ import asyncio
 import errno
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -222,12 +223,13 @@ async def serve_through_a_full_disk(
     # ---- space back: node 0 recovers by itself, no restart
     for filler in fillers:
         filler.unlink()
-    freed_at = now()
+    freed_at, freed_s = now(), time.monotonic()
     server.wait_status(
         lambda s: both_pinned(s, factory.set_name, freed_at),
         what="both sets pinned in a status written after the space came back",
         timeout_s=150,
     )
+    print(f"node 0 back to normal {time.monotonic() - freed_s:.1f} s after the space came back")
     assert server.runs == 1, "node 0 was restarted"
     assert set(factory.refs) <= pins_of_node(server)
     assert half_written_in(dirs, state_dir) == []

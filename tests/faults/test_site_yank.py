@@ -6,23 +6,28 @@ process (``tests/testenv/site_stick.py``), every node watching for media; no reg
 listener on the images' registry address in each namespace counts connections:
 ``test_site.RegistryWatch``). One stick, and one udevd that is moved from node to node
 (``Udevd.move``): the stick is plugged into node 0, then node 1, then node 2. On each, the
-daemon reads it at a USB-like ``STICK_BYTES_PER_S`` (``tests/testenv/blkio.py``), and the
-stick is removed as soon as the status says the bundle is being copied into the store
-(udev's ``remove``, as ``test_media`` does). At the end it is plugged into node 1 once more
-and left in.
+daemon reads it at a USB-like ``STICK_BYTES_PER_S`` (``tests/testenv/blkio.py``: about
+2.7 MB of the 10 MiB are read when the pull lands), and the stick is pulled as soon as the
+status says the bundle is being copied into the store: its reads fail from then on and udev
+reports the removal (``pull``). At the end the stick is plugged into node 1 once more and
+left in.
 
 Proves, after each yank: the bundle is ``interrupted`` and the journal says the medium was
 removed (``bundle_interrupted``, ``BundleMediaRemoved``); the daemon holds no mount of the
-stick; nothing of the bundle is served to the peers (no signed manifest in the node's store,
-no peer started fetching it) nor imported into CRI-O. At the end every node pins the bundle,
-node 1 from the stick and the others from their peers, and no node made a connection to the
-registry. About 150 s; ``make test`` runs the fast check of the moving udevd below.
+stick; the copy did not finish behind the interrupted import; nothing of the bundle is
+served to the peers (no signed manifest in the node's store, no peer started fetching it)
+nor imported into CRI-O. At the end every node pins the bundle, node 1 from the stick and
+the others from their peers (in the runs so far each cut copy had stored the 2 MiB base
+blob, which neither the stick's second copy nor the fetches read again), and no node made a
+connection to the registry.
+About 12 s (``make test`` runs it), plus 0.3 s for the check of the moving udevd.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -116,17 +121,29 @@ def fetches_started(node: SiteNode) -> int:
     return node.current_run_log().count("bundle_fetch_started")
 
 
-def yank_mid_copy(
-    node: SiteNode, stick: LoopMedia, peers: list[SiteNode], factory: Factory
-) -> None:
-    """Plug the stick into ``node``, read slowly; pull it while the bundle is being stored;
-    check what the node and its peers are left with."""
+def pull(stick: LoopMedia) -> None:
+    """What pulling a stick out does to its reader: every read from now on fails (the device
+    shrinks to nothing: ``losetup --set-capacity`` over an emptied image), and udev reports
+    the removal. A loop device cannot vanish while it is mounted; without the first step the
+    daemon's copy, which runs in a thread, would read on to the end and store the whole
+    bundle behind the import it belonged to (found by this drill: see docs/testing.md)."""
+    assert stick.devnode is not None
+    os.truncate(stick.image, 0)
+    subprocess.run(["losetup", "--set-capacity", stick.devnode], check=True)
+    subprocess.run(["udevadm", "trigger", "--action=remove", stick.devnode], check=True)
+
+
+def yank_mid_copy(node: SiteNode, image: Path, peers: list[SiteNode], factory: Factory) -> None:
+    """Plug a copy of the stick's image into ``node``, read slowly; pull it while the bundle
+    is being stored; check what the node and its peers are left with."""
     assert node.process is not None
-    devnode = free_loop_device()
+    copy = image.with_name(f"{image.stem}-{node.name}.img")
+    subprocess.run(["cp", "--sparse=always", str(image), str(copy)], check=True)
+    stick, devnode = LoopMedia(copy), free_loop_device()
     with blkio.throttled_reads(node.process.pid, devnode, STICK_BYTES_PER_S):
         stick.attach(devnode)
         node.wait_status(lambda s: bundle_state(s, stick) == "storing", what="storing")
-        subprocess.run(["udevadm", "trigger", "--action=remove", devnode], check=True)
+        pull(stick)
         status = node.wait_status(
             lambda s: bundle_state(s, stick) == "interrupted", what="interrupted"
         )
@@ -140,19 +157,20 @@ def yank_mid_copy(
         what=f"{node.name} letting go of the stick's mount",
         detail=lambda: log_tail(node.log_path),
     )
+    subprocess.run(["umount", "--lazy", devnode], check=False, capture_output=True)
+    stick.detach()
+    assert "store_copy_finished" not in node.current_run_log(), "the yank came after the copy"
     manifests = sorted(node.path(f"/{STATE_DIR}/store/bundles").glob("*/bundle.json"))
     assert manifests == [], f"{node.name} stored a manifest of a bundle it did not finish"
     assert [fetches_started(p) for p in peers] == [0] * len(peers), "a peer fetched a half copy"
     assert not bundle_pinned(status, factory.set_name)
     names = {name for image in asyncio.run(stored(node)) for name in image.names()}
     assert not names & set(factory.refs), f"{node.name} imported images of a half copy"
-    subprocess.run(["umount", "--lazy", devnode], check=False, capture_output=True)
-    stick.detach()
+    copy.unlink()
 
 
-@pytest.mark.drill_long
 @pytest.mark.needs("blkio")
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(300)
 def test_the_stick_yanked_mid_copy_on_each_node_in_turn_then_the_site_pins_it(
     tmp_path: Path,
 ) -> None:
@@ -169,7 +187,7 @@ def test_the_stick_yanked_mid_copy_on_each_node_in_turn_then_the_site_pins_it(
             start_fanout(nodes)
             for node in nodes:
                 udevd.move(node.host.exec_prefix)
-                yank_mid_copy(node, stick, [p for p in nodes if p is not node], factory)
+                yank_mid_copy(node, stick.image, [p for p in nodes if p is not node], factory)
 
             # ---- plugged into node 1 once more, and left in
             udevd.move(nodes[1].host.exec_prefix)
