@@ -21,8 +21,9 @@ Proves:
 * once the writer's file is removed, node 0 comes back by itself (no restart): a later sync
   pins the new set and writes the status again, nothing degraded.
 
-About 150 s (the daemon retries a sync that failed for a permanent cause after a minute:
-``sync.loop.SyncSchedule.retry_max_s``). ``make test`` runs the fast check below.
+71-78 s here (node 0 is back 34-39 s after the space: the daemon retries a sync that failed
+for a permanent cause after a minute, ``sync.loop.SyncSchedule.retry_max_s``), so it is
+``drill_long``; ``make test`` runs the fast check below.
 """
 
 from __future__ import annotations
