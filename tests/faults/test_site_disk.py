@@ -15,7 +15,8 @@ Proves:
   other) and pin, and every peer they dropped on the way is named with a reason;
 * node 0's daemon and peer process keep running, its pins stay (the drop-in CRI-O reads and
   CRI's ``pinned``), and its journal names the cause (``HostFileError``: "No space left on
-  device", with the file it could not write);
+  device", with the file it could not write), as does systemd's ``STATUS=`` line; the status
+  file cannot (it is on the full disk: it keeps its last content);
 * node 0 leaves nothing half-written: no temporary file of an atomic write, every JSON file
   of its state directory and store parses, ``nodeagent store verify`` finds every blob whole;
 * once the writer's file is removed, node 0 comes back by itself (no restart): a later sync
@@ -45,7 +46,7 @@ from nodeagent.logs import event_of
 from nodeagent.ports import StoredImage
 from tests.faults.conftest import DiskFactory
 from tests.faults.consistency import half_written_in, hold
-from tests.faults.node import DROPIN, pins_of
+from tests.faults.node import DROPIN, NotifyListener, pins_of
 from tests.faults.test_disk import MIB, fill
 from tests.faults.test_site import now, three_nodes
 from tests.testenv.agent import pinned_image_set_yaml, set_state
@@ -162,15 +163,18 @@ async def test_a_node_whose_disk_fills_while_it_serves_keeps_serving_and_pinning
     disk = make_disk(64, at=tmp_path / "node-0" / "var" / "lib")
     with three_nodes(tmp_path, rate_mbit=RATE_MBIT) as net:
         nodes = fanout_nodes(tmp_path, net, ca, factory.public_key)
+        notify = NotifyListener(tmp_path / "notify-0.sock")  # what ``systemctl status`` shows
+        nodes[0].extra_env["NOTIFY_SOCKET"] = str(notify.path)
         try:
-            await serve_through_a_full_disk(tmp_path, nodes, disk, factory)
+            await serve_through_a_full_disk(tmp_path, nodes, disk, factory, notify)
         finally:
             for node in nodes:
                 node.close()
+            notify.close()
 
 
 async def serve_through_a_full_disk(
-    tmp_path: Path, nodes: list[SiteNode], disk: Path, factory: Factory
+    tmp_path: Path, nodes: list[SiteNode], disk: Path, factory: Factory, notify: NotifyListener
 ) -> None:
     """The drill, once the nodes are laid out (closed by the caller)."""
     server, fetchers = nodes[0], nodes[1:]
@@ -197,6 +201,14 @@ async def serve_through_a_full_disk(
         what="node 0's journal naming the full disk",
         detail=lambda: log_tail(server.log_path),
     )
+    # the status file is on the full disk and keeps its last content; systemd's STATUS= says it
+    wait_for(
+        lambda: (lines := notify.statuses()) and "(HostFileError)" in lines[-1],
+        timeout_s=10,
+        what="node 0's STATUS= naming HostFileError",
+        detail=lambda: str(notify.statuses()[-3:]),
+    )
+    print("STATUS=", notify.statuses()[-1])
 
     for node in fetchers:  # serving goes on: both finish, from node 0 or each other
         node.wait_status(lambda s: bundle_pinned(s, factory.set_name), what="pinned", timeout_s=240)
