@@ -103,7 +103,7 @@ def make_node(tmp_path: Path, registry: Registry) -> Iterator[NodeFactory]:
 
 
 class DiskFactory(Protocol):
-    def __call__(self, size_mib: int) -> Path: ...
+    def __call__(self, size_mib: int, *, at: Path | None = None) -> Path: ...
 
 
 @pytest.fixture
@@ -111,14 +111,15 @@ def make_disk(tmp_path: Path) -> Iterator[DiskFactory]:
     """Small ext4 filesystems (no root reserve), loop-mounted; each call gives a mountpoint.
 
     A runtime's store goes in a directory below the mountpoint, so a drill can fill the
-    same filesystem from beside it.
+    same filesystem from beside it. ``at``: mounted there (made if missing; a node's
+    ``var/lib``, say) instead of a directory of its own.
     """
     mounted: list[Path] = []
 
-    def make(size_mib: int) -> Path:
+    def make(size_mib: int, *, at: Path | None = None) -> Path:
         image = tmp_path / f"disk{len(mounted)}.img"
-        mountpoint = tmp_path / f"disk{len(mounted)}"
-        mountpoint.mkdir()
+        mountpoint = at or tmp_path / f"disk{len(mounted)}"
+        mountpoint.mkdir(parents=True, exist_ok=at is not None)
         subprocess.run(["truncate", "-s", f"{size_mib}M", str(image)], check=True)
         subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], check=True)
         subprocess.run(["mount", "-o", "loop", str(image), str(mountpoint)], check=True)

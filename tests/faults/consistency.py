@@ -191,8 +191,14 @@ def half_written_problems(node: DrillNode) -> list[str]:
         crio.dropin_dir,
         crio.registries_dir,
     ]
+    return half_written_in(dirs, agent.state_dir)
+
+
+def half_written_in(dirs: Iterable[Path], state_dir: Path) -> list[str]:
+    """Temporary files of atomic writes left in ``dirs``; JSON files of ``state_dir`` (its
+    store's records included) that do not parse as an object."""
     problems = [f"temporary file left: {path}" for path in _lasting_temporaries(dirs)]
-    for path in sorted(agent.state_dir.rglob("*.json")):
+    for path in sorted(state_dir.rglob("*.json")):
         try:
             doc = json.loads(path.read_bytes())
         except (OSError, ValueError) as err:

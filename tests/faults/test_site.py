@@ -70,10 +70,11 @@ class RegistryWatch:
 
 
 @contextlib.contextmanager
-def three_nodes(tmp_path: Path) -> Iterator[SiteNetwork]:
+def three_nodes(tmp_path: Path, *, rate_mbit: float | None = None) -> Iterator[SiteNetwork]:
+    """``stick_site``'s three nodes; the test skips, naming the probe, where they cannot be."""
     with contextlib.ExitStack() as stack:
         try:
-            network = stack.enter_context(stick_site(tmp_path, 3))
+            network = stack.enter_context(stick_site(tmp_path, 3, rate_mbit=rate_mbit))
         except SiteNetUnavailable as exc:
             pytest.skip(str(exc))
         yield network

@@ -155,6 +155,9 @@ class SiteNode:
         nodeagent-mirror.service runs it (no credential)."""
         self.runs = 0
         self.python = sys.executable
+        self.extra_env: dict[str, str] = {}
+        """More environment for the daemon, set after the service's is cleaned
+        (``NOTIFY_SOCKET`` of a test's ``NotifyListener``: systemd's ``STATUS=`` line)."""
 
     @property
     def address(self) -> str:
@@ -250,7 +253,7 @@ reload_timeout_s = 30.0
             env.pop(name, None)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env["MALLOC_ARENA_MAX"] = "2"  # as systemd/nodeagent.service sets it
-        return env
+        return env | self.extra_env
 
     @property
     def exec_prefix(self) -> list[str]:

@@ -12,7 +12,7 @@ fan-out tests and of ``make demo``'s last step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,12 +21,24 @@ from tests.testenv.agent import set_state
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SITE_PORT, SiteNode, stick_udevd
 from tests.testenv.site_pki import Issued
+from tests.testenv.udev import Udevd
 
 
 @contextmanager
-def stick_site(workdir: Path, n: int) -> Iterator[SiteNetwork]:
-    """``n`` node namespaces and node 0's stick udevd, both stopped on exit."""
-    network = SiteNetwork(n)
+def stick_site(workdir: Path, n: int, *, rate_mbit: float | None = None) -> Iterator[SiteNetwork]:
+    """``n`` node namespaces (links of ``rate_mbit`` each way, unshaped when None) and node
+    0's stick udevd, both stopped on exit."""
+    with stick_site_udevd(workdir, n, rate_mbit=rate_mbit) as (network, _):
+        yield network
+
+
+@contextmanager
+def stick_site_udevd(
+    workdir: Path, n: int, *, rate_mbit: float | None = None
+) -> Iterator[tuple[SiteNetwork, Udevd]]:
+    """``stick_site``, with its udevd: ``udevd.move(host.exec_prefix)`` hands the stick to
+    another node (the nodes that may have it are made with ``stick_nodes``)."""
+    network = SiteNetwork(n, rate_mbit=rate_mbit)
     try:
         network.start()
         udevd = stick_udevd(workdir / "udevd", network.hosts[0])
@@ -35,16 +47,21 @@ def stick_site(workdir: Path, n: int) -> Iterator[SiteNetwork]:
         raise
     try:
         with udevd:
-            yield network
+            yield network, udevd
     finally:
         network.stop()
 
 
 def fanout_nodes(
-    workdir: Path, network: SiteNetwork, ca: Issued, public_key: str
+    workdir: Path,
+    network: SiteNetwork,
+    ca: Issued,
+    public_key: str,
+    *,
+    stick_nodes: Collection[int] = (0,),
 ) -> list[SiteNode]:
     """One node per host (not started), each with CRI-O, serving its store to all the others;
-    node 0 has the stick."""
+    the nodes of ``stick_nodes`` (node 0) watch for media and read the live udev database."""
     addresses = [f"{h.address}:{SITE_PORT}" for h in network.hosts]
     return [
         SiteNode(
@@ -54,7 +71,7 @@ def fanout_nodes(
             ca=ca,
             peers=[a for i, a in enumerate(addresses) if i != h.index],
             with_crio=True,
-            has_stick=h.index == 0,
+            has_stick=h.index in stick_nodes,
             trusted_keys=[public_key],
         )
         for h in network.hosts

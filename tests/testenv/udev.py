@@ -145,6 +145,11 @@ class Udevd(Service):
         self._made_dev_disk = not DEV_DISK.exists()
         self._mount_run_dir()
         self._log = self.log_path.open("wb")
+        self.is_owned = True
+        OWNED.add(id(self))
+        self._spawn()
+
+    def _spawn(self) -> None:
         self._process = subprocess.Popen(
             [*self.command_prefix, str(UDEVD), "--debug"],
             stdin=subprocess.DEVNULL,
@@ -152,12 +157,21 @@ class Udevd(Service):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.is_owned = True
-        OWNED.add(id(self))
         wait_for(self._is_up, timeout_s=20, what="systemd-udevd to answer", detail=self.log_tail)
         if self._process.poll() is not None:
             self.stop()
             raise UdevdStartError(f"systemd-udevd exited at start\n{log_tail(self.log_path)}")
+
+    def move(self, command_prefix: Sequence[str]) -> None:
+        """Stop the daemon and start it again under ``command_prefix`` (another site node's
+        namespace: from now on that node hears of media, and no other does). ``/run/udev``
+        stays mounted, its database kept: a daemon that started over it (in a private mount
+        namespace, which a new tmpfs would not reach) keeps reading the live one."""
+        if not self.is_owned or self._process is None:
+            raise UdevdStartError("only a udevd the tests started can be moved")
+        _terminate(self._process)
+        self.command_prefix = list(command_prefix)
+        self._spawn()
 
     def _is_up(self) -> bool:
         assert self._process is not None
