@@ -55,8 +55,13 @@ class ImageStorePort(Protocol):
     def shares_filesystem(self, path: str) -> bool: ...
 
     def copy(
-        self, medium: Path, manifest: BundleManifest, on_progress: Callable[[ByteProgress], None]
-    ) -> object: ...
+        self,
+        medium: Path,
+        manifest: BundleManifest,
+        on_progress: Callable[[ByteProgress], None],
+        should_stop: Callable[[], bool] = ...,
+    ) -> object:
+        """Blocking (run in a thread); stops at its next chunk once ``should_stop``."""
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -257,6 +258,7 @@ class Importer:
             self._report(storing, "bundle_storing", bytes=format_bytes(to_store))
         loop = asyncio.get_running_loop()
         is_cancelled = False
+        stop = threading.Event()  # the copy's thread stops at its next chunk once set
 
         def show(progress: ByteProgress) -> None:  # on the loop, after any cancellation
             if is_shown and not is_cancelled:
@@ -266,7 +268,7 @@ class Importer:
             loop.call_soon_threadsafe(show, progress)
 
         try:
-            await asyncio.to_thread(store.copy, root, manifest, on_progress)
+            await asyncio.to_thread(store.copy, root, manifest, on_progress, stop.is_set)
         except InsufficientDiskSpace as exc:
             return self._reject(
                 replace(report, progress=None), self._with_space_note(manifest, exc)
@@ -274,9 +276,12 @@ class Importer:
         except NodeAgentError as exc:
             return self._reject(replace(report, progress=None), exc)
         except asyncio.CancelledError:
-            # The copy's thread runs on until its medium read fails or it ends: its
-            # progress must not overwrite the report that says the import stopped.
+            # The copy's thread stops at its next chunk, storing and recording nothing more
+            # (a medium still readable after its removal was reported would otherwise be
+            # copied whole and recorded, yet never imported); until then its progress must
+            # not overwrite the report that says the import stopped.
             is_cancelled = True
+            stop.set()
             raise
         self.ports.release_medium(root)
         stored = replace(report, state="stored", is_medium_removable=True, progress=None)

@@ -46,7 +46,11 @@ class MemoryImageStore:
         return self.shares
 
     def copy(
-        self, medium: Path, manifest: BundleManifest, on_progress: Callable[[ByteProgress], None]
+        self,
+        medium: Path,
+        manifest: BundleManifest,
+        on_progress: Callable[[ByteProgress], None],
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> object:
         assert medium == ROOT and self.rig.is_present
         if self.error is not None:
@@ -149,12 +153,18 @@ class SlowStore(MemoryImageStore):
         self.started = threading.Event()
         self.go_on = threading.Event()
         self.reported = threading.Event()
+        self.told_to_stop: bool | None = None
 
     def copy(
-        self, medium: Path, manifest: BundleManifest, on_progress: Callable[[ByteProgress], None]
+        self,
+        medium: Path,
+        manifest: BundleManifest,
+        on_progress: Callable[[ByteProgress], None],
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> object:
         self.started.set()
         self.go_on.wait(timeout=10)
+        self.told_to_stop = should_stop()  # what the real copy asks before each chunk
         total = self.missing_bytes(manifest)
         on_progress(ByteProgress(total, total, 40e6, 0.0, 2.0, is_final=True))
         self.reported.set()
@@ -162,8 +172,9 @@ class SlowStore(MemoryImageStore):
 
 
 async def test_a_cancelled_import_s_copy_reports_no_progress_after_it_stopped() -> None:
-    """The medium removed during the copy cancels the import; the copy's thread runs on
-    until its reads fail, and what it reports then must not overwrite "interrupted"."""
+    """The medium removed during the copy cancels the import; the copy's thread is told to
+    stop (the real copy stops at its next chunk), and what it reports meanwhile must not
+    overwrite "interrupted"."""
     rig = Rig()
     store = SlowStore(rig)
     rig.importer.ports.image_store = store
@@ -180,3 +191,4 @@ async def test_a_cancelled_import_s_copy_reports_no_progress_after_it_stopped() 
 
     assert len(rig.reports) == shown
     assert rig.states()[-1] == "storing"
+    assert store.told_to_stop is True

@@ -164,6 +164,10 @@ def disk_order(
     return [(digest, by_digest[digest]) for _, digest in sorted(keyed)]
 
 
+class CopyStopped(Exception):
+    """The copy stopped because ``should_stop`` said so; nothing was recorded."""
+
+
 @dataclass(frozen=True, slots=True)
 class SignedFiles:
     """``bundle.json`` and its signature files as bytes, verified, and the manifest (the
@@ -225,8 +229,14 @@ def copy_bundle(
     wall_clock: Callable[[], float] = time.time,
     chunk_bytes: int = CHUNK_BYTES,
     fips_switch: Path = FIPS_ENABLED_FILE,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> CopyResult:
-    """Copy every blob of the verified ``manifest`` the store lacks from ``medium_root``."""
+    """Copy every blob of the verified ``manifest`` the store lacks from ``medium_root``.
+
+    ``should_stop`` is asked as each chunk is written: once it says yes (the import that
+    asked for the copy was cancelled: its medium went away, or the daemon stops) the copy
+    raises ``CopyStopped`` and records nothing; what is stored stays, a blob's partial
+    included, and the next copy resumes it."""
     started_s = clock()
     files = read_signed(medium_root, trusted_keys_dir, fips_switch=fips_switch)
     verified, data = files.verified, files.data
@@ -251,13 +261,24 @@ def copy_bundle(
             present=plan.present,
             bytes=format_bytes(plan.missing_bytes),
         )
+
+        def on_bytes(count: int) -> None:
+            if should_stop():
+                raise CopyStopped(manifest.bundle_id)
+            _tick(meter, count, clock, on_progress)
+
         with BundleDir(medium_root) as medium:
-            read_bytes = _copy_blobs(
-                store,
-                medium,
-                disk_order(medium, plan.missing),
-                lambda n: _tick(meter, n, clock, on_progress),
-            )
+            try:
+                read_bytes = _copy_blobs(store, medium, disk_order(medium, plan.missing), on_bytes)
+            except CopyStopped:
+                done = meter.finish(clock())
+                log.info(
+                    "store_copy_stopped",
+                    bundle=manifest.bundle_id,
+                    stored=format_bytes(done.done_bytes),
+                    of=format_bytes(plan.missing_bytes),
+                )
+                raise
             extra = release_signatures(medium, manifest)
         record = record_for(
             manifest,

@@ -90,6 +90,7 @@ class NodeImageStore:
         medium_root: Path,
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> CopyResult:
         return copy_bundle(
             self.root,
@@ -99,6 +100,7 @@ class NodeImageStore:
             limits=self.limits,
             on_progress=on_progress,
             fips_switch=self.fips_switch,
+            should_stop=should_stop,
         )
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]:

@@ -18,7 +18,7 @@ import pytest
 from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.adapters.store import keeper
 from nodeagent.adapters.store.blobs import BlobStore
-from nodeagent.adapters.store.copier import StoreLimits, copy_bundle
+from nodeagent.adapters.store.copier import CopyStopped, StoreLimits, copy_bundle
 from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.adapters.store.source import served_from_store
 from nodeagent.bundles.manifest import BundleDigestMismatch, BundleManifestInvalid
@@ -280,6 +280,44 @@ def test_a_copy_killed_mid_blob_resumes_without_reading_the_prefix_again(
     assert result.bytes_read == sum(missing.values()) - sum(left.values())
     assert keeper.verify(store).is_ok
     assert set(BlobStore(store).stored()) == set(bundle.manifest.blobs)
+
+
+def test_a_copy_told_to_stop_records_nothing_and_the_next_resumes(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    """An import cancelled mid-copy (its medium reported removed while still readable, or the
+    daemon stopping) stops its copy at the next chunk: no record, so nothing half-imported
+    is held or served; the next copy resumes what was stored."""
+    app = image("example/stop", [(4 * MIB, 17), (4 * MIB, 18)], cache)
+    bundle = signed_bundle(tmp_path / "stop", keys, [app], bundle_id="stop", set_name="stop")
+    store = tmp_path / "store"
+    asked = 0
+
+    def after_two_chunks() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > 2
+
+    with pytest.raises(CopyStopped):
+        copy_bundle(
+            store,
+            bundle.root,
+            bundle.manifest,
+            keys.trusted_dir,
+            chunk_bytes=256 << 10,
+            should_stop=after_two_chunks,
+        )
+    assert asked == 3  # asked as each chunk is written; no chunk read after the yes
+    assert not (store / "bundles" / "stop" / "record.json").exists()
+    left = sum(size for size, _ in BlobStore(store).partials().values())
+    stored = {d: bundle.manifest.blobs[d].size_bytes for d in BlobStore(store).stored()}
+    assert (
+        0 < left + sum(stored.values()) < sum(f.size_bytes for f in bundle.manifest.blobs.values())
+    )
+    result = copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    assert result.bytes_read == result.bytes_copied - left
+    assert keeper.verify(store).is_ok
+    assert (store / "bundles" / "stop" / "record.json").exists()
 
 
 @pytest.mark.needs("skopeo")
