@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz compat e2e rpm image image-twice container-e2e proto clean
+.PHONY: test demo deps testenv lint types contracts unit integration drills security fuzz compat e2e beside-udevd rpm image image-twice container-e2e proto clean
 
 ## test: install everything, then lint, types, import contracts and all tests (with a sample
 ## of the fault drills: pyproject's addopts deselect the drill_long ones)
@@ -82,6 +82,11 @@ compat: deps
 e2e: deps
 	NODEAGENT_E2E_FLAVOUR=$(or $(E2E_FLAVOUR),bundled) $(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
 
+## beside-udevd: every test that uses udev (single-node sticks, the site's stick, e2e media)
+## beside a udevd in the host's namespaces that the tests did not start, as on a systemd-booted
+## machine: this machine's own, or a stand-in where none runs (tests/testenv/beside_udevd.py)
+beside-udevd: deps
+	$(BIN)/python -m tests.testenv.beside_udevd $(PYTEST_ARGS)
 ## rpm: build nodeagent's RPMs with rpmbuild into build/rpm (%check runs the unit tests);
 ## RHEL 9: make rpm PYTHON3_PKGVERSION=3.11 (its python3 is 3.9; the launcher and the
 ## Requires then name python3.11)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.testenv.node import Node, make_node_root, node_options
+from tests.testenv.node_udevd import host_rules
 from tests.testenv.nspawn import Container
 from tests.testenv.packages import ensure_packages
 from tests.testenv.registry import Registry
@@ -65,11 +66,15 @@ def rpms(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 @pytest.fixture(scope="session")
 def host_udevd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Udevd]:
-    """This machine's udev daemon, with nodeagent's rule when the tests started it."""
+    """This machine's udev daemon with nodeagent's packaged rule: one the tests start where
+    none runs, or a systemd host's own, which is given the rule for the run."""
     with Udevd(tmp_path_factory.mktemp("udevd")) as daemon:
         if daemon.is_owned:
             daemon.add_rules(UDEV_RULE)
-        yield daemon
+            yield daemon
+        else:
+            with host_rules(UDEV_RULE):
+                yield daemon
 
 
 @contextmanager

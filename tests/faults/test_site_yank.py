@@ -5,7 +5,7 @@ Three node namespaces on a bridge, each with its own CRI-O, daemon and unprivile
 process (``tests/testenv/site_stick.py``), every node watching for media; no registry (a
 listener on the images' registry address in each namespace counts connections:
 ``test_site.RegistryWatch``). One stick, and one udevd that is moved from node to node
-(``Udevd.move``): the stick is plugged into node 0, then node 1, then node 2. On each, the
+(``NodeUdevd.move``): the stick is plugged into node 0, then node 1, then node 2. On each, the
 daemon reads it at a USB-like ``STICK_BYTES_PER_S`` (``tests/testenv/blkio.py``: about
 2.7 MB of the 10 MiB are read when the pull lands), and the stick is pulled as soon as the
 status says the bundle is being copied into the store: its reads fail from then on and udev
@@ -40,11 +40,12 @@ from tests.faults.test_site import RegistryWatch, registry_address
 from tests.faults.test_site_disk import stored
 from tests.testenv import blkio
 from tests.testenv.bundles import Factory, build_factory, ext4_media
+from tests.testenv.node_udevd import NodeUdevd
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import STATE_DIR, SiteNode
 from tests.testenv.site_pki import make_ca
 from tests.testenv.site_stick import bundle_pinned, fanout_nodes, start_fanout, stick_site_udevd
-from tests.testenv.udev import LoopMedia, Udevd, free_loop_device, settle
+from tests.testenv.udev import LoopMedia, free_loop_device
 from tests.testenv.waiting import log_tail, wait_for
 
 pytestmark = pytest.mark.drill
@@ -54,7 +55,7 @@ STICK_BYTES_PER_S = 2 * 1000 * 1000
 
 
 @contextlib.contextmanager
-def roaming_stick_site(tmp_path: Path, n: int) -> Iterator[tuple[SiteNetwork, Udevd]]:
+def roaming_stick_site(tmp_path: Path, n: int) -> Iterator[tuple[SiteNetwork, NodeUdevd]]:
     """``stick_site_udevd``; the test skips, naming the probe, where it cannot run."""
     with contextlib.ExitStack() as stack:
         try:
@@ -93,7 +94,7 @@ def test_the_moved_udevd_tells_only_its_new_node(tmp_path: Path) -> None:
             )
             devnode = stick.attach()
             stick.trigger_add()
-            settle()
+            udevd.settle()
             name = Path(devnode).name
             heard = re.compile(rf"^UDEV .* add +/devices/virtual/block/{name} ", re.MULTILINE)
             wait_for(

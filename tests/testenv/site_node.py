@@ -25,15 +25,15 @@ to every 60 s), and what does not need the runtime (the store, media; the peer s
 the fetcher as issue 15 describes them) can work. Pinning needs a runtime, so a store-only
 node never reports a bundle pinned.
 
-The stick: ``stick_udevd(workdir, host)`` starts the test udevd (``tests/testenv/udev.py``)
-inside node 0's namespace, before the nodes start. udevd re-broadcasts device events on a
-netlink socket, which belongs to its network namespace, so only node 0's daemon hears
-them; a ``LoopMedia`` attached then is node 0's stick. The udev database (``/run/udev``) and
-``/sys`` are one file system for everyone, though, so a node without the stick
-(``has_stick=False``, the default) runs its daemon over an empty ``/run/udev`` of its own
-(a tmpfs in the private mount namespace ``ip netns exec`` gives it): enumerating block
-devices at start finds no medium either. A udevd already running in the host's namespace
-would hear the kernel for everyone and tell no node: ``stick_udevd`` refuses then.
+The stick: ``stick_udevd(workdir, host)`` makes the node udevd
+(``tests/testenv/node_udevd.py``) of node 0's namespace, started before the nodes. udevd
+re-broadcasts device events on a netlink socket, which belongs to its network namespace, so
+only node 0's daemon hears them; a ``LoopMedia`` attached then is node 0's stick. That
+udevd has a ``/run/udev`` of its own, so it runs the same beside a host's udevd (any
+systemd-booted machine); the nodes that may have the stick (``has_stick=True``) run over
+that database, and a node without the stick (the default) runs its daemon over an empty
+``/run/udev`` of its own (a tmpfs in the private mount namespace ``ip netns exec`` gives
+it): enumerating block devices at start finds no medium either.
 
 With ``serve`` (the default) the node's peer server runs next to the daemon as
 ``nodeagent-peer.service`` runs it on a host: ``nodeagent serve-peers`` as another uid and
@@ -60,16 +60,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.testenv.crio import Crio
+from tests.testenv.node_udevd import NodeUdevd, active
 from tests.testenv.peer_process import VIEW, load_credentials, peer_command, prepare_node
-from tests.testenv.site_net import SiteHost, SiteNetUnavailable
+from tests.testenv.site_net import SiteHost
 from tests.testenv.site_pki import Issued, issue_node_cert, write_ca, write_pem_bundle
-from tests.testenv.udev import (
-    RUN_UDEV,
-    TEST_MEDIA_CONFIG,
-    TEST_SESSION_CONFIG,
-    Udevd,
-    udevd_answers,
-)
+from tests.testenv.udev import RUN_UDEV, TEST_MEDIA_CONFIG, TEST_SESSION_CONFIG
 from tests.testenv.waiting import log_tail, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,15 +78,9 @@ NO_UDEV = f'mount -t tmpfs -o mode=0755,nosuid,nodev nodeagent-no-udev {RUN_UDEV
 """Shell run first by a node without the stick: an empty udev database of its own."""
 
 
-def stick_udevd(workdir: Path, host: SiteHost) -> Udevd:
+def stick_udevd(workdir: Path, host: SiteHost) -> NodeUdevd:
     """A udevd (not started yet) whose events only ``host``'s namespace receives."""
-    if udevd_answers():
-        raise SiteNetUnavailable(
-            "a udev daemon already runs in the host's namespace: its events reach no node "
-            "namespace, so no node can be given the stick alone",
-            probe="own-udevd",
-        )
-    return Udevd(workdir, command_prefix=host.exec_prefix)
+    return NodeUdevd(workdir, host.exec_prefix)
 
 
 def _toml_list(items: Sequence[str]) -> str:
@@ -258,7 +247,10 @@ reload_timeout_s = 30.0
     @property
     def exec_prefix(self) -> list[str]:
         """Prepend to run a command as this node's daemon runs: in its network namespace,
-        over an empty udev database unless it has the stick."""
+        over the stick's udev database if it may have the stick, an empty one otherwise."""
+        stick = active()
+        if self.has_stick and stick is not None:
+            return stick.view_prefix(self.host.exec_prefix)
         if self.has_stick or not RUN_UDEV.is_dir():
             return self.host.exec_prefix
         return [*self.host.exec_prefix, "sh", "-c", NO_UDEV, "sh"]

@@ -1,11 +1,11 @@
 """A site with one stick: node namespaces on a bridge, the stick's udevd in node 0's alone.
 
 ``stick_site(workdir, n)`` starts ``n`` node namespaces (``site_net.SiteNetwork``) and the
-test udevd inside node 0's (``site_node.stick_udevd``): a loop device attached while it runs
-is node 0's stick, no other node hears of it. It raises ``SiteNetUnavailable`` when this
-machine cannot give a node a stick of its own (no network namespaces, or a udevd already
-running in the host's namespace); the tests skip then, naming the reason, and the demo says
-so. ``fanout_nodes`` lays out nodes that each serve their store to the others (``[site]
+node udevd inside node 0's (``site_node.stick_udevd``, ``tests/testenv/node_udevd.py``): a
+loop device attached while it runs is node 0's stick, no other node hears of it, whether or
+not the machine runs a udevd of its own. It raises ``SiteNetUnavailable`` when this machine
+has no network namespaces; the tests skip then, naming the probe, and the demo says so.
+``fanout_nodes`` lays out nodes that each serve their store to the others (``[site]
 peers``), each with its own CRI-O, trusting the factory's key: the shape of the site
 fan-out tests and of ``make demo``'s last step.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.testenv.agent import set_state
+from tests.testenv.node_udevd import NodeUdevd
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SITE_PORT, SiteNode, stick_udevd
 from tests.testenv.site_pki import Issued
-from tests.testenv.udev import Udevd
 
 
 @contextmanager
@@ -35,7 +35,7 @@ def stick_site(workdir: Path, n: int, *, rate_mbit: float | None = None) -> Iter
 @contextmanager
 def stick_site_udevd(
     workdir: Path, n: int, *, rate_mbit: float | None = None
-) -> Iterator[tuple[SiteNetwork, Udevd]]:
+) -> Iterator[tuple[SiteNetwork, NodeUdevd]]:
     """``stick_site``, with its udevd: ``udevd.move(host.exec_prefix)`` hands the stick to
     another node (the nodes that may have it are made with ``stick_nodes``)."""
     network = SiteNetwork(n, rate_mbit=rate_mbit)

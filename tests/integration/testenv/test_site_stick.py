@@ -19,11 +19,12 @@ import pytest
 
 from tests.testenv.agent import set_state
 from tests.testenv.bundles import build_factory, ext4_media
+from tests.testenv.node_udevd import NodeUdevd
 from tests.testenv.site_net import SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SiteNode
 from tests.testenv.site_pki import make_ca
-from tests.testenv.site_stick import stick_site
-from tests.testenv.udev import LoopMedia, settle
+from tests.testenv.site_stick import stick_site_udevd
+from tests.testenv.udev import LoopMedia
 
 pytestmark = pytest.mark.integration
 
@@ -36,13 +37,13 @@ print(json.dumps(sorted(d.device_node for d in found)))
 
 
 @contextmanager
-def two_nodes(tmp_path: Path) -> Iterator[SiteNetwork]:
+def two_nodes(tmp_path: Path) -> Iterator[tuple[SiteNetwork, NodeUdevd]]:
     with ExitStack() as stack:
         try:
-            network = stack.enter_context(stick_site(tmp_path, 2))
+            site = stack.enter_context(stick_site_udevd(tmp_path, 2))
         except SiteNetUnavailable as exc:
             pytest.skip(str(exc))
-        yield network
+        yield site
 
 
 def labelled_devices(node: SiteNode) -> list[str]:
@@ -54,7 +55,7 @@ def labelled_devices(node: SiteNode) -> list[str]:
 @pytest.mark.timeout(120)
 def test_the_stick_is_seen_by_node_0_alone(tmp_path: Path) -> None:
     ca = make_ca("site CA")
-    with two_nodes(tmp_path) as net:
+    with two_nodes(tmp_path) as (net, udevd):
         nodes = [
             SiteNode(
                 tmp_path / f"node-{h.index}",
@@ -74,7 +75,7 @@ def test_the_stick_is_seen_by_node_0_alone(tmp_path: Path) -> None:
                     node.start(ready="media_watch_started")
                 devnode = media.attach()
                 nodes[0].wait_log("media_arrived")
-                settle()  # udevd has sent every event about the device by now
+                udevd.settle()  # udevd has sent every event about the device by now
                 assert "media_arrived" not in nodes[1].current_run_log()
                 assert [labelled_devices(n) for n in nodes] == [[devnode], []]
             finally:
@@ -92,7 +93,7 @@ def test_node_0_imports_and_pins_a_signed_bundle_from_its_stick(tmp_path: Path) 
     serves the bundle on its own loopback, and its own CRI-O pulls and pins it."""
     factory = build_factory(tmp_path / "factory", count=2, layer_bytes=1 << 20, seed=15)
     ca = make_ca("site CA")
-    with two_nodes(tmp_path) as net:
+    with two_nodes(tmp_path) as (net, udevd):
         nodes = [
             SiteNode(
                 tmp_path / f"node-{h.index}",
@@ -121,7 +122,7 @@ def test_node_0_imports_and_pins_a_signed_bundle_from_its_stick(tmp_path: Path) 
                     timeout_s=180,
                 )
                 assert status["bundles"][-1]["images"] == {"total": 2, "present": 2}
-                settle()
+                udevd.settle()
                 assert bundle_states(nodes[1].status()) == []
                 assert "bundle_media_detected" not in nodes[1].current_run_log()
             finally:
