@@ -6,10 +6,12 @@ restarts, kills or fills the runtime takes ``fresh_crio`` instead.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -81,6 +83,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     with_peers = {"integration", "security", "faults", "e2e"}
     if session.config.option.collectonly or not tiers & with_peers:
         return
+    _keep_peers_off_the_host(session.config)
     from tests.testenv.__main__ import missing, prepare
 
     nspawn_root = "e2e" in tiers
@@ -91,6 +94,36 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     say = print if reporter is None else reporter.write_line
     say(f"testenv: preparing {', '.join(todo)} before the first test (once, then cached)")
     prepare(nspawn_root=nspawn_root, say=say)
+
+
+_HOST_VIEW = pytest.StashKey[Any]()
+
+
+def _keep_peers_off_the_host(config: pytest.Config) -> None:
+    """The peers the tests start (CRI-O, skopeo, podman) write containers/image's blob-info
+    cache under ``/var/lib/containers``: the session gets a tmpfs there of its own
+    (``tests/testenv/host_view.py``). As root only: the unit tests (rpmbuild's %check) start
+    no peer."""
+    if os.geteuid() != 0:
+        return
+    from tests.testenv.host_view import HostViewError, private_containers_dir
+
+    try:
+        config.stash[_HOST_VIEW] = private_containers_dir()
+    except HostViewError as exc:
+        raise pytest.UsageError(f"cannot keep the peers' files off this machine: {exc}") from exc
+
+
+@pytest.fixture(scope="session")
+def host_view(pytestconfig: pytest.Config) -> Any:
+    """The session's ``PrivateContainersDir`` (None when not root: no peer runs then)."""
+    return pytestconfig.stash.get(_HOST_VIEW, None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    view = config.stash.get(_HOST_VIEW, None)
+    if view is not None:
+        view.close()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
