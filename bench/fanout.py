@@ -88,16 +88,15 @@ from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.config.settings import SiteSettings
 from tests.testenv.bundles import ext4_media
 from tests.testenv.images import LayerSpec, TestImage
+from tests.testenv.node_udevd import NodeUdevd
 from tests.testenv.packages import ensure_packages
 from tests.testenv.signed_bundles import Keys, signed_bundle
 from tests.testenv.site_net import SiteHost, SiteNetUnavailable, SiteNetwork
 from tests.testenv.site_node import SiteNode, stick_udevd
 from tests.testenv.site_pki import Issued, make_ca
-from tests.testenv.udev import LoopMedia, Udevd, udevd_answers
-from tests.testenv.waiting import wait_for
+from tests.testenv.udev import LoopMedia
 
 SET_NAME = "bench-fanout"
-HOST_UDEVD_WAIT_S = 900.0
 LAYERS_PER_IMAGE = 4
 
 
@@ -263,15 +262,9 @@ def site(n: int, rate_mbit: float) -> Iterator[SiteNetwork]:
 
 
 @contextmanager
-def stick_listener(base: Path, host: SiteHost) -> Iterator[Udevd]:
-    """The test udevd in node 0's namespace, started before the daemons: node 0 alone hears
-    the stick. A udevd in the host's namespace (another test's, on a shared machine) would
-    leave node 0 deaf: wait for it to end first. Ours answers the host's ``udevadm`` too
-    while it runs, so a run stops it as soon as node 0 holds the bundle."""
-    if udevd_answers():
-        progress("a udevd runs in the host's namespace (another test's?): waiting for it to end")
-        wait_for(lambda: not udevd_answers(), timeout_s=HOST_UDEVD_WAIT_S, interval_s=2.0,
-                 what="the host's udevd to end")  # fmt: skip
+def stick_listener(base: Path, host: SiteHost) -> Iterator[NodeUdevd]:
+    """Node 0's udevd (``tests/testenv/node_udevd.py``), started before the daemons: node 0
+    alone hears the stick, beside any udevd of the host's."""
     udevd = stick_udevd(base / "udevd", host)
     udevd.start()
     try:

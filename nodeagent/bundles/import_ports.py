@@ -60,8 +60,10 @@ class ImageStorePort(Protocol):
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
         should_stop: Callable[[], bool] = ...,
+        on_admitted: Callable[[], None] = ...,
     ) -> object:
-        """Blocking (run in a thread); stops at its next chunk once ``should_stop``."""
+        """Blocking (run in a thread); stops at its next chunk once ``should_stop``;
+        ``on_admitted`` once the copy passed its checks, before the first blob."""
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
 

@@ -7,7 +7,9 @@ the node's image store lacks copied from the medium in one pass, hashed while
 copied) -> stored (the medium may be removed) -> importing (the bundle served
 read-only on loopback from the store, the runtime
 pointed at it by a registries.conf mirror, every missing image pulled by its
-original name through CRI, so the runtime's own digest checks apply) ->
+original name through CRI, so the runtime's own digest checks apply). The pulls
+start with the copy, not after it: the server awaits each blob until the copy has
+stored it (decision 0079), and the status shows the pulls once the copy is done ->
 imported (the bundle's PinnedImageSets written to the spec directories; the
 regular sync pins them) | rejected (with its reason) | interrupted (medium
 removed: what is complete stays, the next plug-in resumes).
@@ -21,8 +23,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import threading
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,32 +32,22 @@ import structlog
 from nodeagent.bundles.freshness import check
 from nodeagent.bundles.handover import hand_over, was_imported
 from nodeagent.bundles.import_ports import ImageStorePort, ImporterPorts
-from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile
+from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.bundles.mirror import served_blobs, total_size_bytes
+from nodeagent.bundles.mirror_import import MirrorImport, missing_bytes
 from nodeagent.bundles.release import next_steps
-from nodeagent.bundles.serving import (
-    MIRROR_LOCK,
-    BundleServerPort,
-    MirrorPullPorts,
-    pull_via_mirror,
-    reading_signatures,
-)
 from nodeagent.bundles.signatures import AttachmentScopes, sigstore_findings
-from nodeagent.bundles.tags import answered_tags
 from nodeagent.bundles.target import check_node_in_target, describe_target
 from nodeagent.disk import DiskPolicy, admit, needed_bytes, reserve_for
 from nodeagent.errors import (
     BundleMediaRemoved as BundleMediaRemoved,
 )
 from nodeagent.errors import (
-    BundleServerFailed,
-    ConfigInvalid,
     InsufficientDiskSpace,
     NodeAgentError,
 )
 from nodeagent.ports import FilesystemSpace
-from nodeagent.prepull import PullResult
-from nodeagent.progress import DEFAULT_INTERVAL_S, ByteProgress, ProgressMeter
+from nodeagent.progress import ByteProgress
 from nodeagent.releases import release_report
 from nodeagent.status import BundleReport, ReleaseReport
 from nodeagent.strict import clip
@@ -68,16 +59,6 @@ MESSAGE_CHARS = 1000
 """A refusal's message in the status and the journal is clipped to this (escaped)."""
 
 
-# ---------------------------------------------------------------- pure helpers
-def missing_bytes(manifest: BundleManifest, missing: Sequence[str]) -> int:
-    """Bytes to bring in: every blob when nothing is stored yet, else the missing images' sizes
-    (conservative: blobs they share with stored images count again)."""
-    if len(missing) == len(manifest.images):
-        return total_size_bytes(served_blobs(manifest))
-    wanted = set(missing)
-    return sum(image.size_bytes for image in manifest.images if str(image.ref) in wanted)
-
-
 # ---------------------------------------------------------------- service
 class Importer:
     """Imports one bundle at a time (the daemon serializes calls)."""
@@ -85,6 +66,9 @@ class Importer:
     def __init__(self, ports: ImporterPorts, disk: DiskPolicy) -> None:
         self.ports = ports
         self.disk = disk
+        self._mirror = MirrorImport(
+            ports, said=self._report, refuse=self._reject, show=self._progress
+        )
 
     def _report(self, report: BundleReport, event: str, **fields: object) -> BundleReport:
         level = "error" if report.state == "rejected" else "info"
@@ -221,21 +205,49 @@ class Importer:
             await self._admit(manifest, missing, report, to_store)
         except InsufficientDiskSpace as exc:
             return self._reject(report, self._with_space_note(manifest, exc))
-        source, files = root, served_blobs(manifest)
-        if store is not None and root is not None:
-            report = await self._store(store, root, manifest, report, to_store)
-            if report.state == "rejected":
-                return report
-        if store is not None:
-            source, files = store.root, store.served_files(manifest)
-        if source is None:
-            raise ValueError("a bundle without a medium is imported from the store")
-        if missing:
-            report = await self._pull_through_mirror(source, files, manifest, missing, report)
-            if report.state in ("rejected", "interrupted"):
-                return report
+        report = await self._bring_in(
+            store, root, manifest, missing=missing, report=report, to_store=to_store
+        )
+        if report.state in ("rejected", "interrupted"):
+            return report
         warnings = (*_path_warning(report.release), *await self._sigstore_warnings(manifest))
         return self._hand_over(manifest, replace(report, warnings=warnings))
+
+    async def _bring_in(
+        self,
+        store: ImageStorePort | None,
+        root: Path | None,
+        manifest: BundleManifest,
+        *,
+        missing: Sequence[str],
+        report: BundleReport,
+        to_store: int,
+    ) -> BundleReport:
+        """The store's copy from ``root`` (a medium; None: the store holds the bundle) and
+        the pulls of ``missing``, side by side when both run (decision 0079)."""
+        if store is None:
+            if root is None:
+                raise ValueError("a bundle without a medium is imported from the store")
+            if not missing:
+                return report
+            return await self._mirror.pull(root, served_blobs(manifest), manifest, missing, report)
+        if root is not None and not missing:
+            return await self._store(store, root, manifest, report, to_store=to_store)
+        if not missing:
+            return report
+        files = store.served_files(manifest)
+        if root is None:
+            return await self._mirror.pull(store.root, files, manifest, missing, report)
+        medium = root
+
+        async def copying(on_admitted: Callable[[], None]) -> BundleReport:
+            return await self._store(
+                store, medium, manifest, report, to_store=to_store, on_admitted=on_admitted
+            )
+
+        return await self._mirror.pull(
+            store.root, files, manifest, missing, report, copying=copying
+        )
 
     async def _store(
         self,
@@ -243,13 +255,16 @@ class Importer:
         root: Path,
         manifest: BundleManifest,
         report: BundleReport,
+        *,
         to_store: int,
+        on_admitted: Callable[[], None] = lambda: None,
     ) -> BundleReport:
         """Copy what the store lacks from the medium; then the medium may be removed.
 
         The copy runs even when the store holds every blob: it records the bundle (its
         signed manifest, signature and record), without which the store would not keep
         its blobs for it nor serve its tags (a newer bundle of the same images).
+        ``on_admitted`` is called (in the copy's thread) once it passed its checks.
         """
         carries_files = manifest.release is not None and bool(manifest.release.signatures)
         is_shown = bool(to_store or carries_files)  # a release's signature files are copied
@@ -268,7 +283,9 @@ class Importer:
             loop.call_soon_threadsafe(show, progress)
 
         try:
-            await asyncio.to_thread(store.copy, root, manifest, on_progress, stop.is_set)
+            await asyncio.to_thread(
+                store.copy, root, manifest, on_progress, stop.is_set, on_admitted
+            )
         except InsufficientDiskSpace as exc:
             return self._reject(
                 replace(report, progress=None), self._with_space_note(manifest, exc)
@@ -321,115 +338,6 @@ class Importer:
             needed=format_bytes(need),
             available=format_bytes(space.available_bytes),
             reserve=format_bytes(reserve),
-        )
-
-    async def _pull_through_mirror(
-        self,
-        source: Path,
-        files: Mapping[str, ExpectedFile],
-        manifest: BundleManifest,
-        missing: Sequence[str],
-        report: BundleReport,
-    ) -> BundleReport:
-        """Serve ``files`` from ``source`` and pull ``missing`` through the mirror, one
-        mirror session at a time (``serving.MIRROR_LOCK``)."""
-        async with MIRROR_LOCK:
-            server = self._server(source, files, manifest)
-            try:
-                await server.start()
-            except BundleServerFailed as exc:  # its process could not be had: nothing pulled
-                return self._reject(report, exc)
-            importing = replace(report, state="importing")
-            total = missing_bytes(manifest, missing)
-            self._report(
-                importing,
-                "bundle_importing",
-                images=len(missing),
-                bytes=format_bytes(total),
-            )
-            ticker = asyncio.create_task(self._serving_progress(server, importing, total))
-            session = MirrorPullPorts(
-                self.ports.runtime,
-                self.ports.mirror,
-                self.ports.reloader,
-                self.ports.make_puller,
-                is_probing=self.ports.is_probing_mirror,
-            )
-            sigstore = self.ports.sigstore if manifest.image_signatures else None
-            try:
-                async with reading_signatures(sigstore, server.mirror_host):
-                    results = await pull_via_mirror(
-                        session, server, (i.ref for i in manifest.images), missing,
-                        source="bundle", tags=manifest.served_tags,
-                    )  # fmt: skip
-            except ConfigInvalid as exc:
-                # registries.conf cannot be read, so the mirror drop-in (which restates its
-                # entries) was not written and nothing was pulled: the file must be fixed.
-                return self._reject(replace(importing, progress=None), exc)
-            finally:
-                ticker.cancel()
-            pulled = sum(1 for r in results.values() if r.is_pulled)
-            after = replace(
-                importing,
-                images_present=report.images_present + pulled,
-                bytes_served=server.bytes_served(),
-                progress=None,
-            )
-            medium = None if self.ports.image_store is not None else source  # stored: no medium
-            return self._outcome(medium, after, server.rejections, results.values())
-
-    def _server(
-        self, source: Path, files: Mapping[str, ExpectedFile], manifest: BundleManifest
-    ) -> BundleServerPort:
-        """The loopback server; for a bundle with image signatures or served tags, one that
-        answers those tags (and no other)."""
-        make_signed = self.ports.make_signed_server
-        tags = answered_tags(manifest.image_signatures, manifest.served_tags)
-        if tags and make_signed is not None:
-            return make_signed(source, files, tags)
-        return self.ports.make_server(source, files)
-
-    async def _serving_progress(
-        self, server: BundleServerPort, report: BundleReport, total: int
-    ) -> None:
-        """The import's bytes (what the runtime fetched from the server) every 2 s."""
-        meter = ProgressMeter(total, time.monotonic())
-        served = 0
-        while True:
-            await asyncio.sleep(DEFAULT_INTERVAL_S)
-            now = server.bytes_served()
-            shown = meter.advance(now - served, time.monotonic())
-            served = now
-            if shown is not None:
-                self._progress(replace(report, bytes_served=now), shown)
-
-    def _outcome(
-        self,
-        medium: Path | None,
-        report: BundleReport,
-        rejections: Sequence[BundleError],
-        results: Iterable[PullResult],
-    ) -> BundleReport:
-        if rejections:
-            return self._reject(report, rejections[0])
-        failed = [r for r in results if not r.is_pulled]
-        if not failed:
-            return report
-        if medium is not None and not self.ports.is_present_on_media(medium):
-            gone = BundleMediaRemoved(
-                f"the medium was removed during the import; {report.images_present} of "
-                f"{report.images_total} images are in the runtime and stay; plug it in again "
-                "to finish"
-            )
-            interrupted = replace(
-                report, state="interrupted", reason=gone.reason, message=gone.message
-            )
-            return self._report(interrupted, "bundle_interrupted")
-        first = failed[0]
-        return self._report(
-            replace(report, state="rejected", reason=first.reason, message=first.message),
-            "bundle_rejected",
-            image=first.ref,
         )
 
     def _hand_over(self, manifest: BundleManifest, report: BundleReport) -> BundleReport:

@@ -6,7 +6,10 @@ decision 0064), unprivileged where systemd starts it, and the two speak over one
 stream socket, one JSON object a line:
 
 - the daemon sends one ``SessionSpec`` (``render_spec``), then shuts its side for writing
-  to end the session (or the process gets SIGTERM);
+  to end the session (or the process gets SIGTERM). ``arrival_wait_s`` (optional, 0 when
+  absent) lets a listed file that is not there yet be awaited that long before it is
+  refused: an import serves the store while its copy from the medium still runs
+  (decision 0079);
 - the process answers ``listening`` (its port, pid and uid), then ``counters`` whenever
   they moved, ``rejected`` for each blob that failed its digest or its size while it was
   sent, and ``closed`` with the final counters once every response in progress ended.
@@ -44,6 +47,9 @@ MAX_REPORT_BYTES: Final = 2048
 MAX_MESSAGE_CHARS: Final = 500
 """A rejection's message is clipped to this."""
 MAX_COUNT: Final = 1 << 60
+MAX_ARRIVAL_WAIT_S: Final = 3600
+_OPTIONAL_SPEC_KEYS: Final = frozenset({"arrival_wait_s"})
+"""Longest wait for a listed file not there yet (a release copied from a slow stick: minutes)."""
 
 _DIGEST: Final = re.compile(r"sha256:[a-f0-9]{64}")
 _HEX: Final = re.compile(r"[a-f0-9]{64}")
@@ -60,6 +66,8 @@ class SessionSpec:
     files: Mapping[str, ExpectedFile]
     tags: Mapping[str, str]
     port: int = 0
+    arrival_wait_s: int = 0
+    """Seconds a request for a listed file that is not there yet waits for it (0: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +89,17 @@ class SessionReport:
 
 def render_spec(spec: SessionSpec) -> bytes:
     files = {d: [f.path, f.size_bytes, f.sha256_hex] for d, f in spec.files.items()}
-    body = {"version": SPEC_VERSION, "root": spec.root, "port": spec.port,
-            "files": files, "tags": dict(spec.tags)}  # fmt: skip
+    body: dict[str, Any] = {"version": SPEC_VERSION, "root": spec.root, "port": spec.port,
+                            "files": files, "tags": dict(spec.tags)}  # fmt: skip
+    if spec.arrival_wait_s:
+        body["arrival_wait_s"] = spec.arrival_wait_s
     return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
 
 def parse_spec(data: bytes) -> SessionSpec:
     """A spec line, or ``MalformedInput``."""
     body = _object(loads_json(data, what="session spec", max_bytes=MAX_SPEC_BYTES, max_depth=4))
-    _keys(body, {"version", "root", "port", "files", "tags"}, "session spec")
+    _keys(body, {"version", "root", "port", "files", "tags"}, "session spec", _OPTIONAL_SPEC_KEYS)
     if body["version"] != SPEC_VERSION:
         raise MalformedInput(f"session spec version {clip(body['version'], 20)} is not 1")
     root = body["root"]
@@ -102,7 +112,8 @@ def parse_spec(data: bytes) -> SessionSpec:
     tags = {_name(n): _digest(d) for n, d in tags_in.items()}
     if any(d not in files for d in tags.values()):
         raise MalformedInput("a session spec tag names a digest it does not serve")
-    return SessionSpec(root, files, tags, _int(body["port"], 65535))
+    arrival_wait_s = _int(body.get("arrival_wait_s", 0), MAX_ARRIVAL_WAIT_S)
+    return SessionSpec(root, files, tags, _int(body["port"], 65535), arrival_wait_s)
 
 
 def render_report(report: SessionReport) -> bytes:
@@ -158,9 +169,11 @@ def _object(value: object) -> dict[str, Any]:
     return value
 
 
-def _keys(body: Mapping[str, object], wanted: set[str], what: str) -> None:
-    if set(body) != wanted:
-        odd = sorted(set(body) ^ wanted)
+def _keys(
+    body: Mapping[str, object], wanted: set[str], what: str, optional: frozenset[str] = frozenset()
+) -> None:
+    if not wanted <= set(body) <= wanted | optional:
+        odd = sorted((set(body) - optional) ^ wanted)
         raise MalformedInput(f"{what}: keys {clip(', '.join(odd), 120)} missing or unknown")
 
 

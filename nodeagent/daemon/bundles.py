@@ -40,6 +40,7 @@ from nodeagent.adapters.store.registry_sets import RegistrySets
 from nodeagent.bundles.import_ports import ImporterPorts
 from nodeagent.bundles.importer import Importer
 from nodeagent.bundles.manifest import ExpectedFile
+from nodeagent.bundles.mirror_import import ARRIVAL_WAIT_S
 from nodeagent.bundles.release_signatures import SignaturePublisher, is_due
 from nodeagent.bundles.restore import StoreRestorer
 from nodeagent.bundles.serving import MirrorPullPorts
@@ -78,10 +79,10 @@ def session_command(config_file: Path) -> list[str]:
     return [sys.executable, "-m", "nodeagent", "--config", str(config_file), "serve-session"]
 
 
-def served_bundle(config: Config) -> Callable[..., SessionServer]:
+def served_bundle(config: Config, *, arrival_wait_s: int = 0) -> Callable[..., SessionServer]:
     """``importer.BundleServerPort`` factory: ``(root, blobs, tags=None)`` served by a
-    session process."""
-    return functools.partial(SessionServer, session_launcher(config))
+    session process; ``arrival_wait_s``: how long it awaits a listed file not there yet."""
+    return functools.partial(SessionServer, session_launcher(config), arrival_wait_s=arrival_wait_s)
 
 
 def _restored(metrics: Metrics, served: SessionServer) -> None:
@@ -145,7 +146,7 @@ def build_importer(
             root, config.bundles.trusted_keys_dir, platform, fips_switch=config.bundles.fips_switch
         ),
         runtime=cri,
-        make_server=served_bundle(config),
+        make_server=served_bundle(config, arrival_wait_s=ARRIVAL_WAIT_S),
         mirror=mirror_dropin(config),
         reloader=reloader,
         make_puller=lambda: _local_puller(cri, policies),
@@ -169,7 +170,7 @@ def build_importer(
         ),
         is_allowing_rollback=is_allowing_rollback,
         is_allowing_expired=is_allowing_expired,
-        make_signed_server=served_bundle(config),
+        make_signed_server=served_bundle(config, arrival_wait_s=ARRIVAL_WAIT_S),
         sigstore=RegistriesD(config.runtime.registries_d_dir),
     )
     return Importer(ports, policies.disk)

@@ -128,7 +128,12 @@ async def serve_session(fd: int = 0) -> int:
         loop.add_signal_handler(sig, stop.set)
     reports = _Reports(writer, stop)
     server = BundleServer(
-        Path(spec.root), spec.files, tags=spec.tags, port=spec.port, on_rejected=reports.rejected
+        Path(spec.root),
+        spec.files,
+        tags=spec.tags,
+        port=spec.port,
+        arrival_wait_s=spec.arrival_wait_s,
+        on_rejected=reports.rejected,
     )
     try:
         await server.start()

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from nodeagent.bundles.manifest import BundleManifest, ExpectedFile
-from nodeagent.errors import NodeAgentError, StoreFull
+from nodeagent.errors import BundleDigestMismatch, NodeAgentError, StoreFull
 from nodeagent.progress import ByteProgress
 from tests.service.test_importer import APP, BLOB_BYTES, DB, GIB, MIB, ROOT, TOTAL, Rig
+from tests.testenv.waiting import wait_for_async
 
 STORE = Path("/var/lib/nodeagent/store")
 
@@ -51,10 +52,12 @@ class MemoryImageStore:
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
         should_stop: Callable[[], bool] = lambda: False,
+        on_admitted: Callable[[], None] = lambda: None,
     ) -> object:
         assert medium == ROOT and self.rig.is_present
         if self.error is not None:
             raise self.error
+        on_admitted()
         self.copies += 1
         total = self.missing_bytes(manifest)
         self.copied_bytes += total
@@ -161,7 +164,9 @@ class SlowStore(MemoryImageStore):
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
         should_stop: Callable[[], bool] = lambda: False,
+        on_admitted: Callable[[], None] = lambda: None,
     ) -> object:
+        on_admitted()
         self.started.set()
         self.go_on.wait(timeout=10)
         self.told_to_stop = should_stop()  # what the real copy asks before each chunk
@@ -192,3 +197,78 @@ async def test_a_cancelled_import_s_copy_reports_no_progress_after_it_stopped() 
     assert len(rig.reports) == shown
     assert rig.states()[-1] == "storing"
     assert store.told_to_stop is True
+
+
+class GatedStore(MemoryImageStore):
+    """Admitted at once; then its copy waits for the test in its worker thread before it
+    stores the blobs (or raises ``failure``), as a long copy of a real medium would."""
+
+    def __init__(self, rig: Rig, *, failure: NodeAgentError | None = None) -> None:
+        super().__init__(rig)
+        self.go_on = threading.Event()
+        self.failure = failure
+
+    def copy(
+        self,
+        medium: Path,
+        manifest: BundleManifest,
+        on_progress: Callable[[ByteProgress], None],
+        should_stop: Callable[[], bool] = lambda: False,
+        on_admitted: Callable[[], None] = lambda: None,
+    ) -> object:
+        on_admitted()
+        self.go_on.wait(timeout=10)
+        if self.failure is not None:
+            raise self.failure
+        return super().copy(medium, manifest, on_progress, should_stop)
+
+
+async def both_pulled(rig: Rig) -> bool:
+    return sorted(rig.crio.pull_calls) == [APP, DB]
+
+
+async def test_the_pulls_run_while_the_copy_does_and_are_reported_after_it() -> None:
+    """Decision 0079: the pulls start once the copy is admitted, not once it is done (the
+    real server awaits each blob the copy has not stored yet); the status still says
+    storing, stored, then importing."""
+    rig = Rig()
+    store = GatedStore(rig)
+    rig.importer.ports.image_store = store
+    running = asyncio.create_task(rig.run())
+    try:
+        await wait_for_async(
+            lambda: both_pulled(rig), timeout_s=10, what="both images pulled during the copy"
+        )
+        assert "importing" not in rig.states()  # the pulls' reports wait for the copy
+    finally:
+        store.go_on.set()
+    report = await running
+
+    assert report.state == "imported"
+    states = rig.states()
+    assert states[-4:] == ["storing", "stored", "importing", "imported"]
+    assert rig.servers[0].root == STORE and rig.servers[0].calls == ["start", "close"]
+
+
+async def test_a_copy_refused_after_its_pulls_began_takes_their_images_back() -> None:
+    """A blob of the medium fails its digest while the images are already in: the bundle is
+    refused with the copy's reason, and what the pulls brought in is removed again (a
+    refused bundle leaves no image behind; none of its sets was applied)."""
+    rig = Rig()
+    damaged = BundleDigestMismatch("blobs/sha256/00… does not match bundle.json")
+    store = GatedStore(rig, failure=damaged)
+    rig.importer.ports.image_store = store
+    running = asyncio.create_task(rig.run())
+    try:
+        await wait_for_async(
+            lambda: both_pulled(rig), timeout_s=10, what="both images pulled during the copy"
+        )
+    finally:
+        store.go_on.set()
+    report = await running
+
+    assert (report.state, report.reason) == ("rejected", "BundleDigestMismatch")
+    assert [await rig.crio.image_status(ref) for ref in (APP, DB)] == [None, None]
+    assert rig.specs.files == {}
+    assert rig.servers[0].calls == ["start", "close"]
+    assert "importing" not in rig.states()

@@ -176,10 +176,13 @@ class SessionServer:
         blobs: Mapping[str, ExpectedFile],
         tags: Mapping[str, str] | None = None,
         *,
+        arrival_wait_s: int = 0,
         on_closed: Callable[[SessionServer], None] = lambda _served: None,
     ) -> None:
         self._launcher = launcher
-        self._spec = SessionSpec(str(root), dict(blobs), dict(tags or {}))
+        self._spec = SessionSpec(
+            str(root), dict(blobs), dict(tags or {}), arrival_wait_s=arrival_wait_s
+        )
         self._on_closed = on_closed
         self._reasons = blob_reasons()
         self._connection: Connection | None = None

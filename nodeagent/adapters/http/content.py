@@ -13,6 +13,11 @@ blobs are remembered: one is re-sent without hashing, the other reported once
 containers-image makes after a cut body. Concurrent first requests for one blob may hash
 it twice. A blob asked for as a manifest is read, hashed and parsed once per version of its
 file, whether it is a manifest or not (``nodeagent.adapters.http.verdicts``).
+
+With ``arrival_wait_s`` (the loopback mirror of an import whose store copy still runs,
+decision 0079), a listed file that is not there yet is looked for again every
+``ARRIVAL_POLL_S`` until it is, for up to that long; then it is refused as missing. Only a
+file that is absent waits: one that is there but wrong is refused at once.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Final, TypeVar
 
 import structlog
 from aiohttp.web_request import BaseRequest
@@ -38,7 +44,7 @@ from nodeagent.adapters.http.streamer import (
     in_thread,
 )
 from nodeagent.adapters.http.verdicts import ManifestVerdicts, Verdict
-from nodeagent.bundles.manifest import BundleError, ExpectedFile
+from nodeagent.bundles.manifest import BundleError, BundleIncomplete, ExpectedFile
 from nodeagent.bundles.mirror import (
     API_VERSION_HEADER,
     ErrorAnswer,
@@ -55,6 +61,10 @@ log = structlog.get_logger(__name__)
 
 MAX_MANIFEST_BYTES: Final = 4 << 20
 """Larger blobs are never served as manifests (distribution's own limit)."""
+ARRIVAL_POLL_S: Final = 0.1
+"""How often a listed file not there yet is looked for (``arrival_wait_s``)."""
+
+T = TypeVar("T")
 
 
 def _open_stamped(media: BundleDir, file: ExpectedFile) -> tuple[IO[bytes], FileStamp]:
@@ -115,8 +125,10 @@ class ServedContent:
         on_rejected: Callable[[str, BundleError], None],
         pace: Callable[[int], Awaitable[None]] | None = None,
         step_bytes: int | None = None,
+        arrival_wait_s: float = 0.0,
     ) -> None:
         self.root, self._lookup, self._io_timeout_s = root, lookup, io_timeout_s
+        self._arrival_wait_s = arrival_wait_s
         self._on_rejected = on_rejected
         self._streamer = BlobStreamer(
             chunk_bytes=chunk_bytes,
@@ -199,8 +211,9 @@ class ServedContent:
         file = self.listed(digest)
         if file is None or file.size_bytes > MAX_MANIFEST_BYTES:
             return None
+        media = self._opened_media()
         try:
-            stream, stamp = await in_thread(_open_stamped, self._opened_media(), file)
+            stream, stamp = await self._once_there(lambda: _open_stamped(media, file))
         except BundleError as err:
             self._reject(digest, err)
             return None
@@ -248,11 +261,24 @@ class ServedContent:
             return await self._send_blob(request, Blob(digest, file, stream))
 
     async def _open(self, digest: str, file: ExpectedFile) -> IO[bytes] | None:
+        media = self._opened_media()
         try:
-            return await in_thread(self._opened_media().open_file, file)
+            return await self._once_there(lambda: media.open_file(file))
         except BundleError as err:
             self._reject(digest, err)
             return None
+
+    async def _once_there(self, open_file: Callable[[], T]) -> T:
+        """``open_file()`` in a thread; while it finds the file absent, again every
+        ``ARRIVAL_POLL_S`` for up to ``arrival_wait_s`` (then its ``BundleIncomplete``)."""
+        deadline = time.monotonic() + self._arrival_wait_s
+        while True:
+            try:
+                return await in_thread(open_file)
+            except BundleIncomplete:
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(ARRIVAL_POLL_S)
 
     async def _send_blob(self, request: BaseRequest, blob: Blob) -> StreamResponse:
         size, is_get = blob.file.size_bytes, request.method == "GET"

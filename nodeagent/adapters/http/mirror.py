@@ -55,7 +55,8 @@ class BundleServer:
     ``tags``: the tags of a verified manifest, ``<repository>/<tag>`` → digest (its signature
     tags, ``signatures.served_tags``, and its served tags, ``tags.tag_names``), each answered
     with exactly its listed manifest (``Docker-Content-Digest`` that digest), the only tags
-    ever served."""
+    ever served. ``arrival_wait_s``: how long a listed file that is not there yet is
+    awaited (an import's store copy still running; decision 0079)."""
 
     def __init__(
         self,
@@ -65,6 +66,7 @@ class BundleServer:
         tags: Mapping[str, str] | None = None,
         port: int = 0,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        arrival_wait_s: float = 0.0,
         on_rejected: Callable[[str, BundleError], None] | None = None,
     ) -> None:
         self.root, self._blobs, self._port = root, dict(blobs), port
@@ -76,6 +78,7 @@ class BundleServer:
             chunk_bytes=chunk_bytes,
             io_timeout_s=IO_TIMEOUT_S,
             on_rejected=self._reject,
+            arrival_wait_s=arrival_wait_s,
         )
         self._listener = Listener(self._answer, io_timeout_s=IO_TIMEOUT_S, caps=CAPS, name="mirror")
         self._started = False

@@ -230,8 +230,13 @@ def copy_bundle(
     chunk_bytes: int = CHUNK_BYTES,
     fips_switch: Path = FIPS_ENABLED_FILE,
     should_stop: Callable[[], bool] = lambda: False,
+    on_admitted: Callable[[], None] = lambda: None,
 ) -> CopyResult:
     """Copy every blob of the verified ``manifest`` the store lacks from ``medium_root``.
+
+    ``on_admitted`` is called once the medium's manifest was verified again and the copy
+    admitted (cap and free space), before the first blob: the importer starts its pulls
+    then (decision 0079).
 
     ``should_stop`` is asked as each chunk is written: once it says yes (the import that
     asked for the copy was cancelled: its medium went away, or the daemon stops) the copy
@@ -252,6 +257,7 @@ def copy_bundle(
         plan = plan_copy(store, manifest)
         if plan.missing:  # nothing to copy: the record alone, whatever the space left
             admit_copy(store, f"bundle {manifest.bundle_id}", plan.missing_bytes, limits)
+        on_admitted()
         resumed = {d: size for d, (size, _) in store.partials().items() if d in dict(plan.missing)}
         meter = ProgressMeter(plan.missing_bytes, started_s, done_bytes=sum(resumed.values()))
         log.info(

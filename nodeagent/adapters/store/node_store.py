@@ -91,6 +91,7 @@ class NodeImageStore:
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
         should_stop: Callable[[], bool] = lambda: False,
+        on_admitted: Callable[[], None] = lambda: None,
     ) -> CopyResult:
         return copy_bundle(
             self.root,
@@ -101,6 +102,7 @@ class NodeImageStore:
             on_progress=on_progress,
             fips_switch=self.fips_switch,
             should_stop=should_stop,
+            on_admitted=on_admitted,
         )
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]:

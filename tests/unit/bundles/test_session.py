@@ -36,6 +36,15 @@ def spec_line(**changes: object) -> bytes:
 def test_a_spec_round_trips() -> None:
     spec = SessionSpec("/store", {DIGEST: ExpectedFile("blobs/x", 3, HEX)}, {"r/t": DIGEST}, 0)
     assert parse_spec(render_spec(spec)) == spec
+    awaiting = SessionSpec("/store", spec.files, spec.tags, 0, arrival_wait_s=1800)
+    assert parse_spec(render_spec(awaiting)) == awaiting
+
+
+def test_a_spec_without_an_arrival_wait_awaits_nothing() -> None:
+    """The key is optional (a daemon of before decision 0079 sends none)."""
+    assert b"arrival_wait_s" not in render_spec(SessionSpec("/store", {}, {}))
+    assert parse_spec(spec_line()).arrival_wait_s == 0
+    assert parse_spec(spec_line(arrival_wait_s=3600)).arrival_wait_s == 3600
 
 
 @pytest.mark.parametrize(
@@ -54,6 +63,11 @@ def test_a_spec_round_trips() -> None:
         {"files": {DIGEST: ["blobs/x", 1]}},
         {"tags": {"r/t": f"sha256:{'cd' * 32}"}},  # a tag for a digest it does not serve
         {"tags": {"": DIGEST}},
+        {"arrival_wait_s": 3601},
+        {"arrival_wait_s": -1},
+        {"arrival_wait_s": 1.5},
+        {"arrival_wait_s": True},
+        {"arrival_wait_s": "60"},
     ],
 )
 def test_a_spec_breaking_a_rule_is_refused(changes: dict[str, object]) -> None:

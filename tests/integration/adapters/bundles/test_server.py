@@ -37,6 +37,7 @@ from tests.testenv.images import (
     build_index,
 )
 from tests.testenv.oci_layout import OciLayout, write_oci_layout
+from tests.testenv.waiting import wait_for_async
 
 HOST = "registry.factory.invalid:5000"
 CHUNK_BYTES = 64 * 1024
@@ -508,3 +509,60 @@ async def test_only_listed_signature_tags_are_served(layout: OciLayout) -> None:
     async with BundleServer(layout.root, blobs) as untagged:
         status, _, body = await fetch(untagged, "GET", f"/v2/factory/app/manifests/{tag}")
         assert (status, error_code(body)) == (404, "MANIFEST_UNKNOWN")
+
+
+async def test_a_blob_awaited_while_it_is_copied_is_served_once_it_arrives(
+    layout: OciLayout,
+) -> None:
+    """Decision 0079: an import serves the store while its copy still runs. A listed blob not
+    there yet is awaited (``arrival_wait_s``); the request is answered, whole and checked,
+    once the file is in place, as the copier puts it (written aside, then renamed)."""
+    layer = single(layout.images[0]).layers[1]
+    blob = layout.blob_file(layer.digest)
+    data = blob.read_bytes()
+    aside = blob.with_name(blob.name + ".partial")
+    blob.rename(aside)
+    async with BundleServer(
+        layout.root, served_blobs(layout.manifest), chunk_bytes=CHUNK_BYTES, arrival_wait_s=30
+    ) as server:
+        asked = asyncio.create_task(fetch(server, "GET", f"/v2/factory/app/blobs/{layer.digest}"))
+        await wait_for_async(
+            lambda: seen(server), timeout_s=10, what="the request to reach the server"
+        )
+        assert not asked.done()  # awaiting the blob
+        aside.rename(blob)
+        status, headers, body = await asked
+    assert (status, headers["docker-content-digest"], body) == (200, layer.digest, data)
+    assert server.rejections == ()
+
+
+async def seen(server: BundleServer) -> bool:
+    return server.counters.requests >= 1
+
+
+async def test_a_blob_still_absent_after_the_wait_is_refused_as_missing(
+    layout: OciLayout,
+) -> None:
+    layer = single(layout.images[0]).layers[1]
+    layout.blob_file(layer.digest).unlink()
+    async with BundleServer(
+        layout.root, served_blobs(layout.manifest), arrival_wait_s=0.3
+    ) as server:
+        status, _, body = await fetch(server, "GET", f"/v2/factory/app/blobs/{layer.digest}")
+        assert (status, error_code(body)) == (404, "BLOB_UNKNOWN")
+        assert [error.reason for error in server.rejections] == ["BundleIncomplete"]
+
+
+async def test_only_an_absent_blob_is_awaited_a_damaged_one_is_refused_at_once(
+    layout: OciLayout,
+) -> None:
+    config = single(layout.images[0]).config
+    flip_byte(layout.blob_file(config.digest), 0)
+    async with BundleServer(
+        layout.root, served_blobs(layout.manifest), arrival_wait_s=600
+    ) as server:
+        started = time.monotonic()
+        status, _, body = await fetch(server, "GET", f"/v2/factory/app/blobs/{config.digest}")
+        assert (status, error_code(body)) == (404, "BLOB_UNKNOWN")
+        assert time.monotonic() - started < 10
+        assert [error.reason for error in server.rejections] == ["BundleDigestMismatch"]
