@@ -39,6 +39,29 @@ from nodeagent.ports import (
 
 log = structlog.get_logger(__name__)
 
+FAR_ROUND_S = 0.06
+"""A round of manifest fetches for disk admission (``disk.MANIFEST_FETCHES_AT_ONCE`` at
+once) that takes this long on average says the registry is far: a pull through CRI-O then
+waits on about 23 round trips, not on CRI-O's CPU. Measured: about 0.14 s a round over a
+50 ms link, 0.03 s on loopback (docs/performance.md, "Pulls in flight from a far
+registry")."""
+FAR_FACTOR = 3
+"""Pulls in flight from a far registry: this many times ``pull.concurrency``. Over the 50 ms
+link, 50 images took 21.4 s with 6 in flight, 14.8 s with 12 and 11.6 s with 16 (one
+shared-machine run each); on loopback, where CRI-O's CPU is the limit, more in flight
+only compete, so the factor applies to far registries alone."""
+MAX_IN_FLIGHT = 64
+"""The most pulls in flight, whatever the factor (``pull.concurrency``'s own upper bound)."""
+
+
+def pulls_in_flight(concurrency: int, round_s: float | None) -> int:
+    """Pulls to run at once: ``concurrency``, or ``FAR_FACTOR`` times it (at most
+    ``MAX_IN_FLIGHT``) when a round of manifest fetches took ``round_s`` of at least
+    ``FAR_ROUND_S``; None (nothing fetched, nothing known) keeps ``concurrency``."""
+    if round_s is None or round_s < FAR_ROUND_S:
+        return concurrency
+    return max(concurrency, min(concurrency * FAR_FACTOR, MAX_IN_FLIGHT))
+
 
 @dataclass(frozen=True, slots=True)
 class PullPolicy:

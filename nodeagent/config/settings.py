@@ -107,8 +107,10 @@ class PullSettings:
     """Pulls in flight at once, at least 1. Default 6: a pull through CRI-O waits about 23
     round trips to the registry, so over a 50 ms link throughput grows with the pulls in
     flight (4: 22 s, 6: 17 s, 8: 16 s for 50 images), while on a fast link, where CRI-O's
-    CPU is the limit, 8 were 6 % slower than 4 (docs/performance.md). MCD uses 5 workers.
-    Bundle imports use at most 4 (see ``bundles_build``). Range: from 1 to 64."""
+    CPU is the limit, 8 were 6 % slower than 4 (docs/performance.md). From a far registry
+    (a round of disk admission's manifest fetches takes 60 ms or more) a sync runs three
+    times this, at most 64 (``prepull.pulls_in_flight``). MCD uses 5 workers. Bundle
+    imports use at most 4 (see ``bundles_build``). Range: from 1 to 64."""
     attempts: int = 5
     """Tries per image before it is reported failed (transient errors only), at least 1.
     Default 5, as MCD. Range: from 1 to 1000."""

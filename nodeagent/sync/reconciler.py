@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 import structlog
 
-from nodeagent.disk import DiskAdmission
+from nodeagent.disk import MANIFEST_FETCHES_AT_ONCE, DiskAdmission
 from nodeagent.errors import NodeAgentError, PinsOverridden, RuntimeDoesNotPin, TransientError
 from nodeagent.ledger import Ledger, LedgerStore, LoadedLedger
 from nodeagent.pins import PinService
 from nodeagent.ports import ImageRuntime, PullTerms, StateStore
-from nodeagent.prepull import PrePuller, PullResult, shared_layer_leaders
+from nodeagent.prepull import PrePuller, PullResult, pulls_in_flight, shared_layer_leaders
 from nodeagent.specs import SpecLoad, set_fingerprint
 from nodeagent.status import (
     DiskStatus,
@@ -340,7 +340,12 @@ class Reconciler:
             await self._through_store(run, [], None)
             return
         stored_refs = [ref for ref in run.stored if "@sha256:" in ref]
+        started_s = self._monotonic()
         verdict = await self.admission.admit(missing, stored_refs)
+        in_flight = pulls_in_flight(
+            self.puller.policy.concurrency,
+            manifest_round_s(missing, self._monotonic() - started_s),
+        )
         run.disk, run.refused, run.to_pull = verdict.disk, verdict.refused, verdict.to_pull
         run.layers, run.stored_layers = verdict.layers, verdict.stored_layers
         run.unsized = verdict.unsized
@@ -348,7 +353,7 @@ class Reconciler:
             unsized_failures(run, missing[name], verdict.unknown)
         admitted = verdict.admitted
         todo = sorted({ref for name in admitted for ref in missing[name]})
-        log.info("pulls_started", images=len(todo), sets=len(admitted))
+        log.info("pulls_started", images=len(todo), sets=len(admitted), in_flight=in_flight)
         self.report.sync_progress(self._interim(run))
         terms = self.pull_terms()
         if terms.held_reason and todo:
@@ -358,7 +363,7 @@ class Reconciler:
         results = await self.puller.pull_all(
             todo,
             self._waits(run, todo),
-            concurrency=1 if terms.one_at_a_time else None,
+            concurrency=1 if terms.one_at_a_time else in_flight,
             pause_s=terms.pause_s if terms.one_at_a_time else 0.0,
         )
         self._record_pulls(run, results.values())
@@ -442,3 +447,11 @@ def _log_restore_failed(failed: Iterable[PullResult]) -> None:
             error=result.message,
             next="the image's registry",
         )
+
+
+def manifest_round_s(missing: Mapping[str, Sequence[str]], admission_s: float) -> float | None:
+    """The seconds a round of the admission's manifest fetches took on average (its time over
+    its rounds of ``MANIFEST_FETCHES_AT_ONCE``); None when it fetched none."""
+    fetched = len({ref for refs in missing.values() for ref in refs})
+    rounds = -(-fetched // MANIFEST_FETCHES_AT_ONCE)
+    return admission_s / rounds if rounds else None

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from nodeagent.disk import DiskAdmission, DiskPolicy
+from nodeagent.disk import DiskAdmission, DiskPolicy, ImageLayers
 from nodeagent.errors import (
     ImageNotFound,
     NodeAgentError,
@@ -26,6 +26,7 @@ from nodeagent.errors import (
     RuntimeUnreachable,
 )
 from nodeagent.pins import ConfigFile, PinService, render_dropin
+from nodeagent.ports import RegistryCredentials
 from nodeagent.prepull import PrePuller, PullPolicy
 from nodeagent.references import parse_pinned_image_ref
 from nodeagent.reporting import Reporter
@@ -588,3 +589,36 @@ async def test_sync_that_could_not_run_is_published_with_its_own_reason(
         next(text for text in line.lines if text.endswith(f" ({reason})"))
     ]
     assert line.lines[-1] == "pinned 1/1 images"
+
+
+class FarManifests(FakeManifests):
+    """Manifests from a registry ``round_trip_s`` away: each fetch moves the sync's clock."""
+
+    def __init__(self, sizes: Mapping[str, int], loop: LoopClock, round_trip_s: float) -> None:
+        super().__init__(sizes)
+        self.loop = loop
+        self.round_trip_s = round_trip_s
+
+    async def image_layers(self, ref: str, credentials: RegistryCredentials | None) -> ImageLayers:
+        self.loop.now_s += self.round_trip_s
+        return await super().image_layers(ref, credentials)
+
+
+@pytest.mark.parametrize(("round_trip_s", "in_flight"), [(0.0, 6), (0.002, 6), (0.05, 18)])
+async def test_pulls_from_a_far_registry_run_three_times_as_many_at_once(
+    round_trip_s: float, in_flight: int
+) -> None:
+    """``pull.concurrency`` (6) where the admission's manifest fetches come back fast; three
+    times that where a round of them takes 60 ms or more (``prepull.pulls_in_flight``): the
+    pulls then wait on round trips, not on the runtime's CPU."""
+    refs = [f"quay.io/acme/app{i}@sha256:{i:064x}" for i in range(24)]
+    node = Node(image_set("apps", *refs))
+    node.admission.manifests = FarManifests(dict.fromkeys(refs, MIB), node.loop, round_trip_s)
+
+    with capture_logs() as logs:
+        status = await node.reconciler.sync()
+
+    assert by_name(status)["apps"].state == "Pinned"
+    assert node.crio.max_inflight == in_flight
+    started = next(e for e in logs if e["event"] == "pulls_started")
+    assert (started["images"], started["in_flight"]) == (24, in_flight)

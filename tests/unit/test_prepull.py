@@ -23,8 +23,10 @@ from nodeagent.prepull import (
     PullPolicy,
     backoff_delay_s,
     is_retryable,
+    pulls_in_flight,
     shared_layer_leaders,
 )
+from nodeagent.sync.reconciler import manifest_round_s
 from tests.fakes.clock import VirtualClock, run_inline
 from tests.fakes.crio import FakeCrio, PullHandler
 
@@ -496,3 +498,27 @@ async def test_without_probe_no_pull_is_cancelled() -> None:
     result = (await rig.puller.pull_all([A]))[A]
     assert result.is_pulled
     assert rig.clock.sleeps == []
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "round_s", "expected"),
+    [
+        (6, None, 6),  # nothing fetched: nothing known
+        (6, 0.03, 6),  # loopback: CRI-O's CPU is the limit
+        (6, 0.06, 18),
+        (6, 0.14, 18),  # a 50 ms link
+        (1, 0.5, 3),
+        (30, 0.5, 64),  # never above pull.concurrency's own bound
+        (64, 0.5, 64),
+    ],
+)
+def test_pulls_in_flight_grow_only_for_a_far_registry(
+    concurrency: int, round_s: float | None, expected: int
+) -> None:
+    assert pulls_in_flight(concurrency, round_s) == expected
+
+
+def test_a_round_of_manifest_fetches_is_its_time_over_its_rounds_of_eight() -> None:
+    missing = {"a": [f"r{i}" for i in range(20)], "b": ["r0", "r1"]}  # 20 distinct: 3 rounds
+    assert manifest_round_s(missing, 0.6) == pytest.approx(0.2)
+    assert manifest_round_s({}, 0.6) is None
