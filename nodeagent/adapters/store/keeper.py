@@ -17,11 +17,14 @@ afterwards so it names only images whose top manifest is still stored.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
@@ -41,6 +44,11 @@ from nodeagent.store.keeping import (
 from nodeagent.units import format_bytes
 
 log = structlog.get_logger(__name__)
+
+VERIFY_THREADS: Final = 4
+"""Blobs ``verify`` hashes at once, at most (and at most the CPUs): SHA-256 with the CPU's
+SHA instructions outruns one thread's reads, and ``openssl dgst`` is one thread
+(docs/performance.md, "Store verify")."""
 
 
 @dataclass(frozen=True)
@@ -230,25 +238,42 @@ def verify(
     root: Path,
     on_bytes: Callable[[int, int], None] = lambda _done, _total: None,
     clock: Callable[[], float] = time.monotonic,
+    threads: int | None = None,
 ) -> Verified:
-    """Re-hash every stored blob; remove (and report) each that no longer matches its digest."""
+    """Re-hash every stored blob; remove (and report) each that no longer matches its digest.
+
+    Blobs are hashed ``threads`` at a time (default: ``VERIFY_THREADS``, at most the CPUs),
+    the largest first, so one big blob does not end the run alone; ``on_bytes`` is called
+    from those threads, one call at a time."""
     started_s = clock()
     blobs, records = BlobStore(root), StoreRecords(root)
     corrupt: list[tuple[str, str]] = []
     done = 0
+    counting = threading.Lock()
     with StoreLock(root):
         stored = blobs.stored()
         total = sum(stored.values())
 
         def count(n: int) -> None:
             nonlocal done
-            done += n
-            on_bytes(done, total)
+            with counting:
+                done += n
+                on_bytes(done, total)
 
-        for digest in sorted(stored):
+        def check(digest: str) -> StoreBlobCorrupt | None:
             try:
                 blobs.check(digest, count)
             except StoreBlobCorrupt as err:
+                return err
+            return None
+
+        largest_first = sorted(stored, key=lambda digest: (-stored[digest], digest))
+        workers = max(1, min(threads or VERIFY_THREADS, os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify") as pool:
+            verdicts = dict(zip(largest_first, pool.map(check, largest_first), strict=True))
+        for digest in sorted(stored):
+            err = verdicts[digest]
+            if err is not None:
                 _remove_corrupt(blobs, digest, err)
                 corrupt.append((digest, err.message))
         if corrupt:

@@ -407,3 +407,29 @@ def test_progress_comes_at_most_every_two_seconds_and_once_at_the_end(
     assert len(shown) > 3 and min(steps) >= 2.0
     assert all(p.rate_bytes_per_s and p.eta_s is not None for p in shown[:-1])
     assert [p.done_bytes for p in shown] == sorted(p.done_bytes for p in shown)
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_verify_in_threads_finds_every_damaged_blob_and_counts_every_byte(
+    tmp_path: Path, keys: Keys, cache: Path, threads: int
+) -> None:
+    """Blobs are hashed several at a time, the largest first: every byte is counted once
+    (``on_bytes`` is called one call at a time, its total never going back), and every
+    damaged blob is found and removed, reported in digest order."""
+    bundle = _bundle(tmp_path, keys, cache, "alpha")
+    store = tmp_path / "store"
+    assert _copy(store, bundle, keys).is_ok
+    victims = sorted(image.manifest_digest for image in bundle.manifest.images)
+    for victim in victims:
+        path = BlobStore(store).path(victim)
+        path.write_bytes(path.read_bytes().replace(b"schemaVersion", b"schemaVersioN"))
+    total = sum(BlobStore(store).stored().values())
+    seen: list[int] = []
+
+    report = keeper.verify(store, lambda done, _total: seen.append(done), threads=threads)
+
+    assert [digest for digest, _ in report.corrupt] == victims
+    assert report.checked == len(bundle.manifest.blobs)
+    assert report.checked_bytes == total == seen[-1]
+    assert seen == sorted(seen)
+    assert not set(victims) & set(BlobStore(store).stored())
