@@ -25,18 +25,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import shutil
+import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.bundle_import import drop_caches, ext4_media, run_as_root
+from bench.bundle_import import ext4_media, run_as_root
 from bench.prepull import progress
 from bench.scale_measure import GIB, scratch_fs, used_bytes
-from bench.scale_release import CACHE, describe, plan_release, push_scaled_release
+from bench.scale_release import CACHE, ImagePlan, describe, plan_release, push_scaled_release
 from bench.scale_report import render, summarize
 from bench.scale_steps import Context, Step, node_steps, step_create, step_refused
 from nodeagent.bundles import minisign
@@ -48,25 +51,40 @@ WORKDIR = Path("/var/tmp")  # noqa: S108 - a disk, not tmpfs; the run's director
 DEFAULT_STEPS = ("create", "refused", "copy", "verify", "import", "restore")
 
 
-def fanout(ctx: Context, stick_image: Path, mountpoint: Path, work: Path) -> Step | None:
-    """THE FAN-OUT CALL SITE: ``bench.scale_fanout.fanout_step`` (another module, written
-    apart) gets the stick image (an ext4 image file, attached read-only and mounted at
-    ``mountpoint`` meanwhile), the trusted public key and a work directory, and returns a
+def fanout(ctx: Context, stick_image: Path, bundle_bytes: int, work: Path) -> Step | None:
+    """THE FAN-OUT CALL SITE. ``bench.scale_fanout.fanout_step`` (written apart, issue 31's
+    fan-out to 4 nodes at 100 Mbit/s) gets the stick image (an ext4 image file holding the
+    bundle at its root; meanwhile attached read-only and mounted ``ro,noload`` here, which
+    writes nothing to it), relabelled ``NODEAGENT1`` so that node 0's udevd takes it for a
+    stick, the bundle's bytes, a work directory and the trusted public key, and returns a
     dict of figures, kept as they are in the report. None when that module is absent."""
     try:
         module = importlib.import_module("bench.scale_fanout")
     except ImportError:
         progress("fanout: bench.scale_fanout is not in this tree; step skipped")
         return None
-    fanout_step = module.fanout_step
     from bench.scale_steps import Side  # noqa: PLC0415
+    from tests.testenv.bundles import LABEL as STICK_LABEL  # noqa: PLC0415
 
+    subprocess.run(["e2label", str(stick_image), STICK_LABEL], check=True, capture_output=True)
     started = time.monotonic()
-    figures: dict[str, Any] = fanout_step(
-        stick_image=stick_image, mountpoint=mountpoint, public_key=ctx.public_key, work=work
-    )
-    side = Side("fan-out (bench.scale_fanout)", time.monotonic() - started, {}, 0)
+    figures: dict[str, Any] = module.fanout_step(
+        stick_image, bundle_bytes, nodes=4, rate_mbit=100, workdir=work,
+        public_key=ctx.public_key,
+    )  # fmt: skip
+    side = Side("fan-out to 4 nodes at 100 Mbit/s", time.monotonic() - started, {}, 0)
     return Step("fanout", side, None, {"figures": figures})
+
+
+def platforms(registry_url: str, ref: str) -> list[str]:
+    """The architectures the registry's index of ``ref`` (by digest) lists."""
+    repository, digest = ref.split("/", 1)[1].split("@")
+    url = f"{registry_url}/v2/{repository}/manifests/{digest}"
+    accept = {"Accept": "application/vnd.oci.image.index.v1+json"}
+    request = urllib.request.Request(url, headers=accept)  # noqa: S310 - the loopback registry
+    with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - loopback
+        index = json.loads(answer.read())
+    return sorted(m["platform"]["architecture"] for m in index["manifests"])
 
 
 def make_keys(work: Path) -> tuple[str, Path]:
@@ -78,50 +96,63 @@ def make_keys(work: Path) -> tuple[str, Path]:
 
 def run_size(base: Path, size_gib: float, opts: argparse.Namespace) -> dict[str, Any]:
     """Every step at one size; the scratch filesystem and registry gone afterwards."""
-    steps: set[str] = set(opts.steps)
     plans = plan_release(int(size_gib * GIB), opts.seed)
     work = base / f"size-{size_gib:g}"
     work.mkdir()
-    found: list[Step] = []
-    setup: dict[str, float] = {}
     scratch_bytes = int(4 * size_gib * GIB) + 2 * GIB
-    with scratch_fs(work / "scratch.img", work / "scratch", scratch_bytes) as scratch:
-        (scratch / "tmp").mkdir()
-        os.environ["TMPDIR"] = str(scratch / "tmp")  # skopeo's and the CLIs' temporary files
-        public, key = make_keys(work)
-        bundle = scratch / "bundle"
-        with Registry(work / "registry") as registry:
-            started = time.monotonic()
-            progress(f"{size_gib:g} GiB: generating (cached in {CACHE}) and pushing the release")
-            release, _ = push_scaled_release(registry.url, registry.host, work, plans)
-            setup["generate_and_push_s"] = time.monotonic() - started
-            gpg = TestGpg.make(work / "gnupg")
-            sigs = write_signature_store(
-                work / "sigs", release.digest, [gpg.sign(signature_document(release))]
-            )
-            gpg.close()
-            drop_caches()
-            ctx = Context(scratch, used_bytes(scratch), public, release.ref, registry.host,
-                          sigs, key, f"{size_gib:g}", opts.logs)  # fmt: skip
-            progress(f"{size_gib:g} GiB: step create")
-            found.append(step_create(ctx, bundle, with_baseline="create" in steps))
-        shutil.rmtree(work / "registry", ignore_errors=True)
-        if "refused" in steps:
-            progress(f"{size_gib:g} GiB: step refused")
-            found.append(step_refused(ctx, bundle))
-        with ext4_media(bundle, work) as media:
-            found += node_steps(ctx, media, steps, opts.throttle_mbps)
-            if "fanout" in steps:
-                step = fanout(ctx, work / "media.img", media.mountpoint, work)
-                found += [step] if step is not None else []
-            bundle_bytes = media.size_bytes
-    shutil.rmtree(work, ignore_errors=True)
+    tmpdir = os.environ.get("TMPDIR")
+    try:
+        with scratch_fs(work / "scratch.img", work / "scratch", scratch_bytes) as scratch:
+            (scratch / "tmp").mkdir()
+            os.environ["TMPDIR"] = str(scratch / "tmp")  # skopeo's and the CLIs' temporary files
+            result = measure_size(work, scratch, size_gib, plans, opts)
+    finally:
+        if tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = tmpdir
+        shutil.rmtree(work, ignore_errors=True)
+    return {"size_gib": size_gib, "release": describe(plans), **result}
+
+
+def measure_size(
+    work: Path, scratch: Path, size_gib: float, plans: list[ImagePlan], opts: argparse.Namespace
+) -> dict[str, Any]:
+    steps: set[str] = set(opts.steps)
+    found: list[Step] = []
+    public, key = make_keys(work)
+    bundle = scratch / "bundle"
+    with Registry(work / "registry") as registry:
+        started = time.monotonic()
+        progress(f"{size_gib:g} GiB: generating (cached in {CACHE}) and pushing the release")
+        release, _ = push_scaled_release(registry.url, registry.host, work, plans)
+        push_s = time.monotonic() - started
+        index_platforms = platforms(registry.url, release.payload["component-000"])
+        gpg = TestGpg.make(work / "gnupg")
+        signature = gpg.sign(signature_document(release))
+        gpg.close()
+        sigs = write_signature_store(work / "sigs", release.digest, [signature])
+        ctx = Context(scratch, used_bytes(scratch), public, release.ref, registry.host, sigs,
+                      key, f"{size_gib:g}", opts.logs)  # fmt: skip
+        progress(f"{size_gib:g} GiB: step create")
+        create = step_create(ctx, bundle, with_baseline="create" in steps)
+    shutil.rmtree(work / "registry", ignore_errors=True)
+    found += [create] if "create" in steps else []
+    if "refused" in steps:
+        progress(f"{size_gib:g} GiB: step refused")
+        found.append(step_refused(ctx, bundle))
+    with ext4_media(bundle, work) as media:
+        found += node_steps(ctx, media, steps, opts.throttle_mbps)
+        if "fanout" in steps:
+            step = fanout(ctx, work / "media.img", media.size_bytes, work)
+            found += [step] if step is not None else []
     return {
-        "size_gib": size_gib,
-        "release": describe(plans),
-        "bundle_bytes": bundle_bytes,
-        "setup": setup,
-        "steps": [asdict(s) for s in found if "create" in steps or s.name != "create"],
+        "bundle_bytes": media.size_bytes,
+        "bundle_images": create.extra["images"],
+        "bundle_blobs": create.extra["blobs"],
+        "index_architectures": index_platforms,
+        "setup": {"generate_and_push_s": push_s, "create_s": create.nodeagent.seconds},
+        "steps": [asdict(s) for s in found],
     }
 
 

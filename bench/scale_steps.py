@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -24,10 +25,10 @@ from typing import Any, TypeVar
 
 from bench.bundle_import import (
     Media,
+    crio_pulls,
     drop_caches,
     measure_raw,
     nodeagent_cmd,
-    phases,
     pinned_refs,
     run,
     run_stamped,
@@ -38,11 +39,13 @@ from bench.bundle_import import (
 from bench.prepull import progress
 from bench.restore import Node, close_node, make_node, measure_restore, wipe_runtime
 from bench.scale_measure import Peaks
+from bench.store_copy import measure_hash
 from nodeagent.config import PullSettings
 from nodeagent.logs import event_of
 from tests.testenv.blkio import throttled_reads
 
 T = TypeVar("T")
+Stamped = list[tuple[float, str]]
 SHA_CMD = ["openssl", "dgst", "-sha256", "-r"]
 NODEAGENT_ROLES = ("nodeagent", "bench.scale_steps")
 """Process roles that are nodeagent's code (the copy child runs ``copy_bundle``)."""
@@ -218,9 +221,11 @@ def copy_child(store: Path, medium: Path, keys: Path) -> None:
     from nodeagent.bundles.manifest import parse_manifest  # noqa: PLC0415
 
     logs.configure("warning")  # stderr; stdout is the result
+    started = time.monotonic()
     manifest = parse_manifest((medium / "bundle.json").read_bytes())
     result = copy_bundle(store, medium, manifest, keys)
-    print(json.dumps({"bytes_copied": result.bytes_copied}))
+    took = {"copy_bundle_s": time.monotonic() - started, "blobs": result.blobs_copied}
+    print(json.dumps({"bytes_copied": result.bytes_copied} | took))
 
 
 def step_copy(ctx: Context, media: Media, node: Node, throttle_mbps: float) -> Step:
@@ -231,9 +236,13 @@ def step_copy(ctx: Context, media: Media, node: Node, throttle_mbps: float) -> S
            str(media.mountpoint), str(node.agent.trusted_keys_dir)]  # fmt: skip
     before = sectors_read(media.devnode)
     side, out = timed(ctx, "copy_bundle, stick -> store", lambda: run(cmd, what="copy"))
+    child = json.loads(str(out).strip().splitlines()[-1])
     extra: dict[str, Any] = {
         "device_bytes_over_bundle": (sectors_read(media.devnode) - before) * 512 / media.size_bytes,
-        "bytes_copied": json.loads(str(out).strip().splitlines()[-1])["bytes_copied"],
+        "bytes_copied": child["bytes_copied"],
+        "copy_bundle_s": child["copy_bundle_s"],  # the rest: the interpreter and imports
+        "blobs": child["blobs"],
+        "sha256_from_memory_s": measure_hash(child["bytes_copied"]).seconds,
     }
     if throttle_mbps:
         extra |= throttled_copy(ctx, media, node, cmd, throttle_mbps)
@@ -261,7 +270,9 @@ def step_verify(ctx: Context, node: Node) -> Step:
     base, _ = timed(ctx, "openssl dgst -sha256", lambda: run([*SHA_CMD, *blobs], what="openssl"))
     if not report.get("ok") or report.get("checkedBlobs") != len(blobs):
         raise StepError(f"store verify: {report} over {len(blobs)} blob files")
-    return Step("verify", side, base, {"blobs": len(blobs), "bytes": report["checkedBytes"]})
+    extra = {"blobs": len(blobs), "bytes": report["checkedBytes"],
+             "verify_own_s": report["seconds"]}  # fmt: skip
+    return Step("verify", side, base, extra)
 
 
 # ------------------------------------------------------------------ import, restore, skopeo
@@ -286,8 +297,8 @@ def step_import(ctx: Context, media: Media, node: Node) -> Step:
     pinned = asyncio.run(pinned_refs(node.crio.endpoint, media.refs))
     if pinned != media.refs:
         raise StepError(f"{len(pinned)} of {len(media.refs)} images pinned after the import")
-    extra: dict[str, Any] = phases(lines, started, started + side.seconds)
-    extra["retries"] = float(sum(1 for _, line in lines if "pull_retrying" in line))
+    extra: dict[str, Any] = import_profile(lines, started, started + side.seconds)
+    extra |= crio_pulls(node.crio.log_path)
     extra["store_bytes"] = tree_bytes(node.store)
     extra["unpacked_bytes"] = tree_bytes(node.crio.storage_root)
     stored = next((t for t, line in lines if event_of(line) == "bundle_stored"), None)
@@ -296,14 +307,51 @@ def step_import(ctx: Context, media: Media, node: Node) -> Step:
     return Step("import", side, None, extra)
 
 
+def _field(line: str, name: str) -> float | None:
+    match = re.search(rf"\b{name}=([0-9.]+)", line)
+    return float(match[1]) if match else None
+
+
+def import_profile(
+    lines: list[tuple[float, str]], started: float, ended: float
+) -> dict[str, float]:
+    """Where the import's time went. The CLI prints its own lines at its end (decision
+    0073), so only the session process's lines are stamped as they come; the rest is from
+    the ``seconds=`` fields the lines carry."""
+    stamps = {event_of(line): t for t, line in lines if event_of(line)}
+    out: dict[str, float] = {}
+    serving, stopped = stamps.get("bundle_server_started"), stamps.get("bundle_server_stopped")
+    if serving is not None:
+        out["start -> session serving (check, admit, copy, session start) s"] = serving - started
+    if serving is not None and stopped is not None:
+        out["session serving (mirror, reloads, pulls) s"] = stopped - serving
+        out["session stopped -> exit (sets, sync, pins) s"] = ended - stopped
+    pulls = [s for _, line in lines if event_of(line) == "image_pulled"
+             if (s := _field(line, "seconds")) is not None]  # fmt: skip
+    copied = [s for _, line in lines if event_of(line) == "store_copy_finished"
+              if (s := _field(line, "seconds")) is not None]  # fmt: skip
+    out["stick -> store copy (its seconds=) s"] = sum(copied)
+    out["per-image pull s, sum over images"] = sum(pulls)
+    out["pull retries"] = float(sum(1 for _, line in lines if "pull_retrying" in line))
+    return out
+
+
 def step_restore(ctx: Context, media: Media, node: Node) -> Step:
     """CRI-O SIGKILLed and wiped, the daemon started, CRI-O started: until all pinned."""
     peaks = ctx.peaks(from_empty=True)
+    offset = node.crio.log_path.stat().st_size
     with peaks.watching():
         measure = measure_restore(node, media.refs)
     side = Side("restore after a wipe (CRI-O start -> all pinned)", measure.wall_s,
                 peaks.rss_mib(), peaks.disk_bytes)  # fmt: skip
-    return Step("restore", side, None, {"unpacked_bytes": tree_bytes(node.crio.storage_root)})
+    tail = ctx.scratch / "crio-restore.log"
+    with node.crio.log_path.open("rb") as log:
+        log.seek(offset)
+        tail.write_bytes(log.read())
+    extra = {"unpacked_bytes": tree_bytes(node.crio.storage_root)} | measure.extra
+    extra |= crio_pulls(tail)
+    tail.unlink()
+    return Step("restore", side, None, extra)
 
 
 def skopeo_storage(ctx: Context, media: Media, node: Node) -> Side:
