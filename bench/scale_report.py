@@ -121,6 +121,9 @@ def goals(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         left = found["refused"][-1][1]["extra"]
         remaining = left["store_bytes_left"] + left["crio_storage_bytes_left"]
         rows.append(goal_row("refused import: bytes left in store + CRI-O", remaining, None, 0))
+        if "store_bytes_after_gc_grace" in left:
+            after = left["store_bytes_after_gc_grace"] + left["crio_storage_bytes_left"]
+            rows.append(goal_row("  the same after the keeper's gc_grace_s", after, None, 0))
     return rows
 
 
