@@ -43,6 +43,7 @@ from bench.scale_measure import GIB, scratch_fs, used_bytes
 from bench.scale_release import CACHE, ImagePlan, describe, plan_release, push_scaled_release
 from bench.scale_report import render, summarize
 from bench.scale_steps import Context, Step, node_steps, step_create, step_refused
+from nodeagent import logs
 from nodeagent.bundles import minisign
 from tests.testenv.registry import Registry
 from tests.testenv.release import TestGpg, signature_document, write_signature_store
@@ -159,6 +160,7 @@ def measure_size(
 
 def bench(base: Path, opts: argparse.Namespace) -> dict[str, Any]:
     tempfile.gettempdir()  # this process's own temporary files stay where they were
+    logs.configure("warning")  # the keeper's lines (step refused) on stderr; stdout is the report
     started = time.monotonic()
     sizes = [run_size(base, size, opts) for size in opts.sizes]
     return {

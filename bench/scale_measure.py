@@ -44,22 +44,31 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _hwm_kib(pid: int) -> int | None:
+def _status_kib(pid: int) -> dict[str, int] | None:
+    """The ``kB`` figures of /proc/PID/status (None: the process is gone)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     except OSError:
         return None
-    return None
+    found = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if value.endswith(" kB"):
+            found[key] = int(value.split()[0])
+    return found
 
 
-def role(pid: int) -> str:
-    """``nodeagent <command> [<subcommand>]`` for nodeagent, else the program's name."""
+def role(pid: int, parent: str = "") -> str:
+    """``nodeagent <command> [<subcommand>]`` for nodeagent, ``-m MODULE`` for another
+    module, else the program's name; a bare interpreter (``python -c``) started by a
+    nodeagent process is that process's ``... (child)``."""
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return "?"
+    args = [arg for arg in raw.split("\0") if arg]
+    if parent.startswith("nodeagent") and "-m" not in args and "python" in (args or ["?"])[0]:
+        return f"{parent.removesuffix(' (child)')} (child)"
     module = args[args.index("-m") + 1] if "-m" in args[:-1] else None
     if module is not None and module != "nodeagent":
         return module
@@ -87,6 +96,9 @@ class Peaks:
     roots: Callable[[], Iterable[int]]
     scratch: Path | None
     rss_kib: dict[str, int] = field(default_factory=dict)
+    """Peak RSS (VmHWM) per role."""
+    anon_kib: dict[str, int] = field(default_factory=dict)
+    """Largest anonymous RSS (RssAnon) seen per role: sampled, so at most the peak."""
     disk_bytes: int = 0
     base_used: int | None = None
     """Bytes used on ``scratch`` that are not the step's (None: what it held at the start)."""
@@ -100,19 +112,20 @@ class Peaks:
         return (info.f_blocks - info.f_bfree) * info.f_frsize
 
     def _poll(self) -> None:
-        pending = list(self.roots())
+        pending = [(pid, "") for pid in self.roots()]
         seen: set[int] = set()
         while pending:
-            pid = pending.pop()
+            pid, parent = pending.pop()
             if pid in seen:
                 continue
             seen.add(pid)
-            pending += _children(pid)
-            hwm = _hwm_kib(pid)
-            if hwm is None:
+            status = _status_kib(pid)
+            if status is None:
                 continue
-            name = self._roles.setdefault(pid, role(pid))
-            self.rss_kib[name] = max(self.rss_kib.get(name, 0), hwm)
+            name = self._roles.setdefault(pid, role(pid, parent))
+            pending += [(child, name) for child in _children(pid)]
+            self.rss_kib[name] = max(self.rss_kib.get(name, 0), status.get("VmHWM", 0))
+            self.anon_kib[name] = max(self.anon_kib.get(name, 0), status.get("RssAnon", 0))
         self.disk_bytes = max(self.disk_bytes, self._used() - (self.base_used or 0))
 
     def _loop(self) -> None:
@@ -134,6 +147,9 @@ class Peaks:
 
     def rss_mib(self) -> dict[str, float]:
         return {name: round(kib / 1024, 1) for name, kib in sorted(self.rss_kib.items())}
+
+    def anon_mib(self) -> dict[str, float]:
+        return {name: round(kib / 1024, 1) for name, kib in sorted(self.anon_kib.items())}
 
 
 def used_bytes(path: Path) -> int:

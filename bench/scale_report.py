@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from bench.scale_measure import GIB, MIB, fit
+from bench.scale_measure import GIB, MIB, Fit, fit
 
 FULL_GIB = 16.0
 RSS_LIMIT_MIB = 256.0
@@ -66,9 +66,16 @@ def _ratio_goal(
     measured = largest["seconds"] / largest["baseline_seconds"]
     lines = fits_of(points)
     extrapolated = None
-    if lines.get("seconds") and lines.get("baseline_seconds"):
-        extrapolated = lines["seconds"].at_full / lines["baseline_seconds"].at_full
+    ours, theirs = usable(lines.get("seconds")), usable(lines.get("baseline_seconds"))
+    if ours is not None and theirs is not None:
+        extrapolated = ours.at_full / theirs.at_full
     rows.append(goal_row(name, measured, extrapolated, limit))
+
+
+def usable(line: Fit | None) -> Fit | None:
+    """A line to extrapolate with: not falling with the size (a smaller size that ran
+    slower is the machine's noise, not a saving) and positive at 16 GiB."""
+    return line if line is not None and line.slope_per_gib >= 0 and line.at_full > 0 else None
 
 
 def fits_of(points: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
@@ -78,7 +85,9 @@ def fits_of(points: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
 
 def goal_row(name: str, measured: float, at_full: float | None, limit: float) -> dict[str, Any]:
     def verdict(value: float | None) -> str | None:
-        return None if value is None else ("PASS" if value <= limit else "MISS")
+        if value is None or limit == float("inf"):  # no value, or a figure for information
+            return None
+        return "PASS" if value <= limit else "MISS"
 
     return {
         "goal": name,
@@ -105,7 +114,7 @@ def goals(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if name == "fanout":
             continue
         lines = fits_of(points)
-        rss = lines.get("nodeagent_rss_mib")
+        rss = usable(lines.get("nodeagent_rss_mib"))
         measured = figures(points[-1][1])["nodeagent_rss_mib"]
         at_full = rss.at_full if rss else None
         rows.append(goal_row(f"{name}: nodeagent peak RSS MiB", measured, at_full, RSS_LIMIT_MIB))
@@ -146,7 +155,7 @@ def render(report: dict[str, Any]) -> str:
             f"(p10/p50/p90/max MB: "
             + "/".join(f"{v / 1e6:.1f}" for v in r["layer_bytes_p10_p50_p90_max"])
             + f"), setup {size['setup'].get('generate_and_push_s', 0):.0f} s",
-            f"{'step':9} {'side':58} {'s':>8} {'peak RSS MiB':>24} {'disk MiB':>9}",
+            f"{'step':9} {'side':58} {'s':>8} {'disk MiB':>9}  peak RSS MiB",
         ]
         for step in size["steps"]:
             for side in (step["nodeagent"], step["baseline"]):
@@ -155,7 +164,7 @@ def render(report: dict[str, Any]) -> str:
                 rss = ", ".join(f"{k} {v:.0f}" for k, v in side["rss_mib"].items()
                                 if k.startswith((*NODEAGENT_ROLES, "skopeo", "crio")))  # fmt: skip
                 lines.append(f"{step['name']:9} {side['what'][:58]:58} {side['seconds']:8.2f} "
-                             f"{rss[:60]:>24} {side['disk_bytes'] / MIB:9.0f}")  # fmt: skip
+                             f"{side['disk_bytes'] / MIB:9.0f}  {rss}")  # fmt: skip
             extra = {k: v for k, v in step["extra"].items() if not isinstance(v, dict | list)}
             shown = (
                 f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in extra.items()
@@ -173,7 +182,8 @@ def render(report: dict[str, Any]) -> str:
                          f"{_num(line['proportional_miss'])!s:>10}")  # fmt: skip
     lines += ["", f"{'goal':52} {'limit':>7} {'measured':>9} {'':5} {'16 GiB':>9}"]
     for row in report["summary"]["goals"]:
-        lines.append(f"{row['goal'][:52]:52} {row['limit']:7g} {row['measured']:9.3f} "
+        limit = "-" if row["limit"] == float("inf") else f"{row['limit']:g}"
+        lines.append(f"{row['goal'][:52]:52} {limit:>7} {row['measured']:9.3f} "
                      f"{row['measured_result'] or '':5} {_num(row['at_16gib'], '9.3f'):>9} "
                      f"{row['at_16gib_result'] or ''}")  # fmt: skip
     lines.append(f"whole run {report['wall_s']:.0f} s, load average "

@@ -65,7 +65,10 @@ class Side:
     what: str
     seconds: float
     rss_mib: dict[str, float]
+    """Peak RSS (VmHWM) per process role."""
     disk_bytes: int
+    anon_mib: dict[str, float] = field(default_factory=dict)
+    """The largest anonymous RSS (RssAnon) polled per role: what of the peak is heap."""
 
     def nodeagent_rss_mib(self) -> float:
         found = [v for k, v in self.rss_mib.items() if k.startswith(NODEAGENT_ROLES)]
@@ -118,7 +121,7 @@ def timed(
         result = action()
         seconds = time.monotonic() - started
     progress(f"  {seconds:.2f} s")
-    return Side(what, seconds, peaks.rss_mib(), peaks.disk_bytes), result
+    return Side(what, seconds, peaks.rss_mib(), peaks.disk_bytes, peaks.anon_mib()), result
 
 
 # ------------------------------------------------------------------ bundle create
@@ -370,7 +373,7 @@ def step_restore(ctx: Context, media: Media, node: Node) -> Step:
             if len(failures) > 1:
                 raise
     side = Side("restore after a wipe (CRI-O start -> all pinned)", measure.wall_s,
-                peaks.rss_mib(), peaks.disk_bytes)  # fmt: skip
+                peaks.rss_mib(), peaks.disk_bytes, peaks.anon_mib())  # fmt: skip
     tail = ctx.scratch / "crio-restore.log"
     with node.crio.log_path.open("rb") as log:
         log.seek(offset)
