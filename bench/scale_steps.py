@@ -39,7 +39,7 @@ from bench.bundle_import import (
 from bench.prepull import progress
 from bench.restore import Node, close_node, make_node, measure_restore, wipe_runtime
 from bench.scale_measure import Peaks
-from bench.store_copy import measure_hash
+from bench.store_copy import Loop, measure_hash, measure_write
 from nodeagent.adapters.store import keeper
 from nodeagent.config import PullSettings
 from nodeagent.config.settings import StoreSettings
@@ -262,7 +262,11 @@ def step_copy(ctx: Context, media: Media, node: Node, throttle_mbps: float) -> S
         "copy_bundle_s": child["copy_bundle_s"],  # the rest: the interpreter and imports
         "blobs": child["blobs"],
         "sha256_from_memory_s": measure_hash(child["bytes_copied"]).seconds,
-    }
+        # the same sizes written from memory to the store's filesystem, each file fsynced
+        # and renamed (bench/store_copy.py's (b)): the floor of a careful copy on this disk
+        "raw_write_fsync_s": measure_write(Loop(media.devnode, media.mountpoint),
+                                           ctx.scratch).seconds,
+    }  # fmt: skip
     if throttle_mbps:
         extra |= throttled_copy(ctx, media, node, cmd, throttle_mbps)
     return Step("copy", side, base, extra)
