@@ -207,11 +207,11 @@ def step_refused(ctx: Context, bundle: Path) -> Step:
                               lambda: run_stamped(cmd, node.agent.env()))  # fmt: skip
         code, _out, lines = outcome
         after = os.statvfs(ctx.scratch)
-        reasons = sorted({word for _, line in lines for word in line.split()
-                          if word.startswith("reason=")})  # fmt: skip
+        said = [line for _, line in lines if line.startswith("error:")]
+
         left = {
             "exit_code": code,
-            "reasons": reasons,
+            "error": said[-1][:300] if said else "",
             "store_bytes_left": tree_bytes(node.store),
             "store_files_left": sum(1 for p in node.store.rglob("*") if p.is_file())
             if node.store.exists()
