@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -432,6 +433,31 @@ def measure_import(
     return Measure("import", ended - started, cpu, extra)
 
 
+def skopeo_policy(directory: Path) -> Path:
+    """A policy.json accepting every image (the test registry's and the bundle's)."""
+    policy = directory / "skopeo-policy.json"
+    policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
+    return policy
+
+
+def skopeo_copies(
+    pairs: list[tuple[str, str]],
+    policy: Path,
+    env: dict[str, str] | None = None,
+    *,
+    parallel: int = 1,
+    options: tuple[str, ...] = (),
+) -> None:
+    """``skopeo copy SOURCE DEST`` for each pair, ``parallel`` processes at once."""
+
+    def one(pair: tuple[str, str]) -> None:
+        cmd = ["skopeo", "--policy", str(policy), "copy", "--quiet", *options, *pair]
+        run(cmd, what=f"skopeo copy {pair[0]}", env=env)
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        list(pool.map(one, pairs))
+
+
 def measure_skopeo(base: Path, media: Media, round_no: int) -> Measure:
     work = base / f"skopeo-{round_no}"
     root, runroot = work / "lib" / "containers", work / "run" / "storage"
@@ -441,18 +467,15 @@ def measure_skopeo(base: Path, media: Media, round_no: int) -> Measure:
     storage_conf.write_text(
         f'[storage]\ndriver = "vfs"\nrunroot = "{runroot}"\ngraphroot = "{root}"\n'
     )
-    policy = work / "policy.json"
-    policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
+    policy = skopeo_policy(work)
     env = dict(os.environ, CONTAINERS_STORAGE_CONF=str(storage_conf))
     store = f"containers-storage:[vfs@{root}+{runroot}]"
     try:
         drop_caches()
         busy_before, cpu_before = machine_cpu_s(), children_cpu_s()
         started = time.monotonic()
-        for ref in media.refs:
-            source = f"oci:{media.mountpoint}:{ref}"
-            cmd = ["skopeo", "--policy", str(policy), "copy", "--quiet", source, store + ref]
-            run(cmd, what=f"skopeo copy {ref}", env=env)
+        pairs = [(f"oci:{media.mountpoint}:{ref}", store + ref) for ref in media.refs]
+        skopeo_copies(pairs, policy, env)
         wall_s = time.monotonic() - started
         cpu = {"skopeo": children_cpu_s() - cpu_before} | machine_spent(busy_before)
         stored = json.loads((root / "vfs-images" / "images.json").read_text())
@@ -679,7 +702,9 @@ def run_as_root(
     finally:
         shutil.rmtree(base, ignore_errors=True)
     if opts.json:
-        out = dict(report, runs={n: [asdict(m) for m in ms] for n, ms in report["runs"].items()})
+        runs = report.get("runs")
+        out = report if runs is None else dict(report, runs={
+            n: [asdict(m) for m in ms] for n, ms in runs.items()})  # fmt: skip
         print(json.dumps(out, indent=2))
     else:
         print(render_table(report))

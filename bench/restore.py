@@ -49,10 +49,11 @@ from bench.bundle_import import (
     machine_spent,
     make_bundle,
     nodeagent_cmd,
-    run,
     run_as_root,
     run_stamped,
     runtime_version,
+    skopeo_copies,
+    skopeo_policy,
 )
 from bench.prepull import cpu_s, progress
 from nodeagent.adapters.cri.client import CriClient
@@ -99,9 +100,11 @@ class Node:
         return self.agent.state_dir / "store"
 
 
-def make_node(base: Path, public: str) -> Node:
+def make_node(base: Path, public: str, *, is_started: bool = True) -> Node:
+    """A node trusting ``public``; its CRI-O started unless ``is_started`` is False."""
     crio = Crio(base / "crio")
-    crio.start()
+    if is_started:
+        crio.start()
     agent = Agent(base / "agent", crio)
     notify = NotifyListener(base / "notify.sock")
     agent.extra_env["NOTIFY_SOCKET"] = str(notify.path)
@@ -213,15 +216,12 @@ def measure_restore(node: Node, refs: list[str]) -> Measure:
 def measure_skopeo(node: Node, refs: list[str]) -> Measure:
     crio = node.crio
     wipe_runtime(crio, is_killed=False)
-    policy = crio.base / "skopeo-policy.json"
-    policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
+    policy = skopeo_policy(crio.base)
     env = dict(os.environ, CONTAINERS_STORAGE_CONF=str(crio.storage_conf))
     drop_caches()
     busy_before, cpu_before, started = machine_cpu_s(), children_cpu_s(), time.monotonic()
-    for ref in refs:
-        source = f"oci:{node.store}:{ref}"
-        cmd = ["skopeo", "--policy", str(policy), "copy", "--quiet", source]
-        run([*cmd, f"containers-storage:{ref}"], what=f"skopeo copy {ref}", env=env)
+    skopeo_copies([(f"oci:{node.store}:{ref}", f"containers-storage:{ref}") for ref in refs],
+                  policy, env)  # fmt: skip
     wall_s = time.monotonic() - started
     cpu = {"skopeo": children_cpu_s() - cpu_before} | machine_spent(busy_before)
     stored = json.loads((crio.storage_root / "vfs-images" / "images.json").read_text())

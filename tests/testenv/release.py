@@ -183,6 +183,24 @@ def push_release(
         payload.update(os_payload)
         os_index = {i.platform["architecture"]: i.digest for i in os_children}
         os_configs = {i.platform["architecture"]: i.config.digest for i in os_children}
+    digest, by_arch = push_release_image(
+        registry_url, work, version=version, payload=payload, cache_dir=cache_dir,
+        previous=previous,
+    )  # fmt: skip
+    return SyntheticRelease(host, version, digest, by_arch, payload, os_index, os_configs)
+
+
+def push_release_image(
+    registry_url: str,
+    work: Path,
+    *,
+    version: str,
+    payload: dict[str, str],
+    cache_dir: Path | None = None,
+    previous: Sequence[str] | None = None,
+) -> tuple[str, dict[str, str]]:
+    """Push the multi-arch release image naming ``payload`` (component → pull spec by
+    digest): the index's digest, and architecture → that architecture's image digest."""
     cincinnati: dict[str, Any] = {"kind": "cincinnati-metadata-v0", "version": version}
     if previous is not None:
         cincinnati["previous"] = list(previous)  # the versions it upgrades from
@@ -197,7 +215,7 @@ def push_release(
     images = [image_of_layers(RELEASE_REPOSITORY, arch, [base, top]) for arch in ARCHITECTURES]
     pushed = push(registry_url, RELEASE_REPOSITORY, build_index(images), tag=f"{version}-multi")
     by_arch = {arch: image.digest for arch, image in zip(ARCHITECTURES, images, strict=True)}
-    return SyntheticRelease(host, version, pushed.digest, by_arch, payload, os_index, os_configs)
+    return pushed.digest, by_arch
 
 
 # ---------------------------------------------------------------- signatures

@@ -1,0 +1,222 @@
+"""Release scale (issue 31): a real-size OpenShift release end to end, every step against its floor.
+
+A synthetic release (``bench/scale_release.py``: ``IMAGES`` multi-arch payload images, a
+realistic size spread, shared base layers; cached under ~/.cache/nodeagent-testenv/) is
+pushed into a loopback registry at each size; then, each next to its baseline in the same
+run, cold page cache, every byte written on a scratch filesystem of its own
+(``bench/scale_steps.py``, ``bench/scale_measure.py``)::
+
+    create   bundle create --release            vs skopeo copy docker:// -> oci:, same arch
+    refused  a tampered copy imported: refused, nothing left behind (no baseline)
+    copy     stick -> store copy (copy_bundle)  vs a raw read of the medium
+    verify   nodeagent store verify             vs openssl dgst -sha256, same blobs
+    import   bundle import -> exit 0 (pinned)   vs skopeo copy -> containers-storage, N at once
+    restore  after a wipe, CRI-O start -> pinned vs the same skopeo
+    fanout   (optional) bench.scale_fanout.fanout_step, when that module exists
+
+Each at ``--size-gb`` (GiB of compressed blobs, one architecture) and at a second, smaller
+size; per-GiB slopes and intercepts are fitted and extrapolated to 16 GiB. Run as root::
+
+    python -m bench.release_scale [--size-gb 6] [--second-gb 2] [--steps ...] [--json]
+    python -m bench.release_scale --quick          # 2 GiB and 0.25 GiB
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.bundle_import import ext4_media, run_as_root
+from bench.prepull import progress
+from bench.scale_measure import GIB, scratch_fs, used_bytes
+from bench.scale_release import CACHE, ImagePlan, describe, plan_release, push_scaled_release
+from bench.scale_report import render, summarize
+from bench.scale_steps import Context, Step, node_steps, step_create, step_refused
+from nodeagent import logs
+from nodeagent.bundles import minisign
+from tests.testenv.registry import Registry
+from tests.testenv.release import TestGpg, signature_document, write_signature_store
+
+STEPS = ("create", "refused", "copy", "verify", "import", "restore", "fanout")
+WORKDIR = Path("/var/tmp")  # noqa: S108 - a disk, not tmpfs; the run's directory is private
+DEFAULT_STEPS = ("create", "refused", "copy", "verify", "import", "restore")
+
+
+def fanout(ctx: Context, stick_image: Path, bundle_bytes: int, work: Path) -> Step | None:
+    """THE FAN-OUT CALL SITE. ``bench.scale_fanout.fanout_step`` (written apart, issue 31's
+    fan-out to 4 nodes at 100 Mbit/s) gets the stick image (an ext4 image file holding the
+    bundle at its root; meanwhile attached read-only and mounted ``ro,noload`` here, which
+    writes nothing to it), relabelled ``NODEAGENT1`` so that node 0's udevd takes it for a
+    stick, the bundle's bytes, a work directory and the trusted public key, and returns a
+    dict of figures, kept as they are in the report. None when that module is absent."""
+    try:
+        module = importlib.import_module("bench.scale_fanout")
+    except ImportError:
+        progress("fanout: bench.scale_fanout is not in this tree; step skipped")
+        return None
+    from bench.scale_steps import Side  # noqa: PLC0415
+    from tests.testenv.bundles import LABEL as STICK_LABEL  # noqa: PLC0415
+
+    subprocess.run(["e2label", str(stick_image), STICK_LABEL], check=True, capture_output=True)
+    started = time.monotonic()
+    figures: dict[str, Any] = module.fanout_step(
+        stick_image, bundle_bytes, nodes=4, rate_mbit=100, workdir=work,
+        public_key=ctx.public_key,
+    )  # fmt: skip
+    side = Side("fan-out to 4 nodes at 100 Mbit/s", time.monotonic() - started, {}, 0)
+    return Step("fanout", side, None, {"figures": figures})
+
+
+def platforms(registry_url: str, ref: str) -> list[str]:
+    """The architectures the registry's index of ``ref`` (by digest) lists."""
+    repository, digest = ref.split("/", 1)[1].split("@")
+    url = f"{registry_url}/v2/{repository}/manifests/{digest}"
+    accept = {"Accept": "application/vnd.oci.image.index.v1+json"}
+    request = urllib.request.Request(url, headers=accept)  # noqa: S310 - the loopback registry
+    with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - loopback
+        index = json.loads(answer.read())
+    return sorted(m["platform"]["architecture"] for m in index["manifests"])
+
+
+def make_keys(work: Path) -> tuple[str, Path]:
+    public, secret = minisign.generate_keypair(comment="release scale")
+    key = work / "scale.key"
+    key.write_text(secret)
+    return public, key
+
+
+def run_size(base: Path, size_gib: float, opts: argparse.Namespace) -> dict[str, Any]:
+    """Every step at one size; the scratch filesystem and registry gone afterwards."""
+    plans = plan_release(int(size_gib * GIB), opts.seed)
+    work = base / f"size-{size_gib:g}"
+    work.mkdir()
+    scratch_bytes = int(4 * size_gib * GIB) + 2 * GIB
+    tmpdir = os.environ.get("TMPDIR")
+    try:
+        with scratch_fs(work / "scratch.img", work / "scratch", scratch_bytes) as scratch:
+            (scratch / "tmp").mkdir()
+            os.environ["TMPDIR"] = str(scratch / "tmp")  # skopeo's and the CLIs' temporary files
+            result = measure_size(work, scratch, size_gib, plans, opts)
+    finally:
+        if tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = tmpdir
+        shutil.rmtree(work, ignore_errors=True)
+    return {"size_gib": size_gib, "release": describe(plans), **result}
+
+
+def measure_size(
+    work: Path, scratch: Path, size_gib: float, plans: list[ImagePlan], opts: argparse.Namespace
+) -> dict[str, Any]:
+    steps: set[str] = set(opts.steps)
+    found: list[Step] = []
+    public, key = make_keys(work)
+    bundle = scratch / "bundle"
+    with Registry(work / "registry") as registry:
+        started = time.monotonic()
+        progress(f"{size_gib:g} GiB: generating (cached in {CACHE}) and pushing the release")
+        release, _ = push_scaled_release(registry.url, registry.host, work, plans)
+        push_s = time.monotonic() - started
+        index_platforms = platforms(registry.url, release.payload["component-000"])
+        gpg = TestGpg.make(work / "gnupg")
+        signature = gpg.sign(signature_document(release))
+        gpg.close()
+        sigs = write_signature_store(work / "sigs", release.digest, [signature])
+        ctx = Context(scratch, used_bytes(scratch), public, release.ref, registry.host, sigs,
+                      key, f"{size_gib:g}", opts.logs)  # fmt: skip
+        progress(f"{size_gib:g} GiB: step create")
+        create = step_create(ctx, bundle, with_baseline="create" in steps)
+    shutil.rmtree(work / "registry", ignore_errors=True)
+    found += [create] if "create" in steps else []
+    if "refused" in steps and size_gib == min(opts.sizes):  # a yes/no: at one size only
+        progress(f"{size_gib:g} GiB: step refused")
+        found.append(step_refused(ctx, bundle))
+    with ext4_media(bundle, work) as media:
+        found += node_steps(ctx, media, steps, opts.throttle_mbps)
+        if "fanout" in steps:
+            step = fanout(ctx, work / "media.img", media.size_bytes, work)
+            found += [step] if step is not None else []
+    return {
+        "bundle_bytes": media.size_bytes,
+        "bundle_images": create.extra["images"],
+        "bundle_blobs": create.extra["blobs"],
+        "index_architectures": index_platforms,
+        "setup": {"generate_and_push_s": push_s, "create_s": create.nodeagent.seconds},
+        "steps": [asdict(s) for s in found],
+    }
+
+
+def bench(base: Path, opts: argparse.Namespace) -> dict[str, Any]:
+    tempfile.gettempdir()  # this process's own temporary files stay where they were
+    logs.configure("warning")  # the keeper's lines (step refused) on stderr; stdout is the report
+    started = time.monotonic()
+    sizes = [run_size(base, size, opts) for size in opts.sizes]
+    return {
+        "sizes": sizes,
+        "summary": summarize(sizes),
+        "wall_s": time.monotonic() - started,
+        "load_average": os.getloadavg(),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.release_scale",
+                                description=__doc__.split("\n")[0])  # fmt: skip
+    p.add_argument(
+        "--size-gb",
+        type=float,
+        default=6.0,
+        help="release size, GiB of compressed blobs of one architecture (6)",
+    )
+    p.add_argument("--second-gb", type=float, help="the second size for the fit (a third)")
+    p.add_argument("--quick", action="store_true", help="2 GiB and 0.25 GiB")
+    p.add_argument(
+        "--steps",
+        default=",".join(DEFAULT_STEPS),
+        help=f"comma-separated, of {', '.join(STEPS)} (default: all but fanout)",
+    )
+    p.add_argument(
+        "--throttle-mbps",
+        type=float,
+        default=0.0,
+        help="also read and copy the stick throttled to this rate (MB/s)",
+    )
+    p.add_argument("--seed", type=int, default=31, help="the release's seed (31)")
+    p.add_argument("--workdir", type=Path, default=WORKDIR, help=f"parent of the work ({WORKDIR})")
+    p.add_argument("--logs", type=Path, help="keep the import's stamped lines and CRI-O's log")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the tables")
+    opts = p.parse_args(argv)
+    if opts.quick:
+        opts.size_gb, opts.second_gb = 2.0, 0.25
+    second = opts.second_gb if opts.second_gb is not None else round(opts.size_gb / 3, 3)
+    opts.sizes = [s for s in (second, opts.size_gb) if s > 0]
+    opts.steps = [s for s in opts.steps.split(",") if s]
+    unknown = set(opts.steps) - set(STEPS)
+    if unknown:
+        p.error(f"unknown steps: {', '.join(sorted(unknown))}")
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    return run_as_root("bench.release_scale", "release-scale-", opts, bench, render_text)
+
+
+def render_text(report: dict[str, Any]) -> str:
+    return render(report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
