@@ -233,9 +233,12 @@ enable_nri = false
         log = self.log_path.open("ab")
         cmd = [*self.command_prefix, str(self.binary), "--config", str(self.config_file)]
         cmd += ["--config-dir", str(self.dropin_dir)]
+        # The pid file is what a daemon under test signals to reload CRI-O (SIGHUP): it is
+        # written once CRI-O answers, as its unit's is, since a SIGHUP before CRI-O has set
+        # its handler ends it (seen: a restore's reload killed a CRI-O still starting).
+        self.pid_file.unlink(missing_ok=True)
         self.process = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env())
         log.close()
-        self.pid_file.write_text(f"{self.process.pid}\n")
         wait_for(
             self._answers_version,
             timeout_s=timeout_s,
@@ -243,6 +246,7 @@ enable_nri = false
             what=f"CRI-O to answer Version on {self.socket}",
             detail=lambda: log_tail(self.log_path),
         )
+        self.pid_file.write_text(f"{self.process.pid}\n")
 
     def _answers_version(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
