@@ -214,6 +214,9 @@ def render(doc: dict[str, Any]) -> str:
     ]
     for m, n in zip(doc["memory_disk"], doc["profile"]["per_node"], strict=True):
         procs = ", ".join(f"{x['runs']} {x['vmhwm_mib']}" for x in m["processes"])
+        if n["node"] > 0:
+            per_5s = " ".join(f"{x:g}" for x in n["rx_mb_s_per_5s"])
+            lines.append(f"  node {m['node']} MB/s received per 5 s: {per_5s}")
         lines.append(
             f"  node {m['node']}: first byte {_fmt(n['first_byte_s'])} s, whole "
             f"{_fmt(n['complete_s'])} s, rx {n['received_mb']} MB ({n['mean_rx_mb_s']} MB/s), "

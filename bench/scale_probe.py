@@ -186,6 +186,20 @@ def busy_seconds(links: list[tuple[float, int, int]], rate_mbit: float) -> tuple
     return busy, span
 
 
+def windows(links: list[tuple[float, int, int]], step_s: float = 5.0) -> list[float]:
+    """MB/s received in each ``step_s`` window from the attach (the samples nearest its ends)."""
+    if len(links) < 2:
+        return []
+    out, start, end = [], 0.0, links[-1][0]
+    while start < end:
+        inside = [x for x in links if start <= x[0] <= start + step_s]
+        if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
+            rate = (inside[-1][2] - inside[0][2]) / (inside[-1][0] - inside[0][0])
+            out.append(round(rate / MB, 1))
+        start += step_s
+    return out
+
+
 def profile(run: Run, probe: ScaleProbe, s_over_r: float, rate_mbit: float) -> dict[str, Any]:
     """Where the time from the attach to T_all went, in seconds and in S/R."""
     node0 = probe.nodes[0].events
@@ -226,6 +240,7 @@ def profile(run: Run, probe: ScaleProbe, s_over_r: float, rate_mbit: float) -> d
                 ),
                 "link_busy_s": round(busy, 1),
                 "link_sampled_s": round(span, 1),
+                "rx_mb_s_per_5s": windows(s.links),
                 "events_s": {k: round(v, 2) for k, v in s.events.items()},
             }
         )

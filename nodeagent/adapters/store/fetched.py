@@ -48,7 +48,7 @@ from nodeagent.adapters.files import STORE_FILE_MODE, write_atomic
 from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.adapters.store.accepted import accepted_stamps, record_accepted
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
-from nodeagent.adapters.store.copier import StoreLimits, admit_copy, plan_copy
+from nodeagent.adapters.store.copier import StoreLimits, admit_copy, copying, plan_copy
 from nodeagent.adapters.store.records import (
     StoreRecords,
     has_signature,
@@ -160,8 +160,11 @@ class FetchStore:
 
     def held(self) -> dict[str, tuple[str, bool]]:
         """Bundle id → (digest of its stored ``bundle.json``, whether it has a record):
-        recorded bundles and those being fetched."""
+        recorded bundles and those being fetched. A bundle this process is copying from a
+        medium (``copier.copying``: its manifest written first, so that it is served while
+        copied) counts as recorded: the copy finishes it, the fetcher must not."""
         found: dict[str, tuple[str, bool]] = {}
+        copied = copying(self.root)
         try:
             names = sorted(p.name for p in (self.root / layout.BUNDLES_DIR).iterdir())
         except FileNotFoundError:
@@ -175,7 +178,8 @@ class FetchStore:
             data = read_bundle_file(self.root, name, layout.MANIFEST_NAME)
             if data is not None:
                 digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
-                found[name] = (digest, (directory / layout.RECORD_NAME).exists())
+                is_recorded = name in copied or (directory / layout.RECORD_NAME).exists()
+                found[name] = (digest, is_recorded)
         return found
 
     def accepted(self) -> tuple[Stamp, ...]:
@@ -186,7 +190,10 @@ class FetchStore:
         """Bundles whose fetch did not finish (found at start), verified again: a manifest
         whose key is no longer trusted is left as it is and not resumed."""
         found = []
+        copied = copying(self.root)
         for bundle_id, data in fetching_manifests(self.root).items():
+            if bundle_id in copied:
+                continue  # a medium's copy under way, not a fetch
             signature = read_bundle_file(self.root, bundle_id, layout.SIGNATURE_NAME)
             ecdsa = read_bundle_file(self.root, bundle_id, layout.ECDSA_SIGNATURE_NAME)
             try:
