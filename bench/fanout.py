@@ -219,7 +219,7 @@ def measure(base: Path, mode: str, setup: Setup, probe: Probe | None = None) -> 
         devnode = stick.attach()
         read_before = sectors_read(devnode)
         progress(f"  {mode} N={len(nodes)}: stick attached ({devnode})")
-        wait_all(watches[:1], since, timeout_s, on_poll)
+        wait_all(watches[:1], since, timeout_s, on_poll, also=watches[1:])
         udevd.stop()  # node 0 holds the bundle: the stick has done its part
         wait_all(watches, since, timeout_s, on_poll)
         t_all = max(w.complete_s or 0.0 for w in watches)

@@ -146,11 +146,14 @@ def wait_all(
     since: float,
     timeout_s: float,
     on_poll: Callable[[], None] | None = None,
+    also: list[Watch] | None = None,
 ) -> None:
-    """Poll until every watch's store holds the bundle; ``on_poll`` runs at each round."""
+    """Poll until every watch's store holds the bundle; ``also``: polled too, not waited
+    for (the peers while node 0 copies its stick: they may start before it ends);
+    ``on_poll`` runs at each round."""
     deadline = since + timeout_s
     while any(w.complete_s is None for w in watches):
-        for w in watches:
+        for w in [*watches, *(also or [])]:
             w.poll(since)
             check_running(w.node)
         if on_poll is not None:

@@ -69,7 +69,10 @@ def process_name(pid: int) -> str:
     for verb in ("serve-peers", "serve-mirror", "mirror-session", "run"):
         if verb in words:
             return verb
-    return Path(words[0]).name if words else "?"
+    if not words:
+        return "?"
+    name = Path(words[0]).name
+    return " ".join([name, *words[1:3]])[:48] if name.startswith("python") else name
 
 
 def disk_bytes(root: Path) -> int:
