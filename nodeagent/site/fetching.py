@@ -11,7 +11,10 @@ of our requests are in flight to it. ``assign`` hands out blobs:
   more), so what only one peer holds moves on early and the others can re-serve it, and
   nodes fetching side by side take different blobs from the node that has them all (a blob
   another node is fetching from it now is taken later, from that node, rather than sent
-  out twice: ``have``'s ``fetching``);
+  out twice: ``have``'s ``fetching``); among blobs equally rare, a random order of each
+  node's own, weighted by size (``rank`` times the size, ``SIZE_FLOOR`` at least): a small
+  blob is whole, and can be passed on, sooner, so at the start, when one node has
+  everything, the others soon have blobs to give each other;
 * for each blob, a peer that has it and would send it soonest by what this node measured
   (``standing.PeerStandings.seconds_per_blob``: demoted peers last, then our requests in
   flight to it plus its own ``uploads.active``, a hint clamped to its ``uploads.max``, at
@@ -40,6 +43,9 @@ from nodeagent.site.limits import PER_PEER, per_peer
 from nodeagent.site.standing import PeerStandings
 
 NO_PEER_LEFT: Final = "NoPeerLeft"
+SIZE_FLOOR: Final = 4 << 20
+"""Blobs up to this size weigh the same in the order of equally rare blobs: below it a
+request's round trip, not the bytes, sets how soon the blob is whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +217,10 @@ class FetchSchedule:
             d: sum(1 for p in self.peers.values() if p.dropped is None and d in p.fetching)
             for d in waiting
         }
-        rank = {d: self.rank.setdefault(d, self.rng.random()) for d in waiting}
+        rank = {
+            d: self.rank.setdefault(d, self.rng.random()) * max(self.needed[d], SIZE_FLOOR)
+            for d in waiting
+        }
 
         def order(d: str) -> tuple[bool, bool, int, float]:
             # last: none has it; then one alone has it and another node is fetching it from
