@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodeagent.site.fetching import (
+    EARLY_SHARE,
     NO_PEER_LEFT,
     SIZE_FLOOR,
     FetchSchedule,
@@ -116,6 +117,23 @@ def test_among_equally_rare_blobs_small_ones_come_first_in_each_nodes_own_order(
     )
     assert firsts[big] <= 4  # 1 in 9 (22 of 200) unweighted
     assert len(firsts) >= 7  # the small ones in an order of each node's own
+
+
+def test_only_the_start_of_a_fetch_takes_small_blobs_first() -> None:
+    """Weighted by size throughout, the large blobs were all left to the end and spread from
+    one holder each: past ``EARLY_SHARE`` of the bytes, the order is unweighted again."""
+    small = {f"sha256:{i:064x}": 1 << 20 for i in range(8)}
+    big = f"sha256:{'f' * 64}"
+    done = f"sha256:{'e' * 64}"
+    needed = small | {big: SIZE_FLOOR * 16, done: SIZE_FLOOR * 16}
+    every = frozenset(needed)
+    firsts: Counter[str] = Counter()
+    for seed in range(200):
+        plan = schedule(needed, {A: (every, 0)}, concurrency=1, seed=seed)
+        plan.stored(done)  # over a tenth of the bytes are stored
+        firsts[plan.assign(0.0)[0][0]] += 1
+    assert plan.bytes_left < (1 - EARLY_SHARE) * plan.total_bytes
+    assert firsts[big] >= 10  # 1 in 9 (22 of 200): no longer kept for the end
 
 
 def test_rarity_comes_before_size() -> None:
