@@ -90,6 +90,11 @@ COMMITS_IN_FLIGHT: Final = 4
 _FS_IOC_FIEMAP: Final = 0xC020660B
 _FIEMAP_HEAD: Final = struct.Struct("=QQIIII")
 _FIEMAP_EXTENT: Final = struct.Struct("=QQQQQIIII")
+MEDIUM_MARK: Final = "copying-from-medium"
+"""Empty file beside a new bundle's early manifest while a medium's copy has it: one left by
+a copy cut short (power lost, the daemon killed) says the manifest is a medium's, not a
+fetch to resume (``fetched.FetchStore``: not held, not unfinished; a fetch of it takes it
+over, the medium's next copy writes it again)."""
 _COPYING: set[tuple[str, str]] = set()
 """(store root, bundle id) of every copy running in this process (``copying``)."""
 _COPYING_LOCK = threading.Lock()
@@ -101,6 +106,14 @@ def copying(store_root: Path) -> frozenset[str]:
     root = str(store_root.resolve())
     with _COPYING_LOCK:
         return frozenset(bundle_id for r, bundle_id in _COPYING if r == root)
+
+
+def is_cut_copy(directory: Path) -> bool:
+    """Whether a bundle directory holds the early manifest of a medium's copy that no copy
+    of this process runs now (one cut short by a crash)."""
+    if not (directory / MEDIUM_MARK).exists() or (directory / layout.RECORD_NAME).exists():
+        return False
+    return directory.name not in copying(directory.parent.parent)
 
 
 @contextmanager
@@ -115,6 +128,7 @@ def seeding(records: StoreRecords, files: SignedFiles, *, is_new: bool) -> Itera
         _COPYING.add(key)
     try:
         if is_new:
+            write_atomic(directory / MEDIUM_MARK, b"", mode=STORE_FILE_MODE)
             write_atomic(directory / layout.MANIFEST_NAME, files.data, mode=STORE_FILE_MODE)
             write_signatures(directory, files.minisig, files.ecdsa)
         try:
@@ -123,6 +137,7 @@ def seeding(records: StoreRecords, files: SignedFiles, *, is_new: bool) -> Itera
             if is_new and not (directory / layout.RECORD_NAME).exists():
                 _withdraw(directory)
             raise
+        (directory / MEDIUM_MARK).unlink(missing_ok=True)  # recorded: the mark's job is done
     finally:
         with _COPYING_LOCK:
             _COPYING.discard(key)
@@ -216,7 +231,7 @@ def disk_order(
 
 def _withdraw(directory: Path) -> None:
     """Take back a new bundle's early manifest and signature, and its directory if empty."""
-    for name in (*layout.SIGNATURE_NAMES, layout.MANIFEST_NAME):
+    for name in (*layout.SIGNATURE_NAMES, layout.MANIFEST_NAME, MEDIUM_MARK):
         (directory / name).unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # not empty: another writer's files stay
         directory.rmdir()
@@ -326,7 +341,9 @@ def copy_bundle(
             _tick(meter, count, clock, on_progress)
 
         directory = records.bundle_path(manifest.bundle_id)
-        is_new = bool(plan.missing) and not (directory / layout.MANIFEST_NAME).exists()
+        is_new = bool(plan.missing) and (
+            not (directory / layout.MANIFEST_NAME).exists() or is_cut_copy(directory)
+        )
         with seeding(records, files, is_new=is_new), BundleDir(medium_root) as medium:
             try:
                 read_bytes = _copy_blobs(store, medium, disk_order(medium, plan.missing), on_bytes)

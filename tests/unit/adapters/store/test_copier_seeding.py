@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from nodeagent.adapters.store.blobs import BlobStore
-from nodeagent.adapters.store.copier import CopyStopped, StoreLimits, copy_bundle, copying
+from nodeagent.adapters.store.copier import (
+    MEDIUM_MARK,
+    CopyStopped,
+    StoreLimits,
+    copy_bundle,
+    copying,
+)
 from nodeagent.adapters.store.fetched import FetchStore
 from nodeagent.adapters.store.offer import FETCHING, read_offer
 from tests.testenv.signed_bundles import Keys, Signed, image, signed_bundle
@@ -105,4 +111,56 @@ def test_a_bundle_being_fetched_is_not_rewritten_nor_withdrawn_by_a_copy(
         copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir, should_stop=lambda: True)
     assert (store / "bundles" / "seed" / "bundle.json").read_bytes() == signed.data
     assert [s.manifest_digest for s in fetch_store.unfinished()] == [signed.manifest_digest]
+    fetch_store.close()
+
+
+def _cut_copy(tmp_path: Path, keys: Keys, bundle: Signed) -> Path:
+    """What a copy killed mid-way leaves: its mark, the early manifest and signature, some
+    blobs, no record (copied by a copy stopped early, then the files written back)."""
+    store = tmp_path / "store"
+    with pytest.raises(CopyStopped):
+        copy_bundle(
+            store,
+            bundle.root,
+            bundle.manifest,
+            keys.trusted_dir,
+            chunk_bytes=CHUNK,
+            should_stop=iter([False] * 9 + [True]).__next__,
+        )
+    directory = store / "bundles" / "seed"
+    directory.mkdir(parents=True)
+    (directory / MEDIUM_MARK).write_bytes(b"")
+    for name in ("bundle.json", "bundle.json.minisig"):
+        (directory / name).write_bytes((bundle.root / name).read_bytes())
+    return store
+
+
+def test_a_copy_cut_short_is_neither_held_nor_resumed_by_the_fetcher_and_a_copy_ends_it(
+    tmp_path: Path, keys: Keys
+) -> None:
+    bundle = _bundle(tmp_path, keys)
+    store = _cut_copy(tmp_path, keys, bundle)
+    fetch_store = FetchStore(store, keys.trusted_dir, StoreLimits())
+    assert fetch_store.held() == {}
+    assert fetch_store.unfinished() == []
+    result = copy_bundle(store, bundle.root, bundle.manifest, keys.trusted_dir)
+    assert 0 < result.blobs_copied < len(bundle.manifest.blobs)
+    assert (store / "bundles" / "seed" / "record.json").exists()
+    assert not (store / "bundles" / "seed" / MEDIUM_MARK).exists()
+    assert fetch_store.held()["seed"][1] is True
+    fetch_store.close()
+
+
+def test_a_fetch_takes_over_a_copy_cut_short(tmp_path: Path, keys: Keys) -> None:
+    bundle = _bundle(tmp_path, keys)
+    store = _cut_copy(tmp_path, keys, bundle)
+    fetch_store = FetchStore(store, keys.trusted_dir, StoreLimits())
+    signed = fetch_store.verify(
+        (bundle.root / "bundle.json").read_bytes(),
+        (bundle.root / "bundle.json.minisig").read_bytes(),
+    )
+    fetch_store.begin(signed)
+    assert not (store / "bundles" / "seed" / MEDIUM_MARK).exists()
+    assert [s.manifest_digest for s in fetch_store.unfinished()] == [signed.manifest_digest]
+    assert fetch_store.held() == {"seed": (signed.manifest_digest, False)}
     fetch_store.close()
