@@ -15,17 +15,7 @@
    (``BlobStore.fill``), and its fsync and rename run in a second thread while the next
    blob is read, so the medium is read without pause; a bad blob refuses the bundle with
    the bundle rule's own code (``BundleDigestMismatch``, ``BundleSizeMismatch``);
-5. writes the record (last: it makes the bundle count), then ``index.json``.
-
-A bundle the store did not know yet is offered to the site while it is copied
-(``seeding``): its signed ``bundle.json`` and signature are written before the first blob,
-so the bundle directory is what a fetch under way leaves (``fetched``): the peer server
-offers each blob as soon as it is stored and the holdings list the bundle as started, and
-the site's other nodes fetch from this node while the medium is still read, instead of
-after it (bench/scale_fanout.py measured the stick copy at 6 of 110 s). A copy that fails
-or stops takes the manifest back (nothing recorded, as before). While it runs, this
-process's own fetcher counts the bundle as held (``copying``): it is the copy's to finish,
-not a fetch to resume from peers.
+5. writes the signed manifest, signature and record, then ``index.json``.
 
 Progress is reported in bytes (``nodeagent.progress``), at most every 2 s and once at the end.
 The importer then imports from the store through the loopback server
@@ -34,17 +24,14 @@ The importer then imports from the store through the loopback server
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import functools
 import hashlib
 import struct
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -59,12 +46,12 @@ from nodeagent.adapters.bundles.tree import (
     verify_signed,
 )
 from nodeagent.adapters.bundles.trust import kept_signatures
-from nodeagent.adapters.files import STORE_FILE_MODE, statvfs_free, write_atomic
+from nodeagent.adapters.files import statvfs_free
 from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.adapters.store.accepted import record_accepted
 from nodeagent.adapters.store.blobs import CHUNK_BYTES, BlobStore, Filled, StoreLock
 from nodeagent.adapters.store.prefetch import Planned, Prefetcher
-from nodeagent.adapters.store.records import StoreRecords, record_for, write_signatures
+from nodeagent.adapters.store.records import StoreRecords, record_for
 from nodeagent.bundles.ecdsa_signature import ManifestVerified
 from nodeagent.bundles.manifest import (
     BundleDigestMismatch,
@@ -79,7 +66,6 @@ from nodeagent.disk import admit
 from nodeagent.errors import InsufficientDiskSpace, StoreSourceMismatch
 from nodeagent.ports import FilesystemSpace
 from nodeagent.progress import ByteProgress, ProgressMeter
-from nodeagent.store import layout
 from nodeagent.store.keeping import check_cap, size_cap
 from nodeagent.units import format_bytes
 
@@ -90,57 +76,6 @@ COMMITS_IN_FLIGHT: Final = 4
 _FS_IOC_FIEMAP: Final = 0xC020660B
 _FIEMAP_HEAD: Final = struct.Struct("=QQIIII")
 _FIEMAP_EXTENT: Final = struct.Struct("=QQQQQIIII")
-MEDIUM_MARK: Final = "copying-from-medium"
-"""Empty file beside a new bundle's early manifest while a medium's copy has it: one left by
-a copy cut short (power lost, the daemon killed) says the manifest is a medium's, not a
-fetch to resume (``fetched.FetchStore``: not held, not unfinished; a fetch of it takes it
-over, the medium's next copy writes it again)."""
-_COPYING: set[tuple[str, str]] = set()
-"""(store root, bundle id) of every copy running in this process (``copying``)."""
-_COPYING_LOCK = threading.Lock()
-
-
-def copying(store_root: Path) -> frozenset[str]:
-    """The bundles this process is copying from a medium into the store at ``store_root``
-    now: their directory looks like a fetch under way, but the copy finishes them."""
-    root = str(store_root.resolve())
-    with _COPYING_LOCK:
-        return frozenset(bundle_id for r, bundle_id in _COPYING if r == root)
-
-
-def is_cut_copy(directory: Path) -> bool:
-    """Whether a bundle directory holds the early manifest of a medium's copy that no copy
-    of this process runs now (one cut short by a crash)."""
-    if not (directory / MEDIUM_MARK).exists() or (directory / layout.RECORD_NAME).exists():
-        return False
-    return directory.name not in copying(directory.parent.parent)
-
-
-@contextmanager
-def seeding(records: StoreRecords, files: SignedFiles, *, is_new: bool) -> Iterator[None]:
-    """The copy of ``files``' bundle, told to ``copying`` while it runs; a new bundle's signed
-    manifest and signature written first (offered while the copy runs) and taken back if
-    the copy fails or stops."""
-    bundle_id = files.manifest.bundle_id
-    key = (str(records.root.resolve()), bundle_id)
-    directory = records.bundle_path(bundle_id)
-    with _COPYING_LOCK:
-        _COPYING.add(key)
-    try:
-        if is_new:
-            write_atomic(directory / MEDIUM_MARK, b"", mode=STORE_FILE_MODE)
-            write_atomic(directory / layout.MANIFEST_NAME, files.data, mode=STORE_FILE_MODE)
-            write_signatures(directory, files.minisig, files.ecdsa)
-        try:
-            yield
-        except BaseException:
-            if is_new and not (directory / layout.RECORD_NAME).exists():
-                _withdraw(directory)
-            raise
-        (directory / MEDIUM_MARK).unlink(missing_ok=True)  # recorded: the mark's job is done
-    finally:
-        with _COPYING_LOCK:
-            _COPYING.discard(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,14 +162,6 @@ def disk_order(
         keyed.append(((0, offset, position) if offset is not None else (1, 0, position), digest))
     by_digest = dict(missing)
     return [(digest, by_digest[digest]) for _, digest in sorted(keyed)]
-
-
-def _withdraw(directory: Path) -> None:
-    """Take back a new bundle's early manifest and signature, and its directory if empty."""
-    for name in (*layout.SIGNATURE_NAMES, layout.MANIFEST_NAME, MEDIUM_MARK):
-        (directory / name).unlink(missing_ok=True)
-    with contextlib.suppress(OSError):  # not empty: another writer's files stay
-        directory.rmdir()
 
 
 class CopyStopped(Exception):
@@ -340,11 +267,7 @@ def copy_bundle(
                 raise CopyStopped(manifest.bundle_id)
             _tick(meter, count, clock, on_progress)
 
-        directory = records.bundle_path(manifest.bundle_id)
-        is_new = bool(plan.missing) and (
-            not (directory / layout.MANIFEST_NAME).exists() or is_cut_copy(directory)
-        )
-        with seeding(records, files, is_new=is_new), BundleDir(medium_root) as medium:
+        with BundleDir(medium_root) as medium:
             try:
                 read_bytes = _copy_blobs(store, medium, disk_order(medium, plan.missing), on_bytes)
             except CopyStopped:
@@ -357,14 +280,14 @@ def copy_bundle(
                 )
                 raise
             extra = release_signatures(medium, manifest)
-            record = record_for(
-                manifest,
-                verified.key_id_hex,
-                verified.key_name or "",
-                records.top_manifest_types(manifest),
-                wall_clock(),
-            )
-            records.write_bundle(record, data, files.minisig, extra, ecdsa=files.ecdsa)
+        record = record_for(
+            manifest,
+            verified.key_id_hex,
+            verified.key_name or "",
+            records.top_manifest_types(manifest),
+            wall_clock(),
+        )
+        records.write_bundle(record, data, files.minisig, extra, ecdsa=files.ecdsa)
         digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
         record_accepted(store_root, manifest.stamp(verified.key_id_hex, digest, verified.linked))
         loaded = records.load()

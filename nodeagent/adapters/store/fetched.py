@@ -48,14 +48,7 @@ from nodeagent.adapters.files import STORE_FILE_MODE, write_atomic
 from nodeagent.adapters.fips import FIPS_ENABLED_FILE
 from nodeagent.adapters.store.accepted import accepted_stamps, record_accepted
 from nodeagent.adapters.store.blobs import BlobStore, StoreLock
-from nodeagent.adapters.store.copier import (
-    MEDIUM_MARK,
-    StoreLimits,
-    admit_copy,
-    copying,
-    is_cut_copy,
-    plan_copy,
-)
+from nodeagent.adapters.store.copier import StoreLimits, admit_copy, plan_copy
 from nodeagent.adapters.store.records import (
     StoreRecords,
     has_signature,
@@ -167,13 +160,8 @@ class FetchStore:
 
     def held(self) -> dict[str, tuple[str, bool]]:
         """Bundle id → (digest of its stored ``bundle.json``, whether it has a record):
-        recorded bundles and those being fetched. A bundle this process is copying from a
-        medium (``copier.copying``: its manifest written first, so that it is served while
-        copied) counts as recorded: the copy finishes it, the fetcher must not; one whose
-        copy was cut short (``copier.is_cut_copy``) is left out, as if its manifest were
-        not written yet."""
+        recorded bundles and those being fetched."""
         found: dict[str, tuple[str, bool]] = {}
-        copied = copying(self.root)
         try:
             names = sorted(p.name for p in (self.root / layout.BUNDLES_DIR).iterdir())
         except FileNotFoundError:
@@ -184,13 +172,10 @@ class FetchStore:
             if not layout.is_bundle_id(name):
                 continue
             directory = self.root / layout.bundle_dir(name)
-            if is_cut_copy(directory):
-                continue  # as before the copy's first blob: not held, a fetch may take it
             data = read_bundle_file(self.root, name, layout.MANIFEST_NAME)
             if data is not None:
                 digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
-                is_recorded = name in copied or (directory / layout.RECORD_NAME).exists()
-                found[name] = (digest, is_recorded)
+                found[name] = (digest, (directory / layout.RECORD_NAME).exists())
         return found
 
     def accepted(self) -> tuple[Stamp, ...]:
@@ -202,8 +187,6 @@ class FetchStore:
         whose key is no longer trusted is left as it is and not resumed."""
         found = []
         for bundle_id, data in fetching_manifests(self.root).items():
-            if (self.root / layout.bundle_dir(bundle_id) / MEDIUM_MARK).exists():
-                continue  # a medium's copy, under way or cut short: not a fetch
             signature = read_bundle_file(self.root, bundle_id, layout.SIGNATURE_NAME)
             ecdsa = read_bundle_file(self.root, bundle_id, layout.ECDSA_SIGNATURE_NAME)
             try:
@@ -249,8 +232,6 @@ class FetchStore:
             missing = sum(self.missing(manifest).values())
             admit_copy(self.blobs, f"bundle {manifest.bundle_id}", missing, self.limits)
             directory = self.records.bundle_path(manifest.bundle_id)
-            if is_cut_copy(directory):  # a medium's copy cut short: this fetch takes it over
-                (directory / MEDIUM_MARK).unlink(missing_ok=True)
             write_atomic(directory / layout.MANIFEST_NAME, signed.data, mode=STORE_FILE_MODE)
             write_signatures(directory, signed.signature, signed.ecdsa_signature)
             record_accepted(
