@@ -109,7 +109,7 @@ def fanout_step(
     timeout = timeout_s or (nodes - 1) * s_over_r * 3 + 300
     ca = make_ca("bench scale fan-out site CA")
     probe = ScaleProbe()
-    base = workdir / f"scale-fanout-{nodes}"
+    base = workdir / f"sf{nodes}"  # short: CRI-O's socket path is at most 107 bytes
     with site(nodes, rate_mbit) as net:
         setup = Setup(net, LoopMedia(stick_image), bundle, ca, timeout, work)
         run = measure(base, FANOUT, setup, probe)
@@ -179,8 +179,11 @@ def release_sizes(size_bytes: int, layers: int, seed: int) -> list[int]:
     return sizes
 
 
-def make_release_bundle(base: Path, size_bytes: int, blobs: int, seed: int) -> Bundle:
-    """A signed bundle of ``blobs`` blobs shaped like a release (module docstring)."""
+def make_release_bundle(
+    base: Path, size_bytes: int, blobs: int, seed: int, cache_dir: Path | None = None
+) -> Bundle:
+    """A signed bundle of ``blobs`` blobs shaped like a release (module docstring), its
+    layers cached in ``cache_dir`` (default: the test environment's cache)."""
     images = max(1, blobs // 4)
     layers = blobs - 2 * images
     sizes = release_sizes(size_bytes, layers, seed)
@@ -190,7 +193,7 @@ def make_release_bundle(base: Path, size_bytes: int, blobs: int, seed: int) -> B
     built = []
     for i in range(images):
         mine = [specs[i % SHARED_BASES], *own[i::images]]
-        built.append(TestImage(f"bench/release-{i}", mine).build())
+        built.append(TestImage(f"bench/release-{i}", mine).build(cache_dir))
     keys = Keys.make(base / "keys")
     signed = signed_bundle(base / "bundle", keys, built, bundle_id=BUNDLE_ID, set_name="release")
     public = next((base / "keys").glob("*.pub")).read_text()
