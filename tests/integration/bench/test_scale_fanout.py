@@ -51,6 +51,6 @@ def test_the_fanout_step_measures_a_release_like_bundle_on_two_nodes(tmp_path: P
     assert node0["disk_peak_mib"] * (1 << 20) >= blob_bytes
     fetcher = doc["profile"]["per_node"][1]
     assert fetcher["received_mb"] * 1e6 >= blob_bytes - 50_000  # rounded to 0.1 MB
-    assert 0 < fetcher["first_byte_s"] < fetcher["complete_s"] <= doc["t_all_s"]
+    assert 0 < fetcher["first_byte_s"] <= fetcher["complete_s"] <= doc["t_all_s"] + 0.05
     assert "bundle_fetch_started" in fetcher["events_s"]
     assert not (tmp_path / "sf2").exists()  # the N stores removed
