@@ -11,13 +11,7 @@ of our requests are in flight to it. ``assign`` hands out blobs:
   more), so what only one peer holds moves on early and the others can re-serve it, and
   nodes fetching side by side take different blobs from the node that has them all (a blob
   another node is fetching from it now is taken later, from that node, rather than sent
-  out twice: ``have``'s ``fetching``); among blobs equally rare, a random order of each
-  node's own, weighted by size while the fetch has stored less than ``EARLY_SHARE`` of its
-  bytes (``rank`` times the size, ``SIZE_FLOOR`` at least): a small blob is whole, and can
-  be passed on, sooner, so at the start, when one node has everything, the others soon
-  have blobs to give each other. Only at the start: weighted throughout, the large blobs
-  were all left to the end and spread from one holder each (bench/scale_fanout.py, 1 GiB
-  in 320 blobs to 4 nodes: T_all 1.25 -> 1.32 x S/R);
+  out twice: ``have``'s ``fetching``);
 * for each blob, a peer that has it and would send it soonest by what this node measured
   (``standing.PeerStandings.seconds_per_blob``: demoted peers last, then our requests in
   flight to it plus its own ``uploads.active``, a hint clamped to its ``uploads.max``, at
@@ -46,11 +40,6 @@ from nodeagent.site.limits import PER_PEER, per_peer
 from nodeagent.site.standing import PeerStandings
 
 NO_PEER_LEFT: Final = "NoPeerLeft"
-SIZE_FLOOR: Final = 4 << 20
-"""Blobs up to this size weigh the same in the order of equally rare blobs: below it a
-request's round trip, not the bytes, sets how soon the blob is whole."""
-EARLY_SHARE: Final = 0.1
-"""The share of a fetch's bytes during which equally rare blobs are taken small first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +126,6 @@ class FetchSchedule:
     measured 19-26 % of bytes re-served with 4-8 nodes)."""
     standings: PeerStandings = field(default_factory=PeerStandings)
     """What this node measured of each peer (kept across fetches by the fetcher)."""
-    total_bytes: int = 0
-    """The bytes needed when the fetch started (``EARLY_SHARE`` of them: the start)."""
 
     @classmethod
     def start(
@@ -156,7 +143,6 @@ class FetchSchedule:
             max(1, concurrency),
             rng or random.Random(),  # noqa: S311  (spreading load, not secrecy)
             standings=PeerStandings() if standings is None else standings,
-            total_bytes=sum(needed.values()),
         )
 
     # ------------------------------------------------------------ what is known
@@ -225,12 +211,7 @@ class FetchSchedule:
             d: sum(1 for p in self.peers.values() if p.dropped is None and d in p.fetching)
             for d in waiting
         }
-        is_early = self.bytes_left > (1 - EARLY_SHARE) * self.total_bytes
-        rank = {
-            d: self.rank.setdefault(d, self.rng.random())
-            * (max(self.needed[d], SIZE_FLOOR) if is_early else 1)
-            for d in waiting
-        }
+        rank = {d: self.rank.setdefault(d, self.rng.random()) for d in waiting}
 
         def order(d: str) -> tuple[bool, bool, int, float]:
             # last: none has it; then one alone has it and another node is fetching it from

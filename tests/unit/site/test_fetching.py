@@ -10,14 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeagent.site.fetching import (
-    EARLY_SHARE,
-    NO_PEER_LEFT,
-    SIZE_FLOOR,
-    FetchSchedule,
-    fetching_digests,
-    held_digests,
-)
+from nodeagent.site.fetching import NO_PEER_LEFT, FetchSchedule, fetching_digests, held_digests
 from nodeagent.site.holdings import have_of
 from nodeagent.site.limits import PER_PEER
 from nodeagent.site.standing import PeerStandings
@@ -102,48 +95,6 @@ def test_blobs_equally_rare_are_taken_in_an_order_of_each_nodes_own() -> None:
     again = schedule(needed, {A: (EVERY, 0), B: (EVERY, 0)}, concurrency=1, seed=7)
     assert [again.assign(0.0)[0][0]] == order[:1]
     assert sorted(order) == sorted(needed)
-
-
-def test_among_equally_rare_blobs_small_ones_come_first_in_each_nodes_own_order() -> None:
-    """A small blob is whole, and can be passed on, sooner (bench/scale_fanout.py): weighted
-    by size, yet still in an order of each node's own."""
-    small = {f"sha256:{i:064x}": 1 << 20 for i in range(8)}
-    big = f"sha256:{'f' * 64}"
-    needed = small | {big: SIZE_FLOOR * 16}
-    every = frozenset(needed)
-    firsts = Counter(
-        schedule(needed, {A: (every, 0)}, concurrency=1, seed=seed).assign(0.0)[0][0]
-        for seed in range(200)
-    )
-    assert firsts[big] <= 4  # 1 in 9 (22 of 200) unweighted
-    assert len(firsts) >= 7  # the small ones in an order of each node's own
-
-
-def test_only_the_start_of_a_fetch_takes_small_blobs_first() -> None:
-    """Weighted by size throughout, the large blobs were all left to the end and spread from
-    one holder each: past ``EARLY_SHARE`` of the bytes, the order is unweighted again."""
-    small = {f"sha256:{i:064x}": 1 << 20 for i in range(8)}
-    big = f"sha256:{'f' * 64}"
-    done = f"sha256:{'e' * 64}"
-    needed = small | {big: SIZE_FLOOR * 16, done: SIZE_FLOOR * 16}
-    every = frozenset(needed)
-    firsts: Counter[str] = Counter()
-    for seed in range(200):
-        plan = schedule(needed, {A: (every, 0)}, concurrency=1, seed=seed)
-        plan.stored(done)  # over a tenth of the bytes are stored
-        firsts[plan.assign(0.0)[0][0]] += 1
-    assert plan.bytes_left < (1 - EARLY_SHARE) * plan.total_bytes
-    assert firsts[big] >= 10  # 1 in 9 (22 of 200): no longer kept for the end
-
-
-def test_rarity_comes_before_size() -> None:
-    """A large blob one peer alone has goes before small ones two peers have."""
-    plan = schedule(
-        {D1: 1, D2: 1, D3: SIZE_FLOOR * 64},
-        {A: (frozenset({D1, D2, D3}), 0), B: (frozenset({D1, D2}), 0)},
-        concurrency=1,
-    )
-    assert plan.assign(0.0)[0][0] == D3
 
 
 def test_a_peer_that_is_this_node_is_forgotten() -> None:
