@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bench.bundle_import import drop_caches, machine_cpu_s, machine_spent, sectors_read
 from bench.fanout_model import (
@@ -133,6 +133,17 @@ def make_bundle(
 # ------------------------------------------------------------------ one run
 
 
+class Probe(Protocol):
+    """More to observe in a run (``bench/scale_fanout.py``): told when the stick is
+    attached, at each poll of the stores, and at the end while the nodes still run."""
+
+    def started(self, nodes: list[SiteNode], since: float) -> None: ...
+
+    def poll(self) -> None: ...
+
+    def ended(self, nodes: list[SiteNode]) -> None: ...
+
+
 @dataclass(frozen=True)
 class Setup:
     """What every run of one site size shares."""
@@ -176,10 +187,13 @@ def make_nodes(base: Path, mode: str, setup: Setup) -> list[SiteNode]:
     return nodes
 
 
-def measure(base: Path, mode: str, setup: Setup) -> Run:
+def measure(base: Path, mode: str, setup: Setup, probe: Probe | None = None) -> Run:
+    """One run on fresh nodes under ``base`` (removed at the end); ``probe``: more to watch."""
     net, stick, bundle, timeout_s = setup.net, setup.stick, setup.bundle, setup.timeout_s
+    bundle_id = bundle.manifest.bundle_id
     nodes = make_nodes(base, mode, setup)
-    watches = [Watch(n, bundle.blobs) for n in nodes]
+    watches = [Watch(n, bundle.blobs, bundle_id=bundle_id) for n in nodes]
+    on_poll = None if probe is None else probe.poll
     with ExitStack() as stack:
         udevd = stack.enter_context(stick_listener(base, net.hosts[0]))
         stack.callback(stick.detach)
@@ -199,12 +213,14 @@ def measure(base: Path, mode: str, setup: Setup) -> Run:
         cpu_before = [cpu_s(p) for p in pids]
         crio_before, machine_before = cpu_s(crio.process.pid), machine_cpu_s()
         since = time.monotonic()
+        if probe is not None:
+            probe.started(nodes, since)
         devnode = stick.attach()
         read_before = sectors_read(devnode)
         progress(f"  {mode} N={len(nodes)}: stick attached ({devnode})")
-        wait_all(watches[:1], since, timeout_s)
+        wait_all(watches[:1], since, timeout_s, on_poll, also=watches[1:])
         udevd.stop()  # node 0 holds the bundle: the stick has done its part
-        wait_all(watches, since, timeout_s)
+        wait_all(watches, since, timeout_s, on_poll)
         t_all = max(w.complete_s or 0.0 for w in watches)
         progress(f"  T_all {t_all:.1f} s (node 0: {watches[0].complete_s:.1f} s)")
         cpu = [cpu_s(p) - b for p, b in zip(pids, cpu_before, strict=True)]
@@ -212,7 +228,9 @@ def measure(base: Path, mode: str, setup: Setup) -> Run:
         read = (sectors_read(devnode) - read_before) * 512
         after = [link_bytes(n) for n in nodes]
         peaks = [status_kib(p, "VmHWM") / 1024 for p in pids]
-        check_end(nodes)
+        check_end(nodes, bundle_id)
+        if probe is not None:
+            probe.ended(nodes)
     verified = [verify(w.store) for w in watches]
     partials = sum(len(BlobStore(w.store).partials()) for w in watches)
     per_node = tuple(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -55,6 +56,7 @@ class Watch:
     """When the store first held half of the bundle's bytes."""
     ninety_s: float | None = None
     """When it first held 90 % of them: ``complete_s - ninety_s`` is the fetch's tail."""
+    bundle_id: str = BUNDLE_ID
 
     @property
     def store(self) -> Path:
@@ -77,7 +79,7 @@ class Watch:
             self.ninety_s = now
         if self.bytes_held == sum(self.blobs.values()):
             held = StoreHoldings(self.store).scan()
-            if any(h.bundle_id == BUNDLE_ID and h.is_complete for h in held):
+            if any(h.bundle_id == self.bundle_id and h.is_complete for h in held):
                 self.complete_s = now
 
 
@@ -139,12 +141,23 @@ def peer_drops(node: SiteNode) -> int:
     return log_count(node, ("bundle_fetch_peer_dropped",))
 
 
-def wait_all(watches: list[Watch], since: float, timeout_s: float) -> None:
+def wait_all(
+    watches: list[Watch],
+    since: float,
+    timeout_s: float,
+    on_poll: Callable[[], None] | None = None,
+    also: list[Watch] | None = None,
+) -> None:
+    """Poll until every watch's store holds the bundle; ``also``: polled too, not waited
+    for (the peers while node 0 copies its stick: they may start before it ends);
+    ``on_poll`` runs at each round."""
     deadline = since + timeout_s
     while any(w.complete_s is None for w in watches):
-        for w in watches:
+        for w in [*watches, *(also or [])]:
             w.poll(since)
             check_running(w.node)
+        if on_poll is not None:
+            on_poll()
         if time.monotonic() > deadline:
             left = [
                 f"{w.node.name} {w.bytes_held / MB:.0f} MB" for w in watches if not w.complete_s
@@ -157,21 +170,21 @@ def _holdings_text(node: SiteNode) -> str:
     return repr(peer_holdings(node))
 
 
-def check_end(nodes: list[SiteNode]) -> None:
+def check_end(nodes: list[SiteNode], bundle_id: str = BUNDLE_ID) -> None:
     """Every node's peer server says complete, all with one manifest digest (a server reads
     the store again at most every second: docs/site.md)."""
     digests = set()
     for node in nodes:
 
         def held(node: SiteNode = node) -> tuple[bool, str] | None:
-            found = peer_holdings(node).get(BUNDLE_ID)
+            found = peer_holdings(node).get(bundle_id)
             return found if found is not None and found[0] else None
 
         _complete, digest = wait_for(
             held,
             timeout_s=PEER_REFRESH_S,
             interval_s=0.5,
-            what=f"{node.name}'s peer server to say it holds {BUNDLE_ID}",
+            what=f"{node.name}'s peer server to say it holds {bundle_id}",
             detail=partial(_holdings_text, node),
         )
         digests.add(digest)

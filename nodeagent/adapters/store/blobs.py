@@ -208,11 +208,7 @@ class BlobStore:
     ) -> Filled:
         """Write the blob into its partial file, verified; resume a partial that is there."""
         partial = self.root / layout.partial_path(digest)
-        try:
-            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-            fd = os.open(partial, flags, STORE_FILE_MODE)
-        except OSError as err:
-            raise _io_error("create", partial, err) from err
+        fd = _own_partial(partial)
         job = _Job(digest, size_bytes, fd, partial, open_source, on_bytes)
         try:
             return self._fill(job)
@@ -390,3 +386,27 @@ def _write_all(fd: int, data: memoryview, where: Path) -> None:
         except OSError as err:
             raise _io_error("write a blob in", where, err) from err
         data = data[written:]
+
+
+def _own_partial(partial: Path) -> int:
+    """The partial file, opened and locked (``flock``) until its fd is closed (after the
+    commit's rename, or on failure): two writers of one blob (a stick's copy and a fetch of
+    the same bundle) take turns, never write one file at once (a writer whose source lies
+    truncates it). A partial renamed or removed by the writer before is opened anew."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    while True:
+        try:
+            fd = os.open(partial, flags, STORE_FILE_MODE)
+        except OSError as err:
+            raise _io_error("create", partial, err) from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            same = os.fstat(fd).st_ino == os.lstat(partial).st_ino
+        except FileNotFoundError:
+            same = False
+        except OSError as err:
+            os.close(fd)
+            raise _io_error("lock", partial, err) from err
+        if same:
+            return fd
+        os.close(fd)
