@@ -37,6 +37,7 @@ MODULES: tuple[str, ...] = (
     "tests/faults/test_site_yank.py",
     "tests/faults/test_store.py",
     "tests/integration/adapters/bundles/test_udev.py",
+    "tests/integration/bench/test_scale_fanout.py",
     "tests/integration/bundles/test_corpus_runtime.py",
     "tests/integration/bundles/test_import_from_stick.py",
     "tests/integration/bundles/test_importer.py",

@@ -15,6 +15,7 @@ DAEMON_USERS: dict[str, set[str] | None] = {
     "tests.testenv.site_node": {"stick_udevd"},
     "tests.testenv.demo.__main__": None,
     "tests.faults.test_site": {"three_nodes"},
+    "bench.scale_fanout": {"fanout_step"},  # node 0's stick udevd (bench/fanout.py)
 }
 """Module -> the names whose import means a test runs a udev daemon (None: every name)."""
 
