@@ -11,15 +11,14 @@ beside-udevd`` runs every site and stick test the same way (``tests/testenv/besi
 
 from __future__ import annotations
 
-import json
 import secrets
-import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from tests.integration.testenv.test_site_stick import LABEL, labelled_devices
 from tests.testenv.node_udevd import HostUdevd, host_rules
 from tests.testenv.site_net import SiteNetUnavailable
 from tests.testenv.site_node import SiteNode
@@ -35,13 +34,6 @@ from tests.testenv.udev import (
 
 pytestmark = pytest.mark.integration
 
-LABEL = "NODEAGENT1"
-ENUMERATE = f"""
-import json, pyudev
-found = pyudev.Context().list_devices(subsystem="block", ID_FS_LABEL="{LABEL}")
-print(json.dumps(sorted(d.device_node for d in found)))
-"""
-
 
 @pytest.fixture(scope="module")
 def host_udevd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
@@ -53,12 +45,6 @@ def host_udevd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     with HostUdevd(tmp_path_factory.mktemp("host-udevd")):
         assert foreign_udevd_answers()
         yield
-
-
-def labelled_devices(node: SiteNode) -> list[str]:
-    cmd = [*node.exec_prefix, node.python, "-c", ENUMERATE]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True)
-    return list(json.loads(done.stdout))
 
 
 @pytest.mark.timeout(120)
