@@ -128,6 +128,14 @@ class PullResult:
     message: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Why a pull was held back and never started (``pull_all``'s ``ready``)."""
+
+    reason: str
+    message: str
+
+
 class ProgressProbe(Protocol):
     """A mark that changes whenever pulls write what they fetch (``adapters.host.StagingProbe``:
     names and sizes of the runtime's staging files).
@@ -194,11 +202,14 @@ class PrePuller:
         *,
         concurrency: int | None = None,
         pause_s: float = 0.0,
+        ready: Callable[[str], Awaitable[Held | None]] | None = None,
     ) -> dict[str, PullResult]:
         """One result per distinct reference, in the order given.
 
         ``waits_for`` (``shared_layer_leaders``): an image starts only once the pulls it
         names have ended, whatever their outcome; it must name earlier images only.
+        ``ready`` (an import's ``bundles.arrivals.ArrivalGate``): awaited before an image
+        takes a slot; an image it holds back is not pulled and has its reason.
         ``concurrency`` (default the policy's) caps the pulls at once; each of them keeps its
         slot ``pause_s`` seconds after it ends while other pulls wait (a control plane's pace).
         """
@@ -211,7 +222,9 @@ class PrePuller:
             watchdog = group.create_task(self._watch_stalls(run))
             pulls = [
                 group.create_task(
-                    self._pull_one(ref, run, slots, ended, (waits_for or {}).get(ref, ()))
+                    self._pull_one(
+                        ref, run, slots, ended, (waits_for or {}).get(ref, ()), ready=ready
+                    )
                 )
                 for ref in refs
             ]
@@ -228,11 +241,17 @@ class PrePuller:
         slots: asyncio.Semaphore,
         ended: Mapping[str, asyncio.Event],
         leaders: Collection[str],
+        *,
+        ready: Callable[[str], Awaitable[Held | None]] | None = None,
     ) -> PullResult:
         try:
             for leader in leaders:
                 if leader in ended:
                     await ended[leader].wait()
+            held = None if ready is None else await ready(ref)
+            if held is not None:
+                run.left -= 1
+                return PullResult(ref, False, 0, 0.0, held.reason, held.message)
             async with slots:
                 result = await self._attempts(ref, run)
                 run.left -= 1

@@ -7,7 +7,7 @@ labels. Nothing here does I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +19,7 @@ from nodeagent.bundles.serving import SigstorePort as SigstorePort
 from nodeagent.ports import ImageRuntime, Reloader, SpaceProbe, StateStore
 from nodeagent.prepull import PrePuller
 from nodeagent.progress import ByteProgress
+from nodeagent.registries import Platform
 from nodeagent.status import BundleReport
 
 
@@ -60,12 +61,25 @@ class ImageStorePort(Protocol):
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
         should_stop: Callable[[], bool] = ...,
+        *,
         on_admitted: Callable[[], None] = ...,
+        on_stored: Callable[[str], None] = ...,
     ) -> object:
         """Blocking (run in a thread); stops at its next chunk once ``should_stop``;
-        ``on_admitted`` once the copy passed its checks, before the first blob."""
+        ``on_admitted`` once the copy passed its checks, before the first blob;
+        ``on_stored`` with each blob's digest once it is stored."""
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]: ...
+
+    def has_blob(self, digest: str) -> bool: ...
+
+    def read_manifest(self, digest: str) -> bytes | None:
+        """A stored blob's bytes if it is small enough to be a manifest, else None."""
+        ...
+
+    def discard(self, digests: Iterable[str]) -> tuple[int, int]:
+        """Remove those of ``digests`` no stored bundle lists: (blobs, bytes) removed."""
+        ...
 
 
 SignedServerFactory = Callable[
@@ -119,6 +133,9 @@ class ImporterPorts:
     not known (no cluster mode, not OpenShift, not listed yet): a release bundle is then
     imported without the upgrade-path check."""
     sigstore: SigstorePort | None = None
+    platform: Platform | None = None
+    """The node's platform: an import waits for the blobs of an index's entry for it alone
+    (``bundles.arrivals``); None: for every entry."""
     """registries.d: checked for a bundle's signed images, and the loopback mirror's drop-in."""
     is_ignoring_target: bool = False
     """``bundle import --ignore-target``: a technician imports a bundle whose target's

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -240,10 +241,13 @@ class Importer:
             return await self._mirror.pull(store.root, files, manifest, missing, report)
         medium = root
 
-        async def copying(on_admitted: Callable[[], None]) -> BundleReport:
+        async def copying(
+            on_admitted: Callable[[], None], on_stored: Callable[[str], None]
+        ) -> BundleReport:
             return await self._store(
-                store, medium, manifest, report, to_store=to_store, on_admitted=on_admitted
-            )
+                store, medium, manifest, report, to_store=to_store,
+                on_admitted=on_admitted, on_stored=on_stored,
+            )  # fmt: skip
 
         return await self._mirror.pull(
             store.root, files, manifest, missing, report, copying=copying
@@ -258,13 +262,15 @@ class Importer:
         *,
         to_store: int,
         on_admitted: Callable[[], None] = lambda: None,
+        on_stored: Callable[[str], None] = lambda _digest: None,
     ) -> BundleReport:
         """Copy what the store lacks from the medium; then the medium may be removed.
 
         The copy runs even when the store holds every blob: it records the bundle (its
         signed manifest, signature and record), without which the store would not keep
         its blobs for it nor serve its tags (a newer bundle of the same images).
-        ``on_admitted`` is called (in the copy's thread) once it passed its checks.
+        ``on_admitted`` is called (in the copy's thread) once it passed its checks,
+        ``on_stored`` (in its commit thread) with each blob it stored.
         """
         carries_files = manifest.release is not None and bool(manifest.release.signatures)
         is_shown = bool(to_store or carries_files)  # a release's signature files are copied
@@ -283,9 +289,11 @@ class Importer:
             loop.call_soon_threadsafe(show, progress)
 
         try:
-            await asyncio.to_thread(
-                store.copy, root, manifest, on_progress, stop.is_set, on_admitted
-            )
+            copy = functools.partial(
+                store.copy, root, manifest, on_progress, stop.is_set,
+                on_admitted=on_admitted, on_stored=on_stored,
+            )  # fmt: skip
+            await asyncio.to_thread(copy)
         except InsufficientDiskSpace as exc:
             return self._reject(
                 replace(report, progress=None), self._with_space_note(manifest, exc)

@@ -7,23 +7,27 @@ are served, and judges the outcome: a blob that failed its digest refuses the bu
 pull that failed while the medium was removed interrupts it.
 
 With ``copying`` (an import from a medium into the node's store), the session starts with
-the copy rather than after it: the server awaits each blob until the copy has stored it
-(``ARRIVAL_WAIT_S``, decision 0079), so the runtime's pulls run while the medium is read.
-The copy's own reports come first (storing, stored); the pulls are reported once it is
-done; a refused or cancelled copy ends the pulls and their server at once.
+the copy rather than after it (decision 0079), so the runtime's pulls run while the medium
+is read. An image's pull starts once every blob it needs is stored (``arrivals``, decision
+0081); the server still awaits a blob not stored yet (``ARRIVAL_WAIT_S``). The copy's own
+reports come first (storing, stored); the pulls are reported once it is done. A refused
+copy lets the pulls under way end (their blobs are all stored), starts no other, then
+takes back the images they brought in and the blobs it stored: a refused bundle leaves
+nothing behind. A cancelled copy ends the pulls and their server at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
 import structlog
 
+from nodeagent.bundles.arrivals import ArrivalGate
 from nodeagent.bundles.import_ports import ImporterPorts
 from nodeagent.bundles.manifest import BundleError, BundleManifest, ExpectedFile
 from nodeagent.bundles.mirror import served_blobs, total_size_bytes
@@ -41,7 +45,7 @@ from nodeagent.errors import (
     ConfigInvalid,
     NodeAgentError,
 )
-from nodeagent.prepull import PullResult
+from nodeagent.prepull import Held, PullResult
 from nodeagent.progress import DEFAULT_INTERVAL_S, ByteProgress, ProgressMeter
 from nodeagent.status import BundleReport
 from nodeagent.units import format_bytes
@@ -64,8 +68,9 @@ def missing_bytes(manifest: BundleManifest, missing: Sequence[str]) -> int:
     return sum(image.size_bytes for image in manifest.images if str(image.ref) in wanted)
 
 
-Copying = Callable[[Callable[[], None]], Coroutine[Any, Any, BundleReport]]
-"""The store's copy from the medium, given what it calls (from its thread) once admitted."""
+Copying = Callable[[Callable[[], None], Callable[[str], None]], Coroutine[Any, Any, BundleReport]]
+"""The store's copy from the medium, given what it calls (from its threads) once admitted
+and with each blob it stored."""
 
 
 class MirrorImport:
@@ -108,11 +113,17 @@ class MirrorImport:
             return await self._session(source, files, manifest, missing, report, copy=None)
         loop = asyncio.get_running_loop()
         admitted = asyncio.Event()
+        store = self.ports.image_store
+        arrivals = None if store is None else ArrivalGate(store, self.ports.platform)
 
         def on_admitted() -> None:  # in the copy's thread
             loop.call_soon_threadsafe(admitted.set)
 
-        copy = asyncio.create_task(copying(on_admitted))
+        def on_stored(digest: str) -> None:  # in the copy's commit thread
+            if arrivals is not None:
+                loop.call_soon_threadsafe(arrivals.stored, digest)
+
+        copy = asyncio.create_task(copying(on_admitted, on_stored))
         try:
             gate = asyncio.create_task(admitted.wait())
             await asyncio.wait({copy, gate}, return_when=asyncio.FIRST_COMPLETED)
@@ -122,7 +133,9 @@ class MirrorImport:
                 if copied.state == "rejected":
                     return copied
                 return await self._session(source, files, manifest, missing, copied, copy=None)
-            return await self._session(source, files, manifest, missing, report, copy=copy)
+            return await self._session(
+                source, files, manifest, missing, report, copy=copy, arrivals=arrivals
+            )
         finally:
             await _ended(copy)
 
@@ -135,9 +148,11 @@ class MirrorImport:
         report: BundleReport,
         *,
         copy: asyncio.Task[BundleReport] | None,
+        arrivals: ArrivalGate | None = None,
     ) -> BundleReport:
         """One mirror session; with ``copy`` running, its report is awaited before the
-        pulls are reported (and a refused copy is the outcome)."""
+        pulls are reported (and a refused copy is the outcome); ``arrivals`` holds each
+        image back until the copy stored its blobs."""
         async with MIRROR_LOCK:
             server = self._server(source, files, manifest)
             try:
@@ -146,19 +161,49 @@ class MirrorImport:
                 if copy is not None:  # the medium is stored all the same, for a retry
                     report = await copy
                 return report if report.state == "rejected" else self._refuse(report, exc)
-            pulls = asyncio.create_task(self._pulled(server, manifest, missing))
+            ready = None if arrivals is None else arrivals.ready
+            pulls = asyncio.create_task(self._pulled(server, manifest, missing, ready))
             try:
                 if copy is not None:
                     report = await copy
                     if report.state == "rejected":
-                        await _ended(pulls)
-                        await self._take_back(missing, report)
-                        return report
+                        return await self._called_off(pulls, arrivals, missing, report)
+                    if arrivals is not None:
+                        arrivals.end(None)
                 return await self._reported_pulls(
                     pulls, server, source=source, manifest=manifest, missing=missing, report=report
                 )
             finally:
                 await _ended(pulls)
+
+    async def _called_off(
+        self,
+        pulls: asyncio.Task[Mapping[str, PullResult]],
+        arrivals: ArrivalGate | None,
+        missing: Sequence[str],
+        report: BundleReport,
+    ) -> BundleReport:
+        """The copy was refused: with ``arrivals``, the pulls under way end (every blob
+        they need is stored) and no other starts; without, they are ended at once. Then
+        the images they brought in, and the blobs the copy stored, are taken back."""
+        if arrivals is None:
+            await _ended(pulls)
+        else:
+            arrivals.end(Held(report.reason or "", report.message or ""))
+            await asyncio.gather(pulls, return_exceptions=True)
+        await self._take_back(missing, report)
+        store = self.ports.image_store
+        if arrivals is not None and store is not None and arrivals.arrived:
+            try:
+                count, freed = await asyncio.to_thread(store.discard, arrivals.arrived)
+            except NodeAgentError as err:
+                log.warning("bundle_blobs_not_removed", bundle=report.bundle_id,
+                            reason=err.reason, error=err.message)  # fmt: skip
+            else:
+                if count:
+                    log.info("bundle_blobs_removed", bundle=report.bundle_id, blobs=count,
+                             freed=format_bytes(freed))  # fmt: skip
+        return report
 
     async def _take_back(self, missing: Sequence[str], report: BundleReport) -> None:
         """Remove from the runtime the images of ``missing`` the pulls brought in before the
@@ -181,7 +226,11 @@ class MirrorImport:
             log.info("bundle_images_removed", bundle=report.bundle_id, images=removed)
 
     async def _pulled(
-        self, server: BundleServerPort, manifest: BundleManifest, missing: Sequence[str]
+        self,
+        server: BundleServerPort,
+        manifest: BundleManifest,
+        missing: Sequence[str],
+        ready: Callable[[str], Awaitable[Held | None]] | None = None,
     ) -> Mapping[str, PullResult]:
         """The pulls of a started ``server``'s session; it is closed whatever happens."""
         session = MirrorPullPorts(
@@ -198,7 +247,7 @@ class MirrorImport:
                 is_pulling = True
                 return await pull_via_mirror(
                     session, server, (i.ref for i in manifest.images), missing,
-                    source="bundle", tags=manifest.served_tags,
+                    source="bundle", tags=manifest.served_tags, ready=ready,
                 )  # fmt: skip
         finally:
             if not is_pulling:

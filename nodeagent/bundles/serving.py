@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,7 +23,7 @@ from nodeagent.bundles.signatures import AttachmentScopes
 from nodeagent.bundles.tags import ServedTag
 from nodeagent.errors import NodeAgentError, RegistryUnavailable
 from nodeagent.ports import ImageRuntime, Reloader
-from nodeagent.prepull import PrePuller, PullResult
+from nodeagent.prepull import Held, PrePuller, PullResult
 from nodeagent.references import PinnedImageRef
 
 log = structlog.get_logger(__name__)
@@ -117,9 +117,12 @@ async def pull_via_mirror(
     *,
     source: str,
     tags: Sequence[ServedTag] = (),
+    ready: Callable[[str], Awaitable[Held | None]] | None = None,
 ) -> Mapping[str, PullResult]:
     """Pull ``missing`` through a mirror of ``images``' repositories at the started
     ``server``; the mirror is removed (and the runtime reloaded) whatever happens.
+    ``ready`` (an import whose store copy runs: ``bundles.arrivals``): an image is pulled
+    only once it says so, the first of them alone first; one it holds back is not pulled.
     ``tags``: the tags the server answers (``bundles.tags``): their repositories' entries
     also send pulls by tag to the server, and each tag is pulled once the images are in
     (``pull_served_tags``), so the runtime knows the image by its tag too.
@@ -141,13 +144,19 @@ async def pull_via_mirror(
         await ports.reloader.reload()
         if ports.is_probing:
             await _await_mirror(ports.runtime, server)
-        first = await _first_pull(ports.runtime, missing[0], server, source)
+        leader, held = (missing[0], None) if ready is None else await _first_ready(missing, ready)
+        if held is not None:
+            return {ref: PullResult(ref, False, 0, 0.0, held.reason, held.message)
+                    for ref in missing}  # fmt: skip
+        first = await _first_pull(ports.runtime, leader, server, source)
         rest = [ref for ref in missing if ref not in first]
         if server.rejections:  # a blob failed its digest: stop
             rest = []
-        results = first | dict(await ports.make_puller().pull_all(rest))
+        results = first | dict(await ports.make_puller().pull_all(rest, ready=ready))
         if not server.rejections:
-            await pull_served_tags(ports.runtime, tags, source)
+            failed = {ref for ref, result in results.items() if not result.is_pulled}
+            kept = [tag for tag in tags if str(tag.image) not in failed]
+            await pull_served_tags(ports.runtime, kept, source)
         return results
     finally:
         try:
@@ -195,6 +204,31 @@ async def _await_mirror(runtime: ImageRuntime, server: BundleServerPort) -> bool
             return False
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, 1.0)
+
+
+async def _first_ready(
+    refs: Sequence[str], ready: Callable[[str], Awaitable[Held | None]]
+) -> tuple[str, Held | None]:
+    """The first of ``refs`` ``ready`` lets start (the earliest listed among those that are
+    at once); when it holds back every one, the last reason it gave."""
+    waits: dict[asyncio.Future[Held | None], int] = {
+        asyncio.ensure_future(ready(ref)): index for index, ref in enumerate(refs)
+    }
+    pending: set[asyncio.Future[Held | None]] = set(waits)
+    held: Held | None = None
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for wait in sorted(done, key=waits.__getitem__):
+                answer = wait.result()
+                if answer is None:
+                    return refs[waits[wait]], None
+                held = answer
+        return refs[0], held
+    finally:
+        for wait in pending:
+            wait.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def _first_pull(

@@ -172,6 +172,7 @@ def build_importer(
         is_allowing_expired=is_allowing_expired,
         make_signed_server=served_bundle(config, arrival_wait_s=ARRIVAL_WAIT_S),
         sigstore=RegistriesD(config.runtime.registries_d_dir),
+        platform=platform,
     )
     return Importer(ports, policies.disk)
 

@@ -9,8 +9,9 @@ reports progress as the real copier does, and can fail as the real one fails.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,19 @@ from tests.service.test_importer import APP, BLOB_BYTES, DB, GIB, MIB, ROOT, TOT
 from tests.testenv.waiting import wait_for_async
 
 STORE = Path("/var/lib/nodeagent/store")
+IMAGE_LAYERS = {"sha256:" + "1" * 64: "3", "sha256:" + "2" * 64: "4"}
+"""The rig's two images (their digests are blobs 1 and 2) and the layer each names."""
+
+
+def image_manifest(layer: str) -> bytes:
+    """An OCI image manifest whose one layer is blob ``layer`` of the rig."""
+    descriptor = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                  "digest": "sha256:" + layer * 64, "size": BLOB_BYTES[layer]}  # fmt: skip
+    config = {"mediaType": "application/vnd.oci.image.config.v1+json",
+              "digest": "sha256:" + layer * 64, "size": BLOB_BYTES[layer]}  # fmt: skip
+    media_type = "application/vnd.oci.image.manifest.v1+json"
+    body = {"schemaVersion": 2, "mediaType": media_type, "config": config, "layers": [descriptor]}
+    return json.dumps(body).encode()
 
 
 class MemoryImageStore:
@@ -35,6 +49,7 @@ class MemoryImageStore:
         self.copies = 0
         self.copied_bytes = 0
         self.remove_medium_after_copy = False
+        self.discarded: set[str] = set()
 
     @property
     def root(self) -> Path:
@@ -52,7 +67,9 @@ class MemoryImageStore:
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
         should_stop: Callable[[], bool] = lambda: False,
+        *,
         on_admitted: Callable[[], None] = lambda: None,
+        on_stored: Callable[[str], None] = lambda _digest: None,
     ) -> object:
         assert medium == ROOT and self.rig.is_present
         if self.error is not None:
@@ -62,7 +79,9 @@ class MemoryImageStore:
         total = self.missing_bytes(manifest)
         self.copied_bytes += total
         on_progress(ByteProgress(total // 2, total, 40e6, total / 2 / 40e6, 1.0))
-        self.held |= set(manifest.blobs)
+        for digest in sorted(set(manifest.blobs) - self.held):
+            self.held.add(digest)
+            on_stored(digest)
         on_progress(ByteProgress(total, total, 40e6, 0.0, 2.0, is_final=True))
         if self.remove_medium_after_copy:
             self.rig.is_present = False
@@ -73,6 +92,20 @@ class MemoryImageStore:
             d: ExpectedFile(f"blobs/sha256/{d.removeprefix('sha256:')}", f.size_bytes, d[7:])
             for d, f in manifest.blobs.items()
         }
+
+    def has_blob(self, digest: str) -> bool:
+        return digest in self.held
+
+    def read_manifest(self, digest: str) -> bytes | None:
+        """APP's manifest names layer 3, DB's layer 4; the other blobs are layers."""
+        layer = IMAGE_LAYERS.get(digest)
+        return None if layer is None or digest not in self.held else image_manifest(layer)
+
+    def discard(self, digests: Iterable[str]) -> tuple[int, int]:
+        gone = set(digests) & self.held
+        self.held -= gone
+        self.discarded |= gone
+        return len(gone), sum(BLOB_BYTES[d[7]] for d in gone)
 
 
 def with_store(rig: Rig, **kwargs: object) -> MemoryImageStore:
@@ -164,7 +197,9 @@ class SlowStore(MemoryImageStore):
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
         should_stop: Callable[[], bool] = lambda: False,
+        *,
         on_admitted: Callable[[], None] = lambda: None,
+        on_stored: Callable[[str], None] = lambda _digest: None,
     ) -> object:
         on_admitted()
         self.started.set()
@@ -200,13 +235,21 @@ async def test_a_cancelled_import_s_copy_reports_no_progress_after_it_stopped() 
 
 
 class GatedStore(MemoryImageStore):
-    """Admitted at once; then its copy waits for the test in its worker thread before it
-    stores the blobs (or raises ``failure``), as a long copy of a real medium would."""
+    """Admitted at once; then its copy stores the blobs one at a time in ``order``, each once
+    the test lets it (``allow``), as a long copy of a real medium would, and raises
+    ``failure`` where ``None`` stands in the order."""
 
-    def __init__(self, rig: Rig, *, failure: NodeAgentError | None = None) -> None:
+    def __init__(
+        self, rig: Rig, order: list[str | None], *, failure: NodeAgentError | None = None
+    ) -> None:
         super().__init__(rig)
-        self.go_on = threading.Event()
+        self.order = order
+        self.allowed = threading.Semaphore(0)
         self.failure = failure
+
+    def allow(self, count: int = 1) -> None:
+        for _ in range(count):
+            self.allowed.release()
 
     def copy(
         self,
@@ -214,61 +257,75 @@ class GatedStore(MemoryImageStore):
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
         should_stop: Callable[[], bool] = lambda: False,
+        *,
         on_admitted: Callable[[], None] = lambda: None,
+        on_stored: Callable[[str], None] = lambda _digest: None,
     ) -> object:
         on_admitted()
-        self.go_on.wait(timeout=10)
-        if self.failure is not None:
-            raise self.failure
-        return super().copy(medium, manifest, on_progress, should_stop)
+        for blob in self.order:
+            assert self.allowed.acquire(timeout=10), "the test never let the copy go on"
+            if blob is None and self.failure is not None:
+                raise self.failure
+            if blob is not None:
+                self.held.add("sha256:" + blob * 64)
+                on_stored("sha256:" + blob * 64)
+        total = self.missing_bytes(manifest)
+        on_progress(ByteProgress(total, total, 40e6, 0.0, 2.0, is_final=True))
+        return None
 
 
-async def both_pulled(rig: Rig) -> bool:
-    return sorted(rig.crio.pull_calls) == [APP, DB]
+def pulled(rig: Rig, *refs: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return sorted(rig.crio.pull_calls) == sorted(refs)
+
+    return check
 
 
-async def test_the_pulls_run_while_the_copy_does_and_are_reported_after_it() -> None:
-    """Decision 0079: the pulls start once the copy is admitted, not once it is done (the
-    real server awaits each blob the copy has not stored yet); the status still says
-    storing, stored, then importing."""
+async def test_each_image_is_pulled_once_its_blobs_are_stored_while_the_copy_runs() -> None:
+    """Decisions 0079 and 0081: the pulls run while the copy does, each image's once every
+    blob it needs is stored (its manifest, then the layers the manifest names); the status
+    still says storing, stored, then importing."""
     rig = Rig()
-    store = GatedStore(rig)
+    store = GatedStore(rig, ["1", "2", "3", "4"])
     rig.importer.ports.image_store = store
     running = asyncio.create_task(rig.run())
     try:
-        await wait_for_async(
-            lambda: both_pulled(rig), timeout_s=10, what="both images pulled during the copy"
-        )
+        store.allow(3)  # both manifests and APP's layer
+        await wait_for_async(pulled(rig, APP), timeout_s=10, what="APP pulled, its blobs stored")
+        assert DB not in rig.crio.pull_calls  # its layer is not stored yet
         assert "importing" not in rig.states()  # the pulls' reports wait for the copy
     finally:
-        store.go_on.set()
+        store.allow()
     report = await running
 
     assert report.state == "imported"
+    assert sorted(rig.crio.pull_calls) == [APP, DB]
     states = rig.states()
     assert states[-4:] == ["storing", "stored", "importing", "imported"]
     assert rig.servers[0].root == STORE and rig.servers[0].calls == ["start", "close"]
 
 
-async def test_a_copy_refused_after_its_pulls_began_takes_their_images_back() -> None:
-    """A blob of the medium fails its digest while the images are already in: the bundle is
-    refused with the copy's reason, and what the pulls brought in is removed again (a
-    refused bundle leaves no image behind; none of its sets was applied)."""
+async def test_a_copy_refused_midway_starts_no_other_pull_and_takes_everything_back() -> None:
+    """A blob of the medium fails its digest once APP is in: DB, whose layer never came,
+    is never pulled (no layer of it reaches the runtime), APP is removed again and the
+    blobs the copy stored are discarded: a refused bundle leaves nothing behind."""
     rig = Rig()
-    damaged = BundleDigestMismatch("blobs/sha256/00… does not match bundle.json")
-    store = GatedStore(rig, failure=damaged)
+    damaged = BundleDigestMismatch("blobs/sha256/44… does not match bundle.json")
+    store = GatedStore(rig, ["1", "3", "2", None], failure=damaged)
     rig.importer.ports.image_store = store
     running = asyncio.create_task(rig.run())
     try:
-        await wait_for_async(
-            lambda: both_pulled(rig), timeout_s=10, what="both images pulled during the copy"
-        )
+        store.allow(3)
+        await wait_for_async(pulled(rig, APP), timeout_s=10, what="APP pulled during the copy")
     finally:
-        store.go_on.set()
+        store.allow()
     report = await running
 
     assert (report.state, report.reason) == ("rejected", "BundleDigestMismatch")
+    assert rig.crio.pull_calls == [APP]
     assert [await rig.crio.image_status(ref) for ref in (APP, DB)] == [None, None]
+    assert store.discarded == {"sha256:" + h * 64 for h in "132"}
+    assert store.held == set()
     assert rig.specs.files == {}
     assert rig.servers[0].calls == ["start", "close"]
     assert "importing" not in rig.states()

@@ -19,6 +19,7 @@ from nodeagent.errors import (
     RuntimeUnreachable,
 )
 from nodeagent.prepull import (
+    Held,
     PrePuller,
     PullPolicy,
     backoff_delay_s,
@@ -189,6 +190,25 @@ async def test_pulls_get_the_policy_deadline_not_the_short_call_deadline(deadlin
     rig = Rig(PullPolicy(pull_deadline_s=deadline_s), pull=Script())
     await rig.puller.pull_all([A, B])
     assert rig.runtime.pull_timeouts == [deadline_s, deadline_s]
+
+
+async def test_an_image_held_back_by_ready_is_not_pulled_and_gives_its_reason() -> None:
+    """``ready`` (an import's arrival gate, decision 0081) is awaited before each pull takes
+    a slot: the images it lets go are pulled, one it holds back never reaches the runtime."""
+    held = Held("BundleDigestMismatch", "blobs/sha256/44… does not match bundle.json")
+    asked: list[str] = []
+
+    async def ready(ref: str) -> Held | None:
+        asked.append(ref)
+        return held if ref == B else None
+
+    rig = Rig(PullPolicy(concurrency=2))
+    results = await rig.puller.pull_all([A, B, C], ready=ready)
+    assert sorted(asked) == sorted([A, B, C])
+    assert sorted(rig.runtime.pull_calls) == sorted([A, C])
+    assert (results[B].is_pulled, results[B].attempts) == (False, 0)
+    assert (results[B].reason, results[B].message) == (held.reason, held.message)
+    assert results[A].is_pulled and results[C].is_pulled
 
 
 async def test_nothing_to_pull() -> None:

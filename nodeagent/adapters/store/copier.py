@@ -198,15 +198,20 @@ def read_signed(
 class _Committer:
     """fsync and rename finished blobs in one worker thread, a bounded number in flight."""
 
-    def __init__(self, store: BlobStore) -> None:
+    def __init__(self, store: BlobStore, on_stored: Callable[[str], None]) -> None:
         self.store = store
+        self.on_stored = on_stored
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-commit")
         self.pending: deque[Future[None]] = deque()
 
     def submit(self, filled: Filled) -> None:
         while len(self.pending) >= COMMITS_IN_FLIGHT:
             self.pending.popleft().result()
-        self.pending.append(self.pool.submit(self.store.commit, filled))
+        self.pending.append(self.pool.submit(self._commit, filled))
+
+    def _commit(self, filled: Filled) -> None:
+        self.store.commit(filled)
+        self.on_stored(filled.digest)
 
     def drain(self) -> None:
         """Wait for every commit; the first failure raises (after all have ended)."""
@@ -231,12 +236,14 @@ def copy_bundle(
     fips_switch: Path = FIPS_ENABLED_FILE,
     should_stop: Callable[[], bool] = lambda: False,
     on_admitted: Callable[[], None] = lambda: None,
+    on_stored: Callable[[str], None] = lambda _digest: None,
 ) -> CopyResult:
     """Copy every blob of the verified ``manifest`` the store lacks from ``medium_root``.
 
     ``on_admitted`` is called once the medium's manifest was verified again and the copy
     admitted (cap and free space), before the first blob: the importer starts its pulls
-    then (decision 0079).
+    then (decision 0079). ``on_stored`` is called (from a worker thread) with each blob's
+    digest once it is stored: an image is pulled once all of its are (decision 0081).
 
     ``should_stop`` is asked as each chunk is written: once it says yes (the import that
     asked for the copy was cancelled: its medium went away, or the daemon stops) the copy
@@ -275,7 +282,9 @@ def copy_bundle(
 
         with BundleDir(medium_root) as medium:
             try:
-                read_bytes = _copy_blobs(store, medium, disk_order(medium, plan.missing), on_bytes)
+                read_bytes = _copy_blobs(
+                    store, medium, disk_order(medium, plan.missing), on_bytes, on_stored
+                )
             except CopyStopped:
                 done = meter.finish(clock())
                 log.info(
@@ -336,6 +345,7 @@ def _copy_blobs(
     medium: BundleDir,
     ordered: list[tuple[str, ExpectedFile]],
     on_bytes: Callable[[int], None],
+    on_stored: Callable[[str], None],
 ) -> int:
     """Copy ``ordered`` (read ahead in a thread, committed in another); the bytes read."""
     partials = store.partials()
@@ -344,7 +354,7 @@ def _copy_blobs(
         for digest, file in ordered
     ]
     prefetcher = Prefetcher(medium, planned, store.chunk_bytes)
-    committer = _Committer(store)
+    committer = _Committer(store, on_stored)
     prefetcher.start()
     try:
         for blob in planned:

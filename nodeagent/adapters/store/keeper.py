@@ -207,6 +207,24 @@ def collect(
     return Collected(view.removals.remove, freed, view)
 
 
+def discard(root: Path, digests: Iterable[str]) -> tuple[int, int]:
+    """Remove at once those of ``digests`` no stored bundle or set lists and no fetch wants:
+    the blobs a refused import's copy stored (decision 0081). A blob another bundle lists
+    stays, whatever its verdict: the keeper decides for those. Returns the blobs removed
+    and their bytes."""
+    blobs, records = BlobStore(root), StoreRecords(root)
+    with StoreLock(root):
+        loaded = records.load(is_repairing=False)
+        listed = {blob.digest for record in loaded.records for blob in record.blobs}
+        keep = listed | fetching_digests(root)
+        stored = blobs.stored()
+        removed = [d for d in sorted(set(digests)) if d not in keep and d in stored]
+        freed = sum(stored[d] for d in removed if blobs.remove(d))
+        if removed:
+            records.refresh_index(loaded.records, set(blobs.stored()))
+    return len(removed), freed
+
+
 @dataclass(frozen=True)
 class Verified:
     """``verify``'s answer: every stored blob hashed; the corrupt ones, removed."""

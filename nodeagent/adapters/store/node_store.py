@@ -8,13 +8,14 @@ carried the image is stored). Blocking calls: the services run them in a worker 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
 from nodeagent.adapters.fips import FIPS_ENABLED_FILE
+from nodeagent.adapters.store import keeper
 from nodeagent.adapters.store.blobs import BlobStore, VerifiedBlob
 from nodeagent.adapters.store.copier import CopyResult, StoreLimits, copy_bundle, plan_copy
 from nodeagent.adapters.store.records import StoreRecords, read_bundle_file
@@ -33,6 +34,7 @@ from nodeagent.bundles.signatures import (
 from nodeagent.bundles.tags import ServedTag
 from nodeagent.errors import NodeAgentError
 from nodeagent.progress import ByteProgress
+from nodeagent.registries import MAX_MANIFEST_BYTES
 from nodeagent.store import layout
 
 log = structlog.get_logger(__name__)
@@ -91,7 +93,9 @@ class NodeImageStore:
         manifest: BundleManifest,
         on_progress: Callable[[ByteProgress], None],
         should_stop: Callable[[], bool] = lambda: False,
+        *,
         on_admitted: Callable[[], None] = lambda: None,
+        on_stored: Callable[[str], None] = lambda _digest: None,
     ) -> CopyResult:
         return copy_bundle(
             self.root,
@@ -103,7 +107,30 @@ class NodeImageStore:
             fips_switch=self.fips_switch,
             should_stop=should_stop,
             on_admitted=on_admitted,
+            on_stored=on_stored,
         )
+
+    def has_blob(self, digest: str) -> bool:
+        """Whether the blob is stored (a partial is not)."""
+        return BlobStore(self.root).size_of(digest) is not None
+
+    def read_manifest(self, digest: str) -> bytes | None:
+        """A stored blob small enough to be a manifest (``MAX_MANIFEST_BYTES``), else None;
+        it was verified when stored."""
+        store = BlobStore(self.root)
+        size = store.size_of(digest)
+        if size is None or size > MAX_MANIFEST_BYTES:
+            return None
+        body = memoryview(bytearray(size))
+        done = 0
+        with store.open_verified(digest) as blob:
+            while count := blob.readinto(body[done:]):  # the last call checks the digest
+                done += count
+        return bytes(body[:done])
+
+    def discard(self, digests: Iterable[str]) -> tuple[int, int]:
+        """Remove those of ``digests`` nothing stored lists (``keeper.discard``)."""
+        return keeper.discard(self.root, digests)
 
     def served_files(self, manifest: BundleManifest) -> dict[str, ExpectedFile]:
         return served_from_store(manifest)

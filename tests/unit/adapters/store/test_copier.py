@@ -19,6 +19,7 @@ from nodeagent.adapters.http.mirror import BundleServer
 from nodeagent.adapters.store import keeper
 from nodeagent.adapters.store.blobs import BlobStore
 from nodeagent.adapters.store.copier import CopyStopped, StoreLimits, copy_bundle
+from nodeagent.adapters.store.node_store import NodeImageStore
 from nodeagent.adapters.store.records import StoreRecords
 from nodeagent.adapters.store.source import served_from_store
 from nodeagent.bundles.manifest import BundleDigestMismatch, BundleManifestInvalid
@@ -183,6 +184,38 @@ def test_a_damaged_blob_on_the_medium_refuses_the_bundle(
     assert layer not in BlobStore(store).stored()
     assert not (store / "bundles" / "alpha").exists()
     assert list((store / "tmp").iterdir()) == []
+
+
+def test_a_refused_copy_names_what_it_stored_and_those_blobs_can_be_discarded(
+    tmp_path: Path, keys: Keys, cache: Path
+) -> None:
+    """Decision 0081: the copy names each blob once it is stored (the importer's pulls wait
+    for them); a refused copy's blobs are discarded at once, except those another stored
+    bundle lists (the base layer alpha shares with beta)."""
+    alpha = _bundle(tmp_path, keys, cache, "alpha")
+    beta = _bundle(tmp_path, keys, cache, "beta")
+    store = tmp_path / "store"
+    copy_bundle(store, alpha.root, alpha.manifest, keys.trusted_dir)
+    own = max(beta.manifest.blobs.items(), key=lambda item: item[1].size_bytes)[0]
+    path = beta.blob_file(own)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    told: list[str] = []
+    with pytest.raises(BundleDigestMismatch):
+        copy_bundle(store, beta.root, beta.manifest, keys.trusted_dir, on_stored=told.append)
+    stored = BlobStore(store).stored()
+    assert told and set(told) <= set(stored) and own not in told
+    assert set(told).isdisjoint(alpha.manifest.blobs)  # already there: not copied again
+    node = NodeImageStore(store, keys.trusted_dir, StoreLimits())
+    body = node.read_manifest(alpha.manifest.images[0].manifest_digest)
+    assert body is not None and len(json.loads(body)["layers"]) == 2
+    assert node.read_manifest(own) is None  # refused: never stored
+    shared = set(alpha.manifest.blobs) & set(beta.manifest.blobs)
+    count, freed = node.discard([*told, *shared])
+    assert count == len(told) and freed == sum(stored[d] for d in told)
+    assert set(BlobStore(store).stored()) == set(alpha.manifest.blobs)
+    assert keeper.verify(store).is_ok
 
 
 def test_a_medium_whose_manifest_changed_is_refused(
