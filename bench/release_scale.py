@@ -117,25 +117,43 @@ def run_size(base: Path, size_gib: float, opts: argparse.Namespace) -> dict[str,
     return {"size_gib": size_gib, "release": describe(plans), **result}
 
 
+def pushed_release(
+    work: Path,
+    scratch: Path,
+    registry: Registry,
+    plans: list[ImagePlan],
+    label: str,
+    *,
+    logs: Path | None = None,
+) -> tuple[Context, list[str]]:
+    """The release of ``plans`` generated (or taken from the cache), pushed into
+    ``registry`` and signed (a key pair and a signature store in ``work``): the steps'
+    context, and the architectures the first payload image's index lists."""
+    public, key = make_keys(work)
+    progress(f"{label} GiB: generating (cached in {CACHE}) and pushing the release")
+    release, _ = push_scaled_release(registry.url, registry.host, work, plans)
+    index_platforms = platforms(registry.url, release.payload["component-000"])
+    gpg = TestGpg.make(work / "gnupg")
+    signature = gpg.sign(signature_document(release))
+    gpg.close()
+    sigs = write_signature_store(work / "sigs", release.digest, [signature])
+    ctx = Context(scratch, used_bytes(scratch), public, release.ref, registry.host, sigs,
+                  key, label, logs)  # fmt: skip
+    return ctx, index_platforms
+
+
 def measure_size(
     work: Path, scratch: Path, size_gib: float, plans: list[ImagePlan], opts: argparse.Namespace
 ) -> dict[str, Any]:
     steps: set[str] = set(opts.steps)
     found: list[Step] = []
-    public, key = make_keys(work)
     bundle = scratch / "bundle"
     with Registry(work / "registry") as registry:
         started = time.monotonic()
-        progress(f"{size_gib:g} GiB: generating (cached in {CACHE}) and pushing the release")
-        release, _ = push_scaled_release(registry.url, registry.host, work, plans)
+        ctx, index_platforms = pushed_release(
+            work, scratch, registry, plans, f"{size_gib:g}", logs=opts.logs
+        )
         push_s = time.monotonic() - started
-        index_platforms = platforms(registry.url, release.payload["component-000"])
-        gpg = TestGpg.make(work / "gnupg")
-        signature = gpg.sign(signature_document(release))
-        gpg.close()
-        sigs = write_signature_store(work / "sigs", release.digest, [signature])
-        ctx = Context(scratch, used_bytes(scratch), public, release.ref, registry.host, sigs,
-                      key, f"{size_gib:g}", opts.logs)  # fmt: skip
         progress(f"{size_gib:g} GiB: step create")
         create = step_create(ctx, bundle, with_baseline="create" in steps)
     shutil.rmtree(work / "registry", ignore_errors=True)

@@ -336,8 +336,9 @@ class DrillNode:
         self.agent.kill()
         self.crio.kill()
         self.watch.pause()  # nothing runs until boot(): the link may dangle meanwhile
-        _unmount_below(self.crio.base / "run")
         lost = [self.crio.base / "run", self.agent.base / "run"]
+        for path in lost:  # a reboot loses every mount (a stick's too: it stays plugged in)
+            _unmount_below(path)
         for path in [*lost, self.crio.storage_root] if is_store_lost else lost:
             shutil.rmtree(path, ignore_errors=True)
         (self.crio.base / "run").mkdir()
