@@ -59,6 +59,7 @@ from nodeagent.config import PullSettings
 from nodeagent.logs import event_of
 from tests.testenv.agent import Agent, pinned_image_set_yaml, set_state
 from tests.testenv.crio import Crio
+from tests.testenv.host_view import own_containers_dir
 from tests.testenv.images import LayerSpec, TestImage, push
 from tests.testenv.packages import ensure_packages
 from tests.testenv.registry import Registry
@@ -698,7 +699,8 @@ def run_as_root(
         signal.signal(signum, _raise_exit)
     base = Path(tempfile.mkdtemp(prefix=prefix, dir=opts.workdir))
     try:
-        report = bench(base, opts)
+        with own_containers_dir():
+            report = bench(base, opts)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     if opts.json:

@@ -87,6 +87,7 @@ from nodeagent.adapters.store.keeper import verify
 from nodeagent.bundles.manifest import BundleManifest
 from nodeagent.config.settings import SiteSettings
 from tests.testenv.bundles import ext4_media
+from tests.testenv.host_view import own_containers_dir
 from tests.testenv.images import LayerSpec, TestImage
 from tests.testenv.node_udevd import NodeUdevd
 from tests.testenv.packages import ensure_packages
@@ -387,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, _raise_exit)
     base = Path(tempfile.mkdtemp(prefix="nodeagent-bench-fanout-", dir=opts.workdir))
     try:
-        runs, work, _bundle = run_all(base, opts)
+        with own_containers_dir():
+            runs, work, _bundle = run_all(base, opts)
     except SiteNetUnavailable as exc:
         print(f"bench.fanout: {exc}", file=sys.stderr)
         return 2

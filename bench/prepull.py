@@ -58,6 +58,7 @@ from nodeagent.logs import event_of
 from nodeagent.prepull import PrePuller, PullPolicy
 from tests.testenv.agent import Agent, set_state
 from tests.testenv.crio import Crio
+from tests.testenv.host_view import own_containers_dir
 from tests.testenv.images import make_image_set, push
 from tests.testenv.link import EmulatedLink
 from tests.testenv.packages import ensure_packages
@@ -630,7 +631,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_packages()
     base = Path(tempfile.mkdtemp(prefix="nodeagent-bench-", dir=opts.workdir))
     try:
-        report = bench(base, opts)
+        with own_containers_dir():
+            report = bench(base, opts)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     runs = {

@@ -51,6 +51,7 @@ from bench.scale_probe import ScaleProbe, memory_and_disk, profile
 from nodeagent.bundles.manifest import BundleManifest, parse_manifest
 from nodeagent.config.settings import SiteSettings
 from tests.testenv.bundles import ext4_media
+from tests.testenv.host_view import own_containers_dir
 from tests.testenv.images import LayerSpec, TestImage
 from tests.testenv.packages import ensure_packages
 from tests.testenv.signed_bundles import Keys, signed_bundle
@@ -267,20 +268,21 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, _raise_exit)
     base = Path(tempfile.mkdtemp(prefix="nodeagent-bench-scale-fanout-", dir=opts.workdir))
     try:
-        bundle = make_release_bundle(base, int(opts.size_gb * GB), opts.blobs, opts.seed)
-        stick = ext4_media(base, bundle.root)
-        size = sum(f.stat().st_size for f in bundle.root.rglob("*") if f.is_file())
-        shutil.rmtree(bundle.root)
-        doc = fanout_step(
-            stick.image,
-            size,
-            nodes=opts.nodes,
-            rate_mbit=opts.rate_mbit,
-            workdir=base,
-            public_key=bundle.public_key,
-            max_uploads=opts.max_uploads,
-            fetch_concurrency=opts.fetch_concurrency,
-        )
+        with own_containers_dir():
+            bundle = make_release_bundle(base, int(opts.size_gb * GB), opts.blobs, opts.seed)
+            stick = ext4_media(base, bundle.root)
+            size = sum(f.stat().st_size for f in bundle.root.rglob("*") if f.is_file())
+            shutil.rmtree(bundle.root)
+            doc = fanout_step(
+                stick.image,
+                size,
+                nodes=opts.nodes,
+                rate_mbit=opts.rate_mbit,
+                workdir=base,
+                public_key=bundle.public_key,
+                max_uploads=opts.max_uploads,
+                fetch_concurrency=opts.fetch_concurrency,
+            )
     except SiteNetUnavailable as exc:
         print(f"bench.scale_fanout: {exc}", file=sys.stderr)
         return 2

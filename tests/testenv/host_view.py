@@ -18,9 +18,11 @@ collection is done, before the test environment is prepared.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 CONTAINERS_DIR = Path("/var/lib/containers")
@@ -86,3 +88,18 @@ def is_private() -> bool:
         if len(fields) == 2 and fields[0].split()[4] == str(CONTAINERS_DIR):
             return fields[1].split()[1] == "nodeagent-test-containers"
     return False
+
+
+@contextlib.contextmanager
+def own_containers_dir() -> Iterator[None]:
+    """For a benchmark's ``main`` (``bench/``): the run and every peer it starts get a
+    ``/var/lib/containers`` of their own, as a test session does, unless this process has
+    that view already (a benchmark called from a test)."""
+    if is_private():
+        yield
+        return
+    view = private_containers_dir()
+    try:
+        yield
+    finally:
+        view.close()
