@@ -195,6 +195,12 @@ def store_after_grace(store: Path) -> int:
     return sum(p.stat().st_size for p in store.rglob("*") if p.is_file() and "blobs" in p.parts)
 
 
+STORE_CONTENT = ("blobs", "tmp", "bundles")
+"""What the store holds for bundles (blobs, partial blobs, signed manifests and records);
+its other files (``oci-layout``, an empty ``index.json``, the lock) are its layout, there
+whatever it holds (``nodeagent/store/layout.py``)."""
+
+
 def step_refused(ctx: Context, bundle: Path) -> Step:
     """A tampered copy of the bundle imported: refused, and nothing left behind."""
     tampered = ctx.scratch / "tampered"
@@ -212,10 +218,12 @@ def step_refused(ctx: Context, bundle: Path) -> Step:
         left = {
             "exit_code": code,
             "error": said[-1][:300] if said else "",
-            "store_bytes_left": tree_bytes(node.store),
-            "store_files_left": sum(1 for p in node.store.rglob("*") if p.is_file())
+            "store_bytes_left": sum(tree_bytes(node.store / part) for part in STORE_CONTENT),
+            "store_files_left": sorted(
+                str(p.relative_to(node.store)) for p in node.store.rglob("*") if p.is_file()
+            )
             if node.store.exists()
-            else 0,
+            else [],
             "crio_storage_bytes_left": tree_bytes(node.crio.storage_root / "vfs"),
             "crio_images_left": crio_images(node),
             "scratch_bytes_left": (before.f_bfree - after.f_bfree) * before.f_frsize,
