@@ -110,6 +110,15 @@ def goals(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if found.get("copy"):
         device = found["copy"][-1][1]["extra"]["device_bytes_over_bundle"]
         rows.append(goal_row("stick copy: medium bytes read / bundle", device, None, 1.01))
+    for _size, step in found.get("fanout", []):
+        doc = step["extra"]["figures"]
+        judged = doc["ratio_verdict"] is not None
+        rows.append(goal_row(
+            f"fan-out, {doc['nodes']} nodes at {doc['rate_mbit']:g} Mbit/s: T_all / (S/R)",
+            doc["ratio"], None, doc["ratio_goal"] if judged else float("inf"),
+        ))  # fmt: skip
+        rows.append(goal_row(f"fan-out, {doc['nodes']} nodes: a daemon's peak RSS MiB",
+                             doc["peak_rss_mib"], None, doc["rss_goal_mib"]))  # fmt: skip
     for name, points in found.items():
         if name == "fanout":
             continue

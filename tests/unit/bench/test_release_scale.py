@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from bench.release_scale import fanout_size, parse_args
 from bench.scale_measure import GIB, fit
 from bench.scale_release import IMAGES, MIN_LAYER_BYTES, describe, plan_release
 from bench.scale_report import goals, summarize
@@ -79,3 +80,34 @@ def test_the_goals_are_ratios_of_measured_figures_with_a_verdict() -> None:
     assert rows["refused import: bytes left in store + CRI-O"]["measured_result"] == "MISS"
     fits = summarize(sizes())["fits"]
     assert fits["import"]["seconds"]["slope_per_gib"] == pytest.approx(10.0)
+
+
+def fanout_figures(nodes: int, rate_mbit: float, ratio: float, rss: float) -> dict[str, Any]:
+    judged = rate_mbit == 100
+    verdict = ("PASS" if ratio <= 1.15 else "MISS") if judged else None
+    return {"figures": {"nodes": nodes, "rate_mbit": rate_mbit, "ratio": ratio,
+                        "ratio_goal": 1.15, "ratio_verdict": verdict, "peak_rss_mib": rss,
+                        "rss_goal_mib": 256.0}}  # fmt: skip
+
+
+def test_the_fan_out_is_a_goal_at_100_mbit_and_information_at_other_rates() -> None:
+    measured = sizes()
+    measured[0]["steps"] += [
+        step("fanout", 300.0, None, **fanout_figures(4, 100, 1.28, 120.0)),
+        step("fanout", 90.0, None, **fanout_figures(4, 1000, 6.5, 130.0)),
+    ]
+    rows = {row["goal"]: row for row in goals(measured)}
+    at_100 = rows["fan-out, 4 nodes at 100 Mbit/s: T_all / (S/R)"]
+    assert (at_100["measured"], at_100["measured_result"]) == (1.28, "MISS")
+    assert rows["fan-out, 4 nodes at 1000 Mbit/s: T_all / (S/R)"]["measured_result"] is None
+    assert rows["fan-out, 4 nodes: a daemon's peak RSS MiB"]["measured_result"] == "PASS"
+
+
+def test_the_default_run_fans_out_at_one_size_and_quick_not_at_all() -> None:
+    full = parse_args([])
+    assert (full.sizes, full.fanout_nodes) == ([2.0, 6.0], [4])
+    assert "fanout" in full.steps and fanout_size(full) == 2.0
+    quick = parse_args(["--quick"])
+    assert quick.sizes == [0.25, 2.0] and "fanout" not in quick.steps
+    eight = parse_args(["--fanout-nodes", "4,8", "--fanout-gb", "6"])
+    assert (eight.fanout_nodes, fanout_size(eight)) == ([4, 8], 6.0)
