@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import http.client
 import json
 import subprocess
 import sys
@@ -27,8 +28,9 @@ from typing import Any
 
 import pytest
 
+from nodeagent.adapters.http.admission import Caps
 from nodeagent.adapters.http.node_mirror import NodeMirror
-from nodeagent.mirror.credentials import MIRROR_USER, verifier_of
+from nodeagent.mirror.credentials import MIRROR_USER, render_verifiers, verifier_of
 from nodeagent.references import parse_pinned_image_ref
 from tests.security import test_peer_privileges as peer_privileges
 from tests.security.test_peer_privileges import Site
@@ -129,6 +131,45 @@ async def test_the_credential_is_what_opens_them(served: tuple[HeldStore, NodeMi
     for digest, (status, body) in zip(held.set_blobs, answers, strict=True):
         assert status == 200
         assert "sha256:" + hashlib.sha256(bytes.fromhex(body)).hexdigest() == digest
+
+
+async def test_a_credential_written_since_the_last_read_is_taken_at_once(
+    tmp_path: Path,
+) -> None:
+    """The daemon writes the verifiers at its start and with each new credential; the
+    server reads them with its offer, at most once a second (here once an hour). A good
+    credential it does not know yet has the file looked at again (a ``stat``) and is taken
+    at once; a wrong one is still refused, and reads nothing while the file is unchanged."""
+    held = await asyncio.to_thread(held_store, tmp_path)
+    good = held.verifiers.read_bytes()
+    held.verifiers.write_bytes(render_verifiers([verifier_of(MIRROR_USER, "an older one")]))
+    server = NodeMirror(
+        held.root, host="127.0.0.1", port=0, verifiers_file=held.verifiers,
+        caps=Caps(8, 8), request_timeout_s=20.0, offer_ttl_s=3600.0,
+    )  # fmt: skip
+    repo = parse_pinned_image_ref(held.set_refs[0]).repository
+    path = f"/v2/{repo}/blobs/{held.set_blobs[0]}"
+    credential = {"Authorization": basic(MIRROR_USER, PASSWORD)}
+
+    def status(headers: dict[str, str]) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+        conn.request("GET", path, headers=headers)
+        answer = conn.getresponse().status
+        conn.close()
+        return answer
+
+    async with server:
+        assert await asyncio.to_thread(status, credential) == 404  # not the credential yet
+        replace_atomically(held.verifiers, good)  # the daemon's new credential
+        assert await asyncio.to_thread(status, credential) == 200
+        assert await asyncio.to_thread(status, WRONG[1]) == 404
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    """As the daemon writes it (``write_atomic``): a new file renamed over the old."""
+    fresh = path.with_name(path.name + ".new")
+    fresh.write_bytes(data)
+    fresh.rename(path)
 
 
 # ------------------------------------------------------------ the unit's own process

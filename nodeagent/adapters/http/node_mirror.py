@@ -105,6 +105,15 @@ def _read_bounded(path: Path) -> bytes:
         return b""
 
 
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when the file is written again (atomically: a new inode), or None."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
+
+
 class NodeMirror:
     """Serves the store at ``store_root`` on ``host:port`` until closed; ``verifiers_file``:
     the credential verifiers the root daemon writes (absent: registry sets never served)."""
@@ -147,6 +156,7 @@ class NodeMirror:
         self._offer = MirrorOffer(StoreOffer({}, {}, frozenset()))
         self._verifiers: frozenset[str] = frozenset()
         self._read_at: float | None = None
+        self._verifiers_stamp: tuple[int, int, int] | None = None
         self._lock = asyncio.Lock()
         self._misses = Misses()
         self._denied = 0
@@ -243,9 +253,21 @@ class NodeMirror:
             offer = MirrorOffer(StoreOffer({}, {}, frozenset()))
         else:
             offer = read_mirror_offer(self.store_root, self._offer)
+        return offer, self._read_verifiers()
+
+    def _read_verifiers(self) -> frozenset[str]:
         path = self._verifiers_file
-        verifiers = frozenset() if path is None else parse_verifiers(_read_bounded(path))
-        return offer, verifiers
+        if path is None:
+            return frozenset()
+        self._verifiers_stamp = _stamp(path)
+        return parse_verifiers(_read_bounded(path))
+
+    def _reread_verifiers(self) -> frozenset[str] | None:
+        """The verifiers again if the file changed since they were read, else None."""
+        path = self._verifiers_file
+        if path is None or _stamp(path) == self._verifiers_stamp:
+            return None
+        return self._read_verifiers()
 
     async def _current(self) -> MirrorOffer:
         loop = asyncio.get_running_loop()
@@ -257,6 +279,21 @@ class NodeMirror:
                 self._offer, self._read_at = offer, loop.time()
         return self._offer
 
+    async def _is_trusted(self, authorization: str | None) -> bool:
+        """Whether ``authorization`` presents the mirror's credential. One the verifiers do
+        not match has the file looked at first (a ``stat``): the daemon may have written it
+        since they were read (at its start, or a new credential), and it is read again then,
+        rather than refusing a good credential until the offer's next read."""
+        if is_allowed(authorization, self._verifiers):
+            return True
+        if authorization is None or self._verifiers_file is None:
+            return False
+        async with self._lock:
+            again = await in_thread(self._reread_verifiers)
+            if again is not None:
+                self._verifiers = again
+        return is_allowed(authorization, self._verifiers)
+
     def _reject(self, digest: str, err: BundleError) -> None:
         # The daemon's store verify finds it too; the peer server reports it (decision 0056).
         log.error("node_mirror_blob_rejected", digest=digest, reason=err.reason, error=str(err))
@@ -267,7 +304,7 @@ class NodeMirror:
         offer = await self._current()
         path = request.raw_path.partition("?")[0]
         target = route_node(request.method, path, offer.repositories)
-        is_trusted = is_allowed(request.headers.get("Authorization"), self._verifiers)
+        is_trusted = await self._is_trusted(request.headers.get("Authorization"))
         if isinstance(target, UnknownName) and target.target.kind == "manifests":
             # a repository the store does not hold yet: the fetch may bring it (0061)
             offer = await self._hold(target.target.digest, is_trusted=is_trusted)
