@@ -32,6 +32,7 @@ MODULES: tuple[str, ...] = (
     "tests/e2e/test_container_unit.py",
     "tests/e2e/test_media.py",
     "tests/faults/test_media.py",
+    "tests/faults/test_release_scale.py",
     "tests/faults/test_site.py",
     "tests/faults/test_site_disk.py",
     "tests/faults/test_site_yank.py",
