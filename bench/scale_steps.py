@@ -43,6 +43,7 @@ from bench.store_copy import Loop, measure_hash, measure_write
 from nodeagent.adapters.store import keeper
 from nodeagent.config import PullSettings
 from nodeagent.config.settings import StoreSettings
+from nodeagent.daemon.policies import BUNDLE_PULLS_AT_ONCE
 from nodeagent.logs import event_of
 from nodeagent.store.keeping import KeepRules
 from tests.testenv.blkio import throttled_reads
@@ -402,9 +403,10 @@ def step_restore(ctx: Context, media: Media, node: Node) -> Step:
 
 def skopeo_storage(ctx: Context, media: Media, node: Node) -> Side:
     """``skopeo copy oci:STICK:REF containers-storage:REF`` with CRI-O's storage.conf, as many
-    at once as the import's pull concurrency, into CRI-O's wiped storage."""
+    at once as the import's pull concurrency (the bundle pull policy's: ``pull.concurrency``,
+    at most ``BUNDLE_PULLS_AT_ONCE``), into CRI-O's wiped storage."""
     wipe_runtime(node.crio, is_killed=False)
-    parallel = PullSettings().concurrency
+    parallel = min(PullSettings().concurrency, BUNDLE_PULLS_AT_ONCE)
     env = dict(os.environ, CONTAINERS_STORAGE_CONF=str(node.crio.storage_conf))
     policy = skopeo_policy(ctx.scratch)
     pairs = [(f"oci:{media.mountpoint}:{r}", f"containers-storage:{r}") for r in media.refs]
