@@ -104,7 +104,7 @@ def run_size(base: Path, size_gib: float, opts: argparse.Namespace) -> dict[str,
     plans = plan_release(int(size_gib * GIB), opts.seed)
     work = base / f"size-{size_gib:g}"
     work.mkdir()
-    scratch_bytes = int(4 * size_gib * GIB) + 2 * GIB
+    scratch_bytes = int(5 * size_gib * GIB) + 4 * GIB  # vfs: unpacked is 3.5 x, + the store
     tmpdir = os.environ.get("TMPDIR")
     try:
         with scratch_fs(work / "scratch.img", work / "scratch", scratch_bytes) as scratch:
