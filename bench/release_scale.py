@@ -12,7 +12,10 @@ run, cold page cache, every byte written on a scratch filesystem of its own
     verify   nodeagent store verify             vs openssl dgst -sha256, same blobs
     import   bundle import -> exit 0 (pinned)   vs skopeo copy -> containers-storage, N at once
     restore  after a wipe, CRI-O start -> pinned vs the same skopeo
-    fanout   bench.scale_fanout.fanout_step: 4 nodes at 100 Mbit/s, at one size (--fanout-gb)
+    fanout   bench.scale_fanout.fanout_step: 4 and 8 nodes at 100 Mbit/s, at one size
+             (--fanout-gb, --fanout-nodes)  vs S/R
+    prepull  bench/prepull.py's link profile, once: the daemon over a 50 ms round trip
+             vs serial CRI pulls and the CPU floor
 
 Each at ``--size-gb`` (GiB of compressed blobs, one architecture) and at a second, smaller
 size; per-GiB slopes and intercepts are fitted and extrapolated to 16 GiB. Run as root::
@@ -48,10 +51,11 @@ from nodeagent.bundles import minisign
 from tests.testenv.registry import Registry
 from tests.testenv.release import TestGpg, signature_document, write_signature_store
 
-STEPS = ("create", "refused", "copy", "verify", "import", "restore", "fanout")
+STEPS = ("create", "refused", "copy", "verify", "import", "restore", "fanout", "prepull")
 WORKDIR = Path("/var/tmp")  # noqa: S108 - a disk, not tmpfs; the run's directory is private
 QUICK_STEPS = ("create", "refused", "copy", "verify", "import", "restore")
-"""``--quick``'s steps: every one but the fan-out, which alone would take it past 8 minutes."""
+"""``--quick``'s steps: every one but the fan-out (which alone would take it past 8
+minutes) and the pre-pull over a far link (the same at every size)."""
 
 
 def fanout(
@@ -79,6 +83,32 @@ def fanout(
     )  # fmt: skip
     side = Side(f"fan-out to {nodes} nodes at 100 Mbit/s", time.monotonic() - started, {}, 0)
     return Step("fanout", side, None, {"figures": figures})
+
+
+def prepull(work: Path) -> Step:
+    """``bench/prepull.py``'s link profile (its 50 images behind a 50 ms round trip, a fresh
+    CRI-O each): the daemon from its start to Pinned against serial CRI pulls, and against
+    the CPU floor (serial's CRI-O, registry and link CPU spread over every CPU), the same
+    figures as that benchmark's. Issue 31: at most 2.0 x the floor and 0.15 x serial."""
+    from bench import prepull as bench_prepull  # noqa: PLC0415 - only this step needs it
+    from bench.scale_steps import Side  # noqa: PLC0415
+
+    opts = bench_prepull.parse_args(["--profiles", "link", "--strategies", "serial,nodeagent"])
+    report = bench_prepull.bench(work / "prepull", opts)
+    summary = report["summary"]["link"]
+    wall, floor = summary["wall_s"], summary["cpu_floor_s"]
+    figures = {
+        "link": report["workload"]["link"], "images": report["workload"]["images"],
+        "nodeagent_s": wall["nodeagent"], "serial_s": wall["serial"], "cpu_floor_s": floor,
+        "over_floor": wall["nodeagent"] / floor, "over_serial": wall["nodeagent"] / wall["serial"],
+        "nodeagent": summary["nodeagent"],
+        "runs": {strategy: {"cpu_s": run.cpu_s, "crio_pull_mean_s": run.crio_pull_mean_s,
+                            "wall_s": run.wall_s}
+                 for strategy, (run, *_) in report["runs"]["link"].items()},
+    }  # fmt: skip
+    side = Side("nodeagent: daemon start -> Pinned over the link", wall["nodeagent"], {}, 0)
+    base = Side("serial CRI pulls over the link", wall["serial"], {}, 0)
+    return Step("prepull", side, base, {"figures": figures})
 
 
 def platforms(registry_url: str, ref: str) -> list[str]:
@@ -171,6 +201,9 @@ def measure_size(
                 progress(f"{size_gib:g} GiB: step fanout, {nodes} nodes")
                 step = fanout(ctx, work / "media.img", media.size_bytes, work, nodes)
                 found += [step] if step is not None else []
+    if "prepull" in steps and size_gib == fanout_size(opts):  # once a run: not sized
+        progress("step prepull (bench/prepull.py's link profile)")
+        found.append(prepull(work))
     return {
         "bundle_bytes": media.size_bytes,
         "bundle_images": create.extra["images"],
@@ -220,8 +253,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--fanout-gb", type=float, default=2.0,
                    help="the fan-out runs at the measured size nearest this (2)")  # fmt: skip
-    p.add_argument("--fanout-nodes", default="4",
-                   help="comma-separated node counts of the fan-out (4)")  # fmt: skip
+    p.add_argument("--fanout-nodes", default="4,8",
+                   help="comma-separated node counts of the fan-out (4,8)")  # fmt: skip
     p.add_argument(
         "--throttle-mbps",
         type=float,

@@ -119,8 +119,14 @@ def goals(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ))  # fmt: skip
         rows.append(goal_row(f"fan-out, {doc['nodes']} nodes: a daemon's peak RSS MiB",
                              doc["peak_rss_mib"], None, doc["rss_goal_mib"]))  # fmt: skip
+    for _size, step in found.get("prepull", []):
+        doc = step["extra"]["figures"]
+        rows.append(goal_row("pre-pull over the 50 ms link: nodeagent / CPU floor",
+                             doc["over_floor"], None, 2.0))  # fmt: skip
+        rows.append(goal_row("pre-pull over the 50 ms link: nodeagent / serial",
+                             doc["over_serial"], None, 0.15))  # fmt: skip
     for name, points in found.items():
-        if name == "fanout":
+        if name in {"fanout", "prepull"}:
             continue
         lines = fits_of(points)
         rss = usable(lines.get("nodeagent_rss_mib"))

@@ -105,9 +105,19 @@ def test_the_fan_out_is_a_goal_at_100_mbit_and_information_at_other_rates() -> N
 
 def test_the_default_run_fans_out_at_one_size_and_quick_not_at_all() -> None:
     full = parse_args([])
-    assert (full.sizes, full.fanout_nodes) == ([2.0, 6.0], [4])
-    assert "fanout" in full.steps and fanout_size(full) == 2.0
+    assert (full.sizes, full.fanout_nodes) == ([2.0, 6.0], [4, 8])
+    assert {"fanout", "prepull"} <= set(full.steps) and fanout_size(full) == 2.0
     quick = parse_args(["--quick"])
-    assert quick.sizes == [0.25, 2.0] and "fanout" not in quick.steps
-    eight = parse_args(["--fanout-nodes", "4,8", "--fanout-gb", "6"])
-    assert (eight.fanout_nodes, fanout_size(eight)) == ([4, 8], 6.0)
+    assert quick.sizes == [0.25, 2.0] and not {"fanout", "prepull"} & set(quick.steps)
+    eight = parse_args(["--fanout-nodes", "8", "--fanout-gb", "6"])
+    assert (eight.fanout_nodes, fanout_size(eight)) == ([8], 6.0)
+
+
+def test_the_pre_pull_over_a_far_link_is_two_goals() -> None:
+    measured = sizes()
+    figures = {"over_floor": 2.25, "over_serial": 0.14}
+    measured[1]["steps"].append(step("prepull", 11.0, 78.0, figures=figures))
+    rows = {row["goal"]: row for row in goals(measured)}
+    assert rows["pre-pull over the 50 ms link: nodeagent / CPU floor"]["measured_result"] == "MISS"
+    assert rows["pre-pull over the 50 ms link: nodeagent / serial"]["measured_result"] == "PASS"
+    assert "prepull: nodeagent peak RSS MiB" not in rows  # measured by bench/prepull itself
