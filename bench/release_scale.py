@@ -53,6 +53,8 @@ from tests.testenv.release import TestGpg, signature_document, write_signature_s
 
 STEPS = ("create", "refused", "copy", "verify", "import", "restore", "fanout", "prepull")
 WORKDIR = Path("/var/tmp")  # noqa: S108 - a disk, not tmpfs; the run's directory is private
+STICK_MBPS = 100.0
+"""A USB 3 stick's sequential read (the copy is also measured held to it: ``--throttle-mbps``)."""
 QUICK_STEPS = ("create", "refused", "copy", "verify", "import", "restore")
 """``--quick``'s steps: every one but the fan-out (which alone would take it past 8
 minutes) and the pre-pull over a far link (the same at every size)."""
@@ -258,8 +260,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--throttle-mbps",
         type=float,
-        default=0.0,
-        help="also read and copy the stick throttled to this rate (MB/s)",
+        help=f"also read and copy the stick throttled to this rate, MB/s ({STICK_MBPS:g}; "
+        "--quick: not at all)",
     )
     p.add_argument("--seed", type=int, default=31, help="the release's seed (31)")
     p.add_argument("--workdir", type=Path, default=WORKDIR, help=f"parent of the work ({WORKDIR})")
@@ -270,6 +272,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         opts.size_gb, opts.second_gb = 2.0, 0.25
     second = opts.second_gb if opts.second_gb is not None else round(opts.size_gb / 3, 3)
     opts.sizes = [s for s in (second, opts.size_gb) if s > 0]
+    if opts.throttle_mbps is None:
+        opts.throttle_mbps = 0.0 if opts.quick else STICK_MBPS
     if opts.steps is None:
         opts.steps = ",".join(QUICK_STEPS if opts.quick else STEPS)
     opts.steps = [s for s in opts.steps.split(",") if s]

@@ -289,7 +289,8 @@ def throttled_copy(
     with throttled_reads(os.getpid(), media.devnode, int(mbps * 1_000_000)):
         read_s = measure_raw(media).wall_s
         side, _ = timed(ctx, "copy throttled", lambda: run(cmd, what="copy"))
-    return {"throttled_read_s": read_s, "throttled_copy_s": side.seconds,
+    return {"throttled_mbps": mbps, "throttled_read_s": read_s,
+            "throttled_copy_s": side.seconds,
             "throttled_copy_over_read": side.seconds / read_s}  # fmt: skip
 
 
