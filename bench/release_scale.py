@@ -21,7 +21,7 @@ Each at ``--size-gb`` (GiB of compressed blobs, one architecture) and at a secon
 size; per-GiB slopes and intercepts are fitted and extrapolated to 16 GiB. Run as root::
 
     python -m bench.release_scale [--size-gb 6] [--second-gb 2] [--steps ...] [--json]
-    python -m bench.release_scale --quick          # 2 GiB and 0.25 GiB, no fan-out
+    python -m bench.release_scale --quick          # 2 GiB alone, no fan-out or pre-pull
 """
 
 from __future__ import annotations
@@ -248,10 +248,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="release size, GiB of compressed blobs of one architecture (6)",
     )
     p.add_argument("--second-gb", type=float, help="the second size for the fit (a third)")
-    p.add_argument("--quick", action="store_true", help="2 GiB and 0.25 GiB")
+    p.add_argument("--quick", action="store_true", help="2 GiB alone, no fan-out or pre-pull")
     p.add_argument(
         "--steps",
-        help=f"comma-separated, of {', '.join(STEPS)} (default: all; --quick: all but fanout)",
+        help=f"comma-separated, of {', '.join(STEPS)} (default: all; --quick: {','.join(QUICK_STEPS)})",
     )
     p.add_argument("--fanout-gb", type=float, default=2.0,
                    help="the fan-out runs at the measured size nearest this (2)")  # fmt: skip
@@ -269,7 +269,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     opts = p.parse_args(argv)
     if opts.quick:
-        opts.size_gb, opts.second_gb = 2.0, 0.25
+        opts.size_gb, opts.second_gb = 2.0, 0.0
     second = opts.second_gb if opts.second_gb is not None else round(opts.size_gb / 3, 3)
     opts.sizes = [s for s in (second, opts.size_gb) if s > 0]
     if opts.throttle_mbps is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_every_node_reports_to_the_shared_api_server_through_the_relay(
                 node.start()
             for node in nodes:
                 found = wait_for(
-                    functools.partial(get, kube, "nodeimagestatuses", node.name),
+                    functools.partial(reported, kube, node.name),
                     timeout_s=90,
                     what=f"{node.name}'s status object",
                     detail=functools.partial(log_tail, node.log_path),
@@ -64,3 +65,10 @@ def test_every_node_reports_to_the_shared_api_server_through_the_relay(
         finally:
             for node in nodes:
                 node.close()
+
+
+def reported(kube: KubeCluster, name: str) -> dict[str, Any] | None:
+    """The node's NodeImageStatus once its status is written: the object is created first,
+    and its status (a subresource) written by a second request."""
+    found = get(kube, "nodeimagestatuses", name)
+    return found if found is not None and "status" in found else None

@@ -109,7 +109,7 @@ def test_the_default_run_fans_out_at_one_size_and_quick_not_at_all() -> None:
     assert {"fanout", "prepull"} <= set(full.steps) and fanout_size(full) == 2.0
     assert full.throttle_mbps == 100.0  # the copy at a stick's rate too
     quick = parse_args(["--quick"])
-    assert quick.sizes == [0.25, 2.0] and not {"fanout", "prepull"} & set(quick.steps)
+    assert quick.sizes == [2.0] and not {"fanout", "prepull"} & set(quick.steps)
     assert quick.throttle_mbps == 0.0
     eight = parse_args(["--fanout-nodes", "8", "--fanout-gb", "6"])
     assert (eight.fanout_nodes, fanout_size(eight)) == ([8], 6.0)
