@@ -251,7 +251,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="2 GiB alone, no fan-out or pre-pull")
     p.add_argument(
         "--steps",
-        help=f"comma-separated, of {', '.join(STEPS)} (default: all; --quick: {','.join(QUICK_STEPS)})",
+        help=f"comma-separated, of {', '.join(STEPS)} "
+        f"(default: all; --quick: {','.join(QUICK_STEPS)})",
     )
     p.add_argument("--fanout-gb", type=float, default=2.0,
                    help="the fan-out runs at the measured size nearest this (2)")  # fmt: skip
