@@ -53,6 +53,8 @@ from tests.testenv.release import TestGpg, signature_document, write_signature_s
 
 STEPS = ("create", "refused", "copy", "verify", "import", "restore", "fanout", "prepull")
 WORKDIR = Path("/var/tmp")  # noqa: S108 - a disk, not tmpfs; the run's directory is private
+GOAL_RATE_MBIT = 100
+"""The fan-out goal's link rate (issue 31)."""
 STICK_MBPS = 100.0
 """A USB 3 stick's sequential read (the copy is also measured held to it: ``--throttle-mbps``)."""
 QUICK_STEPS = ("create", "refused", "copy", "verify", "import", "restore")
@@ -61,7 +63,13 @@ minutes) and the pre-pull over a far link (the same at every size)."""
 
 
 def fanout(
-    ctx: Context, stick_image: Path, bundle_bytes: int, work: Path, nodes: int = 4
+    ctx: Context,
+    stick_image: Path,
+    bundle_bytes: int,
+    work: Path,
+    *,
+    nodes: int = 4,
+    rate_mbit: int = GOAL_RATE_MBIT,
 ) -> Step | None:
     """THE FAN-OUT CALL SITE. ``bench.scale_fanout.fanout_step`` (written apart, issue 31's
     fan-out to 4 nodes at 100 Mbit/s) gets the stick image (an ext4 image file holding the
@@ -80,10 +88,11 @@ def fanout(
     subprocess.run(["e2label", str(stick_image), STICK_LABEL], check=True, capture_output=True)
     started = time.monotonic()
     figures: dict[str, Any] = module.fanout_step(
-        stick_image, bundle_bytes, nodes=nodes, rate_mbit=100, workdir=work,
+        stick_image, bundle_bytes, nodes=nodes, rate_mbit=rate_mbit, workdir=work,
         public_key=ctx.public_key,
     )  # fmt: skip
-    side = Side(f"fan-out to {nodes} nodes at 100 Mbit/s", time.monotonic() - started, {}, 0)
+    what = f"fan-out to {nodes} nodes at {rate_mbit} Mbit/s"
+    side = Side(what, time.monotonic() - started, {}, 0)
     return Step("fanout", side, None, {"figures": figures})
 
 
@@ -199,9 +208,10 @@ def measure_size(
     with ext4_media(bundle, work) as media:
         found += node_steps(ctx, media, steps, opts.throttle_mbps)
         if "fanout" in steps and size_gib == fanout_size(opts):
-            for nodes in opts.fanout_nodes:
-                progress(f"{size_gib:g} GiB: step fanout, {nodes} nodes")
-                step = fanout(ctx, work / "media.img", media.size_bytes, work, nodes)
+            for nodes, rate in fanouts(opts):
+                progress(f"{size_gib:g} GiB: step fanout, {nodes} nodes at {rate} Mbit/s")
+                step = fanout(ctx, work / "media.img", media.size_bytes, work,
+                              nodes=nodes, rate_mbit=rate)  # fmt: skip
                 found += [step] if step is not None else []
     if "prepull" in steps and size_gib == fanout_size(opts):  # once a run: not sized
         progress("step prepull (bench/prepull.py's link profile)")
@@ -214,6 +224,14 @@ def measure_size(
         "setup": {"generate_and_push_s": push_s, "create_s": create.nodeagent.seconds},
         "steps": [asdict(s) for s in found],
     }
+
+
+def fanouts(opts: argparse.Namespace) -> list[tuple[int, int]]:
+    """(nodes, Mbit/s) of each fan-out: every ``--fanout-nodes`` at 100 Mbit/s (the goal's
+    rate), then 4 nodes at each other ``--fanout-rates`` (reported without PASS/MISS: at
+    1 Gbit/s two CPUs bound it, not the link)."""
+    runs = [(nodes, GOAL_RATE_MBIT) for nodes in opts.fanout_nodes]
+    return runs + [(4, rate) for rate in opts.fanout_rates if rate != GOAL_RATE_MBIT]
 
 
 def fanout_size(opts: argparse.Namespace) -> float:
@@ -258,6 +276,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the fan-out runs at the measured size nearest this (2)")  # fmt: skip
     p.add_argument("--fanout-nodes", default="4,8",
                    help="comma-separated node counts of the fan-out (4,8)")  # fmt: skip
+    p.add_argument("--fanout-rates", default="100",
+                   help="comma-separated link rates in Mbit/s; 4 nodes at each rate but "
+                   "100 (e.g. 100,1000: the 1 Gbit/s figure, for information)")  # fmt: skip
     p.add_argument(
         "--throttle-mbps",
         type=float,
@@ -279,6 +300,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         opts.steps = ",".join(QUICK_STEPS if opts.quick else STEPS)
     opts.steps = [s for s in opts.steps.split(",") if s]
     opts.fanout_nodes = [int(n) for n in opts.fanout_nodes.split(",") if n]
+    opts.fanout_rates = [int(r) for r in opts.fanout_rates.split(",") if r]
     unknown = set(opts.steps) - set(STEPS)
     if unknown:
         p.error(f"unknown steps: {', '.join(sorted(unknown))}")

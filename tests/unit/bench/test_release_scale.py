@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bench.release_scale import fanout_size, parse_args
+from bench.release_scale import fanout_size, fanouts, parse_args
 from bench.scale_measure import GIB, fit
 from bench.scale_release import IMAGES, MIN_LAYER_BYTES, describe, plan_release
 from bench.scale_report import goals, summarize
@@ -113,6 +113,9 @@ def test_the_default_run_fans_out_at_one_size_and_quick_not_at_all() -> None:
     assert quick.throttle_mbps == 0.0
     eight = parse_args(["--fanout-nodes", "8", "--fanout-gb", "6"])
     assert (eight.fanout_nodes, fanout_size(eight)) == ([8], 6.0)
+    assert fanouts(full) == [(4, 100), (8, 100)]
+    fast = parse_args(["--fanout-rates", "100,1000"])
+    assert fanouts(fast) == [(4, 100), (8, 100), (4, 1000)]
 
 
 def test_the_pre_pull_over_a_far_link_is_two_goals() -> None:
